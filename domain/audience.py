@@ -1,0 +1,34 @@
+"""Audience is code, not template: who hears about which event, on which channel and lane. Pure and tested."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+COST_CENTS: Final[dict[str, int]] = {"webhook": 0, "email": 1, "whatsapp": 3, "sms": 5}
+
+
+@dataclass(frozen=True)
+class Message:
+    channel: str
+    lane: str
+    recipient: str
+    template: str
+
+
+def order_event_audience(event_type: str, customer_ref: str, tenant_id: int) -> list[Message]:
+    """order.approved: the customer's webhook (high) and an email to the customer (normal).
+
+    order.cancelled: the webhook only (high); the customer hears from support, not from a template.
+    """
+    webhook = Message("webhook", "high", f"webhook:tenant-{tenant_id}", event_type)
+    if event_type == "order.approved":
+        return [webhook, Message("email", "normal", customer_ref, "order_approved_email")]
+    if event_type == "order.cancelled":
+        return [webhook]
+    return []
+
+
+def dedupe_key(tenant_id: int, channel: str, recipient: str, template: str, subject: str) -> str:
+    """Deterministic: recipient + template + the subject/period the message is about."""
+    return f"t{tenant_id}:{channel}:{recipient}:{template}:{subject}"

@@ -1,0 +1,147 @@
+"""Order commands: decide, then ONE transaction for the revision, the envelope and its ledger rows.
+
+After commit (and only then) the caller runs `jobs.wake.after_commit` to publish the refresh and enqueue wake-ups;
+both are best-effort because PostgreSQL already holds the responsibility.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from domain import faults, sql
+from domain.audience import COST_CENTS, dedupe_key, order_event_audience
+from domain.db import UnitOfWork
+from domain.envelope import Envelope
+from domain.models import Notification, Order, OutboxEvent
+from domain.policy import Accept, decide_transition
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class OwedRow:
+    """A ledger row crossing the process boundary: ids only, never payloads."""
+
+    notification_id: int
+    lane: str
+    job_id: str
+
+
+@dataclass(frozen=True)
+class Committed:
+    tenant_id: int
+    order_id: int
+    status: str
+    revision: int
+    event_id: uuid.UUID
+    owed: tuple[OwedRow, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    error: str  # optimistic_conflict | policy_denied | unknown_command
+    current_revision: int
+    current_status: str
+    requested: str
+
+
+@dataclass(frozen=True)
+class NotFound:
+    order_id: int
+
+
+CommandResult = Committed | Rejected | NotFound
+
+
+def _insert_handoff(uow: UnitOfWork, env: Envelope, customer_ref: str, order_id: int) -> tuple[OwedRow, ...]:
+    uow.execute(sa.insert(OutboxEvent.__table__).values(
+        event_id=env.event_id, tenant_id=env.tenant_id, aggregate_type=env.aggregate_type,
+        aggregate_id=env.aggregate_id, aggregate_revision=env.aggregate_revision, event_type=env.event_type,
+        schema_version=env.schema_version, occurred_at=env.occurred_at, request_id=env.request_id,
+        causation_id=env.causation_id, actor_ref=env.actor_ref, payload=env.payload, digest=env.digest,
+    ))
+    owed: list[OwedRow] = []
+    subject = f"order-{order_id}-r{env.aggregate_revision}"
+    for msg in order_event_audience(env.event_type, customer_ref, env.tenant_id):
+        nid = uow.execute(sa.insert(Notification.__table__).values(
+            tenant_id=env.tenant_id, recipient=msg.recipient, channel=msg.channel, lane=msg.lane,
+            template=msg.template, payload=env.payload, order_id=order_id,
+            dedupe_key=dedupe_key(env.tenant_id, msg.channel, msg.recipient, msg.template, subject),
+            status="QUEUED", cost_cents=COST_CENTS[msg.channel], event_id=env.event_id,
+        ).returning(Notification.__table__.c.id)).scalar_one()
+        owed.append(OwedRow(nid, msg.lane, f"n-{nid}"))
+    for row in owed:
+        uow.execute(sa.text("UPDATE notifications SET job_id = :j WHERE id = :id"), {"j": row.job_id,
+                                                                                    "id": row.notification_id})
+    # NOTIFY is transactional: the relay hears it only if this commit happens.
+    for lane in sorted({r.lane for r in owed}):
+        uow.execute(sql.NOTIFY_OWED, {"lane": lane})
+    return tuple(owed)
+
+
+def execute_order_command(
+    *,
+    tenant_id: int,
+    order_id: int,
+    command: str,
+    expected_revision: int,
+    actor_ref: str,
+    request_id: str,
+    event_id: uuid.UUID | None = None,
+    causation_id: uuid.UUID | None = None,
+    plan: faults.FaultPlan | None = None,
+    engine: Engine | None = None,
+    now: datetime | None = None,
+) -> CommandResult:
+    # Generated once, before any retry: a retried request never mints a second logical event.
+    event_id = event_id or uuid.uuid4()
+    occurred_at = now or datetime.now(UTC)
+    with UnitOfWork(engine) as uow:
+        faults.hit("after_begin", plan)
+        row = uow.execute(sql.LOCK_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).first()
+        if row is None:
+            return NotFound(order_id)
+        decision = decide_transition(row.status, row.revision, command, expected_revision)
+        if not isinstance(decision, Accept):
+            return Rejected(decision.error, decision.current_revision, decision.current_status, command)
+        faults.hit("after_decision", plan)
+        updated = uow.execute(sql.UPDATE_ORDER_GUARDED, {
+            "to_status": decision.to_status, "tenant_id": tenant_id, "order_id": order_id,
+            "expected_revision": expected_revision,
+        }).first()
+        if updated is None:
+            # A concurrent command committed first; READ COMMITTED re-checked our WHERE and matched nothing.
+            uow.session.rollback()
+            current = uow.execute(sql.LOCK_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).one()
+            return Rejected("optimistic_conflict", current.revision, current.status, command)
+        faults.hit("after_order_update", plan)
+        env = Envelope(
+            event_id=event_id, tenant_id=tenant_id, aggregate_type="order", aggregate_id=str(order_id),
+            aggregate_revision=decision.new_revision, event_type=decision.event_type,
+            schema_version=SCHEMA_VERSION, occurred_at=occurred_at, request_id=request_id,
+            causation_id=causation_id, actor_ref=actor_ref,
+            # Minimal: identity and the new state. No amounts, no customer fields.
+            payload={"order_id": order_id, "status": decision.to_status, "revision": decision.new_revision},
+        )
+        owed = _insert_handoff(uow, env, row.customer_ref, order_id)
+        faults.hit("after_handoff_insert", plan)
+        faults.hit("before_commit", plan)
+        uow.commit()
+    return Committed(tenant_id, order_id, decision.to_status, decision.new_revision, event_id, owed)
+
+
+def create_order(
+    *, tenant_id: int, customer_ref: str, amount_cents: int, currency: str, engine: Engine | None = None
+) -> int:
+    with UnitOfWork(engine) as uow:
+        oid = uow.execute(sa.insert(Order.__table__).values(
+            tenant_id=tenant_id, status="authorized", revision=1, base_revision=1,
+            customer_ref=customer_ref, amount_cents=amount_cents, currency=currency.upper(),
+        ).returning(Order.__table__.c.id)).scalar_one()
+        uow.commit()
+    return int(oid)

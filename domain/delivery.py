@@ -1,0 +1,251 @@
+"""Ledger transitions for delivery: claim, floor rules at send time, record an outcome, receipts, replay.
+
+Each function is one transaction. The worker (jobs/worker.py) stays thin: it sequences these and does the HTTP.
+Status machine: QUEUED -> SENT -> DELIVERED | FAILED; QUEUED -> FAILED | SUPPRESSED; FAILED -> QUEUED (replay).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from domain import sql
+from domain.db import UnitOfWork
+from domain.envelope import Envelope
+from domain.models import BalanceEntry, NotificationAttempt
+from domain.retry import Fail, Retry, RetryDecision, Succeeded
+from domain.rules import FloorDecision, Send, Suppress, day_start_utc, floor_decision
+
+# Which order status each event is about: checked again at send time (eligibility).
+EVENT_REQUIRES_STATUS = {"order.approved": "approved", "order.cancelled": "cancelled"}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed ledger row (a frozen record crossing from the database into the worker)."""
+
+    id: int
+    tenant_id: int
+    recipient: str
+    channel: str
+    lane: str
+    template: str
+    payload: dict[str, Any]
+    dedupe_key: str
+    cost_cents: int
+    attempts: int
+    max_attempts: int
+    event_id: uuid.UUID | None
+    order_id: int | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> Claim:
+        return cls(**dict(row._mapping))
+
+
+def lane_paused(lane: str, engine: Engine | None = None) -> bool:
+    with UnitOfWork(engine) as uow:
+        return bool(uow.execute(sa.text("SELECT paused FROM lane_controls WHERE lane = :l"), {"l": lane}).scalar())
+
+
+def set_lane_paused(lane: str, paused: bool, engine: Engine | None = None) -> None:
+    with UnitOfWork(engine) as uow:
+        uow.execute(sa.text(
+            "INSERT INTO lane_controls (lane, paused) VALUES (:l, :p) "
+            "ON CONFLICT (lane) DO UPDATE SET paused = :p, updated_at = now()"), {"l": lane, "p": paused})
+        if not paused:
+            uow.execute(sql.NOTIFY_OWED, {"lane": lane})
+        uow.commit()
+
+
+def claim(notification_id: int, lease_seconds: float, engine: Engine | None = None) -> Claim | None:
+    with UnitOfWork(engine) as uow:
+        row = uow.execute(sql.CLAIM_NOTIFICATION, {"id": notification_id, "lease": lease_seconds}).first()
+        uow.commit()
+    return Claim.from_row(row) if row else None
+
+
+def floor_check(c: Claim, now: datetime, engine: Engine | None = None) -> FloorDecision | Suppress:
+    with UnitOfWork(engine) as uow:
+        x = uow.execute
+        still = True
+        if c.event_id is not None and c.order_id is not None:
+            ev = x(sa.text("SELECT event_type FROM outbox_events WHERE event_id = :e"), {"e": c.event_id}).one()
+            want = EVENT_REQUIRES_STATUS.get(ev.event_type)
+            status = x(sa.text("SELECT status FROM orders WHERE tenant_id = :t AND id = :o"),
+                       {"t": c.tenant_id, "o": c.order_id}).scalar()
+            still = want is None or status == want
+        rcp = x(sa.text("SELECT timezone, quiet_start, quiet_end, daily_cap, opted_out_channels, email, phone "
+                        "FROM recipients WHERE tenant_id = :t AND ref = :r"),
+                {"t": c.tenant_id, "r": c.recipient}).first()
+        tz = rcp.timezone if rcp else "UTC"
+        sent_today = 0
+        if c.channel != "webhook":
+            sent_today = int(x(sa.text(
+                "SELECT count(*) FROM notifications WHERE tenant_id = :t AND recipient = :r AND channel <> 'webhook' "
+                "AND status IN ('SENT','DELIVERED') AND sent_at >= :d"),
+                {"t": c.tenant_id, "r": c.recipient, "d": day_start_utc(now, tz)}).scalar_one())
+            if rcp is None or (c.channel == "email" and not rcp.email) or (
+                    c.channel in ("sms", "whatsapp") and not rcp.phone):
+                return Suppress("no_contact_point")
+        balance = x(sa.text("SELECT balance_cents FROM balances WHERE tenant_id = :t"), {"t": c.tenant_id}).scalar()
+    decision = floor_decision(
+        now=now, lane=c.lane, channel=c.channel, still_eligible=still,
+        opted_out_channels=tuple(rcp.opted_out_channels) if rcp else (), sent_today=sent_today,
+        daily_cap=rcp.daily_cap if rcp else None, tz=tz,
+        quiet_start=rcp.quiet_start if rcp else None, quiet_end=rcp.quiet_end if rcp else None,
+    )
+    if isinstance(decision, Send) and c.cost_cents > 0 and (balance or 0) < c.cost_cents:
+        return Suppress("insufficient_balance")
+    return decision
+
+
+def contact_point(c: Claim, engine: Engine | None = None) -> str:
+    """Looked up at send time so addresses never travel in job arguments."""
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sa.text("SELECT email, phone FROM recipients WHERE tenant_id = :t AND ref = :r"),
+                        {"t": c.tenant_id, "r": c.recipient}).one()
+    return str(r.email if c.channel == "email" else r.phone)
+
+
+def envelope_for(event_id: uuid.UUID, engine: Engine | None = None) -> Envelope:
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sa.text(
+            "SELECT event_id, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type, "
+            "schema_version, occurred_at, request_id, causation_id, actor_ref, payload FROM outbox_events "
+            "WHERE event_id = :e"), {"e": event_id}).one()
+    return Envelope(**dict(r._mapping))
+
+
+def _attempt(uow: UnitOfWork, c: Claim, worker: str, started: datetime, outcome: str,
+             status_code: int | None, error_class: str | None, latency_ms: float | None) -> None:
+    uow.execute(sa.insert(NotificationAttempt.__table__).values(
+        notification_id=c.id, attempt_no=c.attempts, worker=worker, started_at=started,
+        finished_at=sa.func.now(), outcome=outcome, status_code=status_code, error_class=error_class,
+        latency_ms=latency_ms,
+    ))
+
+
+def suppress(c: Claim, reason: str, worker: str, now: datetime, engine: Engine | None = None) -> None:
+    with UnitOfWork(engine) as uow:
+        uow.execute(sa.text(
+            "UPDATE notifications SET status = 'SUPPRESSED', suppressed_reason = :r, settled_at = now(), "
+            "leased_until = NULL WHERE id = :id AND status = 'QUEUED'"), {"r": reason, "id": c.id})
+        _attempt(uow, c, worker, now, "suppressed", None, reason, None)
+        uow.commit()
+
+
+def defer(c: Claim, until: datetime, engine: Engine | None = None) -> None:
+    """Quiet hours: not an attempt, so the attempt count is given back."""
+    with UnitOfWork(engine) as uow:
+        uow.execute(sa.text(
+            "UPDATE notifications SET attempts = attempts - 1, next_attempt_at = :u, leased_until = NULL "
+            "WHERE id = :id AND status = 'QUEUED'"), {"u": until, "id": c.id})
+        uow.commit()
+
+
+def record(
+    c: Claim, decision: RetryDecision, *, worker: str, started: datetime, status_code: int | None,
+    latency_ms: float, provider_reference: str | None, engine: Engine | None = None,
+) -> str:
+    """Record one attempt's outcome; on success debit the balance in the SAME transaction."""
+    with UnitOfWork(engine) as uow:
+        x = uow.execute
+        if isinstance(decision, Succeeded):
+            # A webhook's 2xx IS its delivery; providers confirm later with a receipt.
+            final = "DELIVERED" if c.channel == "webhook" else "SENT"
+            updated = x(sa.text(
+                "UPDATE notifications SET status = CAST(:s AS text), provider_reference = :p, sent_at = now(), "
+                "settled_at = CASE WHEN CAST(:s AS text) = 'DELIVERED' THEN now() END, leased_until = NULL, "
+                "last_error_class = NULL WHERE id = :id AND status = 'QUEUED' RETURNING id"),
+                {"s": final, "p": provider_reference, "id": c.id}).first()
+            if updated and c.cost_cents > 0:
+                x(sa.text("UPDATE balances SET balance_cents = balance_cents - :c WHERE tenant_id = :t"),
+                  {"c": c.cost_cents, "t": c.tenant_id})
+                x(sa.insert(BalanceEntry.__table__).values(
+                    tenant_id=c.tenant_id, notification_id=c.id, amount_cents=-c.cost_cents,
+                    reason=f"{c.channel} {c.template}"))
+            outcome = "already_processed" if decision.already_processed else "sent"
+            _attempt(uow, c, worker, started, outcome, status_code, None, latency_ms)
+        elif isinstance(decision, Retry):
+            x(sa.text(
+                "UPDATE notifications SET next_attempt_at = now() + make_interval(secs => :d), leased_until = NULL, "
+                "last_error_class = :e WHERE id = :id AND status = 'QUEUED'"),
+                {"d": decision.delay_seconds, "e": decision.error_class, "id": c.id})
+            _attempt(uow, c, worker, started, "retry", status_code, decision.error_class, latency_ms)
+            outcome = "retry"
+        else:
+            assert isinstance(decision, Fail)
+            x(sa.text(
+                "UPDATE notifications SET status = 'FAILED', settled_at = now(), leased_until = NULL, "
+                "last_error_class = :e, review = :r WHERE id = :id AND status = 'QUEUED'"),
+                {"e": decision.error_class, "r": "needs_review", "id": c.id})
+            _attempt(uow, c, worker, started, "failed", status_code, decision.error_class, latency_ms)
+            outcome = "failed"
+        uow.commit()
+    return outcome
+
+
+@dataclass(frozen=True)
+class ReceiptResult:
+    status: str  # applied | duplicate | unknown_reference | not_yet_sent
+    notification_id: int | None = None
+    tenant_id: int | None = None
+    order_id: int | None = None
+
+
+def apply_receipt(provider: str, receipt_id: str, reference: str, outcome: str,
+                  engine: Engine | None = None) -> ReceiptResult:
+    if outcome not in ("delivered", "failed"):
+        raise ValueError("outcome must be delivered or failed")
+    with UnitOfWork(engine) as uow:
+        x = uow.execute
+        n = x(sa.text("SELECT id, status, tenant_id, order_id FROM notifications WHERE provider_reference = :r "
+                      "AND channel = :p FOR UPDATE"), {"r": reference, "p": provider}).first()
+        if n is None:
+            exists = x(sa.text("SELECT 1 FROM receiver.provider_messages WHERE reference = :r"),
+                       {"r": reference}).first()
+            return ReceiptResult("not_yet_sent" if exists else "unknown_reference")
+        # receipt_id is unique: a provider retrying the same receipt changes nothing.
+        inserted = x(sa.text(
+            "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome) "
+            "VALUES (:i, :p, :r, :o) ON CONFLICT (receipt_id) DO NOTHING RETURNING id"),
+            {"i": receipt_id, "p": provider, "r": reference, "o": outcome}).first()
+        if inserted is None:
+            return ReceiptResult("duplicate", n.id, n.tenant_id, n.order_id)
+        if n.status == "SENT":
+            x(sa.text("UPDATE notifications SET status = :s, settled_at = now() WHERE id = :id"),
+              {"s": "DELIVERED" if outcome == "delivered" else "FAILED", "id": n.id})
+        uow.commit()
+    return ReceiptResult("applied", n.id, n.tenant_id, n.order_id)
+
+
+def replay(tenant_id: int, notification_id: int, engine: Engine | None = None) -> bool:
+    """FAILED -> QUEUED with the same row, dedupe key and event id: the receiver recognises it."""
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sa.text(
+            "UPDATE notifications SET status = 'QUEUED', review = NULL, next_attempt_at = now(), "
+            "max_attempts = attempts + :m, settled_at = NULL WHERE id = :id AND tenant_id = :t "
+            "AND status = 'FAILED' RETURNING lane"), {"id": notification_id, "t": tenant_id, "m": 8}).first()
+        if r:
+            uow.execute(sql.NOTIFY_OWED, {"lane": r.lane})
+        uow.commit()
+    return r is not None
+
+
+def resolve(tenant_id: int, notification_id: int, engine: Engine | None = None) -> bool:
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sa.text(
+            "UPDATE notifications SET review = 'resolved' WHERE id = :id AND tenant_id = :t AND status = 'FAILED' "
+            "RETURNING id"), {"id": notification_id, "t": tenant_id}).first()
+        uow.commit()
+    return r is not None
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,302 @@
+"""The data model (names are part of the contract: tests and operators query them).
+
+Alembic migrations are generated from this metadata and a drift test keeps the two equal.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, time
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+from sqlmodel import Field, SQLModel
+
+NOW = sa.text("now()")
+
+
+def _ts(nullable: bool = False, default: bool = True) -> Any:
+    return Field(
+        default=None,
+        sa_column=sa.Column(sa.DateTime(timezone=True), nullable=nullable, server_default=NOW if default else None),
+    )
+
+
+class Tenant(SQLModel, table=True):
+    __tablename__ = "tenants"
+    id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    name: str
+
+
+class Operator(SQLModel, table=True):
+    __tablename__ = "operators"
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    login: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
+    display_name: str
+    password_hash: str
+
+
+class ApiKey(SQLModel, table=True):
+    __tablename__ = "api_keys"
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    key_hash: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
+    prefix: str
+    actor_ref: str
+    created_at: datetime | None = _ts()
+    revoked_at: datetime | None = _ts(nullable=True, default=False)
+
+
+class Order(SQLModel, table=True):
+    __tablename__ = "orders"
+    __table_args__ = (
+        sa.CheckConstraint("revision >= base_revision", name="orders_revision_not_below_base"),
+        sa.CheckConstraint(
+            "status IN ('authorized','approved','cancelled','fulfilled')", name="orders_status_known"
+        ),
+        sa.UniqueConstraint("tenant_id", "id", name="orders_tenant_id_id_key"),
+        sa.CheckConstraint("amount_cents >= 0", name="orders_amount_not_negative"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    status: str
+    revision: int
+    # The revision the order entered the system with (seeded/imported without events). Every revision
+    # above it must have an outbox event (invariant 1).
+    base_revision: int
+    customer_ref: str
+    amount_cents: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    currency: str = Field(max_length=3)
+    created_at: datetime | None = _ts()
+    updated_at: datetime | None = _ts()
+
+
+class OutboxEvent(SQLModel, table=True):
+    """The immutable envelope. Never updated; the ledger rows carry delivery state."""
+
+    __tablename__ = "outbox_events"
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "tenant_id", "aggregate_type", "aggregate_id", "aggregate_revision",
+            name="outbox_events_one_per_revision",
+        ),
+    )
+    event_id: uuid.UUID = Field(sa_column=sa.Column(pg.UUID(as_uuid=True), primary_key=True))
+    tenant_id: int = Field(foreign_key="tenants.id")
+    aggregate_type: str
+    aggregate_id: str
+    aggregate_revision: int
+    event_type: str
+    schema_version: int
+    occurred_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    request_id: str
+    causation_id: uuid.UUID | None = Field(default=None, sa_column=sa.Column(pg.UUID(as_uuid=True)))
+    actor_ref: str
+    payload: dict[str, Any] = Field(sa_column=sa.Column(pg.JSONB, nullable=False))
+    digest: str
+    created_at: datetime | None = _ts()
+
+
+class Recipient(SQLModel, table=True):
+    __tablename__ = "recipients"
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "ref", name="recipients_tenant_ref_key"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id")
+    ref: str
+    display_name: str
+    email: str | None = None
+    phone: str | None = None
+    timezone: str = "UTC"
+    quiet_start: time | None = None
+    quiet_end: time | None = None
+    daily_cap: int | None = None
+    opted_out_channels: list[str] = Field(
+        default_factory=list,
+        sa_column=sa.Column(pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
+    )
+
+
+class Notification(SQLModel, table=True):
+    """THE ledger: one row per message per channel, written before the send."""
+
+    __tablename__ = "notifications"
+    __table_args__ = (
+        sa.CheckConstraint(
+            "status IN ('QUEUED','SENT','DELIVERED','FAILED','SUPPRESSED')", name="notifications_status_known"
+        ),
+        sa.CheckConstraint("lane IN ('critical','high','normal','bulk')", name="notifications_lane_known"),
+        sa.CheckConstraint(
+            "status <> 'SUPPRESSED' OR suppressed_reason IS NOT NULL", name="notifications_suppressed_has_reason"
+        ),
+        # The relay's claim and the recovery scan read only owed rows: index exactly those.
+        sa.Index(
+            "notifications_owed", "id", "next_attempt_at", postgresql_where=sa.text("status = 'QUEUED'")
+        ),
+        sa.Index("notifications_recipient_created", "tenant_id", "recipient", "created_at"),
+        sa.Index("notifications_provider_reference", "provider_reference"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    recipient: str
+    channel: str
+    lane: str
+    template: str
+    payload: dict[str, Any] = Field(sa_column=sa.Column(pg.JSONB, nullable=False))
+    dedupe_key: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
+    status: str = "QUEUED"
+    suppressed_reason: str | None = None
+    review: str | None = None  # NULL | 'needs_review' | 'resolved'
+    provider_reference: str | None = None
+    cost_cents: int = 0
+    attempts: int = 0
+    max_attempts: int = 8
+    last_error_class: str | None = None
+    event_id: uuid.UUID | None = Field(
+        default=None,
+        sa_column=sa.Column(pg.UUID(as_uuid=True), sa.ForeignKey("outbox_events.event_id"), index=True),
+    )
+    order_id: int | None = Field(default=None, index=True)
+    job_id: str | None = None
+    created_at: datetime | None = _ts()
+    sent_at: datetime | None = _ts(nullable=True, default=False)
+    settled_at: datetime | None = _ts(nullable=True, default=False)
+    next_attempt_at: datetime | None = _ts()
+    # A claim is a lease: a worker that dies mid-send loses it when it expires and the scan re-enqueues.
+    leased_until: datetime | None = _ts(nullable=True, default=False)
+
+
+class NotificationAttempt(SQLModel, table=True):
+    __tablename__ = "notification_attempts"
+    __table_args__ = (sa.UniqueConstraint("notification_id", "attempt_no", name="notification_attempts_once"),)
+    id: int | None = Field(default=None, primary_key=True)
+    notification_id: int = Field(foreign_key="notifications.id", index=True)
+    attempt_no: int
+    worker: str
+    started_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    finished_at: datetime | None = _ts(nullable=True, default=False)
+    outcome: str  # sent | already_processed | retry | failed | suppressed | deferred
+    status_code: int | None = None
+    error_class: str | None = None
+    latency_ms: float | None = None
+
+
+class Receipt(SQLModel, table=True):
+    __tablename__ = "delivery_receipts"
+    id: int | None = Field(default=None, primary_key=True)
+    receipt_id: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
+    provider: str
+    provider_reference: str = Field(index=True)
+    outcome: str  # delivered | failed
+    received_at: datetime | None = _ts()
+
+
+class Lead(SQLModel, table=True):
+    __tablename__ = "leads"
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    recipient_ref: str
+    current_step: str | None = None
+
+
+class LeadNotificationIntent(SQLModel, table=True):
+    __tablename__ = "lead_notification_intents"
+    __table_args__ = (
+        sa.CheckConstraint(
+            "status IN ('pending','scheduled','sent','cancelled')", name="lead_intents_status_known"
+        ),
+        sa.Index(
+            "lead_notification_intents_one_active_per_lead",
+            "lead_id",
+            unique=True,
+            postgresql_where=sa.text("status IN ('pending', 'scheduled')"),
+        ),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id")
+    lead_id: int = Field(foreign_key="leads.id", index=True)
+    step: str
+    status: str
+    scheduled_for: datetime | None = _ts(nullable=True, default=False)
+    notification_id: int | None = Field(default=None, foreign_key="notifications.id")
+    created_at: datetime | None = _ts()
+    updated_at: datetime | None = _ts()
+
+
+class Balance(SQLModel, table=True):
+    __tablename__ = "balances"
+    __table_args__ = (sa.CheckConstraint("balance_cents >= 0", name="balances_never_negative"),)
+    tenant_id: int = Field(foreign_key="tenants.id", primary_key=True, sa_column_kwargs={"autoincrement": False})
+    balance_cents: int
+
+
+class BalanceEntry(SQLModel, table=True):
+    __tablename__ = "balance_entries"
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    notification_id: int | None = Field(
+        default=None, sa_column=sa.Column(sa.BigInteger, sa.ForeignKey("notifications.id"), unique=True)
+    )
+    amount_cents: int
+    reason: str
+    created_at: datetime | None = _ts()
+
+
+class LaneControl(SQLModel, table=True):
+    """Durable pause flag per lane, obeyed by every worker of that lane."""
+
+    __tablename__ = "lane_controls"
+    lane: str = Field(primary_key=True)
+    paused: bool = False
+    updated_at: datetime | None = _ts()
+
+
+class RefreshLog(SQLModel, table=True):
+    """Counts refresh publishes and their measured push latency (written by dashboards, read by ops)."""
+
+    __tablename__ = "refresh_metrics"
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str  # publish | push
+    tenant_id: int
+    latency_ms: float | None = None
+    created_at: datetime | None = _ts()
+
+
+# ---- receiver side: its own schema, as if it were another company's database ----
+class WebhookEffect(SQLModel, table=True):
+    __tablename__ = "webhook_effects"
+    __table_args__ = (
+        sa.UniqueConstraint("event_id", "effect_type", name="webhook_effects_once"),
+        {"schema": "receiver"},
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: uuid.UUID = Field(sa_column=sa.Column(pg.UUID(as_uuid=True), nullable=False))
+    effect_type: str
+    request_digest: str
+    result_ref: str
+    applied_at: datetime | None = _ts()
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """Every call the receiver saw (effects are counted in webhook_effects; deliveries here)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = ({"schema": "receiver"},)
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: uuid.UUID = Field(sa_column=sa.Column(pg.UUID(as_uuid=True), nullable=False, index=True))
+    outcome: str
+    received_at: datetime | None = _ts()
+
+
+class ProviderMessage(SQLModel, table=True):
+    __tablename__ = "provider_messages"
+    __table_args__ = ({"schema": "receiver"},)
+    id: int | None = Field(default=None, primary_key=True)
+    provider: str
+    reference: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
+    idempotency_key: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
+    to_address_hash: str
+    receipt_outcome: str | None = None
+    receipt_sent_at: datetime | None = _ts(nullable=True, default=False)
+    received_at: datetime | None = _ts()

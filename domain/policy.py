@@ -1,0 +1,66 @@
+"""Pure order decisions: which transition is allowed, and what a command decides.
+
+No I/O here. `decide_transition` takes the current state as values and returns a decision value; the unit of
+work turns an `Accept` into one transaction and anything else into a clear error that writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+OrderStatus = Literal["authorized", "approved", "cancelled", "fulfilled"]
+Command = Literal["approve", "cancel"]
+
+# The whole policy table: (from status, command) -> to status. Anything absent is `policy_denied`.
+TRANSITIONS: Final[dict[tuple[str, str], str]] = {
+    ("authorized", "approve"): "approved",
+    ("authorized", "cancel"): "cancelled",
+}
+
+EVENT_TYPES: Final[dict[str, str]] = {
+    "approved": "order.approved",
+    "cancelled": "order.cancelled",
+}
+
+COMMANDS: Final[tuple[str, ...]] = ("approve", "cancel")
+
+
+@dataclass(frozen=True)
+class Accept:
+    to_status: str
+    new_revision: int
+    event_type: str
+
+
+@dataclass(frozen=True)
+class Reject:
+    error: Literal["optimistic_conflict", "policy_denied", "unknown_command"]
+    current_revision: int
+    current_status: str
+    requested: str
+
+
+Decision = Accept | Reject
+
+
+def decide_transition(
+    current_status: str, current_revision: int, command: str, expected_revision: int
+) -> Decision:
+    """Decide a command against the state the caller saw.
+
+    Revision is checked first: a stale caller learns the current revision even when the command would also be
+    denied, because re-reading is what they must do next either way.
+    """
+    if command not in COMMANDS:
+        return Reject("unknown_command", current_revision, current_status, command)
+    if expected_revision != current_revision:
+        return Reject("optimistic_conflict", current_revision, current_status, command)
+    to_status = TRANSITIONS.get((current_status, command))
+    if to_status is None:
+        return Reject("policy_denied", current_revision, current_status, command)
+    return Accept(to_status, current_revision + 1, EVENT_TYPES[to_status])
+
+
+def allowed_commands(current_status: str) -> list[str]:
+    return [c for c in COMMANDS if (current_status, c) in TRANSITIONS]

@@ -1,0 +1,194 @@
+"""Tenant-scoped reads. Every query takes the tenant from the authenticated principal, never from input."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from domain import sql
+from domain.db import UnitOfWork
+from domain.rules import REASON_TEXT
+
+
+def _rows(result: Any) -> list[dict[str, Any]]:
+    return [dict(r._mapping) for r in result]
+
+
+def get_order(tenant_id: int, order_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sa.text(
+            "SELECT id, tenant_id, status, revision, customer_ref, amount_cents, currency, created_at, updated_at "
+            "FROM orders WHERE tenant_id = :t AND id = :o"), {"t": tenant_id, "o": order_id}).first()
+    return dict(r._mapping) if r else None
+
+
+def list_orders(
+    tenant_id: int, status: str | None = None, limit: int = 50, engine: Engine | None = None
+) -> list[dict[str, Any]]:
+    with UnitOfWork(engine) as uow:
+        return _rows(uow.execute(sa.text(
+            "SELECT id, status, revision, customer_ref, amount_cents, currency, updated_at FROM orders "
+            "WHERE tenant_id = :t AND (CAST(:s AS text) IS NULL OR status = :s) ORDER BY id LIMIT :l"),
+            {"t": tenant_id, "s": status, "l": limit}))
+
+
+NOTIFICATION_COLUMNS = (
+    "n.id, n.recipient, n.channel, n.lane, n.template, n.status, n.suppressed_reason, n.review, "
+    "n.provider_reference, n.cost_cents, n.attempts, n.last_error_class, n.event_id, n.order_id, n.job_id, "
+    "n.created_at, n.sent_at, n.settled_at, n.next_attempt_at, "
+    "(SELECT fx.result_ref FROM receiver.webhook_effects fx WHERE fx.event_id = n.event_id "
+    "  AND n.channel = 'webhook' LIMIT 1) AS effect_ref, "
+    "(SELECT count(*) FROM receiver.webhook_deliveries d WHERE d.event_id = n.event_id "
+    "  AND n.channel = 'webhook') AS receiver_calls"
+)
+
+
+def get_event(tenant_id: int, event_id: uuid.UUID, engine: Engine | None = None) -> dict[str, Any] | None:
+    with UnitOfWork(engine) as uow:
+        ev = uow.execute(sa.text(
+            "SELECT event_id, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type, "
+            "schema_version, occurred_at, request_id, causation_id, actor_ref, payload, digest "
+            "FROM outbox_events WHERE tenant_id = :t AND event_id = :e"), {"t": tenant_id, "e": event_id}).first()
+        if ev is None:
+            return None
+        ledger = _rows(uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE n.tenant_id = :t AND n.event_id = :e "
+            "ORDER BY n.id"), {"t": tenant_id, "e": event_id}))
+    out = dict(ev._mapping)
+    out["notifications"] = ledger
+    return out
+
+
+def order_notifications(tenant_id: int, order_id: int, engine: Engine | None = None) -> list[dict[str, Any]]:
+    with UnitOfWork(engine) as uow:
+        return _rows(uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS}, e.aggregate_revision FROM notifications n "
+            "JOIN outbox_events e ON e.event_id = n.event_id "
+            "WHERE n.tenant_id = :t AND n.order_id = :o ORDER BY n.id DESC LIMIT 20"),
+            {"t": tenant_id, "o": order_id}))
+
+
+@dataclass(frozen=True)
+class LedgerFilter:
+    channel: str | None = None
+    status: str | None = None
+    recipient: str | None = None
+    lane: str | None = None
+    since_hours: int | None = None
+    limit: int = 100
+
+
+def ledger(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -> dict[str, Any]:
+    where = (
+        "n.tenant_id = :t AND (CAST(:c AS text) IS NULL OR n.channel = :c) "
+        "AND (CAST(:s AS text) IS NULL OR n.status = :s) AND (CAST(:r AS text) IS NULL OR n.recipient ILIKE :r) "
+        "AND (CAST(:l AS text) IS NULL OR n.lane = :l) "
+        "AND (CAST(:h AS int) IS NULL OR n.created_at > now() - make_interval(hours => CAST(:h AS int)))"
+    )
+    p = {"t": tenant_id, "c": f.channel, "s": f.status, "r": f"%{f.recipient}%" if f.recipient else None,
+         "l": f.lane, "h": f.since_hours, "lim": f.limit}
+    with UnitOfWork(engine) as uow:
+        rows = _rows(uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE {where} ORDER BY n.id DESC LIMIT :lim"), p))
+        totals = uow.execute(sa.text(
+            "SELECT count(*) AS total, "
+            "coalesce(sum(n.cost_cents) FILTER (WHERE n.status IN ('SENT','DELIVERED')), 0) AS cost_cents, "
+            "count(*) FILTER (WHERE n.status = 'DELIVERED') AS delivered, "
+            "count(*) FILTER (WHERE n.status IN ('SENT','DELIVERED','FAILED')) AS attempted_final, "
+            "count(*) FILTER (WHERE n.status = 'SUPPRESSED') AS suppressed, "
+            "count(*) FILTER (WHERE n.status = 'FAILED') AS failed, "
+            "count(*) FILTER (WHERE n.status = 'QUEUED') AS queued "
+            f"FROM notifications n WHERE {where}"), p).one()
+    t = dict(totals._mapping)
+    t["delivery_rate"] = (t["delivered"] / t["attempted_final"]) if t["attempted_final"] else None
+    return {"rows": rows, "totals": t}
+
+
+def audit_timeline(tenant_id: int, query: str, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """One timeline across event, ledger rows, attempts, receiver effect and receipts for a recipient, event id
+    or order id. Suppression reasons come back in plain words."""
+    q = query.strip()
+    params: dict[str, Any] = {"t": tenant_id, "q": q, "ev": None, "oid": None}
+    try:
+        params["ev"] = uuid.UUID(q)
+    except ValueError:
+        pass
+    if q.isdigit():
+        params["oid"] = int(q)
+    with UnitOfWork(engine) as uow:
+        notes = _rows(uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE n.tenant_id = :t AND "
+            "(n.recipient = :q OR n.event_id = CAST(:ev AS uuid) OR n.order_id = CAST(:oid AS bigint)) "
+            "ORDER BY n.id LIMIT 200"), params))
+        ids = [n["id"] for n in notes]
+        events = {n["event_id"] for n in notes if n["event_id"]}
+        attempts = _rows(uow.execute(sa.text(
+            "SELECT notification_id, attempt_no, worker, started_at, finished_at, outcome, status_code, "
+            "error_class, latency_ms FROM notification_attempts WHERE notification_id = ANY(:ids)"),
+            {"ids": ids})) if ids else []
+        evs = _rows(uow.execute(sa.text(
+            "SELECT event_id, event_type, aggregate_id, aggregate_revision, occurred_at, request_id, actor_ref "
+            "FROM outbox_events WHERE tenant_id = :t AND event_id = ANY(:e)"),
+            {"t": tenant_id, "e": list(events)})) if events else []
+        effects = _rows(uow.execute(sa.text(
+            "SELECT event_id, effect_type, result_ref, applied_at FROM receiver.webhook_effects "
+            "WHERE event_id = ANY(:e)"), {"e": list(events)})) if events else []
+        refs = [n["provider_reference"] for n in notes if n["provider_reference"]]
+        receipts = _rows(uow.execute(sa.text(
+            "SELECT provider, provider_reference, outcome, received_at FROM delivery_receipts "
+            "WHERE provider_reference = ANY(:r)"), {"r": refs})) if refs else []
+    timeline: list[dict[str, Any]] = []
+    for e in evs:
+        timeline.append({"at": e["occurred_at"], "kind": "event", "ref": str(e["event_id"]),
+                         "text": f"{e['event_type']} order {e['aggregate_id']} revision {e['aggregate_revision']} "
+                                 f"by {e['actor_ref']} (request {e['request_id']})"})
+    by_id = {n["id"]: n for n in notes}
+    for n in notes:
+        line = f"#{n['id']} {n['channel']} to {n['recipient']} on lane {n['lane']}: {n['status']}"
+        if n["status"] == "SUPPRESSED":
+            line += " — " + REASON_TEXT.get(n["suppressed_reason"] or "", n["suppressed_reason"] or "")
+        if n["review"] == "needs_review":
+            line += " — needs review"
+        timeline.append({"at": n["created_at"], "kind": "ledger", "ref": str(n["event_id"] or ""), "text": line})
+    for a in attempts:
+        n = by_id[a["notification_id"]]
+        extra = f" ({a['error_class']})" if a["error_class"] else ""
+        lat = f" in {a['latency_ms']:.0f} ms" if a["latency_ms"] is not None else ""
+        timeline.append({"at": a["started_at"], "kind": "attempt", "ref": str(n["event_id"] or ""),
+                         "text": f"#{n['id']} attempt {a['attempt_no']} by {a['worker']}: {a['outcome']}{extra}{lat}"})
+    for fx in effects:
+        timeline.append({"at": fx["applied_at"], "kind": "effect", "ref": str(fx["event_id"]),
+                         "text": f"receiver applied {fx['effect_type']} once: {fx['result_ref']}"})
+    for r in receipts:
+        timeline.append({"at": r["received_at"], "kind": "receipt", "ref": r["provider_reference"],
+                         "text": f"{r['provider']} receipt for {r['provider_reference']}: {r['outcome']}"})
+    timeline.sort(key=lambda x: x["at"])
+    return timeline
+
+
+def lane_stats(engine: Engine | None = None) -> list[dict[str, Any]]:
+    with UnitOfWork(engine) as uow:
+        stats = _rows(uow.execute(sql.LANE_STATS))
+        lat = {r["lane"]: r for r in _rows(uow.execute(sql.LANE_LATENCY))}
+    for s in stats:
+        lr = lat.get(s["lane"], {})
+        s["p50_ms"] = float(lr.get("p50") or 0.0)
+        s["p99_ms"] = float(lr.get("p99") or 0.0)
+        s["oldest_owed_seconds"] = float(s["oldest_owed_seconds"])
+    return stats
+
+
+def invariant_counts(engine: Engine | None = None) -> dict[str, int]:
+    with UnitOfWork(engine) as uow:
+        return {name: int(uow.execute(sa.text(q)).scalar_one()) for name, q in sql.INVARIANTS.items()}
+
+
+def review_items(tenant_id: int, engine: Engine | None = None) -> list[dict[str, Any]]:
+    with UnitOfWork(engine) as uow:
+        return _rows(uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE n.tenant_id = :t AND n.status = 'FAILED' "
+            "AND coalesce(n.review, 'needs_review') <> 'resolved' ORDER BY n.id DESC LIMIT 50"), {"t": tenant_id}))

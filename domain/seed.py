@@ -1,0 +1,73 @@
+"""Demo data: tenant 42 (order 913 authorized at revision 17, two dozen more, two operators) and tenant 7."""
+
+from __future__ import annotations
+
+import random
+from datetime import time
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from domain.auth import hash_password
+from domain.db import UnitOfWork
+from jobs.constants import LANES
+
+DEMO_PASSWORD = "outbox-demo"
+OPERATORS = (
+    (42, "alice", "Alice Moreau"),
+    (42, "bob", "Bob Okafor"),
+    (7, "carol", "Carol Lindqvist"),
+)
+
+
+def seed(engine: Engine | None = None, *, seed_value: int = 42) -> dict[str, int]:
+    rng = random.Random(seed_value)
+    pw = hash_password(DEMO_PASSWORD)
+    created = {"tenants": 0, "orders": 0, "operators": 0}
+    with UnitOfWork(engine) as uow:
+        x = uow.execute
+        for tid, name in ((42, "Northwind Retail"), (7, "Contoso Foods")):
+            created["tenants"] += x(sa.text(
+                "INSERT INTO tenants (id, name) VALUES (:i, :n) ON CONFLICT DO NOTHING"), {"i": tid, "n": name}
+            ).rowcount
+            x(sa.text("INSERT INTO balances (tenant_id, balance_cents) VALUES (:t, 50000) ON CONFLICT DO NOTHING"),
+              {"t": tid})
+        for tid, login, display in OPERATORS:
+            created["operators"] += x(sa.text(
+                "INSERT INTO operators (tenant_id, login, display_name, password_hash) VALUES (:t, :l, :d, :p) "
+                "ON CONFLICT (login) DO NOTHING"), {"t": tid, "l": login, "d": display, "p": pw}).rowcount
+        for lane in LANES:
+            x(sa.text("INSERT INTO lane_controls (lane, paused) VALUES (:l, false) ON CONFLICT DO NOTHING"),
+              {"l": lane})
+        customers = {42: [f"cust-{i:03d}" for i in range(1, 9)], 7: [f"c7-{i:03d}" for i in range(1, 4)]}
+        for tid, refs in customers.items():
+            for ref in refs:
+                x(sa.text(
+                    "INSERT INTO recipients (tenant_id, ref, display_name, email, phone, timezone, quiet_start, "
+                    "quiet_end, daily_cap) VALUES (:t, :r, :d, :e, :p, :tz, :qs, :qe, 10) "
+                    "ON CONFLICT DO NOTHING"),
+                    {"t": tid, "r": ref, "d": f"Customer {ref}", "e": f"{ref}@example.test",
+                     "p": f"+1555{rng.randrange(10**6, 10**7)}", "tz": "UTC", "qs": None, "qe": None})
+        # A recipient who sleeps 22:00-07:00 in Tokyo, for quiet-hour demos.
+        x(sa.text(
+            "INSERT INTO recipients (tenant_id, ref, display_name, email, timezone, quiet_start, quiet_end, "
+            "daily_cap) VALUES (42, 'cust-night', 'Night Owl', 'night@example.test', 'Asia/Tokyo', :qs, :qe, 3) "
+            "ON CONFLICT DO NOTHING"), {"qs": time(22, 0), "qe": time(7, 0)})
+
+        def order(tid: int, oid: int | None, rev: int, ref: str, amount: int, status: str = "authorized") -> None:
+            cols = "tenant_id, status, revision, base_revision, customer_ref, amount_cents, currency"
+            vals = ":t, :s, :r, :r, :c, :a, 'EUR'"
+            if oid is not None:
+                cols, vals = "id, " + cols, ":id, " + vals
+            created["orders"] += x(sa.text(f"INSERT INTO orders ({cols}) VALUES ({vals}) ON CONFLICT DO NOTHING"),
+                                   {"id": oid, "t": tid, "s": status, "r": rev, "c": ref, "a": amount}).rowcount
+
+        order(42, 913, 17, "cust-001", 12_900)
+        for i in range(24):
+            order(42, 914 + i, rng.randrange(1, 20), rng.choice(customers[42]), rng.randrange(500, 90_000),
+                  rng.choice(("authorized",) * 4 + ("approved", "cancelled")))
+        for i in range(6):
+            order(7, 700 + i, rng.randrange(1, 9), rng.choice(customers[7]), rng.randrange(500, 20_000))
+        x(sa.text("SELECT setval(pg_get_serial_sequence('orders', 'id'), greatest(10000, (SELECT max(id) FROM orders)))"))
+        uow.commit()
+    return created

@@ -1,0 +1,103 @@
+"""SQL that matters, written once and named: claims, scans, invariants. Used by code, tests and the ops screen."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import sqlalchemy as sa
+
+# ---- order command -------------------------------------------------------------------------------------------
+LOCK_ORDER = sa.text(
+    "SELECT id, tenant_id, status, revision, customer_ref FROM orders "
+    "WHERE tenant_id = :tenant_id AND id = :order_id"
+)
+
+UPDATE_ORDER_GUARDED = sa.text(
+    "UPDATE orders SET status = :to_status, revision = revision + 1, updated_at = now() "
+    "WHERE tenant_id = :tenant_id AND id = :order_id AND revision = :expected_revision "
+    "RETURNING revision"
+)
+
+# ---- worker claim: a lease, guarded by status and time ---------------------------------------------------------
+CLAIM_NOTIFICATION = sa.text(
+    "UPDATE notifications SET attempts = attempts + 1, leased_until = now() + make_interval(secs => :lease) "
+    "WHERE id = :id AND status = 'QUEUED' AND next_attempt_at <= now() + interval '1 second' "
+    "AND (leased_until IS NULL OR leased_until < now()) "
+    "RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts, "
+    "max_attempts, event_id, order_id"
+)
+
+# ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------
+SCAN_OWED = sa.text(
+    "SELECT id, lane, next_attempt_at, leased_until FROM notifications "
+    "WHERE status = 'QUEUED' AND id > :after AND next_attempt_at <= now() + make_interval(secs => :horizon) "
+    "AND (leased_until IS NULL OR leased_until < now()) "
+    "ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED"
+)
+
+NOTIFY_OWED = sa.text("SELECT pg_notify('outbox_owed', :lane)")
+
+# ---- operations --------------------------------------------------------------------------------------------------
+LANE_STATS = sa.text(
+    """
+    SELECT l.lane,
+           count(n.id) FILTER (WHERE n.status = 'QUEUED') AS depth,
+           coalesce(extract(epoch FROM now() - min(n.created_at) FILTER (WHERE n.status = 'QUEUED')), 0)
+               AS oldest_owed_seconds,
+           coalesce(sum(n.attempts), 0) AS attempts,
+           count(n.id) FILTER (WHERE n.status = 'FAILED') AS failed,
+           count(n.id) FILTER (WHERE n.review = 'needs_review') AS review,
+           coalesce(bool_or(c.paused), false) AS paused
+    FROM (VALUES ('critical'), ('high'), ('normal'), ('bulk')) AS l(lane)
+    LEFT JOIN notifications n ON n.lane = l.lane
+    LEFT JOIN lane_controls c ON c.lane = l.lane
+    GROUP BY l.lane
+    ORDER BY array_position(ARRAY['critical','high','normal','bulk'], l.lane)
+    """
+)
+
+LANE_LATENCY = sa.text(
+    "SELECT n.lane, percentile_cont(0.5) WITHIN GROUP (ORDER BY a.latency_ms) AS p50, "
+    "percentile_cont(0.99) WITHIN GROUP (ORDER BY a.latency_ms) AS p99, count(*) AS n "
+    "FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id "
+    "WHERE a.latency_ms IS NOT NULL GROUP BY n.lane"
+)
+
+# ---- invariants (ARCHITECTURE.md): each must return 0 -----------------------------------------------------------
+INVARIANTS: Final[dict[str, str]] = {
+    "1 committed revision without outbox event": """
+        SELECT count(*) FROM orders o
+        CROSS JOIN LATERAL generate_series(o.base_revision + 1, o.revision) AS r(rev)
+        WHERE NOT EXISTS (
+          SELECT 1 FROM outbox_events e WHERE e.tenant_id = o.tenant_id AND e.aggregate_type = 'order'
+            AND e.aggregate_id = o.id::text AND e.aggregate_revision = r.rev)
+    """,
+    "2 outbox event for a revision never committed": """
+        SELECT count(*) FROM outbox_events e
+        LEFT JOIN orders o ON o.tenant_id = e.tenant_id AND o.id::text = e.aggregate_id
+        WHERE e.aggregate_type = 'order'
+          AND (o.id IS NULL OR e.aggregate_revision > o.revision OR e.aggregate_revision <= o.base_revision)
+    """,
+    "3 two live intents for one lead": """
+        SELECT count(*) FROM (SELECT lead_id FROM lead_notification_intents
+          WHERE status IN ('pending','scheduled') GROUP BY lead_id HAVING count(*) > 1) x
+    """,
+    "4 two effects for one (event_id, effect_type)": """
+        SELECT count(*) FROM (SELECT event_id, effect_type FROM receiver.webhook_effects
+          GROUP BY event_id, effect_type HAVING count(*) > 1) x
+    """,
+    "5 sent with no matching debit, or negative balance": """
+        SELECT (SELECT count(*) FROM notifications n
+                WHERE n.status IN ('SENT','DELIVERED') AND n.cost_cents > 0
+                  AND NOT EXISTS (SELECT 1 FROM balance_entries b
+                                  WHERE b.notification_id = n.id AND b.amount_cents = -n.cost_cents))
+             + (SELECT count(*) FROM balances WHERE balance_cents < 0)
+    """,
+    "6 suppressed without a reason": """
+        SELECT count(*) FROM notifications WHERE status = 'SUPPRESSED' AND suppressed_reason IS NULL
+    """,
+}
+
+OLDEST_OWED_SECONDS = sa.text(
+    "SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM notifications WHERE status = 'QUEUED'"
+)

@@ -1,0 +1,1 @@
+"""Jobs: lane workers, relay and recovery scan, CLI. Thin edges over domain/."""

@@ -1,0 +1,199 @@
+"""`outbox` — one console script for operators, on-call and CI."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from domain.settings import get_settings
+from jobs.constants import LANES
+
+app = typer.Typer(help="Outbox: durable notification outbox. Run `outbox up` to start everything.",
+                  no_args_is_help=True, add_completion=False)
+apikey = typer.Typer(help="Tenant-scoped API keys", no_args_is_help=True)
+app.add_typer(apikey, name="apikey")
+err = Console(stderr=True)
+out = Console()
+
+
+@app.command()
+def migrate() -> None:
+    """Create the database if needed and apply every Alembic migration."""
+    from jobs.dbadmin import ensure_database
+    from jobs.dbadmin import migrate as run_migrate
+
+    url = get_settings().database_url
+    created = ensure_database(url)
+    run_migrate(url)
+    err.print(f"[green]migrated[/] database={url.rsplit('/', 1)[-1]} created={created}")
+
+
+@app.command()
+def seed() -> None:
+    """Load the demo tenants, orders, operators and recipients (idempotent)."""
+    from domain.seed import DEMO_PASSWORD, OPERATORS
+    from domain.seed import seed as run_seed
+
+    created = run_seed()
+    err.print(f"[green]seeded[/] {created}; operators: "
+              + ", ".join(f"{login} (tenant {t})" for t, login, _ in OPERATORS) + f", password {DEMO_PASSWORD!r}")
+
+
+@apikey.command("create")
+def apikey_create(tenant: int = typer.Option(..., help="tenant id the key acts for"),
+                  actor: str = typer.Option("", help="audited actor reference")) -> None:
+    """Print a new API key (only the key, on stdout)."""
+    from domain.auth import create_api_key
+
+    try:
+        key = create_api_key(tenant, actor or None)
+    except LookupError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    print(key)
+
+
+@app.command()
+def check() -> None:
+    """Run every invariant query; exit non-zero when any is broken."""
+    from domain.queries import invariant_counts
+
+    counts = invariant_counts()
+    t = Table(title="invariants (each must be 0)")
+    t.add_column("invariant")
+    t.add_column("count", justify="right")
+    for name, n in counts.items():
+        t.add_row(name, f"[{'green' if n == 0 else 'red'}]{n}[/]")
+    out.print(t)
+    if any(counts.values()):
+        raise typer.Exit(1)
+
+
+@app.command()
+def status() -> None:
+    """Per lane: depth, oldest owed age, attempts, failed/review, latency, paused."""
+    from domain.queries import lane_stats
+
+    slo = get_settings().oldest_owed_slo_seconds
+    t = Table(title=f"lanes (oldest-owed SLO {slo:.0f}s)")
+    for col in ("lane", "depth", "oldest owed", "attempts", "failed", "review", "p50 ms", "p99 ms", "paused"):
+        t.add_column(col)
+    for s in lane_stats():
+        age = s["oldest_owed_seconds"]
+        colour = "red" if age > slo else "green"
+        t.add_row(s["lane"], str(s["depth"]), f"[{colour}]{age:.1f}s[/]", str(s["attempts"]), str(s["failed"]),
+                  str(s["review"]), f"{s['p50_ms']:.0f}", f"{s['p99_ms']:.0f}", "yes" if s["paused"] else "no")
+    out.print(t)
+
+
+@app.command()
+def pause(lane: str) -> None:
+    """Pause a lane (durable: every worker of the lane obeys)."""
+    from domain.delivery import set_lane_paused
+
+    _lane(lane)
+    set_lane_paused(lane, True)
+    err.print(f"lane {lane} paused")
+
+
+@app.command()
+def resume(lane: str) -> None:
+    from domain.delivery import set_lane_paused
+
+    _lane(lane)
+    set_lane_paused(lane, False)
+    err.print(f"lane {lane} resumed")
+
+
+def _lane(lane: str) -> None:
+    if lane not in LANES:
+        err.print(f"[red]error:[/] unknown lane {lane!r}; lanes are {', '.join(LANES)}")
+        raise typer.Exit(2)
+
+
+@app.command()
+def worker(lane: str = typer.Option(..., help="critical | high | normal | bulk")) -> None:
+    """Run one arq worker process for one lane."""
+    from jobs.worker import run_worker
+
+    _lane(lane)
+    run_worker(lane)
+
+
+@app.command()
+def relay(once: bool = typer.Option(False, help="run one recovery scan and exit")) -> None:
+    """LISTEN/NOTIFY relay plus periodic recovery scan."""
+    from jobs.relay import run_relay
+
+    asyncio.run(run_relay(once=once))
+
+
+@app.command()
+def receiver(port: int = 8090) -> None:
+    """Run the mock outside world (webhook receiver and channel providers)."""
+    import uvicorn
+
+    uvicorn.run("receiver.app:app", host="127.0.0.1", port=port, log_level="warning")
+
+
+@app.command()
+def scenario(keep: bool = typer.Option(False, help="keep the scenario database afterwards")) -> None:
+    """Run seed 004 §3.4 end to end against real processes, in its own database; write evidence/scenario.md."""
+    from jobs.scenario import run_scenario
+
+    ok = run_scenario(keep=keep)
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
+def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int = 8090,
+       no_dashboard: bool = typer.Option(False, help="start everything but the dashboard")) -> None:
+    """Migrate, seed, then start receiver, relay, four lane workers and the dashboard; Ctrl-C stops them."""
+    from domain.seed import DEMO_PASSWORD
+    from jobs.procs import ROOT, System
+
+    migrate()
+    seed()
+    env = {**os.environ, "OUTBOX_RECEIVER_URL": f"http://127.0.0.1:{receiver_port}",
+           "OUTBOX_APP_URL": f"http://127.0.0.1:{port}"}
+    system = System(env, Path(ROOT / ".run" / "logs"))
+    try:
+        err.print("starting receiver, relay and lane workers …")
+        system.receiver(receiver_port)
+        system.relay()
+        system.workers()
+        if not no_dashboard:
+            err.print("starting dashboard (first build takes a minute) …")
+            system.dashboard(port)
+        err.print(f"\n[bold green]Outbox is up[/]: open http://127.0.0.1:{port}/login  "
+                  f"(alice / {DEMO_PASSWORD}, bob / {DEMO_PASSWORD}; tenant 7: carol)\n"
+                  f"API docs http://127.0.0.1:{port}/api/docs · metrics http://127.0.0.1:{port}/metrics · "
+                  f"logs {system.logdir}\nCtrl-C stops everything.")
+        while True:
+            time.sleep(2)
+            dead = [p.name for p in system.procs.values() if not p.alive()]
+            if dead:
+                err.print(f"[red]process exited:[/] {', '.join(dead)} — see {system.logdir}")
+                for name in dead:
+                    system.procs[name].start()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        system.stop_all()
+
+
+def main() -> None:
+    try:
+        app()
+    except Exception as exc:  # a clear one-line error for operators; the traceback with OUTBOX_DEBUG=1
+        if os.environ.get("OUTBOX_DEBUG"):
+            raise
+        err.print(f"[red]error:[/] {type(exc).__name__}: {exc}")
+        sys.exit(1)

@@ -1,0 +1,116 @@
+"""Start and stop the system's processes (used by `outbox up`, `outbox scenario` and the test fixtures)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from jobs.constants import LANES
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.log, "ab")
+        self.popen = subprocess.Popen(self.argv, env=self.env, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT,
+                                      start_new_session=True)
+        return self
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int | None:
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(5)
+        return self.popen.returncode
+
+    def wait_exit(self, timeout: float) -> int | None:
+        assert self.popen is not None
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+@dataclass
+class System:
+    env: dict[str, str]
+    logdir: Path
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    def _proc(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> Proc:
+        p = Proc(name, argv, {**self.env, **(extra_env or {})}, self.logdir / f"{name}.log")
+        self.procs[name] = p
+        return p.start()
+
+    def receiver(self, port: int) -> Proc:
+        p = self._proc("receiver", [str(BIN / "python"), "-m", "uvicorn", "receiver.app:app", "--host",
+                                    "127.0.0.1", "--port", str(port), "--log-level", "warning"])
+        wait_http(f"http://127.0.0.1:{port}/healthz", 30)
+        return p
+
+    def worker(self, lane: str, fault: str = "", name: str | None = None) -> Proc:
+        return self._proc(name or f"worker-{lane}", [str(BIN / "outbox"), "worker", "--lane", lane],
+                          {"OUTBOX_FAULT": fault})
+
+    def workers(self) -> None:
+        for lane in LANES:
+            self.worker(lane)
+
+    def relay(self) -> Proc:
+        return self._proc("relay", [str(BIN / "outbox"), "relay"])
+
+    def dashboard(self, port: int, timeout: float = 240) -> Proc:
+        p = self._proc("dashboard", [str(BIN / "reflex"), "run", "--env", "prod", "--frontend-port", str(port),
+                                     "--backend-port", str(port), "--loglevel", "warning"])
+        wait_http(f"http://127.0.0.1:{port}/ping", timeout, proc=p)
+        wait_http(f"http://127.0.0.1:{port}/", timeout, proc=p)
+        return p
+
+    def stop_all(self) -> None:
+        for p in reversed(list(self.procs.values())):
+            p.stop()
+
+
+def wait_http(url: str, timeout: float, proc: Proc | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise RuntimeError(f"{proc.name} exited early; see {proc.log}")
+        try:
+            r = httpx.get(url, timeout=2)
+            if r.status_code < 500:
+                return
+            last = str(r.status_code)
+        except httpx.HTTPError as exc:
+            last = type(exc).__name__
+        time.sleep(0.3)
+    raise TimeoutError(f"{url} not up after {timeout}s ({last})")

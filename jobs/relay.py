@@ -1,0 +1,94 @@
+"""Relay: woken by PostgreSQL LISTEN/NOTIFY, plus a periodic recovery scan.
+
+Both paths run the same claim (`sql.SCAN_OWED`, FOR UPDATE SKIP LOCKED over the partial index of owed rows) and
+enqueue each row with `_job_id` = its notification id. A row with a live job is not enqueued twice, so Redis can be
+flushed at any moment and the next scan rebuilds every wake-up from PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import psycopg
+from arq import ArqRedis
+from arq.constants import in_progress_key_prefix, job_key_prefix
+
+from domain import sql
+from domain.commands import OwedRow
+from domain.db import UnitOfWork
+from domain.settings import get_settings
+from jobs.constants import NOTIFY_CHANNEL
+from jobs.wake import arq_pool, enqueue
+
+log = logging.getLogger("outbox.relay")
+
+
+def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0) -> list[tuple[OwedRow, bool]]:
+    """Owed, due rows after `after`, each with `stale`: its lease expired, so the worker that held it died."""
+    with UnitOfWork() as uow:
+        rows = uow.execute(sql.SCAN_OWED, {"after": after, "limit": limit, "horizon": horizon_seconds}).all()
+        uow.commit()  # the SKIP LOCKED claim only needs to last while we read; enqueue is idempotent
+    return [(OwedRow(r.id, r.lane, f"n-{r.id}"), r.leased_until is not None) for r in rows]
+
+
+async def forget_stale_jobs(redis: ArqRedis, rows: list[OwedRow]) -> None:
+    """A worker that died mid-job leaves arq's job and in-progress keys behind for minutes. PostgreSQL's expired
+    lease is the authority that it is gone: drop those keys so the same job id can be enqueued again now."""
+    if rows:
+        keys = [p + r.job_id for r in rows for p in (job_key_prefix, in_progress_key_prefix)]
+        await redis.delete(*keys)
+
+
+async def scan_once(redis: ArqRedis, limit: int = 500) -> tuple[int, int]:
+    """Returns (rows owed and due, wake-ups actually enqueued)."""
+    seen = enq = after = 0
+    while True:  # keyset pages over the partial index: every owed row is visited once per scan
+        rows = await asyncio.to_thread(claim_owed, after, limit)
+        if not rows:
+            break
+        seen += len(rows)
+        await forget_stale_jobs(redis, [r for r, stale in rows if stale])
+        enq += await enqueue(redis, [r for r, _ in rows])
+        after = rows[-1][0].notification_id
+        if len(rows) < limit:
+            break
+    return seen, enq
+
+
+def _libpq_url(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+async def run_relay(interval: float | None = None, once: bool = False) -> None:
+    s = get_settings()
+    interval = interval or s.scan_interval
+    redis = await arq_pool()
+    if once:
+        seen, enq = await scan_once(redis)
+        print(f"recovery scan owed_due={seen} enqueued={enq}")
+        return
+    conn = await psycopg.AsyncConnection.connect(_libpq_url(s.database_url), autocommit=True)
+    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+    log.info("relay listening on %s, scan every %.1fs", NOTIFY_CHANNEL, interval)
+    print(f"relay listening channel={NOTIFY_CHANNEL} scan_interval={interval}s", flush=True)
+    last_scan = 0.0
+    while True:
+        woke = False
+        try:
+            async for _ in conn.notifies(timeout=interval, stop_after=1):
+                woke = True
+        except Exception as exc:
+            log.warning("listen failed (%s); reconnecting", type(exc).__name__)
+            await asyncio.sleep(1)
+            conn = await psycopg.AsyncConnection.connect(_libpq_url(s.database_url), autocommit=True)
+            await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        if woke or time.monotonic() - last_scan >= interval:
+            try:
+                seen, enq = await scan_once(redis)
+                if enq:
+                    print(f"relay {'wake' if woke else 'scan'} owed_due={seen} enqueued={enq}", flush=True)
+            except Exception as exc:  # Redis down: keep going, the next scan catches up
+                log.warning("scan failed: %s", type(exc).__name__)
+            last_scan = time.monotonic()

@@ -1,0 +1,75 @@
+"""After commit: publish the transient refresh, then enqueue wake-ups. Both best-effort.
+
+Nothing here can lose a fact: PostgreSQL already holds the ledger rows, and the relay's recovery scan re-enqueues
+any row whose wake-up never reached Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable
+
+from arq import ArqRedis, create_pool
+from arq.connections import RedisSettings
+
+from domain import faults
+from domain.commands import Committed, OwedRow
+from domain.settings import get_settings
+from jobs.constants import job_id, order_channel, queue_name, tenant_channel
+
+log = logging.getLogger("outbox.wake")
+
+
+def redis_settings(url: str | None = None) -> RedisSettings:
+    return RedisSettings.from_dsn(url or get_settings().redis_url)
+
+
+async def arq_pool(url: str | None = None) -> ArqRedis:
+    return await create_pool(redis_settings(url))
+
+
+def refresh_message(tenant_id: int, order_id: int, revision: int, event_id: str | None, kind: str) -> str:
+    """Identity and revision only; subscribers reload authorized state from PostgreSQL."""
+    return json.dumps({"tenant_id": tenant_id, "order_id": order_id, "revision": revision,
+                       "event_id": event_id, "kind": kind, "published_at": time.time()})
+
+
+async def publish_refresh(
+    redis: ArqRedis, tenant_id: int, order_id: int, revision: int, event_id: str | None, kind: str = "order"
+) -> int:
+    """Returns how many views listen on this order's channel."""
+    msg = refresh_message(tenant_id, order_id, revision, event_id, kind)
+    n = await redis.publish(order_channel(tenant_id, order_id), msg)
+    await redis.publish(tenant_channel(tenant_id), msg)
+    await redis.incr("outbox:metrics:refresh_publishes")
+    return int(n)
+
+
+async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow], defer_until: float | None = None) -> int:
+    """Idempotent by `_job_id`: a row that already has a live job is not enqueued twice."""
+    n = 0
+    for row in rows:
+        job = await redis.enqueue_job("deliver", row.notification_id, _job_id=job_id(row.notification_id),
+                                      _queue_name=queue_name(row.lane))
+        n += job is not None
+    return n
+
+
+async def after_commit(redis: ArqRedis | None, result: Committed) -> dict[str, int]:
+    out = {"views": 0, "enqueued": 0}
+    faults.hit("after_commit_before_publish")
+    if redis is None:
+        return out
+    try:
+        out["views"] = await publish_refresh(redis, result.tenant_id, result.order_id, result.revision,
+                                             str(result.event_id))
+    except Exception as exc:  # best-effort: the views reload on reconnect / revision gap
+        log.warning("refresh publish failed: %s", type(exc).__name__)
+    faults.hit("after_publish_before_enqueue")
+    try:
+        out["enqueued"] = await enqueue(redis, result.owed)
+    except Exception as exc:  # best-effort: the recovery scan re-enqueues from PostgreSQL
+        log.warning("wake-up enqueue failed: %s", type(exc).__name__)
+    return out

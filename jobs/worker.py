@@ -1,0 +1,161 @@
+"""Lane workers: `outbox worker --lane X` runs one arq worker for one lane's queue.
+
+The task is thin: claim (a lease in PostgreSQL), floor rules, send, classify (pure), record — each a domain call.
+Redis only carries the wake-up `deliver(notification_id)`; the row is the record of what is owed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from arq import Retry
+from arq.worker import Worker
+
+from domain import delivery, faults
+from domain.delivery import Claim
+from domain.retry import Outcome, decide_retry
+from domain.retry import Retry as RetryDecision
+from domain.rules import Defer, Suppress
+from domain.settings import get_settings
+from domain.signing import signed_headers
+from jobs.constants import RATE_KEY, queue_name
+from jobs.wake import publish_refresh, redis_settings
+
+HTTP_TIMEOUT = httpx.Timeout(connect=2.0, read=5.0, write=5.0, pool=2.0)
+
+
+async def bulk_rate_gate(redis: Any, rate: float) -> None:
+    """Shared by every bulk worker: a fixed-window counter per 1-second window in Redis."""
+    while True:
+        window = int(time.time())
+        key = f"{RATE_KEY}:{window}"
+        n = await redis.incr(key)
+        if n == 1:
+            await redis.expire(key, 3)
+        if n <= rate:
+            return
+        await asyncio.sleep(max(0.01, window + 1 - time.time()))
+
+
+async def send(ctx: dict[str, Any], c: Claim) -> tuple[Outcome, str | None]:
+    s = get_settings()
+    client: httpx.AsyncClient = ctx["http"]
+    try:
+        if c.channel == "webhook":
+            assert c.event_id is not None
+            env = await asyncio.to_thread(delivery.envelope_for, c.event_id)
+            body = _json(env.wire())
+            headers = signed_headers(s.webhook_secret, str(c.event_id), body)
+            headers["Idempotency-Key"] = str(c.event_id)
+            r = await client.post(f"{s.receiver_url}/webhooks/orders", content=body, headers=headers)
+            data = _safe_json(r)
+            return Outcome(r.status_code, body_error=data.get("status")), data.get("result_ref")
+        to = await asyncio.to_thread(delivery.contact_point, c)
+        r = await client.post(f"{s.receiver_url}/providers/{c.channel}/messages", json={
+            "to": to, "template": c.template, "vars": c.payload, "idempotency_key": c.dedupe_key,
+            "callback_url": f"{s.app_url}/api/v1/receipts/{c.channel}",
+        })
+        data = _safe_json(r)
+        return Outcome(r.status_code, body_error=data.get("status")), data.get("reference")
+    except httpx.TimeoutException:
+        return Outcome(None, error="timeout"), None
+    except httpx.TransportError:
+        return Outcome(None, error="connection"), None
+
+
+def _json(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True)
+
+
+def _safe_json(r: httpx.Response) -> dict[str, Any]:
+    try:
+        data = r.json()
+        return data if isinstance(data, dict) else {}
+    except ValueError:
+        return {}
+
+
+async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
+    s = get_settings()
+    lane: str = ctx["lane"]
+    if await asyncio.to_thread(delivery.lane_paused, lane):
+        raise Retry(defer=1.0)  # the row stays QUEUED; the card shows pending until resume
+    if lane == "bulk":
+        await bulk_rate_gate(ctx["redis"], s.bulk_rate_per_second)
+    c = await asyncio.to_thread(delivery.claim, notification_id, s.lease_seconds)
+    if c is None:
+        return "not_owed"  # already done, leased by another worker, or not yet due: the scan will bring it back
+    faults.hit("after_worker_claim")
+    now = datetime.now(UTC)
+    floor = await asyncio.to_thread(delivery.floor_check, c, now)
+    if isinstance(floor, Suppress):
+        await asyncio.to_thread(delivery.suppress, c, floor.reason, ctx["worker_name"], now)
+        await _refresh(ctx, c)
+        return "suppressed"
+    if isinstance(floor, Defer):
+        await asyncio.to_thread(delivery.defer, c, floor.until)
+        raise Retry(defer=max(1.0, (floor.until - now).total_seconds()))
+    faults.hit("before_remote_call")
+    started = datetime.now(UTC)
+    t0 = time.perf_counter()
+    outcome, ref = await send(ctx, c)
+    latency_ms = (time.perf_counter() - t0) * 1000
+    if outcome.status_code is not None and 200 <= outcome.status_code < 300:
+        faults.hit("after_remote_accept_before_local_ack")
+    decision = decide_retry(outcome, c.attempts, c.max_attempts, s.backoff_base, s.backoff_cap, ctx["rng"])
+    result = await asyncio.to_thread(
+        delivery.record, c, decision, worker=ctx["worker_name"], started=started,
+        status_code=outcome.status_code, latency_ms=latency_ms, provider_reference=ref)
+    faults.hit("after_local_ack")
+    await _refresh(ctx, c)
+    if isinstance(decision, RetryDecision):
+        raise Retry(defer=decision.delay_seconds)
+    return result
+
+
+async def _refresh(ctx: dict[str, Any], c: Claim) -> None:
+    if c.order_id is None:
+        return
+    try:
+        await publish_refresh(ctx["redis"], c.tenant_id, c.order_id, -1, str(c.event_id), kind="notification")
+    except Exception:  # transient by design
+        pass
+
+
+def settings_for(lane: str) -> dict[str, Any]:
+    async def startup(ctx: dict[str, Any]) -> None:
+        ctx["lane"] = lane
+        ctx["http"] = httpx.AsyncClient(timeout=HTTP_TIMEOUT)
+        ctx["worker_name"] = f"{socket.gethostname()}:{os.getpid()}:{lane}"
+        ctx["rng"] = random.Random()
+
+    async def shutdown(ctx: dict[str, Any]) -> None:
+        await ctx["http"].aclose()
+
+    return {
+        "functions": [deliver],
+        "queue_name": queue_name(lane),
+        "redis_settings": redis_settings(),
+        "on_startup": startup,
+        "on_shutdown": shutdown,
+        "max_jobs": 10 if lane != "bulk" else 4,
+        "job_timeout": 60,
+        "max_tries": 1_000_000,  # attempts are counted in PostgreSQL, not by arq
+        "keep_result": 0,  # lets the relay re-enqueue the same job id once a job finished
+        "poll_delay": 0.05,
+        "handle_signals": True,
+    }
+
+
+def run_worker(lane: str, burst: bool = False) -> None:
+    w = Worker(**settings_for(lane), burst=burst)  # type: ignore[arg-type]
+    w.run()
