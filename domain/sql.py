@@ -29,10 +29,14 @@ CLAIM_NOTIFICATION = sa.text(
 
 # ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------
 SCAN_OWED = sa.text(
-    "SELECT id, lane, next_attempt_at, leased_until FROM notifications "
-    "WHERE status = 'QUEUED' AND id > :after AND next_attempt_at <= now() + make_interval(secs => :horizon) "
-    "AND (leased_until IS NULL OR leased_until < now()) "
-    "ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED"
+    "SELECT n.id, n.lane, n.next_attempt_at, n.leased_until IS NOT NULL AS lease_expired, "
+    "(n.leased_until IS NULL AND n.next_attempt_at < now() - make_interval(secs => :lease)) AS overdue "
+    "FROM notifications n "
+    "WHERE n.status = 'QUEUED' AND n.id > :after AND n.next_attempt_at <= now() + make_interval(secs => :horizon) "
+    "AND (n.leased_until IS NULL OR n.leased_until < now()) "
+    # A paused lane needs no wake-ups; resuming it NOTIFYs the relay.
+    "AND NOT EXISTS (SELECT 1 FROM lane_controls c WHERE c.lane = n.lane AND c.paused) "
+    "ORDER BY n.id LIMIT :limit FOR UPDATE OF n SKIP LOCKED"
 )
 
 NOTIFY_OWED = sa.text("SELECT pg_notify('outbox_owed', :lane)")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
+from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import make_url
 
-from alembic import command
 from jobs.procs import ROOT
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 
 import psycopg
 from arq import ArqRedis
@@ -25,20 +26,35 @@ from jobs.wake import arq_pool, enqueue
 log = logging.getLogger("outbox.relay")
 
 
-def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0) -> list[tuple[OwedRow, bool]]:
-    """Owed, due rows after `after`, each with `stale`: its lease expired, so the worker that held it died."""
+def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0) -> list[ScannedRow]:
     with UnitOfWork() as uow:
-        rows = uow.execute(sql.SCAN_OWED, {"after": after, "limit": limit, "horizon": horizon_seconds}).all()
+        rows = uow.execute(sql.SCAN_OWED, {"after": after, "limit": limit, "horizon": horizon_seconds,
+                                           "lease": get_settings().lease_seconds}).all()
         uow.commit()  # the SKIP LOCKED claim only needs to last while we read; enqueue is idempotent
-    return [(OwedRow(r.id, r.lane, f"n-{r.id}"), r.leased_until is not None) for r in rows]
+    return [ScannedRow(OwedRow(r.id, r.lane, f"n-{r.id}"), r.lease_expired, r.overdue) for r in rows]
 
 
-async def forget_stale_jobs(redis: ArqRedis, rows: list[OwedRow]) -> None:
-    """A worker that died mid-job leaves arq's job and in-progress keys behind for minutes. PostgreSQL's expired
-    lease is the authority that it is gone: drop those keys so the same job id can be enqueued again now."""
-    if rows:
-        keys = [p + r.job_id for r in rows for p in (job_key_prefix, in_progress_key_prefix)]
-        await redis.delete(*keys)
+@dataclass(frozen=True)
+class ScannedRow:
+    """`lease_expired`: a worker claimed it and died. `overdue`: due for longer than a lease and never claimed —
+    if arq marks its job in progress, the worker that took it died before claiming."""
+
+    row: OwedRow
+    lease_expired: bool
+    overdue: bool
+
+
+async def forget_dead_jobs(redis: ArqRedis, scanned: list[ScannedRow]) -> int:
+    """arq keeps a dead worker's job marked in progress for job_timeout + 10 s. PostgreSQL is the authority that
+    the worker is gone: drop those keys so the same job id runs again now. Waiting jobs are left alone."""
+    dead = [s.row.job_id for s in scanned if s.lease_expired]
+    overdue = [s.row.job_id for s in scanned if s.overdue]
+    if overdue:
+        flags = await asyncio.gather(*(redis.exists(in_progress_key_prefix + j) for j in overdue))
+        dead += [j for j, f in zip(overdue, flags, strict=True) if f]
+    if dead:
+        await redis.delete(*[p + j for j in dead for p in (job_key_prefix, in_progress_key_prefix)])
+    return len(dead)
 
 
 async def scan_once(redis: ArqRedis, limit: int = 500) -> tuple[int, int]:
@@ -49,9 +65,9 @@ async def scan_once(redis: ArqRedis, limit: int = 500) -> tuple[int, int]:
         if not rows:
             break
         seen += len(rows)
-        await forget_stale_jobs(redis, [r for r, stale in rows if stale])
-        enq += await enqueue(redis, [r for r, _ in rows])
-        after = rows[-1][0].notification_id
+        await forget_dead_jobs(redis, rows)
+        enq += await enqueue(redis, [s.row for s in rows])
+        after = rows[-1].row.notification_id
         if len(rows) < limit:
             break
     return seen, enq

@@ -1,0 +1,81 @@
+# Shared set-up for `.ci/up` (run the system) and `.ci/test` (run every test). Idempotent: safe to re-run.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+mkdir -p .run
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf '\n\033[31mERROR:\033[0m %s\n' "$*" >&2; exit 1; }
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+
+apt_install() {  # apt_install <package>...: only what is missing
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  step "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 || {
+    $SUDO apt-get update -q >/dev/null 2>&1 && $SUDO apt-get install -y -q "${missing[@]}" >/dev/null; } \
+    || die "could not install ${missing[*]}: run 'sudo apt-get install -y ${missing[*]}'"
+}
+
+ensure_python() {
+  command -v python3 >/dev/null || die "Python 3.11+ is not installed: run 'sudo apt-get install -y python3 python3-venv'"
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "Python 3.11+ is required (found $(python3 -V))"
+  if [ ! -x .venv/bin/python ]; then step "creating virtualenv .venv"; python3 -m venv .venv; fi
+  if [ ! -f .venv/.installed ] || ! cmp -s requirements.lock .venv/.installed; then
+    step "installing pinned Python packages (requirements.lock)"
+    .venv/bin/pip install -q --upgrade pip 2>/dev/null || true
+    .venv/bin/pip install -q -r requirements.lock
+    cp requirements.lock .venv/.installed
+  fi
+  .venv/bin/pip install -q --no-deps --no-build-isolation -e . 2>/dev/null || .venv/bin/pip install -q --no-deps -e .
+  export PATH="$ROOT/.venv/bin:$PATH"
+}
+
+ensure_bun() {  # Reflex builds its frontend with bun; bun itself comes from the npm registry
+  command -v npm >/dev/null || die "Node.js/npm is not installed: run 'sudo apt-get install -y nodejs npm'"
+  if [ ! -x .tools/node_modules/.bin/bun ]; then
+    step "installing bun from the npm registry"
+    npm install --silent --prefix .tools bun@1.4.5 >/dev/null
+  fi
+  export PATH="$ROOT/.tools/node_modules/.bin:$PATH" REFLEX_USE_SYSTEM_BUN=1
+  export REFLEX_TELEMETRY_ENABLED=false REFLEX_CHECK_LATEST_VERSION=0 NPM_CONFIG_REGISTRY=https://registry.npmjs.org
+}
+
+PG_HOST=127.0.0.1; PG_PORT=${OUTBOX_PG_PORT:-5432}
+ensure_postgres() {
+  if pg_isready -q -h $PG_HOST -p "$PG_PORT" 2>/dev/null; then return 0; fi
+  local bindir; bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+  [ -n "$bindir" ] || die "PostgreSQL is not installed: run 'sudo apt-get install -y postgresql' (then re-run this command)"
+  if [ -d /etc/postgresql ] && command -v pg_ctlcluster >/dev/null; then
+    step "starting the installed PostgreSQL cluster"
+    local v; v=$(ls /etc/postgresql | sort -V | tail -1)
+    $SUDO pg_ctlcluster --skip-systemctl-redirect "$v" main start 2>/dev/null || true
+    for _ in $(seq 20); do pg_isready -q -h $PG_HOST -p "$PG_PORT" && return 0; sleep 0.5; done
+  fi
+  step "starting a project-local PostgreSQL in .run/pgdata on port 55432"
+  PG_PORT=55432
+  local run=(); [ "$(id -u)" = 0 ] && run=(runuser -u postgres --)
+  if [ ! -f .run/pgdata/PG_VERSION ]; then
+    mkdir -p .run/pgdata && [ "$(id -u)" = 0 ] && chown -R postgres .run/pgdata
+    "${run[@]}" "$bindir/initdb" -D "$ROOT/.run/pgdata" -U postgres --auth=trust >/dev/null
+  fi
+  "${run[@]}" "$bindir/pg_ctl" -D "$ROOT/.run/pgdata" -o "-p $PG_PORT -k /tmp -h 127.0.0.1" -l "$ROOT/.run/pg.log" -w start >/dev/null
+  pg_isready -q -h $PG_HOST -p "$PG_PORT" || die "PostgreSQL did not start; see .run/pg.log"
+}
+
+REDIS_PORT=${OUTBOX_REDIS_PORT:-6379}
+ensure_redis() {
+  if redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then return 0; fi
+  command -v redis-server >/dev/null || die "Redis is not installed: run 'sudo apt-get install -y redis-server' (then re-run this command)"
+  step "starting a project-local Redis on port $REDIS_PORT (nothing kept on disk)"
+  redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no --dir "$ROOT/.run" \
+    --logfile "$ROOT/.run/redis.log"
+  for _ in $(seq 20); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && return 0; sleep 0.25; done
+  die "Redis did not start; see .run/redis.log"
+}
+
+export_urls() {
+  export OUTBOX_PG_BASE="postgresql+psycopg://postgres@$PG_HOST:$PG_PORT"
+  export OUTBOX_DATABASE_URL="${OUTBOX_DATABASE_URL:-$OUTBOX_PG_BASE/outbox}"
+  export OUTBOX_REDIS_URL="${OUTBOX_REDIS_URL:-redis://127.0.0.1:$REDIS_PORT/0}"
+}

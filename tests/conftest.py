@@ -1,0 +1,61 @@
+"""Shared fixtures. Integration tests get their own database (`outbox_test`) and Redis db index 9, reset per
+test; the running system's `outbox` database and db 0 are never touched."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+PG_BASE = os.environ.get("OUTBOX_PG_BASE", "postgresql+psycopg://postgres@127.0.0.1:5432")
+REDIS_BASE = os.environ.get("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0]
+TEST_DB_URL = f"{PG_BASE}/outbox_test"
+TEST_REDIS_URL = f"{REDIS_BASE}/9"
+# Every process the tests start inherits these: its own database, Redis db, short leases and scans.
+os.environ.update({
+    "OUTBOX_DATABASE_URL": TEST_DB_URL, "OUTBOX_REDIS_URL": TEST_REDIS_URL, "OUTBOX_LEASE_SECONDS": "2",
+    "OUTBOX_SCAN_INTERVAL": "0.3", "OUTBOX_BACKOFF_BASE": "0.05", "OUTBOX_BACKOFF_CAP": "0.5", "OUTBOX_FAULT": "",
+})
+
+TABLES = (
+    "receiver.webhook_effects, receiver.webhook_deliveries, receiver.provider_messages, delivery_receipts, "
+    "notification_attempts, balance_entries, lead_notification_intents, leads, notifications, outbox_events, "
+    "orders, recipients, api_keys, operators, balances, lane_controls, refresh_metrics, tenants"
+)
+
+
+@pytest.fixture(scope="session")
+def migrated_db() -> str:
+    from jobs.dbadmin import ensure_database, migrate
+
+    ensure_database(TEST_DB_URL, reset=True)
+    migrate(TEST_DB_URL)
+    return TEST_DB_URL
+
+
+@pytest.fixture
+def db(migrated_db: str) -> str:
+    """A clean, seeded database for one test."""
+    import sqlalchemy as sa
+
+    from domain.db import get_engine
+    from domain.seed import seed
+
+    with get_engine().begin() as c:
+        c.execute(sa.text(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE"))
+    seed()
+    return migrated_db
+
+
+@pytest.fixture
+def redis_db():
+    import redis
+
+    r = redis.Redis.from_url(TEST_REDIS_URL)
+    r.flushdb()
+    yield r
+    r.close()
+
+
+def pytest_report_header() -> list[str]:
+    return [f"test database: {TEST_DB_URL}", f"test redis: {TEST_REDIS_URL}"]

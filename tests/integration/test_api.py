@@ -1,0 +1,143 @@
+"""The HTTP API on real PostgreSQL and Redis, through the real ASGI app.
+
+Invariants: every bad input gets a clear error and changes nothing; tenant and actor come only from the key;
+another tenant's order is indistinguishable from a missing one.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from dashboard.api import build_api
+from domain.auth import create_api_key
+from domain.db import get_engine
+
+
+@pytest.fixture
+async def client(db, redis_db):
+    transport = httpx.ASGITransport(app=build_api())
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as c:
+        yield c
+
+
+@pytest.fixture
+def key42(db) -> dict[str, str]:
+    return {"Authorization": f"Bearer {create_api_key(42)}"}
+
+
+@pytest.fixture
+def key7(db) -> dict[str, str]:
+    return {"Authorization": f"Bearer {create_api_key(7)}"}
+
+
+def writes() -> tuple[int, int, int]:
+    with get_engine().connect() as c:
+        return tuple(c.execute(sa.text(  # type: ignore[return-value]
+            "SELECT (SELECT sum(revision) FROM orders), (SELECT count(*) FROM outbox_events), "
+            "(SELECT count(*) FROM notifications)")).one())
+
+
+async def test_approve_returns_revision_and_event(client, key42):
+    r = await client.post("/api/v1/orders/913/approve", json={"expected_revision": 17, "request_id": "req-501"},
+                          headers=key42)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["order_id"] == 913 and body["status"] == "approved" and body["revision"] == 18
+    ev = await client.get(f"/api/v1/events/{body['event_id']}", headers=key42)
+    assert ev.status_code == 200 and ev.json()["aggregate_revision"] == 18
+    assert [n["channel"] for n in ev.json()["notifications"]] == ["webhook", "email"]
+
+
+async def test_stale_revision_is_409_with_current_revision(client, key42):
+    before = writes()
+    r = await client.post("/api/v1/orders/913/approve", json={"expected_revision": 16, "request_id": "r"},
+                          headers=key42)
+    assert r.status_code == 409 and r.json() == {"error": "optimistic_conflict", "current_revision": 17}
+    assert writes() == before
+
+
+async def test_policy_denied_is_422(client, key42):
+    await client.post("/api/v1/orders/913/approve", json={"expected_revision": 17, "request_id": "a"}, headers=key42)
+    before = writes()
+    r = await client.post("/api/v1/orders/913/cancel", json={"expected_revision": 18, "request_id": "b"},
+                          headers=key42)
+    assert r.status_code == 422 and r.json()["error"] == "policy_denied"
+    assert writes() == before
+
+
+async def test_missing_and_foreign_orders_are_both_404(client, key7, key42):
+    before = writes()
+    foreign = await client.post("/api/v1/orders/913/approve", json={"expected_revision": 17, "request_id": "x"},
+                                headers=key7)
+    missing = await client.post("/api/v1/orders/999999/approve", json={"expected_revision": 1, "request_id": "x"},
+                                headers=key7)
+    assert foreign.status_code == missing.status_code == 404
+    assert foreign.json() == missing.json() == {"error": "not_found"}
+    assert (await client.get("/api/v1/orders/913", headers=key7)).status_code == 404
+    ok = await client.post("/api/v1/orders/913/approve", json={"expected_revision": 17, "request_id": "y"},
+                           headers=key42)
+    assert (await client.get(f"/api/v1/events/{ok.json()['event_id']}", headers=key7)).status_code == 404
+    assert writes()[0] == before[0] + 1  # only tenant 42's own approval changed anything
+
+
+async def test_no_or_bad_key_is_401(client):
+    assert (await client.get("/api/v1/orders")).status_code == 401
+    r = await client.get("/api/v1/orders", headers={"Authorization": "Bearer obx_nope"})
+    assert r.status_code == 401 and r.json()["error"] == "unauthorized"
+
+
+async def test_malformed_json_is_400_and_bad_fields_422(client, key42):
+    before = writes()
+    r = await client.post("/api/v1/orders/913/approve", content=b"{not json",
+                          headers={**key42, "content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"] == "malformed_json"
+    r = await client.post("/api/v1/orders/913/approve", json={"expected_revision": "x"}, headers=key42)
+    assert r.status_code == 422 and r.json()["error"] == "invalid_request"
+    r = await client.post("/api/v1/orders/913/approve",
+                          json={"expected_revision": 17, "request_id": "r", "tenant_id": 7}, headers=key42)
+    assert r.status_code == 422, "a tenant in the body is refused, never trusted"
+    assert writes() == before
+
+
+async def test_oversized_payload_is_413(client, key42):
+    before = writes()
+    big = json.dumps({"expected_revision": 17, "request_id": "r" * 200_000})
+    r = await client.post("/api/v1/orders/913/approve", content=big,
+                          headers={**key42, "content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"] == "payload_too_large"
+    assert writes() == before
+
+
+async def test_create_list_and_get_orders(client, key42, key7):
+    r = await client.post("/api/v1/orders", json={"customer_ref": "cust-002", "amount_cents": 4200,
+                                                  "currency": "eur"}, headers=key42)
+    assert r.status_code == 201 and r.json()["revision"] == 1
+    oid = r.json()["order_id"]
+    got = await client.get(f"/api/v1/orders/{oid}", headers=key42)
+    assert got.json()["status"] == "authorized" and got.json()["currency"] == "EUR"
+    listed = await client.get("/api/v1/orders?status=authorized&limit=500", headers=key42)
+    assert oid in [o["id"] for o in listed.json()["orders"]]
+    other = await client.get("/api/v1/orders?limit=500", headers=key7)
+    assert oid not in [o["id"] for o in other.json()["orders"]]
+    assert (await client.get("/api/v1/orders?limit=0", headers=key42)).status_code == 422
+
+
+async def test_unknown_api_path_is_json_404_and_openapi_served(client):
+    r = await client.get("/api/v1/nope")
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
+    spec = (await client.get("/api/openapi.json")).json()
+    assert "/api/v1/orders/{order_id}/approve" in spec["paths"]
+
+
+async def test_healthz_reports_both_dependencies(client):
+    r = await client.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"status": "ok", "postgres": True, "redis": True}
+
+
+async def test_event_lookup_with_random_id_is_404(client, key42):
+    assert (await client.get(f"/api/v1/events/{uuid.uuid4()}", headers=key42)).status_code == 404

@@ -1,0 +1,224 @@
+"""Durable delivery against real processes: receiver, relay, lane workers, the API (for receipts).
+
+Invariants: a crash after the remote effect yields >= 2 deliveries and exactly 1 effect; Redis can be flushed at
+any moment and everything is still delivered once in effect; SIGKILL mid-batch loses nothing; transient failures
+retry with the same event id; contract failures land in review; outbox check stays at 0 after each fault.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from domain import faults
+from domain.commands import Committed, execute_order_command
+from domain.db import get_engine
+from domain.delivery import set_lane_paused
+from domain.envelope import body_digest
+from domain.queries import invariant_counts
+from domain.settings import get_settings
+from domain.signing import signed_headers
+from jobs.procs import ROOT, System
+
+RECEIVER_PORT, API_PORT = 8098, 8099
+RECEIVER = f"http://127.0.0.1:{RECEIVER_PORT}"
+
+
+@pytest.fixture(scope="module")
+def services(migrated_db):
+    os.environ["OUTBOX_RECEIVER_URL"] = RECEIVER
+    os.environ["OUTBOX_APP_URL"] = f"http://127.0.0.1:{API_PORT}"
+    system = System(dict(os.environ), ROOT / ".run" / "test-logs")
+    system.receiver(RECEIVER_PORT)
+    system._proc("api", [str(Path(os.sys.executable).parent / "python"), "-m", "uvicorn",
+                         "dashboard.standalone:app", "--port", str(API_PORT), "--log-level", "warning"])
+    system.relay()
+    yield system
+    system.stop_all()
+
+
+@pytest.fixture
+def sys_(services, db, redis_db):
+    httpx.post(f"{RECEIVER}/faults", json={})
+    started: list[str] = []
+
+    def worker(lane: str, fault: str = "", name: str | None = None):  # type: ignore[no-untyped-def]
+        p = services.worker(lane, fault=fault, name=name or f"{lane}-{uuid.uuid4().hex[:6]}")
+        started.append(p.name)
+        return p
+
+    services.start_worker = worker
+    yield services
+    for name in started:
+        services.procs[name].stop(signal.SIGKILL)
+    assert not any(invariant_counts().values()), f"outbox check after the test: {invariant_counts()}"
+
+
+def approve(order_id: int = 913) -> Committed:
+    with get_engine().connect() as c:
+        rev = c.execute(sa.text("SELECT revision FROM orders WHERE id = :o"), {"o": order_id}).scalar_one()
+        c.execute(sa.text("UPDATE orders SET status = 'authorized' WHERE id = :o AND status <> 'authorized'"),
+                  {"o": order_id})
+        c.commit()
+    r = execute_order_command(tenant_id=42, order_id=order_id, command="approve", expected_revision=rev,
+                              actor_ref="test", request_id=f"req-{uuid.uuid4().hex[:6]}")
+    assert isinstance(r, Committed)
+    return r
+
+
+def rows(where: str = "TRUE", **params) -> list:  # type: ignore[no-untyped-def]
+    with get_engine().connect() as c:
+        return c.execute(sa.text(f"SELECT * FROM notifications WHERE {where} ORDER BY id"), params).all()
+
+
+def wait_for(pred, timeout: float = 30, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def effects(event_id) -> dict:  # type: ignore[no-untyped-def]
+    return httpx.get(f"{RECEIVER}/effects/{event_id}").json()
+
+
+def test_crash_after_remote_effect_gives_two_deliveries_one_effect(sys_):
+    faulty = sys_.start_worker("high", fault="after_remote_accept_before_local_ack")
+    r = approve()
+    assert faulty.wait_exit(30) == faults.EXIT_CODE
+    assert effects(r.event_id)["effects"] == 1
+    sys_.start_worker("high")
+    wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id),
+             what="redelivery after the crash")
+    fx = effects(r.event_id)
+    assert fx["effects"] == 1 and fx["deliveries"] >= 2
+    (row,) = rows("event_id = :e AND channel = 'webhook'", e=r.event_id)
+    assert row.provider_reference == fx["result_refs"][0] and row.attempts == 2
+
+
+def test_redis_flushed_mid_flight_everything_delivered_once(sys_, redis_db):
+    for lane in ("high", "normal"):
+        set_lane_paused(lane, True)
+    events = [approve(oid).event_id for oid in (913, 914, 915, 916, 917, 918)]
+    sys_.start_worker("high")
+    sys_.start_worker("normal")
+    time.sleep(0.5)
+    redis_db.flushdb()  # every wake-up and queued job is gone
+    for lane in ("high", "normal"):
+        set_lane_paused(lane, False)
+    t0 = time.monotonic()
+    wait_for(lambda: not rows("status = 'QUEUED'"), 60, "all owed rows delivered after the flush")
+    print(f"recovered after redis flush in {time.monotonic() - t0:.2f}s")
+    for e in events:
+        assert effects(e)["effects"] == 1
+
+
+def test_sigkill_mid_batch_loses_nothing(sys_):
+    httpx.post(f"{RECEIVER}/faults", json={"slow_seconds": 0.4})
+    events = [approve(oid).event_id for oid in range(913, 925)]
+    victim = sys_.start_worker("high")
+    wait_for(lambda: rows("channel = 'webhook' AND attempts > 0"), 20, "the worker to start the batch")
+    victim.stop(signal.SIGKILL)
+    httpx.post(f"{RECEIVER}/faults", json={})
+    sys_.start_worker("high")
+    wait_for(lambda: not rows("channel = 'webhook' AND status = 'QUEUED'"), 60, "every webhook delivered")
+    for e in events:
+        assert effects(e)["effects"] == 1
+
+
+def test_503_is_retried_with_the_same_event_id(sys_):
+    httpx.post(f"{RECEIVER}/faults", json={"fail_503": 2})
+    r = approve()
+    sys_.start_worker("high")
+    wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id),
+             what="delivery after two 503s")
+    fx = effects(r.event_id)
+    assert fx["deliveries"] == 3 and fx["effects"] == 1, "all three calls carried the one event id"
+    with get_engine().connect() as c:
+        outcomes = c.execute(sa.text(
+            "SELECT a.outcome, a.error_class FROM notification_attempts a JOIN notifications n "
+            "ON n.id = a.notification_id WHERE n.event_id = :e AND n.channel = 'webhook' ORDER BY attempt_no"),
+            {"e": r.event_id}).all()
+    assert [tuple(o) for o in outcomes] == [("retry", "server_error"), ("retry", "server_error"), ("sent", None)]
+
+
+def test_422_goes_to_review_not_retry(sys_):
+    httpx.post(f"{RECEIVER}/faults", json={"fail_422": 1})
+    r = approve()
+    sys_.start_worker("high")
+    (row,) = wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'FAILED'", e=r.event_id),
+                      what="FAILED into review")
+    assert row.review == "needs_review" and row.last_error_class == "contract" and row.attempts == 1
+    assert effects(r.event_id)["effects"] == 0
+
+
+def test_identity_conflict_is_refused_and_changes_nothing(sys_):
+    r = approve()
+    sys_.start_worker("high")
+    wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id))
+
+    from domain.delivery import envelope_for
+
+    wire = envelope_for(r.event_id).wire()
+    wire["aggregate_id"] = "914"  # evt-77 with an altered order id
+    body = json.dumps(wire)
+    h = {**signed_headers(get_settings().webhook_secret, str(r.event_id), body), "Idempotency-Key": str(r.event_id)}
+    resp = httpx.post(f"{RECEIVER}/webhooks/orders", content=body, headers=h)
+    assert resp.status_code == 409 and resp.json()["error"] == "identity_conflict"
+    assert body_digest(wire) != body_digest(envelope_for(r.event_id).wire())
+    assert effects(r.event_id)["effects"] == 1
+
+
+def test_bad_or_stale_signature_is_refused(sys_):
+    eid = str(uuid.uuid4())
+    body = json.dumps({"event_id": eid, "schema_version": 1})
+    h = {**signed_headers("whsec_" + "d3Jvbmctc2VjcmV0LXdyb25nLXNlY3JldA==", eid, body), "Idempotency-Key": eid}
+    assert httpx.post(f"{RECEIVER}/webhooks/orders", content=body, headers=h).status_code == 401
+    from datetime import UTC, datetime, timedelta
+
+    old = signed_headers(get_settings().webhook_secret, eid, body, now=datetime.now(UTC) - timedelta(hours=1))
+    assert httpx.post(f"{RECEIVER}/webhooks/orders", content=body,
+                      headers={**old, "Idempotency-Key": eid}).status_code == 401
+    assert effects(eid)["effects"] == 0
+
+
+def test_email_receipt_moves_sent_to_delivered_and_debits(sys_):
+    r = approve()
+    sys_.start_worker("normal")
+    (row,) = wait_for(lambda: rows("event_id = :e AND channel = 'email' AND status = 'DELIVERED'", e=r.event_id),
+                      what="email receipt")
+    assert row.provider_reference.startswith("email-") and row.settled_at is not None
+    with get_engine().connect() as c:
+        debit = c.execute(sa.text("SELECT amount_cents FROM balance_entries WHERE notification_id = :n"),
+                          {"n": row.id}).scalar_one()
+        receipts = c.execute(sa.text("SELECT count(*) FROM delivery_receipts")).scalar_one()
+    assert debit == -row.cost_cents and receipts == 1
+
+
+def test_forged_receipt_is_refused(sys_):
+    body = '{"receipt_id": "rcpt-x", "provider_reference": "email-x", "outcome": "failed"}'
+    h = signed_headers("whsec_" + "d3Jvbmctc2VjcmV0LXdyb25nLXNlY3JldA==", "rcpt-x", body)
+    resp = httpx.post(f"http://127.0.0.1:{API_PORT}/api/v1/receipts/email", content=body, headers=h)
+    assert resp.status_code == 401
+
+
+def test_paused_lane_keeps_work_pending_until_resume(sys_):
+    set_lane_paused("high", True)
+    r = approve()
+    sys_.start_worker("high")
+    time.sleep(1.5)
+    (row,) = rows("event_id = :e AND channel = 'webhook'", e=r.event_id)
+    assert row.status == "QUEUED" and row.attempts == 0
+    set_lane_paused("high", False)
+    wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id))
