@@ -126,6 +126,11 @@ def build_api() -> FastAPI:
     async def cancel(order_id: int, body: TransitionIn, p: Auth) -> JSONResponse:
         return await _transition(p, order_id, "cancel", body)
 
+    @api.post("/api/v1/orders/{order_id}/fulfill", response_model=TransitionOut,
+              responses={409: {}, 422: {}, 404: {}, 401: {}})
+    async def fulfill(order_id: int, body: TransitionIn, p: Auth) -> JSONResponse:
+        return await _transition(p, order_id, "fulfill", body)
+
     @api.post("/api/v1/orders", status_code=201)
     async def create(body: OrderIn, p: Auth) -> JSONResponse:
         oid = await asyncio.to_thread(create_order, tenant_id=p.tenant_id, customer_ref=body.customer_ref,

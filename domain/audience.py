@@ -19,12 +19,12 @@ class Message:
 def order_event_audience(event_type: str, customer_ref: str, tenant_id: int) -> list[Message]:
     """order.approved: the customer's webhook (high) and an email to the customer (normal).
 
-    order.cancelled: the webhook only (high); the customer hears from support, not from a template.
+    order.cancelled / order.fulfilled: the webhook only (high); the customer hears from support or the carrier.
     """
     webhook = Message("webhook", "high", f"webhook:tenant-{tenant_id}", event_type)
     if event_type == "order.approved":
         return [webhook, Message("email", "normal", customer_ref, "order_approved_email")]
-    if event_type == "order.cancelled":
+    if event_type in ("order.cancelled", "order.fulfilled"):
         return [webhook]
     return []
 

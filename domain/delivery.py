@@ -22,7 +22,8 @@ from domain.retry import Fail, Retry, RetryDecision, Succeeded
 from domain.rules import FloorDecision, Send, Suppress, day_start_utc, floor_decision
 
 # Which order status each event is about: checked again at send time (eligibility).
-EVENT_REQUIRES_STATUS = {"order.approved": "approved", "order.cancelled": "cancelled"}
+EVENT_REQUIRES_STATUS = {"order.approved": ("approved", "fulfilled"), "order.cancelled": ("cancelled",),
+                         "order.fulfilled": ("fulfilled",)}
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def floor_check(c: Claim, now: datetime, engine: Engine | None = None) -> FloorD
             want = EVENT_REQUIRES_STATUS.get(ev.event_type)
             status = x(sa.text("SELECT status FROM orders WHERE tenant_id = :t AND id = :o"),
                        {"t": c.tenant_id, "o": c.order_id}).scalar()
-            still = want is None or status == want
+            still = want is None or status in want
         rcp = x(sa.text("SELECT timezone, quiet_start, quiet_end, daily_cap, opted_out_channels, email, phone "
                         "FROM recipients WHERE tenant_id = :t AND ref = :r"),
                 {"t": c.tenant_id, "r": c.recipient}).first()

@@ -10,20 +10,22 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 OrderStatus = Literal["authorized", "approved", "cancelled", "fulfilled"]
-Command = Literal["approve", "cancel"]
+Command = Literal["approve", "cancel", "fulfill"]
 
 # The whole policy table: (from status, command) -> to status. Anything absent is `policy_denied`.
 TRANSITIONS: Final[dict[tuple[str, str], str]] = {
     ("authorized", "approve"): "approved",
     ("authorized", "cancel"): "cancelled",
+    ("approved", "fulfill"): "fulfilled",
 }
 
 EVENT_TYPES: Final[dict[str, str]] = {
     "approved": "order.approved",
     "cancelled": "order.cancelled",
+    "fulfilled": "order.fulfilled",
 }
 
-COMMANDS: Final[tuple[str, ...]] = ("approve", "cancel")
+COMMANDS: Final[tuple[str, ...]] = ("approve", "cancel", "fulfill")
 
 
 @dataclass(frozen=True)

@@ -170,10 +170,11 @@ def audit_timeline(tenant_id: int, query: str, engine: Engine | None = None) -> 
     return timeline
 
 
-def lane_stats(engine: Engine | None = None) -> list[dict[str, Any]]:
+def lane_stats(tenant_id: int | None = None, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """System-wide for on-call tooling (CLI, /metrics); tenant-scoped for the dashboard."""
     with UnitOfWork(engine) as uow:
-        stats = _rows(uow.execute(sql.LANE_STATS))
-        lat = {r["lane"]: r for r in _rows(uow.execute(sql.LANE_LATENCY))}
+        stats = _rows(uow.execute(sql.LANE_STATS, {"t": tenant_id}))
+        lat = {r["lane"]: r for r in _rows(uow.execute(sql.LANE_LATENCY, {"t": tenant_id}))}
     for s in stats:
         lr = lat.get(s["lane"], {})
         s["p50_ms"] = float(lr.get("p50") or 0.0)
@@ -192,3 +193,27 @@ def review_items(tenant_id: int, engine: Engine | None = None) -> list[dict[str,
         return _rows(uow.execute(sa.text(
             f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE n.tenant_id = :t AND n.status = 'FAILED' "
             "AND coalesce(n.review, 'needs_review') <> 'resolved' ORDER BY n.id DESC LIMIT 50"), {"t": tenant_id}))
+
+
+def ops_series(tenant_id: int | None, minutes: int = 60, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """Per minute over the last hour, rebuilt from the ledger itself (no sampler to lose): owed depth, age of
+    the oldest owed row, and mean commit-to-send latency of rows sent in that minute."""
+    with UnitOfWork(engine) as uow:
+        return _rows(uow.execute(sql.OPS_SERIES, {"m": minutes, "t": tenant_id}))
+
+
+def refresh_stats(tenant_id: int | None = None, engine: Engine | None = None) -> dict[str, Any]:
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sa.text(
+            "SELECT count(*) AS pushes, percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms) AS p50, "
+            "percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms) AS p99 FROM refresh_metrics "
+            "WHERE kind = 'push' AND created_at > now() - interval '1 hour' "
+            "AND (CAST(:t AS int) IS NULL OR tenant_id = :t)"), {"t": tenant_id}).one()
+    return {"pushes": int(r.pushes), "p50_ms": float(r.p50 or 0), "p99_ms": float(r.p99 or 0)}
+
+
+def record_push_latency(tenant_id: int, latency_ms: float, engine: Engine | None = None) -> None:
+    with UnitOfWork(engine) as uow:
+        uow.execute(sa.text("INSERT INTO refresh_metrics (kind, tenant_id, latency_ms) VALUES ('push', :t, :l)"),
+                    {"t": tenant_id, "l": latency_ms})
+        uow.commit()

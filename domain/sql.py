@@ -53,7 +53,7 @@ LANE_STATS = sa.text(
            count(n.id) FILTER (WHERE n.review = 'needs_review') AS review,
            coalesce(bool_or(c.paused), false) AS paused
     FROM (VALUES ('critical'), ('high'), ('normal'), ('bulk')) AS l(lane)
-    LEFT JOIN notifications n ON n.lane = l.lane
+    LEFT JOIN notifications n ON n.lane = l.lane AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t)
     LEFT JOIN lane_controls c ON c.lane = l.lane
     GROUP BY l.lane
     ORDER BY array_position(ARRAY['critical','high','normal','bulk'], l.lane)
@@ -64,7 +64,7 @@ LANE_LATENCY = sa.text(
     "SELECT n.lane, percentile_cont(0.5) WITHIN GROUP (ORDER BY a.latency_ms) AS p50, "
     "percentile_cont(0.99) WITHIN GROUP (ORDER BY a.latency_ms) AS p99, count(*) AS n "
     "FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id "
-    "WHERE a.latency_ms IS NOT NULL GROUP BY n.lane"
+    "WHERE a.latency_ms IS NOT NULL AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t) GROUP BY n.lane"
 )
 
 # ---- invariants (ARCHITECTURE.md): each must return 0 -----------------------------------------------------------
@@ -104,4 +104,24 @@ INVARIANTS: Final[dict[str, str]] = {
 
 OLDEST_OWED_SECONDS = sa.text(
     "SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM notifications WHERE status = 'QUEUED'"
+)
+
+OPS_SERIES = sa.text(
+    """
+    WITH minutes AS (
+      SELECT generate_series(date_trunc('minute', now()) - make_interval(mins => :m - 1),
+                             date_trunc('minute', now()), interval '1 minute') AS t
+    )
+    SELECT to_char(m.t, 'HH24:MI') AS minute,
+           (SELECT count(*) FROM notifications n
+             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + interval '1 minute'
+               AND (n.status = 'QUEUED' OR coalesce(n.sent_at, n.settled_at) > m.t + interval '1 minute')) AS depth,
+           (SELECT coalesce(extract(epoch FROM max(m.t + interval '1 minute' - n.created_at)), 0) FROM notifications n
+             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + interval '1 minute'
+               AND (n.status = 'QUEUED' OR coalesce(n.sent_at, n.settled_at) > m.t + interval '1 minute'))
+             AS oldest_seconds,
+           (SELECT coalesce(avg(extract(epoch FROM n.sent_at - n.created_at) * 1000), 0) FROM notifications n
+             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.sent_at >= m.t AND n.sent_at < m.t + interval '1 minute') AS latency_ms
+    FROM minutes m ORDER BY m.t
+    """
 )

@@ -89,7 +89,7 @@ class System:
 
     def dashboard(self, port: int, timeout: float = 240) -> Proc:
         p = self._proc("dashboard", [str(BIN / "reflex"), "run", "--env", "prod", "--frontend-port", str(port),
-                                     "--backend-port", str(port), "--loglevel", "warning"])
+                                     "--backend-port", str(port), "--loglevel", "warning"], reflex_env(self.env))
         wait_http(f"http://127.0.0.1:{port}/ping", timeout, proc=p)
         wait_http(f"http://127.0.0.1:{port}/", timeout, proc=p)
         return p
@@ -97,6 +97,16 @@ class System:
     def stop_all(self) -> None:
         for p in reversed(list(self.procs.values())):
             p.stop()
+
+
+def reflex_env(env: dict[str, str]) -> dict[str, str]:
+    """Reflex offline: bun from the npm registry (installed into .tools by the set-up), no telemetry, no version
+    check, no registry speed test (see shared/notes/reflex-on-these-machines.md)."""
+    return {
+        "PATH": f"{ROOT / '.tools' / 'node_modules' / '.bin'}:{BIN}:{env.get('PATH', '')}",
+        "REFLEX_USE_SYSTEM_BUN": "1", "REFLEX_TELEMETRY_ENABLED": "false", "REFLEX_CHECK_LATEST_VERSION": "0",
+        "NPM_CONFIG_REGISTRY": "https://registry.npmjs.org",
+    }
 
 
 def wait_http(url: str, timeout: float, proc: Proc | None = None) -> None:

@@ -1,0 +1,1 @@
+"""The operator dashboard (Reflex) and the HTTP API mounted into its backend."""

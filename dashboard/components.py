@@ -1,0 +1,116 @@
+"""Plain component functions shared by the pages: the shell, badges, tables, empty and loading states."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import reflex as rx
+
+from dashboard.state import AuthState
+
+STATUS_COLOURS = {
+    "QUEUED": "amber", "SENT": "blue", "DELIVERED": "green", "FAILED": "red", "SUPPRESSED": "gray",
+    "authorized": "amber", "approved": "green", "cancelled": "gray", "fulfilled": "blue",
+}
+
+
+def status_badge(status: rx.Var | str, **props) -> rx.Component:  # type: ignore[no-untyped-def]
+    return rx.match(
+        status,
+        *[(k, rx.badge(k, color_scheme=v, variant="soft", **props)) for k, v in STATUS_COLOURS.items()],
+        rx.badge(status, variant="soft", **props),
+    )
+
+
+NAV: list[tuple[str, str, str]] = []  # (label, route, icon) filled by the page registry
+
+
+def nav_link(label: str, route: str, icon: str) -> rx.Component:
+    return rx.link(
+        rx.hstack(rx.icon(icon, size=16), rx.text(label, size="2", weight="medium"), spacing="2", align="center"),
+        href=route, underline="none", color_scheme="gray", high_contrast=True,
+        padding_x="10px", padding_y="6px", border_radius="6px", _hover={"background": rx.color("gray", 3)},
+    )
+
+
+def shell(title: str, *children: rx.Component, actions: rx.Component | None = None) -> rx.Component:
+    return rx.box(
+        rx.hstack(
+            rx.hstack(
+                rx.icon("send", size=20, color=rx.color("indigo", 9)),
+                rx.heading("Outbox", size="4", weight="bold"),
+                spacing="2", align="center",
+            ),
+            rx.hstack(*[nav_link(*n) for n in NAV], spacing="1", wrap="wrap", display=["none", "none", "flex"]),
+            rx.spacer(),
+            rx.cond(
+                AuthState.logged_in,
+                rx.hstack(
+                    rx.badge(AuthState.tenant_label, variant="outline", data_testid="tenant-label"),
+                    rx.text(AuthState.display_name, size="2", data_testid="operator-name",
+                            display=["none", "inline"]),
+                    rx.button("Log out", on_click=AuthState.logout, variant="ghost", size="1",
+                              data_testid="logout"),
+                    spacing="3", align="center",
+                ),
+            ),
+            padding_x="20px", padding_y="10px", align="center", spacing="5",
+            border_bottom=f"1px solid {rx.color('gray', 5)}", background=rx.color("gray", 1),
+            position="sticky", top="0", z_index="10",
+        ),
+        rx.hstack(*[nav_link(*n) for n in NAV], spacing="1", wrap="wrap", padding_x="12px", padding_y="6px",
+                  display=["flex", "flex", "none"], border_bottom=f"1px solid {rx.color('gray', 4)}"),
+        rx.box(
+            rx.hstack(rx.heading(title, size="6"), rx.spacer(), actions or rx.fragment(), align="center",
+                      margin_bottom="16px", wrap="wrap", spacing="3"),
+            *children,
+            padding=["12px", "20px", "24px"], max_width="1280px", margin_x="auto",
+        ),
+        min_height="100vh", background=rx.color("gray", 2),
+    )
+
+
+def card(*children: rx.Component, **props) -> rx.Component:  # type: ignore[no-untyped-def]
+    return rx.card(*children, width="100%", **props)
+
+
+def stat(label: str, value: rx.Var | str, testid: str = "", colour: rx.Var | str = "gray") -> rx.Component:
+    return card(
+        rx.text(label, size="1", color=rx.color("gray", 11), weight="medium"),
+        rx.text(value, size="6", weight="bold", color=rx.color(colour, 11), data_testid=testid or None),
+        min_width="140px", flex="1",
+    )
+
+
+def data_table(headers: Sequence[str], rows: rx.Var, render_row, empty: str, testid: str = "") -> rx.Component:  # type: ignore[no-untyped-def]
+    return rx.cond(
+        rows.length() > 0,  # type: ignore[attr-defined]
+        rx.box(
+            rx.table.root(
+                rx.table.header(rx.table.row(*[rx.table.column_header_cell(h) for h in headers])),
+                rx.table.body(rx.foreach(rows, render_row)),
+                variant="surface", size="1", width="100%", data_testid=testid or None,
+            ),
+            overflow_x="auto", width="100%",
+        ),
+        empty_state(empty),
+    )
+
+
+def empty_state(text: str) -> rx.Component:
+    return rx.center(
+        rx.vstack(rx.icon("inbox", size=28, color=rx.color("gray", 9)), rx.text(text, color=rx.color("gray", 11)),
+                  align="center", spacing="2"),
+        padding="32px", width="100%", border=f"1px dashed {rx.color('gray', 6)}", border_radius="8px",
+        data_testid="empty-state",
+    )
+
+
+def loading(flag: rx.Var, *children: rx.Component) -> rx.Component:
+    return rx.cond(flag, rx.center(rx.spinner(size="3"), padding="32px", data_testid="loading"),
+                   rx.fragment(*children))
+
+
+def error_callout(message: rx.Var, testid: str = "error") -> rx.Component:
+    return rx.cond(message != "", rx.callout(message, icon="triangle_alert", color_scheme="red", role="alert",
+                                             data_testid=testid, width="100%"))

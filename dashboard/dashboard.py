@@ -1,0 +1,24 @@
+"""The Reflex app: pages from the registry, the HTTP API mounted at the same origin."""
+
+from __future__ import annotations
+
+import reflex as rx
+
+from dashboard import components
+from dashboard.api import build_api
+from dashboard.pages import all_pages
+from dashboard.state import AuthState
+
+
+def index() -> rx.Component:
+    return rx.center(rx.spinner(), min_height="100vh")
+
+
+app = rx.App(
+    api_transformer=build_api(),
+)
+pages = all_pages()
+components.NAV.extend((p.nav[0], p.route, p.nav[1]) for p in pages if p.nav)
+for page in pages:
+    app.add_page(page.component, route=page.route, title=page.title, on_load=page.on_load)
+app.add_page(index, route="/", title="Outbox", on_load=AuthState.go_home)

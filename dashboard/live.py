@@ -1,0 +1,47 @@
+"""Redis pub/sub for the pages: subscribe per open tab, hand each message to the page, stop when told.
+
+The message carries identity and revision only; the page reloads authorized state from PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from domain.settings import get_settings
+
+_arq_pool: Any = None
+
+
+async def arq() -> Any:
+    """One arq pool per backend worker for after-commit publish and enqueue."""
+    global _arq_pool
+    if _arq_pool is None:
+        from jobs.wake import arq_pool
+
+        _arq_pool = await arq_pool()
+    return _arq_pool
+
+
+async def messages(channel: str, still_wanted: Callable[[], bool]) -> AsyncIterator[dict[str, Any]]:
+    client = aioredis.Redis.from_url(get_settings().redis_url)
+    pubsub = client.pubsub()
+    try:
+        await pubsub.subscribe(channel)
+        while still_wanted():
+            msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if msg is None:
+                continue
+            try:
+                data = json.loads(msg["data"])
+            except (ValueError, TypeError):
+                continue
+            data["received_at"] = time.time()
+            yield data
+    finally:
+        await pubsub.aclose()
+        await client.aclose()

@@ -1,0 +1,24 @@
+"""The page registry: adding a page is adding a module that exports `PAGE`, and listing it here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import reflex as rx
+
+
+@dataclass(frozen=True)
+class Page:
+    route: str
+    component: Callable[[], rx.Component]
+    title: str
+    on_load: list[Any] = field(default_factory=list)
+    nav: tuple[str, str] | None = None  # (label, lucide icon) when it belongs in the navigation
+
+
+def all_pages() -> list[Page]:
+    from dashboard.pages import audit, ledger, login, ops, order_detail, orders
+
+    return [login.PAGE, order_detail.PAGE, orders.PAGE, ledger.PAGE, audit.PAGE, ops.PAGE]

@@ -1,0 +1,72 @@
+"""Audit: "was it sent?" — one timeline for a recipient, event id or order, with reasons in plain words."""
+
+from __future__ import annotations
+
+import asyncio
+
+import reflex as rx
+
+from dashboard import routes
+from dashboard.components import empty_state, shell
+from dashboard.format import when
+from dashboard.pages import Page
+from dashboard.state import AuthState
+from domain import queries
+
+KIND_ICON = {"event": "file-text", "ledger": "mail", "attempt": "send", "effect": "circle-check",
+             "receipt": "inbox"}
+
+
+class AuditState(AuthState):
+    query: str = ""
+    items: list[dict[str, str]] = []
+    searched: bool = False
+
+    @rx.event
+    async def load(self):  # type: ignore[no-untyped-def]
+        q = self.router.url.query_parameters.get("q", "")
+        if q:
+            self.query = q
+            await self._search()
+
+    async def _search(self) -> None:
+        if not self.query.strip():
+            self.items, self.searched = [], False
+            return
+        rows = await asyncio.to_thread(queries.audit_timeline, self._tenant_id, self.query)
+        self.items = [{"at": when(r["at"]), "kind": r["kind"], "ref": r["ref"], "text": r["text"]} for r in rows]
+        self.searched = True
+
+    @rx.event
+    async def search(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+        self.query = form.get("q", "")
+        await self._search()
+
+
+def _item(i: rx.Var) -> rx.Component:
+    return rx.hstack(
+        rx.match(i["kind"], *[(k, rx.icon(v, size=16)) for k, v in KIND_ICON.items()], rx.icon("dot", size=16)),
+        rx.text(i["at"], size="1", color=rx.color("gray", 11), min_width="140px"),
+        rx.badge(i["kind"], variant="soft"),
+        rx.text(i["text"], size="2"),
+        spacing="3", align="center", padding_y="6px", border_bottom=f"1px solid {rx.color('gray', 4)}",
+        width="100%", wrap="wrap", data_testid="audit-item",
+    )
+
+
+def audit_page() -> rx.Component:
+    return shell(
+        "Audit",
+        rx.form(rx.hstack(rx.input(name="q", placeholder="recipient (cust-001), event id, or order number",
+                                   default_value=AuditState.query, width="100%", data_testid="audit-query"),
+                          rx.button("Search", type="submit", data_testid="audit-search"), width="100%"),
+                on_submit=AuditState.search, width="100%", margin_bottom="16px"),
+        rx.cond(AuditState.items.length() > 0,
+                rx.card(rx.foreach(AuditState.items, _item), width="100%"),
+                rx.cond(AuditState.searched, empty_state("Nothing found for that search in your tenant."),
+                        empty_state("Search to see one timeline across event, attempts, receiver and receipts."))),
+    )
+
+
+PAGE = Page(routes.AUDIT, audit_page, "Audit · Outbox", [AuthState.require_login, AuditState.load],
+            ("Audit", "search"))

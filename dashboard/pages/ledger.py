@@ -1,0 +1,132 @@
+"""The ledger across channels: what was sent, to whom, what it cost, whether it arrived, and why not."""
+
+from __future__ import annotations
+
+import asyncio
+
+import reflex as rx
+
+from dashboard import routes
+from dashboard.components import data_table, loading, shell, stat, status_badge
+from dashboard.format import money, notification
+from dashboard.pages import Page
+from dashboard.state import AuthState
+from domain import queries
+
+ALL = "all"
+
+
+class LedgerState(AuthState):
+    rows: list[dict[str, str]] = []
+    channel: str = ALL
+    status: str = ALL
+    lane: str = ALL
+    window: str = "24h"
+    recipient: str = ""
+    total: str = "0"
+    cost: str = money(0)
+    delivery_rate: str = "—"
+    suppressed: str = "0"
+    failed: str = "0"
+    queued: str = "0"
+    is_loading: bool = True
+
+    @rx.event
+    async def load(self):  # type: ignore[no-untyped-def]
+        if not self._tenant_id:
+            return
+        hours = {"1h": 1, "24h": 24, "7d": 168}.get(self.window)
+        f = queries.LedgerFilter(
+            channel=None if self.channel == ALL else self.channel, status=None if self.status == ALL else self.status,
+            lane=None if self.lane == ALL else self.lane, recipient=self.recipient.strip() or None,
+            since_hours=hours, limit=200)
+        data = await asyncio.to_thread(queries.ledger, self._tenant_id, f)
+        t = data["totals"]
+        self.rows = [notification(n) for n in data["rows"]]
+        self.total, self.cost = str(t["total"]), money(t["cost_cents"])
+        self.delivery_rate = f"{t['delivery_rate'] * 100:.0f}%" if t["delivery_rate"] is not None else "—"
+        self.suppressed, self.failed, self.queued = str(t["suppressed"]), str(t["failed"]), str(t["queued"])
+        self.is_loading = False
+
+    @rx.event
+    async def set_channel(self, v: str):  # type: ignore[no-untyped-def]
+        self.channel = v
+        return LedgerState.load
+
+    @rx.event
+    async def set_status(self, v: str):  # type: ignore[no-untyped-def]
+        self.status = v
+        return LedgerState.load
+
+    @rx.event
+    async def set_lane(self, v: str):  # type: ignore[no-untyped-def]
+        self.lane = v
+        return LedgerState.load
+
+    @rx.event
+    async def set_window(self, v: str):  # type: ignore[no-untyped-def]
+        self.window = v
+        return LedgerState.load
+
+    @rx.event
+    async def search_recipient(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+        self.recipient = form.get("recipient", "")
+        return LedgerState.load
+
+
+def _row(n: rx.Var) -> rx.Component:
+    return rx.table.row(
+        rx.table.cell(rx.text(n["created"], size="1")),
+        rx.table.cell(n["channel"]),
+        rx.table.cell(rx.badge(n["lane"], variant="outline")),
+        rx.table.cell(n["recipient"]),
+        rx.table.cell(rx.text(n["template"], size="1")),
+        rx.table.cell(rx.vstack(status_badge(n["status"]),
+                                rx.cond(n["reason"] != "", rx.text(n["reason"], size="1",
+                                                                   color=rx.color("gray", 11))), spacing="1")),
+        rx.table.cell(n["attempts"]),
+        rx.table.cell(n["cost"]),
+        rx.table.cell(rx.link(rx.code(n["event_short"]), href=f"/audit?q={n['event_id']}")),
+        data_testid="ledger-row",
+    )
+
+
+def _filter(label: str, items: list[str], value: rx.Var, handler) -> rx.Component:  # type: ignore[no-untyped-def]
+    return rx.vstack(rx.text(label, size="1", color=rx.color("gray", 11)),
+                     rx.select(items, value=value, on_change=handler, size="2"), spacing="1")
+
+
+def ledger_page() -> rx.Component:
+    return shell(
+        "Ledger",
+        rx.flex(
+            stat("Messages", LedgerState.total, "ledger-total"),
+            stat("Cost (sent)", LedgerState.cost, "ledger-cost"),
+            stat("Delivery rate", LedgerState.delivery_rate, "ledger-rate", "green"),
+            stat("Queued", LedgerState.queued, colour="amber"),
+            stat("Suppressed", LedgerState.suppressed),
+            stat("Failed", LedgerState.failed, colour="red"),
+            gap="12px", wrap="wrap", width="100%", margin_bottom="16px",
+        ),
+        rx.flex(
+            _filter("Channel", [ALL, "webhook", "email", "sms", "whatsapp"], LedgerState.channel,
+                    LedgerState.set_channel),
+            _filter("Status", [ALL, "QUEUED", "SENT", "DELIVERED", "FAILED", "SUPPRESSED"], LedgerState.status,
+                    LedgerState.set_status),
+            _filter("Lane", [ALL, "critical", "high", "normal", "bulk"], LedgerState.lane, LedgerState.set_lane),
+            _filter("Window", ["1h", "24h", "7d", ALL], LedgerState.window, LedgerState.set_window),
+            rx.form(rx.vstack(rx.text("Recipient", size="1", color=rx.color("gray", 11)),
+                              rx.hstack(rx.input(name="recipient", placeholder="cust-001", size="2"),
+                                        rx.button("Filter", size="2", type="submit")), spacing="1"),
+                    on_submit=LedgerState.search_recipient),
+            gap="12px", wrap="wrap", align="end", margin_bottom="16px",
+        ),
+        loading(LedgerState.is_loading,
+                data_table(["Created (UTC)", "Channel", "Lane", "Recipient", "Template", "Status", "Attempts",
+                            "Cost", "Event"], LedgerState.rows, _row, "No messages match these filters.",
+                           "ledger-table")),
+    )
+
+
+PAGE = Page(routes.LEDGER, ledger_page, "Ledger · Outbox", [AuthState.require_login, LedgerState.load],
+            ("Ledger", "book-open"))

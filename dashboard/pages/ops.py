@@ -1,0 +1,180 @@
+"""Ops (on-call): per-lane depth and oldest owed age against the SLO, failures with Replay/Resolve, pause/resume,
+refresh counts and push latency, charts over the last hour, and receiver fault switches in development mode."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import reflex as rx
+
+from dashboard import routes
+from dashboard.components import card, data_table, shell, stat, status_badge
+from dashboard.format import notification
+from dashboard.pages import Page
+from dashboard.state import AuthState
+from domain import delivery, queries
+from domain.settings import get_settings
+
+FAULTS = {
+    "503 ×3": {"fail_503": 3},
+    "422 once": {"fail_422": 1},
+    "slow 2 s": {"slow_seconds": 2.0},
+    "accept then hang": {"accept_then_hang": 1},
+    "clear": {},
+}
+
+
+class OpsState(AuthState):
+    lanes: list[dict[str, str]] = []
+    review: list[dict[str, str]] = []
+    series: list[dict[str, Any]] = []
+    pushes: str = "0"
+    push_p50: str = "—"
+    push_p99: str = "—"
+    slo: str = ""
+    dev_mode: bool = False
+    message: str = ""
+
+    @rx.event
+    async def load(self):  # type: ignore[no-untyped-def]
+        if not self._tenant_id:
+            return
+        s = get_settings()
+        stats, review, series, refresh = await asyncio.gather(
+            asyncio.to_thread(queries.lane_stats, self._tenant_id),
+            asyncio.to_thread(queries.review_items, self._tenant_id),
+            asyncio.to_thread(queries.ops_series, self._tenant_id, 60), asyncio.to_thread(queries.refresh_stats, self._tenant_id))
+        self.slo, self.dev_mode = f"{s.oldest_owed_slo_seconds:.0f}s", s.dev_mode
+        self.lanes = [{
+            "lane": x["lane"], "depth": str(x["depth"]), "oldest": f"{x['oldest_owed_seconds']:.1f}s",
+            "breach": "yes" if x["oldest_owed_seconds"] > s.oldest_owed_slo_seconds else "no",
+            "attempts": str(x["attempts"]), "failed": str(x["failed"]), "review": str(x["review"]),
+            "p50": f"{x['p50_ms']:.0f} ms", "p99": f"{x['p99_ms']:.0f} ms", "paused": "yes" if x["paused"] else "no",
+        } for x in stats]
+        self.review = [notification(n) for n in review]
+        self.series = [{"minute": r["minute"], "depth": int(r["depth"]),
+                        "oldest": round(float(r["oldest_seconds"]), 1),
+                        "latency": round(float(r["latency_ms"]), 1)} for r in series]
+        self.pushes = str(refresh["pushes"])
+        self.push_p50 = f"{refresh['p50_ms']:.0f} ms" if refresh["pushes"] else "—"
+        self.push_p99 = f"{refresh['p99_ms']:.0f} ms" if refresh["pushes"] else "—"
+
+    @rx.event
+    async def toggle_lane(self, lane: str, paused: str):  # type: ignore[no-untyped-def]
+        await asyncio.to_thread(delivery.set_lane_paused, lane, paused != "yes")
+        self.message = f"Lane {lane} {'resumed' if paused == 'yes' else 'paused'}."
+        return OpsState.load
+
+    @rx.event
+    async def replay(self, nid: str):  # type: ignore[no-untyped-def]
+        ok = await asyncio.to_thread(delivery.replay, self._tenant_id, int(nid))
+        self.message = f"#{nid} queued again with the same event id." if ok else f"#{nid} is no longer FAILED."
+        return OpsState.load
+
+    @rx.event
+    async def resolve(self, nid: str):  # type: ignore[no-untyped-def]
+        ok = await asyncio.to_thread(delivery.resolve, self._tenant_id, int(nid))
+        self.message = f"#{nid} marked resolved by hand." if ok else f"#{nid} could not be resolved."
+        return OpsState.load
+
+    @rx.event
+    async def fault(self, name: str):  # type: ignore[no-untyped-def]
+        if not get_settings().dev_mode:
+            self.message = "Fault switches exist only in development mode."
+            return
+        try:
+            async with httpx.AsyncClient(timeout=3) as c:
+                await c.post(f"{get_settings().receiver_url}/faults", json=FAULTS[name])
+            self.message = f"Receiver fault set: {name}."
+        except httpx.HTTPError:
+            self.message = "The receiver did not answer."
+
+
+def _lane_row(x: rx.Var) -> rx.Component:
+    return rx.table.row(
+        rx.table.cell(rx.text(x["lane"], weight="bold")),
+        rx.table.cell(rx.text(x["depth"], data_testid="lane-depth")),
+        rx.table.cell(rx.badge(x["oldest"], color_scheme=rx.cond(x["breach"] == "yes", "red", "green"),
+                               data_testid="lane-oldest")),
+        rx.table.cell(x["attempts"]),
+        rx.table.cell(x["failed"]),
+        rx.table.cell(x["review"]),
+        rx.table.cell(x["p50"]),
+        rx.table.cell(x["p99"]),
+        rx.table.cell(rx.button(rx.cond(x["paused"] == "yes", "Resume", "Pause"), size="1",
+                                color_scheme=rx.cond(x["paused"] == "yes", "green", "amber"), variant="soft",
+                                on_click=OpsState.toggle_lane(x["lane"], x["paused"]),
+                                data_testid="lane-toggle")),
+        data_testid="lane-row",
+    )
+
+
+def _review_row(n: rx.Var) -> rx.Component:
+    return rx.table.row(
+        rx.table.cell(rx.text("#", n["id"])),
+        rx.table.cell(n["channel"]),
+        rx.table.cell(n["recipient"]),
+        rx.table.cell(status_badge(n["status"])),
+        rx.table.cell(rx.text(n["reason"], size="1")),
+        rx.table.cell(n["attempts"]),
+        rx.table.cell(rx.link(rx.code(n["event_short"]), href=f"/audit?q={n['event_id']}")),
+        rx.table.cell(rx.hstack(
+            rx.button("Replay", size="1", on_click=OpsState.replay(n["id"]), data_testid="replay"),
+            rx.button("Resolve", size="1", variant="soft", color_scheme="gray", on_click=OpsState.resolve(n["id"]),
+                      data_testid="resolve"), spacing="2")),
+    )
+
+
+def _chart(title: str, key: str, colour: str, unit: str) -> rx.Component:
+    return card(
+        rx.text(title, size="2", weight="medium"),
+        rx.recharts.line_chart(
+            rx.recharts.line(data_key=key, stroke=rx.color(colour, 9), dot=False, type_="monotone"),
+            rx.recharts.x_axis(data_key="minute", min_tick_gap=30),
+            rx.recharts.y_axis(unit=unit, width=60),
+            rx.recharts.cartesian_grid(stroke_dasharray="3 3"),
+            rx.recharts.graphing_tooltip(),
+            data=OpsState.series, height=180, width="100%",
+        ),
+        flex="1", min_width="280px",
+    )
+
+
+def ops_page() -> rx.Component:
+    return shell(
+        "Operations",
+        rx.cond(OpsState.message != "", rx.callout(OpsState.message, icon="info", width="100%",
+                                                    margin_bottom="12px", data_testid="ops-message")),
+        rx.flex(
+            stat("Oldest-owed SLO", OpsState.slo),
+            stat("Refresh pushes (1 h)", OpsState.pushes, "refresh-count"),
+            stat("Push latency p50", OpsState.push_p50),
+            stat("Push latency p99", OpsState.push_p99),
+            gap="12px", wrap="wrap", width="100%", margin_bottom="16px",
+        ),
+        data_table(["Lane", "Depth", "Oldest owed", "Attempts", "Failed", "Review", "p50", "p99", ""],
+                   OpsState.lanes, _lane_row, "No lanes.", "lanes-table"),
+        rx.flex(_chart("Owed depth", "depth", "indigo", ""), _chart("Oldest owed age", "oldest", "amber", "s"),
+                _chart("Commit-to-send latency", "latency", "green", "ms"),
+                gap="12px", wrap="wrap", width="100%", margin_y="16px"),
+        rx.heading("Failed and in review", size="4", margin_bottom="8px"),
+        rx.text("Replay re-queues the same row with the same event id — the receiver recognises it, so a replay "
+                "can never double an effect. Resolve records that a human settled it outside the system.",
+                size="2", color=rx.color("gray", 11), margin_bottom="8px"),
+        data_table(["#", "Channel", "Recipient", "Status", "Why", "Attempts", "Event", ""], OpsState.review,
+                   _review_row, "Nothing failed. Nothing waits for a human.", "review-table"),
+        rx.cond(OpsState.dev_mode, rx.box(
+            rx.heading("Receiver fault switches (development only)", size="4", margin_top="20px",
+                       margin_bottom="8px"),
+            rx.hstack(*[rx.button(name, size="1", variant="outline", color_scheme="red",
+                                  on_click=OpsState.fault(name)) for name in FAULTS], wrap="wrap", spacing="2"),
+        )),
+        actions=rx.button(rx.icon("refresh_cw", size=14), "Refresh", on_click=OpsState.load, variant="soft",
+                          size="2", data_testid="ops-refresh"),
+    )
+
+
+PAGE = Page(routes.OPS, ops_page, "Operations · Outbox", [AuthState.require_login, OpsState.load],
+            ("Ops", "activity"))

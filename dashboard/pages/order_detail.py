@@ -1,0 +1,238 @@
+"""One order: status, revision, approve/cancel with the revision the operator saw, and its notifications.
+
+Live: a background task per open tab subscribes to the order's channel and reloads from PostgreSQL outside the
+state lock. `seen` lives in the browser's sessionStorage, so after a reconnect the page knows which revision the
+browser last displayed — a jump of more than one shows the missed-refresh badge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import reflex as rx
+
+from dashboard import live, routes
+from dashboard.components import card, data_table, empty_state, error_callout, shell, status_badge
+from dashboard.format import money, notification, when
+from dashboard.pages import Page
+from dashboard.state import AuthState
+from domain import queries
+from domain.commands import Committed, NotFound, Rejected, execute_order_command
+from domain.policy import allowed_commands
+from jobs.constants import order_channel
+from jobs.wake import after_commit
+
+WATCHERS: dict[str, str] = {}
+PAST = {"approve": "approved", "cancel": "cancelled", "fulfill": "fulfilled"}
+
+ERROR_TEXT = {
+    "optimistic_conflict": "Someone changed this order first: it is now at revision {rev}. "
+                           "The page shows the latest state; check it and try again.",
+    "policy_denied": "Not allowed: an order that is {status} cannot be {requested}. Nothing was changed.",
+    "unknown_command": "Unknown action.",
+}
+
+
+def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[str, str]]]:
+    order = queries.get_order(tenant, order_id)
+    if order is None:
+        return None, []
+    return order, [notification(n) for n in queries.order_notifications(tenant, order_id)]
+
+
+class OrderState(AuthState):
+    order_id: int = 0
+    found: bool = True
+    status: str = ""
+    revision: int = 0
+    customer: str = ""
+    amount: str = ""
+    updated: str = ""
+    notifications: list[dict[str, str]] = []
+    can_approve: bool = False
+    can_cancel: bool = False
+    can_fulfill: bool = False
+    error: str = ""
+    notice: str = ""
+    missed: str = ""
+    busy: bool = False
+    # "<order_id>:<revision>" last delivered to this browser tab (client-side storage).
+    seen: str = rx.SessionStorage("", name="outbox_seen_revision")
+
+    def _apply(self, order: dict[str, Any] | None, notes: list[dict[str, str]]) -> None:
+        if order is None:
+            self.found = False
+            return
+        self.found = True
+        prev_order, _, prev_rev = self.seen.partition(":")
+        new_rev = int(order["revision"])
+        if prev_order == str(self.order_id) and prev_rev.isdigit() and new_rev > int(prev_rev) + 1:
+            self.missed = f"refresh missed — reloaded at revision {new_rev}"
+        self.status, self.revision = order["status"], new_rev
+        self.customer, self.amount = order["customer_ref"], money(order["amount_cents"], order["currency"])
+        self.updated = when(order["updated_at"])
+        allowed = allowed_commands(order["status"])
+        self.can_approve, self.can_cancel = "approve" in allowed, "cancel" in allowed
+        self.can_fulfill = "fulfill" in allowed
+        self.notifications = notes
+        self.seen = f"{self.order_id}:{new_rev}"
+
+    @rx.event
+    async def load(self):  # type: ignore[no-untyped-def]
+        """Runs on every page load AND every websocket (re)connect: authoritative reload from PostgreSQL."""
+        if not self._tenant_id:
+            return None
+        raw = self.router.url.path.rstrip("/").rsplit("/", 1)[-1]
+        if not raw.isdigit():
+            self.found = False
+            return None
+        if int(raw) != self.order_id:
+            self.missed, self.error, self.notice = "", "", ""
+        self.order_id = int(raw)
+        self._apply(*await asyncio.to_thread(_load, self._tenant_id, self.order_id))
+        return OrderState.watch if self.found else None
+
+    async def _command(self, command: str):  # type: ignore[no-untyped-def]
+        self.busy, self.error, self.notice = True, "", ""
+        yield
+        result = await asyncio.to_thread(
+            execute_order_command, tenant_id=self._tenant_id, order_id=self.order_id, command=command,
+            expected_revision=self.revision, actor_ref=self._actor_ref, request_id=f"ui-{uuid.uuid4().hex[:12]}")
+        if isinstance(result, Committed):
+            await after_commit(await live.arq(), result)
+            self.notice = f"{PAST[command]} at revision {result.revision} · event {result.event_id}"
+        elif isinstance(result, Rejected):
+            self.error = ERROR_TEXT[result.error].format(rev=result.current_revision, status=result.current_status,
+                                                         requested=PAST[command])
+        elif isinstance(result, NotFound):
+            self.error = "This order no longer exists for your tenant."
+        order, notes = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
+        if isinstance(result, Rejected):
+            self.seen = ""  # a conflict reload is expected, not a missed refresh
+        self._apply(order, notes)
+        self.busy = False
+
+    @rx.event
+    async def approve(self):  # type: ignore[no-untyped-def]
+        async for u in self._command("approve"):
+            yield u
+
+    @rx.event
+    async def cancel(self):  # type: ignore[no-untyped-def]
+        async for u in self._command("cancel"):
+            yield u
+
+    @rx.event
+    async def fulfill(self):  # type: ignore[no-untyped-def]
+        async for u in self._command("fulfill"):
+            yield u
+
+    @rx.event
+    def dismiss_missed(self):  # type: ignore[no-untyped-def]
+        self.missed = ""
+
+    @rx.event(background=True)
+    async def watch(self):  # type: ignore[no-untyped-def]
+        token = self.router.session.client_token
+        me = uuid.uuid4().hex
+        WATCHERS[token] = me
+        async with self:
+            tenant, order_id = self._tenant_id, self.order_id
+        async for msg in live.messages(order_channel(tenant, order_id), lambda: WATCHERS.get(token) == me):
+            # The message is only a hint: reload authorized state outside the lock, then assign.
+            loaded = await asyncio.to_thread(_load, tenant, order_id)
+            async with self:
+                if self.order_id != order_id:
+                    return
+                rev = msg.get("revision", -1)
+                if msg.get("kind") == "order" and rev > self.revision + 1:
+                    self.missed = f"refresh missed — reloaded at revision {loaded[0]['revision'] if loaded[0] else rev}"
+                self._apply(*loaded)
+            if msg.get("kind") == "order" and msg.get("published_at"):
+                latency = (time.time() - float(msg["published_at"])) * 1000
+                await asyncio.to_thread(queries.record_push_latency, tenant, latency)
+
+
+def _note_row(n: rx.Var) -> rx.Component:
+    return rx.table.row(
+        rx.table.cell(rx.vstack(rx.text(n["channel"], weight="medium"), rx.text(n["recipient"], size="1",
+                                color=rx.color("gray", 11)), spacing="0")),
+        rx.table.cell(rx.badge(n["lane"], variant="outline")),
+        rx.table.cell(rx.code(n["event_short"], title=n["event_id"], data_testid="notification-event")),
+        rx.table.cell(rx.code(n["job_id"], data_testid="notification-job")),
+        rx.table.cell(rx.text("r", n["revision"])),
+        rx.table.cell(rx.vstack(
+            rx.hstack(status_badge(n["status"], data_testid="notification-status"),
+                      rx.text(n["display_status"], size="1", color=rx.color("gray", 11),
+                              data_testid="notification-state"), spacing="2", align="center"),
+            rx.cond(n["reason"] != "", rx.text(n["reason"], size="1", color=rx.color("red", 11))), spacing="1")),
+        rx.table.cell(rx.text(n["attempts"], data_testid="notification-attempts")),
+        rx.table.cell(rx.code(n["effect"], data_testid="notification-effect")),
+        rx.table.cell(rx.text(n["receiver_calls"], data_testid="notification-calls")),
+        data_testid="notification-row",
+    )
+
+
+def order_page() -> rx.Component:
+    return shell(
+        rx.cond(OrderState.found, f"Order #{OrderState.order_id}", "Order not found"),
+        rx.cond(
+            OrderState.found,
+            rx.vstack(
+                rx.cond(OrderState.missed != "", rx.callout(
+                    rx.hstack(rx.text(OrderState.missed), rx.spacer(),
+                              rx.button("Dismiss", size="1", variant="ghost", on_click=OrderState.dismiss_missed)),
+                    icon="refresh_cw", color_scheme="amber", data_testid="missed-refresh", width="100%")),
+                error_callout(OrderState.error, "command-error"),
+                rx.cond(OrderState.notice != "", rx.callout(OrderState.notice, icon="circle_check",
+                                                            color_scheme="green", data_testid="command-notice",
+                                                            width="100%")),
+                card(
+                    rx.flex(
+                        rx.vstack(rx.text("Status", size="1", color=rx.color("gray", 11)),
+                                  rx.box(status_badge(OrderState.status, size="3"), data_testid="order-status",
+                                         data_status=OrderState.status), spacing="1"),
+                        rx.vstack(rx.text("Revision", size="1", color=rx.color("gray", 11)),
+                                  rx.heading(OrderState.revision, size="7", data_testid="order-revision"),
+                                  spacing="1"),
+                        rx.vstack(rx.text("Customer", size="1", color=rx.color("gray", 11)),
+                                  rx.text(OrderState.customer, weight="medium"), spacing="1"),
+                        rx.vstack(rx.text("Amount", size="1", color=rx.color("gray", 11)),
+                                  rx.text(OrderState.amount, weight="medium"), spacing="1"),
+                        rx.vstack(rx.text("Updated (UTC)", size="1", color=rx.color("gray", 11)),
+                                  rx.text(OrderState.updated, size="2"), spacing="1"),
+                        rx.spacer(),
+                        rx.hstack(
+                            rx.button(rx.icon("check", size=16), "Approve", on_click=OrderState.approve,
+                                      disabled=~OrderState.can_approve, loading=OrderState.busy,
+                                      data_testid="approve", color_scheme="green"),
+                            rx.cond(OrderState.can_fulfill, rx.button(
+                                rx.icon("truck", size=16), "Mark fulfilled", on_click=OrderState.fulfill,
+                                loading=OrderState.busy, data_testid="fulfill", color_scheme="blue")),
+                            rx.button(rx.icon("x", size=16), "Cancel order", on_click=OrderState.cancel,
+                                      loading=OrderState.busy, data_testid="cancel", color_scheme="red",
+                                      variant="soft"),
+                            spacing="2",
+                        ),
+                        gap="24px", wrap="wrap", align="center", width="100%",
+                    ),
+                ),
+                rx.heading("Notifications", size="4", margin_top="8px"),
+                rx.text("Every message this order owes: written in the same transaction as the revision, "
+                        "delivered at least once, applied once by the receiver.", size="2",
+                        color=rx.color("gray", 11)),
+                data_table(["Channel", "Lane", "Event", "Job", "Rev", "Status", "Attempts", "Effect",
+                            "Receiver calls"], OrderState.notifications, _note_row,
+                           "No notifications yet: approving this order creates them.", "notifications"),
+                spacing="3", width="100%",
+            ),
+            empty_state("No such order for your tenant."),
+        ),
+        actions=rx.link(rx.button("All orders", variant="soft", size="2"), href=routes.ORDERS),
+    )
+
+
+PAGE = Page(routes.ORDER_DETAIL, order_page, "Order · Outbox", [AuthState.require_login, OrderState.load])

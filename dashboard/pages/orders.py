@@ -1,0 +1,89 @@
+"""Orders list: the tenant's orders, filtered by status, refreshed live on any order change."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import reflex as rx
+
+from dashboard import live, routes
+from dashboard.components import data_table, loading, shell, status_badge
+from dashboard.format import money, when
+from dashboard.pages import Page
+from dashboard.state import AuthState
+from domain import queries
+from jobs.constants import tenant_channel
+
+WATCHERS: dict[str, str] = {}  # client token -> the one live watch that should keep running
+
+
+class OrdersState(AuthState):
+    rows: list[dict[str, str]] = []
+    status_filter: str = "all"
+    is_loading: bool = True
+
+    @rx.event
+    async def load(self):  # type: ignore[no-untyped-def]
+        if not self._tenant_id:
+            return
+        self.rows = await asyncio.to_thread(self._fetch_for, self._tenant_id, self.status_filter)
+        self.is_loading = False
+        return OrdersState.watch
+
+    @rx.event
+    async def set_status_filter(self, value: str):  # type: ignore[no-untyped-def]
+        self.status_filter = value
+        self.rows = await asyncio.to_thread(self._fetch_for, self._tenant_id, self.status_filter)
+
+    @rx.event(background=True)
+    async def watch(self):  # type: ignore[no-untyped-def]
+        token = self.router.session.client_token
+        me = uuid.uuid4().hex
+        WATCHERS[token] = me
+        async with self:
+            tenant = self._tenant_id
+        async for _ in live.messages(tenant_channel(tenant), lambda: WATCHERS.get(token) == me):
+            async with self:
+                status_filter_snapshot = self.status_filter
+            rows = await asyncio.to_thread(self._fetch_for, tenant, status_filter_snapshot)
+            async with self:
+                self.rows = rows
+
+    @staticmethod
+    def _fetch_for(tenant: int, status_filter: str) -> list[dict[str, str]]:
+        status = None if status_filter == "all" else status_filter
+        return [{"id": str(o["id"]), "status": o["status"], "revision": str(o["revision"]),
+                 "customer": o["customer_ref"], "amount": money(o["amount_cents"], o["currency"]),
+                 "updated": when(o["updated_at"])}
+                for o in queries.list_orders(tenant, status, 200)]
+
+
+def _row(o: rx.Var) -> rx.Component:
+    return rx.table.row(
+        rx.table.cell(rx.link(f"#{o['id']}", href=f"/orders/{o['id']}", weight="bold",
+                              data_testid="order-link")),
+        rx.table.cell(o["customer"]),
+        rx.table.cell(o["amount"]),
+        rx.table.cell(status_badge(o["status"])),
+        rx.table.cell(o["revision"]),
+        rx.table.cell(rx.text(o["updated"], size="1", color=rx.color("gray", 11))),
+        data_testid="order-row",
+    )
+
+
+def orders_page() -> rx.Component:
+    return shell(
+        "Orders",
+        loading(
+            OrdersState.is_loading,
+            data_table(["Order", "Customer", "Amount", "Status", "Revision", "Updated (UTC)"], OrdersState.rows,
+                       _row, "No orders match this filter.", "orders-table"),
+        ),
+        actions=rx.select(["all", "authorized", "approved", "cancelled"], value=OrdersState.status_filter,
+                          on_change=OrdersState.set_status_filter, size="2"),
+    )
+
+
+PAGE = Page(routes.ORDERS, orders_page, "Orders · Outbox", [AuthState.require_login, OrdersState.load],
+            ("Orders", "shopping-cart"))

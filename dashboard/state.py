@@ -1,0 +1,53 @@
+"""Session state shared by every page. The tenant lives only in backend-only vars set at login."""
+
+from __future__ import annotations
+
+import asyncio
+
+import reflex as rx
+
+from dashboard import routes
+from domain.auth import login_operator
+
+
+class AuthState(rx.State):
+    # Backend-only (leading underscore): never sent to the browser, never settable from it.
+    _tenant_id: int = 0
+    _actor_ref: str = ""
+    display_name: str = ""
+    tenant_label: str = ""
+    login_error: str = ""
+    logging_in: bool = False
+
+    @rx.var
+    def logged_in(self) -> bool:
+        return bool(self.display_name)
+
+    @rx.event
+    async def login(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+        self.logging_in = True
+        self.login_error = ""
+        yield
+        p = await asyncio.to_thread(login_operator, form.get("login", "").strip(), form.get("password", ""))
+        self.logging_in = False
+        if p is None:
+            self.login_error = "That login and password do not match an operator."
+            return
+        self._tenant_id, self._actor_ref, self.display_name = p.tenant_id, p.actor_ref, p.display_name
+        self.tenant_label = f"tenant {p.tenant_id}"
+        yield rx.redirect(routes.ORDERS)
+
+    @rx.event
+    def logout(self):  # type: ignore[no-untyped-def]
+        self._tenant_id, self._actor_ref, self.display_name, self.tenant_label = 0, "", "", ""
+        return rx.redirect(routes.LOGIN)
+
+    @rx.event
+    def require_login(self):  # type: ignore[no-untyped-def]
+        if not self._tenant_id:
+            return rx.redirect(routes.LOGIN)
+        return None
+
+    @rx.event
+    def go_home(self):  # type: ignore[no-untyped-def]
+        return rx.redirect(routes.ORDERS if self._tenant_id else routes.LOGIN)

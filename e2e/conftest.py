@@ -1,0 +1,91 @@
+"""Browser tests: real Chromium (Debian's /usr/bin/chromium) against the real app in prod mode, started here with
+its own database (outbox_e2e), Redis db 10, receiver, relay and lane workers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import PG_BASE, REDIS_BASE
+
+E2E_DB = f"{PG_BASE}/outbox_e2e"
+E2E_REDIS = f"{REDIS_BASE}/10"
+APP_PORT, RECEIVER_PORT = 3117, 8117
+APP = f"http://127.0.0.1:{APP_PORT}"
+CHROMIUM = "/usr/bin/chromium"
+SCREENS = Path(__file__).resolve().parent.parent / "evidence" / "screens"
+
+
+@pytest.fixture(scope="session")
+def app_system():
+    if not shutil.which(CHROMIUM):
+        pytest.fail("Debian's chromium is required: sudo apt-get install -y chromium (the test command does this)")
+    from jobs.dbadmin import ensure_database, migrate
+    from jobs.procs import ROOT, System
+
+    env = {**os.environ, "OUTBOX_DATABASE_URL": E2E_DB, "OUTBOX_REDIS_URL": E2E_REDIS,
+           "OUTBOX_RECEIVER_URL": f"http://127.0.0.1:{RECEIVER_PORT}", "OUTBOX_APP_URL": APP,
+           # A silent drop must be noticed in seconds, not minutes, for the reconnect test.
+           "REFLEX_SOCKET_INTERVAL": "2", "REFLEX_SOCKET_TIMEOUT": "3"}
+    os.environ.update({k: env[k] for k in ("OUTBOX_DATABASE_URL", "OUTBOX_REDIS_URL", "OUTBOX_RECEIVER_URL",
+                                           "OUTBOX_APP_URL")})
+    ensure_database(E2E_DB, reset=True)
+    migrate(E2E_DB)
+    from domain.seed import seed
+
+    seed()
+    r = redis.Redis.from_url(E2E_REDIS)
+    r.flushdb()
+    r.close()
+    system = System(env, ROOT / ".run" / "e2e-logs")
+    try:
+        system.receiver(RECEIVER_PORT)
+        system.relay()
+        system.workers()
+        system.dashboard(APP_PORT, timeout=420)
+        yield system
+    finally:
+        system.stop_all()
+
+
+@pytest.fixture(scope="session")
+def browser(app_system):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--no-first-run", "--disable-quic"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def new_operator(browser) -> Iterator:
+    contexts = []
+
+    def login(user: str = "alice", width: int = 1280, height: int = 860):  # type: ignore[no-untyped-def]
+        ctx = browser.new_context(viewport={"width": width, "height": height})
+        contexts.append(ctx)
+        page = ctx.new_page()
+        page.set_default_timeout(20_000)
+        page.goto(f"{APP}/login")
+        page.get_by_test_id("login-user").fill(user)
+        page.get_by_test_id("login-password").fill("outbox-demo")
+        page.get_by_test_id("login-submit").click()
+        page.wait_for_url("**/orders")
+        return page
+
+    yield login
+    for c in contexts:
+        c.close()
+
+
+def shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENS / f"{name}.png"), full_page=True)

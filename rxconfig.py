@@ -1,0 +1,14 @@
+import os
+
+import reflex as rx
+
+# Ports come from the command line (`reflex run --env prod --frontend-port P --backend-port P`): prod mode serves
+# pages, the /_event websocket and the /api routes on that one port.
+config = rx.Config(
+    app_name="dashboard",
+    telemetry_enabled=False,
+    show_built_with_reflex=False,
+    cors_allowed_origins=[os.environ.get("OUTBOX_APP_URL", "http://127.0.0.1:3000"), "http://localhost:3000"],
+    plugins=[rx.plugins.RadixThemesPlugin(theme=rx.theme(accent_color="indigo", gray_color="slate", radius="medium"))],
+    disable_plugins=[rx.plugins.SitemapPlugin],
+)
