@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -25,6 +26,16 @@ async def arq() -> Any:
 
         _arq_pool = await arq_pool()
     return _arq_pool
+
+
+_WATCHERS: dict[str, str] = {}  # client token -> the one watch that should keep running for that tab
+
+
+def take_over_watch(client_token: str) -> Callable[[], bool]:
+    """A newer page load (or reconnect) of the same tab supersedes its older watch; returns `still_wanted`."""
+    me = uuid.uuid4().hex
+    _WATCHERS[client_token] = me
+    return lambda: _WATCHERS.get(client_token) == me
 
 
 async def messages(channel: str, still_wanted: Callable[[], bool]) -> AsyncIterator[dict[str, Any]]:

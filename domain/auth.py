@@ -15,7 +15,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
-from domain.models import ApiKey
+from domain.models import ApiKey, table_of
 
 _hasher = PasswordHasher()
 KEY_PREFIX = "obx_"
@@ -49,7 +49,7 @@ def create_api_key(tenant_id: int, actor_ref: str | None = None, engine: Engine 
         exists = uow.execute(sa.text("SELECT 1 FROM tenants WHERE id = :t"), {"t": tenant_id}).first()
         if exists is None:
             raise LookupError(f"tenant {tenant_id} does not exist")
-        uow.execute(sa.insert(ApiKey.__table__).values(
+        uow.execute(sa.insert(table_of(ApiKey)).values(
             tenant_id=tenant_id, key_hash=_key_hash(key), prefix=key[:8],
             actor_ref=actor_ref or f"apikey:{key[:8]}",
         ))

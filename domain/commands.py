@@ -17,7 +17,7 @@ from domain import faults, sql
 from domain.audience import COST_CENTS, dedupe_key, order_event_audience
 from domain.db import UnitOfWork
 from domain.envelope import Envelope
-from domain.models import Notification, Order, OutboxEvent
+from domain.models import Notification, Order, OutboxEvent, table_of
 from domain.policy import Accept, decide_transition
 
 SCHEMA_VERSION = 1
@@ -59,7 +59,7 @@ CommandResult = Committed | Rejected | NotFound
 
 
 def _insert_handoff(uow: UnitOfWork, env: Envelope, customer_ref: str, order_id: int) -> tuple[OwedRow, ...]:
-    uow.execute(sa.insert(OutboxEvent.__table__).values(
+    uow.execute(sa.insert(table_of(OutboxEvent)).values(
         event_id=env.event_id, tenant_id=env.tenant_id, aggregate_type=env.aggregate_type,
         aggregate_id=env.aggregate_id, aggregate_revision=env.aggregate_revision, event_type=env.event_type,
         schema_version=env.schema_version, occurred_at=env.occurred_at, request_id=env.request_id,
@@ -68,12 +68,12 @@ def _insert_handoff(uow: UnitOfWork, env: Envelope, customer_ref: str, order_id:
     owed: list[OwedRow] = []
     subject = f"order-{order_id}-r{env.aggregate_revision}"
     for msg in order_event_audience(env.event_type, customer_ref, env.tenant_id):
-        nid = uow.execute(sa.insert(Notification.__table__).values(
+        nid = uow.execute(sa.insert(table_of(Notification)).values(
             tenant_id=env.tenant_id, recipient=msg.recipient, channel=msg.channel, lane=msg.lane,
             template=msg.template, payload=env.payload, order_id=order_id,
             dedupe_key=dedupe_key(env.tenant_id, msg.channel, msg.recipient, msg.template, subject),
             status="QUEUED", cost_cents=COST_CENTS[msg.channel], event_id=env.event_id,
-        ).returning(Notification.__table__.c.id)).scalar_one()
+        ).returning(table_of(Notification).c.id)).scalar_one()
         owed.append(OwedRow(nid, msg.lane, f"n-{nid}"))
     for row in owed:
         uow.execute(sa.text("UPDATE notifications SET job_id = :j WHERE id = :id"), {"j": row.job_id,
@@ -139,9 +139,9 @@ def create_order(
     *, tenant_id: int, customer_ref: str, amount_cents: int, currency: str, engine: Engine | None = None
 ) -> int:
     with UnitOfWork(engine) as uow:
-        oid = uow.execute(sa.insert(Order.__table__).values(
+        oid = uow.execute(sa.insert(table_of(Order)).values(
             tenant_id=tenant_id, status="authorized", revision=1, base_revision=1,
             customer_ref=customer_ref, amount_cents=amount_cents, currency=currency.upper(),
-        ).returning(Order.__table__.c.id)).scalar_one()
+        ).returning(table_of(Order).c.id)).scalar_one()
         uow.commit()
     return int(oid)

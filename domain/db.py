@@ -8,10 +8,13 @@ ledger rows share ONE commit.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from types import TracebackType
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, Result
+from sqlalchemy.sql.base import Executable
 from sqlmodel import Session
 
 from domain.settings import get_settings
@@ -42,8 +45,8 @@ class UnitOfWork:
             self.session.rollback()
         self.session.close()
 
-    def execute(self, statement, params=None):  # type: ignore[no-untyped-def]
-        return self.session.execute(statement, params or {})
+    def execute(self, statement: Executable, params: Mapping[str, Any] | None = None) -> Result[Any]:
+        return self.session.execute(statement, dict(params or {}))
 
     def commit(self) -> None:
         self.session.commit()

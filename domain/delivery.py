@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from domain import sql
 from domain.db import UnitOfWork
 from domain.envelope import Envelope
-from domain.models import BalanceEntry, NotificationAttempt
+from domain.models import BalanceEntry, NotificationAttempt, table_of
 from domain.retry import Fail, Retry, RetryDecision, Succeeded
 from domain.rules import FloorDecision, Send, Suppress, day_start_utc, floor_decision
 
@@ -125,7 +125,7 @@ def envelope_for(event_id: uuid.UUID, engine: Engine | None = None) -> Envelope:
 
 def _attempt(uow: UnitOfWork, c: Claim, worker: str, started: datetime, outcome: str,
              status_code: int | None, error_class: str | None, latency_ms: float | None) -> None:
-    uow.execute(sa.insert(NotificationAttempt.__table__).values(
+    uow.execute(sa.insert(table_of(NotificationAttempt)).values(
         notification_id=c.id, attempt_no=c.attempts, worker=worker, started_at=started,
         finished_at=sa.func.now(), outcome=outcome, status_code=status_code, error_class=error_class,
         latency_ms=latency_ms,
@@ -168,7 +168,7 @@ def record(
             if updated and c.cost_cents > 0:
                 x(sa.text("UPDATE balances SET balance_cents = balance_cents - :c WHERE tenant_id = :t"),
                   {"c": c.cost_cents, "t": c.tenant_id})
-                x(sa.insert(BalanceEntry.__table__).values(
+                x(sa.insert(table_of(BalanceEntry)).values(
                     tenant_id=c.tenant_id, notification_id=c.id, amount_cents=-c.cost_cents,
                     reason=f"{c.channel} {c.template}"))
             outcome = "already_processed" if decision.already_processed else "sent"

@@ -16,6 +16,11 @@ from sqlmodel import Field, SQLModel
 NOW = sa.text("now()")
 
 
+def table_of(model: type[SQLModel]) -> sa.Table:
+    """The Core table behind a model, for the inserts that must return ids inside a shared transaction."""
+    return model.__table__  # type: ignore[attr-defined,no-any-return]
+
+
 def _ts(nullable: bool = False, default: bool = True) -> Any:
     return Field(
         default=None,

@@ -153,6 +153,14 @@ def scenario(keep: bool = typer.Option(False, help="keep the scenario database a
 
 
 @app.command()
+def bench(n: int = typer.Option(300, help="commands / deliveries per measurement")) -> None:
+    """Benchmarks (own database and Redis db) → evidence/bench.md, as ratios against raw baselines."""
+    from jobs.bench import run_bench
+
+    run_bench(n)
+
+
+@app.command()
 def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int = 8090,
        no_dashboard: bool = typer.Option(False, help="start everything but the dashboard")) -> None:
     """Migrate, seed, then start receiver, relay, four lane workers and the dashboard; Ctrl-C stops them."""

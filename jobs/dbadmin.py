@@ -33,6 +33,28 @@ def ensure_database(url: str, reset: bool = False) -> bool:
     return False
 
 
+def isolated_environment(db_name: str, redis_db: int, **extra: str) -> str:
+    """Point this process (and every process it starts) at its own freshly migrated, seeded database and a
+    flushed Redis db, next to whatever the running system uses. Returns the Redis URL."""
+    import os
+
+    import redis
+
+    base = os.environ.get("OUTBOX_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/outbox")
+    db_url = base.rsplit("/", 1)[0] + "/" + db_name
+    redis_url = os.environ.get("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0] + f"/{redis_db}"
+    os.environ.update({"OUTBOX_DATABASE_URL": db_url, "OUTBOX_REDIS_URL": redis_url, "OUTBOX_FAULT": "", **extra})
+    ensure_database(db_url, reset=True)
+    migrate(db_url)
+    from domain.seed import seed
+
+    seed()
+    r = redis.Redis.from_url(redis_url)
+    r.flushdb()
+    r.close()
+    return redis_url
+
+
 def migrate(url: str) -> None:
     cfg = Config(str(ROOT / "alembic.ini"))
     cfg.set_main_option("script_location", str(ROOT / "alembic"))

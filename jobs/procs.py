@@ -7,13 +7,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
 from jobs.constants import LANES
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
@@ -107,6 +110,17 @@ def reflex_env(env: dict[str, str]) -> dict[str, str]:
         "REFLEX_USE_SYSTEM_BUN": "1", "REFLEX_TELEMETRY_ENABLED": "false", "REFLEX_CHECK_LATEST_VERSION": "0",
         "NPM_CONFIG_REGISTRY": "https://registry.npmjs.org",
     }
+
+
+def wait_until(pred: Callable[[], T], timeout: float, what: str) -> T:
+    """Poll `pred` until it returns something truthy; fail loudly naming what never happened."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def wait_http(url: str, timeout: float, proc: Proc | None = None) -> None:

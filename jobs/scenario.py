@@ -25,8 +25,8 @@ from domain.db import UnitOfWork
 from domain.delivery import set_lane_paused
 from domain.queries import invariant_counts
 from jobs.constants import order_channel
-from jobs.dbadmin import ensure_database, migrate
-from jobs.procs import ROOT, System
+from jobs.dbadmin import ensure_database, isolated_environment
+from jobs.procs import ROOT, System, wait_until
 from jobs.wake import after_commit, arq_pool
 
 SCENARIO_DB = "outbox_scenario"
@@ -59,38 +59,18 @@ def _counts() -> tuple[int, int]:
     return int(ev), int(n)
 
 
-def _wait(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise TimeoutError(f"timed out waiting for {what}")
-
-
 def run_scenario(keep: bool = False) -> bool:
-    base = os.environ.get("OUTBOX_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/outbox")
-    db_url = base.rsplit("/", 1)[0] + "/" + SCENARIO_DB
-    redis_url = os.environ.get("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0] + \
-        f"/{SCENARIO_REDIS_DB}"
     receiver_url = f"http://127.0.0.1:{RECEIVER_PORT}"
-    os.environ.update({"OUTBOX_DATABASE_URL": db_url, "OUTBOX_REDIS_URL": redis_url,
-                       "OUTBOX_RECEIVER_URL": receiver_url, "OUTBOX_LEASE_SECONDS": "2",
-                       "OUTBOX_SCAN_INTERVAL": "0.5", "OUTBOX_FAULT": ""})
+    redis_url = isolated_environment(SCENARIO_DB, SCENARIO_REDIS_DB, OUTBOX_RECEIVER_URL=receiver_url,
+                                     OUTBOX_LEASE_SECONDS="2", OUTBOX_SCAN_INTERVAL="0.5")
+    db_url = os.environ["OUTBOX_DATABASE_URL"]
     lines: list[str] = []
 
     def say(s: str) -> None:
         print(s, flush=True)
         lines.append(s)
 
-    ensure_database(db_url, reset=True)
-    migrate(db_url)
-    from domain.seed import seed
-
-    seed()
     r = redis_lib.Redis.from_url(redis_url)
-    r.flushdb()
     system = System(dict(os.environ), ROOT / ".run" / "scenario-logs")
     checks: dict[str, bool] = {}
     try:
@@ -150,7 +130,7 @@ def run_scenario(keep: bool = False) -> bool:
         checks["worker died after the remote effect"] = code == faults.EXIT_CODE and fx["effects"] == 1
 
         system.worker("high")
-        done = _wait(lambda: (x := _row(webhook.notification_id))["status"] in ("SENT", "DELIVERED") and x,
+        done = wait_until(lambda: (x := _row(webhook.notification_id))["status"] in ("SENT", "DELIVERED") and x,
                      30, "redelivery")
         fx = httpx.get(f"{receiver_url}/effects/{result.event_id}").json()
         with UnitOfWork() as uow:

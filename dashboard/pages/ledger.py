@@ -14,6 +14,7 @@ from dashboard.state import AuthState
 from domain import queries
 
 ALL = "all"
+FILTERS = ("channel", "status", "lane", "window")
 
 
 class LedgerState(AuthState):
@@ -49,23 +50,9 @@ class LedgerState(AuthState):
         self.is_loading = False
 
     @rx.event
-    async def set_channel(self, v: str):  # type: ignore[no-untyped-def]
-        self.channel = v
-        return LedgerState.load
-
-    @rx.event
-    async def set_status(self, v: str):  # type: ignore[no-untyped-def]
-        self.status = v
-        return LedgerState.load
-
-    @rx.event
-    async def set_lane(self, v: str):  # type: ignore[no-untyped-def]
-        self.lane = v
-        return LedgerState.load
-
-    @rx.event
-    async def set_window(self, v: str):  # type: ignore[no-untyped-def]
-        self.window = v
+    async def set_filter(self, name: str, value: str):  # type: ignore[no-untyped-def]
+        if name in FILTERS:  # the browser names the filter; only these four may be set
+            setattr(self, name, value)
         return LedgerState.load
 
     @rx.event
@@ -91,9 +78,10 @@ def _row(n: rx.Var) -> rx.Component:
     )
 
 
-def _filter(label: str, items: list[str], value: rx.Var, handler) -> rx.Component:  # type: ignore[no-untyped-def]
+def _filter(label: str, name: str, items: list[str]) -> rx.Component:
     return rx.vstack(rx.text(label, size="1", color=rx.color("gray", 11)),
-                     rx.select(items, value=value, on_change=handler, size="2"), spacing="1")
+                     rx.select(items, value=getattr(LedgerState, name),
+                               on_change=lambda v: LedgerState.set_filter(name, v), size="2"), spacing="1")
 
 
 def ledger_page() -> rx.Component:
@@ -109,12 +97,10 @@ def ledger_page() -> rx.Component:
             gap="12px", wrap="wrap", width="100%", margin_bottom="16px",
         ),
         rx.flex(
-            _filter("Channel", [ALL, "webhook", "email", "sms", "whatsapp"], LedgerState.channel,
-                    LedgerState.set_channel),
-            _filter("Status", [ALL, "QUEUED", "SENT", "DELIVERED", "FAILED", "SUPPRESSED"], LedgerState.status,
-                    LedgerState.set_status),
-            _filter("Lane", [ALL, "critical", "high", "normal", "bulk"], LedgerState.lane, LedgerState.set_lane),
-            _filter("Window", ["1h", "24h", "7d", ALL], LedgerState.window, LedgerState.set_window),
+            _filter("Channel", "channel", [ALL, "webhook", "email", "sms", "whatsapp"]),
+            _filter("Status", "status", [ALL, "QUEUED", "SENT", "DELIVERED", "FAILED", "SUPPRESSED"]),
+            _filter("Lane", "lane", [ALL, "critical", "high", "normal", "bulk"]),
+            _filter("Window", "window", ["1h", "24h", "7d", ALL]),
             rx.form(rx.vstack(rx.text("Recipient", size="1", color=rx.color("gray", 11)),
                               rx.hstack(rx.input(name="recipient", placeholder="cust-001", size="2"),
                                         rx.button("Filter", size="2", type="submit")), spacing="1"),

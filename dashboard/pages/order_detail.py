@@ -25,7 +25,6 @@ from domain.policy import allowed_commands
 from jobs.constants import order_channel
 from jobs.wake import after_commit
 
-WATCHERS: dict[str, str] = {}
 PAST = {"approve": "approved", "cancel": "cancelled", "fulfill": "fulfilled"}
 
 ERROR_TEXT = {
@@ -136,12 +135,10 @@ class OrderState(AuthState):
 
     @rx.event(background=True)
     async def watch(self):  # type: ignore[no-untyped-def]
-        token = self.router.session.client_token
-        me = uuid.uuid4().hex
-        WATCHERS[token] = me
+        still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
             tenant, order_id = self._tenant_id, self.order_id
-        async for msg in live.messages(order_channel(tenant, order_id), lambda: WATCHERS.get(token) == me):
+        async for msg in live.messages(order_channel(tenant, order_id), still_wanted):
             # The message is only a hint: reload authorized state outside the lock, then assign.
             loaded = await asyncio.to_thread(_load, tenant, order_id)
             async with self:

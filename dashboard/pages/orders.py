@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import reflex as rx
 
@@ -14,8 +13,6 @@ from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import queries
 from jobs.constants import tenant_channel
-
-WATCHERS: dict[str, str] = {}  # client token -> the one live watch that should keep running
 
 
 class OrdersState(AuthState):
@@ -38,12 +35,10 @@ class OrdersState(AuthState):
 
     @rx.event(background=True)
     async def watch(self):  # type: ignore[no-untyped-def]
-        token = self.router.session.client_token
-        me = uuid.uuid4().hex
-        WATCHERS[token] = me
+        still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
             tenant = self._tenant_id
-        async for _ in live.messages(tenant_channel(tenant), lambda: WATCHERS.get(token) == me):
+        async for _ in live.messages(tenant_channel(tenant), still_wanted):
             async with self:
                 status_filter_snapshot = self.status_filter
             rows = await asyncio.to_thread(self._fetch_for, tenant, status_filter_snapshot)

@@ -141,3 +141,11 @@ async def test_healthz_reports_both_dependencies(client):
 
 async def test_event_lookup_with_random_id_is_404(client, key42):
     assert (await client.get(f"/api/v1/events/{uuid.uuid4()}", headers=key42)).status_code == 404
+
+
+async def test_metrics_expose_lane_gauges_from_the_database(client, key42):
+    await client.post("/api/v1/orders/913/approve", json={"expected_revision": 17, "request_id": "m"}, headers=key42)
+    text = (await client.get("/metrics")).text
+    assert 'outbox_lane_depth{lane="high"} 1.0' in text
+    assert 'outbox_lane_depth{lane="normal"} 1.0' in text
+    assert "outbox_lane_oldest_owed_seconds" in text and "outbox_refresh_publishes_total" in text
