@@ -26,6 +26,7 @@ from domain.commands import Committed, NotFound, Rejected, create_order, execute
 from domain.db import UnitOfWork
 from domain.settings import get_settings
 from domain.signing import WebhookVerificationError, verify
+from jobs.constants import REFRESH_PUBLISHES
 from jobs.wake import after_commit, arq_pool, publish_refresh
 
 _pool: Any = None
@@ -231,7 +232,7 @@ def _ping_db() -> None:
 async def _publishes() -> int:
     pool = await _maybe_pool()
     try:
-        return int(await pool.get("outbox:metrics:refresh_publishes") or 0) if pool else 0
+        return int(await pool.get(REFRESH_PUBLISHES) or 0) if pool else 0
     except Exception:
         return 0
 

@@ -43,10 +43,32 @@ class Claim:
     max_attempts: int
     event_id: uuid.UUID | None
     order_id: int | None
+    order_status: str | None = None
+    envelope: Envelope | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Claim:
-        return cls(**dict(row._mapping))
+        m = dict(row._mapping)
+        env = None
+        if m.get("event_id") is not None and m.get("event_type") is not None:
+            env = Envelope(
+                event_id=m["event_id"], tenant_id=m["tenant_id"], aggregate_type=m["aggregate_type"],
+                aggregate_id=m["aggregate_id"], aggregate_revision=m["aggregate_revision"],
+                event_type=m["event_type"], schema_version=m["schema_version"], occurred_at=m["occurred_at"],
+                request_id=m["request_id"], causation_id=m["causation_id"], actor_ref=m["actor_ref"],
+                payload=m["event_payload"])
+        fields = {k: m[k] for k in ("id", "tenant_id", "recipient", "channel", "lane", "template", "payload",
+                                    "dedupe_key", "cost_cents", "attempts", "max_attempts", "event_id", "order_id",
+                                    "order_status")}
+        return cls(**fields, envelope=env)
+
+
+@dataclass(frozen=True)
+class SendPlan:
+    """The floor rules' verdict, with the contact point looked up in the same read (never in job arguments)."""
+
+    decision: FloorDecision
+    contact: str | None = None
 
 
 def lane_paused(lane: str, engine: Engine | None = None) -> bool:
@@ -71,47 +93,41 @@ def claim(notification_id: int, lease_seconds: float, engine: Engine | None = No
     return Claim.from_row(row) if row else None
 
 
-def floor_check(c: Claim, now: datetime, engine: Engine | None = None) -> FloorDecision | Suppress:
+def still_eligible(c: Claim) -> bool:
+    """Send-time eligibility: the order is still in a state this event is about."""
+    if c.envelope is None or c.order_id is None:
+        return True
+    want = EVENT_REQUIRES_STATUS.get(c.envelope.event_type)
+    return want is None or c.order_status in want
+
+
+def floor_check(c: Claim, now: datetime, engine: Engine | None = None) -> SendPlan:
+    eligible = still_eligible(c)
+    if c.channel == "webhook":  # a system, not a person: no quiet hours, cap, contact point or cost
+        return SendPlan(floor_decision(now=now, lane=c.lane, channel=c.channel, still_eligible=eligible,
+                                       opted_out_channels=(), sent_today=0, daily_cap=None, tz="UTC",
+                                       quiet_start=None, quiet_end=None))
     with UnitOfWork(engine) as uow:
         x = uow.execute
-        still = True
-        if c.event_id is not None and c.order_id is not None:
-            ev = x(sa.text("SELECT event_type FROM outbox_events WHERE event_id = :e"), {"e": c.event_id}).one()
-            want = EVENT_REQUIRES_STATUS.get(ev.event_type)
-            status = x(sa.text("SELECT status FROM orders WHERE tenant_id = :t AND id = :o"),
-                       {"t": c.tenant_id, "o": c.order_id}).scalar()
-            still = want is None or status in want
         rcp = x(sa.text("SELECT timezone, quiet_start, quiet_end, daily_cap, opted_out_channels, email, phone "
                         "FROM recipients WHERE tenant_id = :t AND ref = :r"),
                 {"t": c.tenant_id, "r": c.recipient}).first()
-        tz = rcp.timezone if rcp else "UTC"
-        sent_today = 0
-        if c.channel != "webhook":
-            sent_today = int(x(sa.text(
-                "SELECT count(*) FROM notifications WHERE tenant_id = :t AND recipient = :r AND channel <> 'webhook' "
-                "AND status IN ('SENT','DELIVERED') AND sent_at >= :d"),
-                {"t": c.tenant_id, "r": c.recipient, "d": day_start_utc(now, tz)}).scalar_one())
-            if rcp is None or (c.channel == "email" and not rcp.email) or (
-                    c.channel in ("sms", "whatsapp") and not rcp.phone):
-                return Suppress("no_contact_point")
+        contact = (rcp.email if c.channel == "email" else rcp.phone) if rcp else None
+        if rcp is None or not contact:
+            return SendPlan(Suppress("no_contact_point"))
+        sent_today = int(x(sa.text(
+            "SELECT count(*) FROM notifications WHERE tenant_id = :t AND recipient = :r AND channel <> 'webhook' "
+            "AND status IN ('SENT','DELIVERED') AND sent_at >= :d"),
+            {"t": c.tenant_id, "r": c.recipient, "d": day_start_utc(now, rcp.timezone)}).scalar_one())
         balance = x(sa.text("SELECT balance_cents FROM balances WHERE tenant_id = :t"), {"t": c.tenant_id}).scalar()
     decision = floor_decision(
-        now=now, lane=c.lane, channel=c.channel, still_eligible=still,
-        opted_out_channels=tuple(rcp.opted_out_channels) if rcp else (), sent_today=sent_today,
-        daily_cap=rcp.daily_cap if rcp else None, tz=tz,
-        quiet_start=rcp.quiet_start if rcp else None, quiet_end=rcp.quiet_end if rcp else None,
+        now=now, lane=c.lane, channel=c.channel, still_eligible=eligible,
+        opted_out_channels=tuple(rcp.opted_out_channels), sent_today=sent_today, daily_cap=rcp.daily_cap,
+        tz=rcp.timezone, quiet_start=rcp.quiet_start, quiet_end=rcp.quiet_end,
     )
     if isinstance(decision, Send) and c.cost_cents > 0 and (balance or 0) < c.cost_cents:
-        return Suppress("insufficient_balance")
-    return decision
-
-
-def contact_point(c: Claim, engine: Engine | None = None) -> str:
-    """Looked up at send time so addresses never travel in job arguments."""
-    with UnitOfWork(engine) as uow:
-        r = uow.execute(sa.text("SELECT email, phone FROM recipients WHERE tenant_id = :t AND ref = :r"),
-                        {"t": c.tenant_id, "r": c.recipient}).one()
-    return str(r.email if c.channel == "email" else r.phone)
+        return SendPlan(Suppress("insufficient_balance"))
+    return SendPlan(decision, contact)
 
 
 def envelope_for(event_id: uuid.UUID, engine: Engine | None = None) -> Envelope:

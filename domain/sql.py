@@ -19,12 +19,23 @@ UPDATE_ORDER_GUARDED = sa.text(
 )
 
 # ---- worker claim: a lease, guarded by status and time ---------------------------------------------------------
+# One round trip: the guarded lease, plus what the worker needs to decide and send (envelope, order status).
 CLAIM_NOTIFICATION = sa.text(
-    "UPDATE notifications SET attempts = attempts + 1, leased_until = now() + make_interval(secs => :lease) "
-    "WHERE id = :id AND status = 'QUEUED' AND next_attempt_at <= now() + interval '1 second' "
-    "AND (leased_until IS NULL OR leased_until < now()) "
-    "RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts, "
-    "max_attempts, event_id, order_id"
+    """
+    WITH c AS (
+      UPDATE notifications SET attempts = attempts + 1, leased_until = now() + make_interval(secs => :lease)
+      WHERE id = :id AND status = 'QUEUED' AND next_attempt_at <= now() + interval '1 second'
+        AND (leased_until IS NULL OR leased_until < now())
+        AND NOT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = notifications.lane AND l.paused)
+      RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts,
+                max_attempts, event_id, order_id
+    )
+    SELECT c.*, o.status AS order_status, e.aggregate_type, e.aggregate_id, e.aggregate_revision, e.event_type,
+           e.schema_version, e.occurred_at, e.request_id, e.causation_id, e.actor_ref, e.payload AS event_payload
+    FROM c
+    LEFT JOIN outbox_events e ON e.event_id = c.event_id
+    LEFT JOIN orders o ON o.tenant_id = c.tenant_id AND o.id = c.order_id
+    """
 )
 
 # ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------

@@ -21,12 +21,14 @@ from datetime import UTC, datetime
 import httpx
 import redis as redis_lib
 import sqlalchemy as sa
+from arq.constants import health_check_key_suffix
 
 from domain.commands import Committed, execute_order_command
 from domain.db import UnitOfWork, get_engine
 from domain.delivery import set_lane_paused
 from domain.settings import get_settings
 from domain.signing import signed_headers
+from jobs.constants import queue_name
 from jobs.dbadmin import isolated_environment
 from jobs.procs import ROOT, System, wait_until
 
@@ -90,15 +92,23 @@ def _wait_drained(timeout: float = 300) -> float:
     return time.perf_counter() - t0
 
 
-def bench_delivery(system: System, n: int) -> dict[str, float]:
+def _worker_ready(r: redis_lib.Redis, lane: str) -> None:
+    """arq writes its health-check key as soon as the worker polls: process start-up is not part of the run."""
+    key = queue_name(lane) + health_check_key_suffix
+    r.delete(key)
+    wait_until(lambda: r.exists(key), 60, f"the {lane} worker to start")
+
+
+def bench_delivery(system: System, n: int, r: redis_lib.Redis) -> dict[str, float]:
     set_lane_paused("high", True)
     set_lane_paused("normal", True)  # emails stay parked: we measure the webhook lane alone
     for oid in _orders(n):
         execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
                               actor_ref="bench", request_id="bench")
-    set_lane_paused("high", False)
     system.relay()
     system.worker("high")
+    _worker_ready(r, "high")
+    set_lane_paused("high", False)  # NOTIFY wakes the relay, which enqueues the backlog
     took = _wait_drained()
     system.procs["worker-high"].stop()
     system.procs["relay"].stop()
@@ -115,6 +125,7 @@ def bench_recovery(system: System, n: int, r: redis_lib.Redis) -> dict[str, floa
         execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
                               actor_ref="bench", request_id="bench")
     system.worker("high", name="worker-high-2")
+    _worker_ready(r, "high")
     r.flushdb()  # every wake-up is gone
     set_lane_paused("high", False)
     t0 = time.perf_counter()
@@ -136,7 +147,7 @@ def run_bench(n: int = 300) -> dict[str, object]:
         print(f"[1/3] commit path, {n} commands …", flush=True)
         results["commit"] = bench_commit(n)
         print(f"[2/3] delivery path, {n} webhooks …", flush=True)
-        results["delivery"] = bench_delivery(system, n)
+        results["delivery"] = bench_delivery(system, n, r)
         print(f"[3/3] recovery after Redis flush, {n} owed …", flush=True)
         results["recovery"] = bench_recovery(system, n, r)
     finally:

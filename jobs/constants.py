@@ -9,6 +9,7 @@ QUEUE_PREFIX: Final[str] = "outbox:queue:"
 RATE_KEY: Final[str] = "outbox:rate:bulk"
 REFRESH_PREFIX: Final[str] = "outbox:refresh:"
 NOTIFY_CHANNEL: Final[str] = "outbox_owed"
+REFRESH_PUBLISHES: Final[str] = "outbox:metrics:refresh_publishes"
 
 
 def queue_name(lane: str) -> str:

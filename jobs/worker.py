@@ -44,22 +44,20 @@ async def bulk_rate_gate(redis: Any, rate: float) -> None:
         await asyncio.sleep(max(0.01, window + 1 - time.time()))
 
 
-async def send(ctx: dict[str, Any], c: Claim) -> tuple[Outcome, str | None]:
+async def send(ctx: dict[str, Any], c: Claim, contact: str | None) -> tuple[Outcome, str | None]:
     s = get_settings()
     client: httpx.AsyncClient = ctx["http"]
     try:
         if c.channel == "webhook":
-            assert c.event_id is not None
-            env = await asyncio.to_thread(delivery.envelope_for, c.event_id)
-            body = _json(env.wire())
+            assert c.event_id is not None and c.envelope is not None
+            body = _json(c.envelope.wire())
             headers = signed_headers(s.webhook_secret, str(c.event_id), body)
             headers["Idempotency-Key"] = str(c.event_id)
             r = await client.post(f"{s.receiver_url}/webhooks/orders", content=body, headers=headers)
             data = _safe_json(r)
             return Outcome(r.status_code, body_error=data.get("status")), data.get("result_ref")
-        to = await asyncio.to_thread(delivery.contact_point, c)
         r = await client.post(f"{s.receiver_url}/providers/{c.channel}/messages", json={
-            "to": to, "template": c.template, "vars": c.payload, "idempotency_key": c.dedupe_key,
+            "to": contact, "template": c.template, "vars": c.payload, "idempotency_key": c.dedupe_key,
             "callback_url": f"{s.app_url}/api/v1/receipts/{c.channel}",
         })
         data = _safe_json(r)
@@ -87,16 +85,17 @@ def _safe_json(r: httpx.Response) -> dict[str, Any]:
 async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     s = get_settings()
     lane: str = ctx["lane"]
-    if await asyncio.to_thread(delivery.lane_paused, lane):
-        raise Retry(defer=1.0)  # the row stays QUEUED; the card shows pending until resume
     if lane == "bulk":
         await bulk_rate_gate(ctx["redis"], s.bulk_rate_per_second)
     c = await asyncio.to_thread(delivery.claim, notification_id, s.lease_seconds)
     if c is None:
+        if await asyncio.to_thread(delivery.lane_paused, lane):
+            raise Retry(defer=1.0)  # the row stays QUEUED; the card shows pending until resume
         return "not_owed"  # already done, leased by another worker, or not yet due: the scan will bring it back
     faults.hit("after_worker_claim")
     now = datetime.now(UTC)
-    floor = await asyncio.to_thread(delivery.floor_check, c, now)
+    plan = await asyncio.to_thread(delivery.floor_check, c, now)
+    floor = plan.decision
     if isinstance(floor, Suppress):
         await asyncio.to_thread(delivery.suppress, c, floor.reason, ctx["worker_name"], now)
         await _refresh(ctx, c)
@@ -107,7 +106,7 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     faults.hit("before_remote_call")
     started = datetime.now(UTC)
     t0 = time.perf_counter()
-    outcome, ref = await send(ctx, c)
+    outcome, ref = await send(ctx, c, plan.contact)
     latency_ms = (time.perf_counter() - t0) * 1000
     if outcome.status_code is not None and 200 <= outcome.status_code < 300:
         faults.hit("after_remote_accept_before_local_ack")
