@@ -27,7 +27,11 @@ ensure_python() {
     .venv/bin/pip install -q -r requirements.lock
     cp requirements.lock .venv/.installed
   fi
-  .venv/bin/pip install -q --no-deps --no-build-isolation -e . 2>/dev/null || .venv/bin/pip install -q --no-deps -e .
+  if [ ! -x .venv/bin/outbox ] || ! cmp -s pyproject.toml .venv/.pyproject; then
+    step "installing this project (editable) and its \`outbox\` command"
+    .venv/bin/pip install -q --no-deps -e . >/dev/null 2>&1 || .venv/bin/pip install --no-deps -e .
+    cp pyproject.toml .venv/.pyproject
+  fi
   export PATH="$ROOT/.venv/bin:$PATH"
 }
 
@@ -59,8 +63,8 @@ ensure_postgres() {
     mkdir -p .run/pgdata && [ "$(id -u)" = 0 ] && chown -R postgres .run/pgdata
     "${run[@]}" "$bindir/initdb" -D "$ROOT/.run/pgdata" -U postgres --auth=trust >/dev/null
   fi
-  "${run[@]}" "$bindir/pg_ctl" -D "$ROOT/.run/pgdata" -o "-p $PG_PORT -k /tmp -h 127.0.0.1" -l "$ROOT/.run/pg.log" -w start >/dev/null
-  pg_isready -q -h $PG_HOST -p "$PG_PORT" || die "PostgreSQL did not start; see .run/pg.log"
+  "${run[@]}" "$bindir/pg_ctl" -D "$ROOT/.run/pgdata" -o "-p $PG_PORT -k /tmp -h 127.0.0.1" -l "$ROOT/.run/pgdata/server.log" -w start >/dev/null
+  pg_isready -q -h $PG_HOST -p "$PG_PORT" || die "PostgreSQL did not start; see .run/pgdata/server.log"
 }
 
 REDIS_PORT=${OUTBOX_REDIS_PORT:-6379}
