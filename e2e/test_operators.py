@@ -234,3 +234,32 @@ def test_every_page_renders_for_support_and_on_call(new_operator, width):
     a.get_by_test_id("lane-row").first.wait_for()
     shot(a, f"ops-{width}")
     assert not any(invariant_counts().values())
+
+
+def test_on_call_replays_a_failed_webhook_from_ops(new_operator):
+    """A 422 lands in review on /ops; Replay re-queues the same row (same event id) and it completes."""
+    import httpx
+
+    from e2e.conftest import RECEIVER_PORT
+
+    httpx.post(f"http://127.0.0.1:{RECEIVER_PORT}/faults", json={"fail_422": 1})
+    oid = fresh_order()
+    a = new_operator("alice")
+    open_order(a, oid)
+    a.get_by_test_id("approve").click()
+    a.wait_for_function(
+        "() => [...document.querySelectorAll('[data-testid=notification-row]')].some(r => r.innerText.includes"
+        "('webhook') && r.innerText.includes('FAILED'))", timeout=20_000)
+    a.goto(f"{APP}/ops")
+    a.get_by_test_id("replay").first.wait_for()
+    shot(a, "ops-review-item")
+    a.get_by_test_id("replay").first.click()
+    a.get_by_test_id("ops-message").wait_for()
+    open_order(a, oid)
+    a.wait_for_function(
+        "() => [...document.querySelectorAll('[data-testid=notification-row]')].some(r => r.innerText.includes"
+        "('webhook') && r.innerText.includes('DELIVERED'))", timeout=20_000)
+    with get_engine().connect() as c:
+        n = c.execute(sa.text("SELECT count(DISTINCT event_id) FROM notifications WHERE order_id = :o"),
+                      {"o": oid}).scalar_one()
+    assert n == 1, "a replay reuses the event id; it never mints a new one"

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 from fastapi import BackgroundTasks, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from domain.db import UnitOfWork
@@ -42,6 +42,7 @@ class FaultState:
     fail_422: int = 0
     slow_seconds: float = 0.0
     accept_then_hang: int = 0
+    accept_then_drop: int = 0
     receipt_delay: float = 0.3
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -63,6 +64,8 @@ class FaultRequest(BaseModel):
     fail_422: int = 0
     slow_seconds: float = 0.0
     accept_then_hang: int = 0
+    accept_then_drop: int = 0
+    accept_then_drop: int = 0
     receipt_delay: float = 0.3
 
 
@@ -71,6 +74,7 @@ def set_faults(f: FaultRequest) -> dict[str, Any]:
     with FAULTS.lock:
         FAULTS.fail_503, FAULTS.fail_422 = f.fail_503, f.fail_422
         FAULTS.slow_seconds, FAULTS.accept_then_hang = f.slow_seconds, f.accept_then_hang
+        FAULTS.accept_then_drop = f.accept_then_drop
         FAULTS.receipt_delay = f.receipt_delay
     return f.model_dump()
 
@@ -110,7 +114,7 @@ def apply_effect(event_id: uuid.UUID, digest: str) -> tuple[str, str]:
 
 
 @app.post("/webhooks/orders")
-async def webhook(request: Request) -> JSONResponse:
+async def webhook(request: Request) -> Response:
     body = await request.body()
     try:
         data = verify(get_settings().webhook_secret, body, dict(request.headers))
@@ -136,7 +140,23 @@ async def webhook(request: Request) -> JSONResponse:
         return JSONResponse({"error": "identity_conflict", "result_ref": result_ref}, status_code=409)
     if outcome == "accepted" and FAULTS.take("accept_then_hang"):
         await asyncio.sleep(3600)  # the effect is applied; the caller will time out and must retry
+    if outcome == "accepted" and FAULTS.take("accept_then_drop"):
+        return DroppedResponse()  # the effect is applied; the connection dies mid-response
     return JSONResponse({"status": outcome, "result_ref": result_ref, "event_id": str(event_id)})
+
+
+class DroppedResponse(Response):
+    """Promise a body, send half of it, then fail: the server closes the connection mid-response and the caller
+    sees a transport error, not an answer — exactly the uncertain window after a remote effect."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"100")]})
+        await send({"type": "http.response.body", "body": b'{"status": "acc', "more_body": True})
+        raise ConnectionAbortedError("fault: accept_then_drop")
 
 
 @app.get("/effects/{event_id}")

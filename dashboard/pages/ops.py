@@ -22,6 +22,7 @@ FAULTS = {
     "422 once": {"fail_422": 1},
     "slow 2 s": {"slow_seconds": 2.0},
     "accept then hang": {"accept_then_hang": 1},
+    "accept then drop": {"accept_then_drop": 1},
     "clear": {},
 }
 

@@ -268,3 +268,83 @@ def test_no_contact_point_or_secret_reaches_job_args_payloads_or_logs(sys_, redi
     s = get_settings()
     for secret in (s.webhook_secret, s.receipt_secret, "@example.test"):
         assert secret not in logs
+
+
+def test_accept_then_drop_connection_retries_to_one_effect(sys_):
+    """The receiver applies the effect and the connection dies mid-response: a transport error, a retry with the
+    same event id, `already_processed`, one effect."""
+    httpx.post(f"{RECEIVER}/faults", json={"accept_then_drop": 1})
+    r = approve()
+    sys_.start_worker("high")
+    (row,) = wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id),
+                      what="delivery after the dropped connection")
+    fx = effects(r.event_id)
+    assert fx["effects"] == 1 and fx["deliveries"] == 2 and row.attempts == 2
+    with get_engine().connect() as c:
+        first = c.execute(sa.text("SELECT outcome, error_class FROM notification_attempts WHERE notification_id = :n "
+                                  "ORDER BY attempt_no LIMIT 1"), {"n": row.id}).one()
+    assert tuple(first) == ("retry", "connection")
+
+
+def test_replay_of_a_failed_row_keeps_the_event_id_and_one_effect(sys_):
+    from domain.delivery import replay
+
+    httpx.post(f"{RECEIVER}/faults", json={"fail_422": 1})
+    r = approve()
+    sys_.start_worker("high")
+    (row,) = wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'FAILED'", e=r.event_id))
+    assert replay(42, row.id)
+    assert not replay(7, row.id), "another tenant cannot replay it"
+    (done,) = wait_for(lambda: rows("id = :i AND status = 'DELIVERED'", i=row.id), what="the replayed delivery")
+    assert done.event_id == r.event_id and done.review is None and effects(r.event_id)["effects"] == 1
+
+
+def _email_row(event_id):  # type: ignore[no-untyped-def]
+    return wait_for(lambda: rows("event_id = :e AND channel = 'email' AND status <> 'QUEUED'", e=event_id)
+                    or None, what="the email to settle")[0]
+
+
+@pytest.mark.parametrize(("setup", "reason"), [
+    ("UPDATE recipients SET daily_cap = 0 WHERE ref = 'cust-001'", "daily_cap"),
+    ("UPDATE recipients SET opted_out_channels = '{email}' WHERE ref = 'cust-001'", "opted_out"),
+    ("UPDATE recipients SET email = NULL WHERE ref = 'cust-001'", "no_contact_point"),
+    ("UPDATE balances SET balance_cents = 0 WHERE tenant_id = 42", "insufficient_balance"),
+])
+def test_floor_rules_suppress_with_a_reason_at_send_time(sys_, setup, reason):
+    """The rules are evaluated when the worker sends, not when the order was approved."""
+    r = approve()
+    with get_engine().begin() as c:
+        c.execute(sa.text(setup))
+    sys_.start_worker("normal")
+    row = _email_row(r.event_id)
+    assert row.status == "SUPPRESSED" and row.suppressed_reason == reason
+    with get_engine().connect() as c:
+        debits = c.execute(sa.text("SELECT count(*) FROM balance_entries WHERE notification_id = :n"),
+                           {"n": row.id}).scalar_one()
+    assert debits == 0, "a suppressed message costs nothing"
+
+
+def test_order_no_longer_in_the_state_is_not_messaged(sys_):
+    r = approve()
+    with get_engine().begin() as c:  # e.g. an administrative reversal committed before the send
+        c.execute(sa.text("UPDATE orders SET status = 'cancelled' WHERE id = 913"))
+    sys_.start_worker("normal")
+    row = _email_row(r.event_id)
+    assert row.status == "SUPPRESSED" and row.suppressed_reason == "no_longer_eligible"
+
+
+def test_quiet_hours_defer_instead_of_dropping(sys_):
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    with get_engine().begin() as c:
+        c.execute(sa.text("UPDATE recipients SET timezone = 'UTC', quiet_start = :s, quiet_end = :e "
+                          "WHERE ref = 'cust-001'"),
+                  {"s": (now - timedelta(hours=1)).time().replace(microsecond=0),
+                   "e": (now + timedelta(hours=1)).time().replace(microsecond=0)})
+    r = approve()
+    sys_.start_worker("normal")
+    wait_for(lambda: rows("event_id = :e AND channel = 'email' AND next_attempt_at > now() + interval '30 minutes'",
+                          e=r.event_id), what="the email to be deferred to the end of quiet hours")
+    (row,) = rows("event_id = :e AND channel = 'email'", e=r.event_id)
+    assert row.status == "QUEUED" and row.attempts == 0 and row.suppressed_reason is None
