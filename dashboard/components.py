@@ -77,7 +77,7 @@ def card(*children: rx.Component, **props) -> rx.Component:  # type: ignore[no-u
 def stat(label: str, value: rx.Var | str, testid: str = "", colour: rx.Var | str = "gray") -> rx.Component:
     return card(
         rx.text(label, size="1", color=rx.color("gray", 11), weight="medium"),
-        rx.text(value, size="6", weight="bold", color=rx.color(colour, 11), data_testid=testid or None),
+        rx.text(value, size="6", weight="bold", color=rx.color(colour, 12), data_testid=testid or None),
         min_width="140px", flex="1",
     )
 

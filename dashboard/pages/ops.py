@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import reflex as rx
 
-from dashboard import routes
+from dashboard import live, routes
 from dashboard.components import card, data_table, shell, stat, status_badge
 from dashboard.format import notification
 from dashboard.pages import Page
@@ -27,6 +27,33 @@ FAULTS = {
 }
 
 
+REFRESH_SECONDS = 5.0
+
+
+async def _snapshot(tenant_id: int) -> dict[str, Any]:
+    s = get_settings()
+    stats, review, series, refresh = await asyncio.gather(
+        asyncio.to_thread(queries.lane_stats, tenant_id), asyncio.to_thread(queries.review_items, tenant_id),
+        asyncio.to_thread(queries.ops_series, tenant_id, 60), asyncio.to_thread(queries.refresh_stats, tenant_id))
+    return {
+        "slo": f"{s.oldest_owed_slo_seconds:.0f}s",
+        "dev_mode": s.dev_mode,
+        "lanes": [{
+            "lane": x["lane"], "depth": str(x["depth"]), "oldest": f"{x['oldest_owed_seconds']:.1f}s",
+            "breach": "yes" if x["oldest_owed_seconds"] > s.oldest_owed_slo_seconds else "no",
+            "attempts": str(x["attempts"]), "failed": str(x["failed"]), "review": str(x["review"]),
+            "p50": f"{x['p50_ms']:.0f} ms", "p99": f"{x['p99_ms']:.0f} ms",
+            "paused": "yes" if x["paused"] else "no",
+        } for x in stats],
+        "review": [notification(n) for n in review],
+        "series": [{"minute": r["minute"], "depth": int(r["depth"]), "oldest": round(float(r["oldest_seconds"]), 1),
+                    "latency": round(float(r["latency_ms"]), 1)} for r in series],
+        "pushes": str(refresh["pushes"]),
+        "push_p50": f"{refresh['p50_ms']:.0f} ms" if refresh["pushes"] else "—",
+        "push_p99": f"{refresh['p99_ms']:.0f} ms" if refresh["pushes"] else "—",
+    }
+
+
 class OpsState(AuthState):
     lanes: list[dict[str, str]] = []
     review: list[dict[str, str]] = []
@@ -41,26 +68,25 @@ class OpsState(AuthState):
     @rx.event
     async def load(self):  # type: ignore[no-untyped-def]
         if not self._tenant_id:
-            return
-        s = get_settings()
-        stats, review, series, refresh = await asyncio.gather(
-            asyncio.to_thread(queries.lane_stats, self._tenant_id),
-            asyncio.to_thread(queries.review_items, self._tenant_id),
-            asyncio.to_thread(queries.ops_series, self._tenant_id, 60), asyncio.to_thread(queries.refresh_stats, self._tenant_id))
-        self.slo, self.dev_mode = f"{s.oldest_owed_slo_seconds:.0f}s", s.dev_mode
-        self.lanes = [{
-            "lane": x["lane"], "depth": str(x["depth"]), "oldest": f"{x['oldest_owed_seconds']:.1f}s",
-            "breach": "yes" if x["oldest_owed_seconds"] > s.oldest_owed_slo_seconds else "no",
-            "attempts": str(x["attempts"]), "failed": str(x["failed"]), "review": str(x["review"]),
-            "p50": f"{x['p50_ms']:.0f} ms", "p99": f"{x['p99_ms']:.0f} ms", "paused": "yes" if x["paused"] else "no",
-        } for x in stats]
-        self.review = [notification(n) for n in review]
-        self.series = [{"minute": r["minute"], "depth": int(r["depth"]),
-                        "oldest": round(float(r["oldest_seconds"]), 1),
-                        "latency": round(float(r["latency_ms"]), 1)} for r in series]
-        self.pushes = str(refresh["pushes"])
-        self.push_p50 = f"{refresh['p50_ms']:.0f} ms" if refresh["pushes"] else "—"
-        self.push_p99 = f"{refresh['p99_ms']:.0f} ms" if refresh["pushes"] else "—"
+            return None
+        for k, v in (await _snapshot(self._tenant_id)).items():
+            setattr(self, k, v)
+        return OpsState.follow
+
+    @rx.event(background=True)
+    async def follow(self):  # type: ignore[no-untyped-def]
+        """On-call leaves this page open: refresh every few seconds, reading outside the state lock."""
+        still_wanted = live.take_over_watch(self.router.session.client_token)
+        async with self:
+            tenant = self._tenant_id
+        while still_wanted():
+            await asyncio.sleep(REFRESH_SECONDS)
+            if not still_wanted():
+                return
+            snap = await _snapshot(tenant)
+            async with self:
+                for k, v in snap.items():
+                    setattr(self, k, v)
 
     @rx.event
     async def toggle_lane(self, lane: str, paused: str):  # type: ignore[no-untyped-def]
@@ -132,9 +158,10 @@ def _chart(title: str, key: str, colour: str, unit: str) -> rx.Component:
     return card(
         rx.text(title, size="2", weight="medium"),
         rx.recharts.line_chart(
-            rx.recharts.line(data_key=key, stroke=rx.color(colour, 9), dot=False, type_="monotone"),
-            rx.recharts.x_axis(data_key="minute", min_tick_gap=30),
-            rx.recharts.y_axis(unit=unit, width=60),
+            rx.recharts.line(data_key=key, stroke=colour, stroke_width=2, dot=False, type_="monotone",
+                             is_animation_active=False),
+            rx.recharts.x_axis(data_key="minute", min_tick_gap=30, font_size=11),
+            rx.recharts.y_axis(unit=unit, width=70, font_size=11),
             rx.recharts.cartesian_grid(stroke_dasharray="3 3"),
             rx.recharts.graphing_tooltip(),
             data=OpsState.series, height=180, width="100%",
@@ -157,8 +184,8 @@ def ops_page() -> rx.Component:
         ),
         data_table(["Lane", "Depth", "Oldest owed", "Attempts", "Failed", "Review", "p50", "p99", ""],
                    OpsState.lanes, _lane_row, "No lanes.", "lanes-table"),
-        rx.flex(_chart("Owed depth", "depth", "indigo", ""), _chart("Oldest owed age", "oldest", "amber", "s"),
-                _chart("Commit-to-send latency", "latency", "green", "ms"),
+        rx.flex(_chart("Owed depth", "depth", "#3e63dd", ""), _chart("Oldest owed age", "oldest", "#ffb224", "s"),
+                _chart("Commit-to-send latency", "latency", "#30a46c", "ms"),
                 gap="12px", wrap="wrap", width="100%", margin_y="16px"),
         rx.heading("Failed and in review", size="4", margin_bottom="8px"),
         rx.text("Replay re-queues the same row with the same event id — the receiver recognises it, so a replay "
