@@ -14,8 +14,10 @@ class AuthState(rx.State):
     # Backend-only (leading underscore): never sent to the browser, never settable from it.
     _tenant_id: int = 0
     _actor_ref: str = ""
+    _oncall: bool = False
     display_name: str = ""
     tenant_label: str = ""
+    oncall: bool = False  # display only; every handler re-checks the backend-only `_oncall`
     login_error: str = ""
     logging_in: bool = False
 
@@ -34,12 +36,14 @@ class AuthState(rx.State):
             self.login_error = "That login and password do not match an operator."
             return
         self._tenant_id, self._actor_ref, self.display_name = p.tenant_id, p.actor_ref, p.display_name
+        self._oncall = self.oncall = p.oncall
         self.tenant_label = f"tenant {p.tenant_id}"
         yield rx.redirect(routes.ORDERS)
 
     @rx.event
     def logout(self):  # type: ignore[no-untyped-def]
         self._tenant_id, self._actor_ref, self.display_name, self.tenant_label = 0, "", "", ""
+        self._oncall = self.oncall = False
         return rx.redirect(routes.LOGIN)
 
     @rx.event

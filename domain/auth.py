@@ -26,6 +26,7 @@ class Principal:
     tenant_id: int
     actor_ref: str
     display_name: str = ""
+    oncall: bool = False
 
 
 def hash_password(password: str) -> str:
@@ -70,11 +71,11 @@ def principal_for_key(key: str, engine: Engine | None = None) -> Principal | Non
 def login_operator(login: str, password: str, engine: Engine | None = None) -> Principal | None:
     with UnitOfWork(engine) as uow:
         row = uow.execute(sa.text(
-            "SELECT id, tenant_id, login, display_name, password_hash FROM operators WHERE login = :l"
+            "SELECT id, tenant_id, login, display_name, password_hash, role FROM operators WHERE login = :l"
         ), {"l": login}).first()
     if row is None:
         _hasher.hash(password)  # same work either way: the timing says nothing about which logins exist
         return None
     if not verify_password(row.password_hash, password):
         return None
-    return Principal(row.tenant_id, f"operator:{row.login}", row.display_name)
+    return Principal(row.tenant_id, f"operator:{row.login}", row.display_name, row.role == "oncall")

@@ -36,11 +36,14 @@ class Tenant(SQLModel, table=True):
 
 class Operator(SQLModel, table=True):
     __tablename__ = "operators"
+    __table_args__ = (sa.CheckConstraint("role IN ('operator','oncall')", name="operators_role_known"),)
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenants.id", index=True)
     login: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
     display_name: str
     password_hash: str
+    # 'oncall' may pause lanes and flip fault switches: those act on every tenant's deliveries.
+    role: str = Field(default="operator", sa_column=sa.Column(sa.Text, nullable=False, server_default="operator"))
 
 
 class ApiKey(SQLModel, table=True):

@@ -14,9 +14,9 @@ from jobs.constants import LANES
 
 DEMO_PASSWORD = "outbox-demo"
 OPERATORS = (
-    (42, "alice", "Alice Moreau"),
-    (42, "bob", "Bob Okafor"),
-    (7, "carol", "Carol Lindqvist"),
+    (42, "alice", "Alice Moreau", "oncall"),
+    (42, "bob", "Bob Okafor", "operator"),
+    (7, "carol", "Carol Lindqvist", "operator"),
 )
 
 
@@ -32,10 +32,12 @@ def seed(engine: Engine | None = None, *, seed_value: int = 42) -> dict[str, int
             ).rowcount
             x(sa.text("INSERT INTO balances (tenant_id, balance_cents) VALUES (:t, 50000) ON CONFLICT DO NOTHING"),
               {"t": tid})
-        for tid, login, display in OPERATORS:
+        for tid, login, display, role in OPERATORS:
             created["operators"] += x(sa.text(
-                "INSERT INTO operators (tenant_id, login, display_name, password_hash) VALUES (:t, :l, :d, :p) "
-                "ON CONFLICT (login) DO NOTHING"), {"t": tid, "l": login, "d": display, "p": pw}).rowcount
+                "INSERT INTO operators (tenant_id, login, display_name, password_hash, role) "
+                "VALUES (:t, :l, :d, :p, :r) ON CONFLICT (login) DO UPDATE SET role = EXCLUDED.role "
+                "WHERE operators.role <> EXCLUDED.role"),
+                {"t": tid, "l": login, "d": display, "p": pw, "r": role}).rowcount
         for lane in LANES:
             x(sa.text("INSERT INTO lane_controls (lane, paused) VALUES (:l, false) ON CONFLICT DO NOTHING"),
               {"l": lane})

@@ -263,3 +263,15 @@ def test_on_call_replays_a_failed_webhook_from_ops(new_operator):
         n = c.execute(sa.text("SELECT count(DISTINCT event_id) FROM notifications WHERE order_id = :o"),
                       {"o": oid}).scalar_one()
     assert n == 1, "a replay reuses the event id; it never mints a new one"
+
+
+def test_only_on_call_sees_lane_controls(new_operator):
+    """A lane carries every tenant's messages: an ordinary operator sees its state but cannot pause it."""
+    b = new_operator("bob")
+    b.goto(f"{APP}/ops")
+    b.get_by_test_id("lane-row").first.wait_for()
+    assert b.get_by_test_id("lane-toggle").count() == 0
+    a = new_operator("alice")
+    a.goto(f"{APP}/ops")
+    a.get_by_test_id("lane-toggle").first.wait_for()
+    assert a.get_by_test_id("lane-toggle").count() == 4

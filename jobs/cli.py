@@ -43,7 +43,7 @@ def seed() -> None:
 
     created = run_seed()
     err.print(f"[green]seeded[/] {created}; operators: "
-              + ", ".join(f"{login} (tenant {t})" for t, login, _ in OPERATORS) + f", password {DEMO_PASSWORD!r}")
+              + ", ".join(f"{login} (tenant {t}, {role})" for t, login, _, role in OPERATORS) + f", password {DEMO_PASSWORD!r}")
 
 
 @apikey.command("create")

@@ -16,6 +16,7 @@ from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import delivery, queries
 from domain.settings import get_settings
+from jobs.constants import LANES
 
 FAULTS = {
     "503 ×3": {"fail_503": 3},
@@ -90,6 +91,9 @@ class OpsState(AuthState):
 
     @rx.event
     async def toggle_lane(self, lane: str, paused: str):  # type: ignore[no-untyped-def]
+        if not self._oncall or lane not in LANES:  # a lane carries every tenant's messages
+            self.message = "Only on-call engineers can pause or resume a lane."
+            return None
         await asyncio.to_thread(delivery.set_lane_paused, lane, paused != "yes")
         self.message = f"Lane {lane} {'resumed' if paused == 'yes' else 'paused'}."
         return OpsState.load
@@ -108,8 +112,8 @@ class OpsState(AuthState):
 
     @rx.event
     async def fault(self, name: str):  # type: ignore[no-untyped-def]
-        if not get_settings().dev_mode:
-            self.message = "Fault switches exist only in development mode."
+        if not get_settings().dev_mode or not self._oncall or name not in FAULTS:
+            self.message = "Fault switches exist only in development mode, for on-call engineers."
             return
         try:
             async with httpx.AsyncClient(timeout=3) as c:
@@ -130,10 +134,13 @@ def _lane_row(x: rx.Var) -> rx.Component:
         rx.table.cell(x["review"]),
         rx.table.cell(x["p50"]),
         rx.table.cell(x["p99"]),
-        rx.table.cell(rx.button(rx.cond(x["paused"] == "yes", "Resume", "Pause"), size="1",
-                                color_scheme=rx.cond(x["paused"] == "yes", "green", "amber"), variant="soft",
-                                on_click=OpsState.toggle_lane(x["lane"], x["paused"]),
-                                data_testid="lane-toggle")),
+        rx.table.cell(rx.cond(
+            OpsState.oncall,
+            rx.button(rx.cond(x["paused"] == "yes", "Resume", "Pause"), size="1",
+                      color_scheme=rx.cond(x["paused"] == "yes", "green", "amber"), variant="soft",
+                      on_click=OpsState.toggle_lane(x["lane"], x["paused"]), data_testid="lane-toggle"),
+            rx.badge(rx.cond(x["paused"] == "yes", "paused", "running"), variant="soft",
+                     color_scheme=rx.cond(x["paused"] == "yes", "amber", "green")))),
         data_testid="lane-row",
     )
 
@@ -193,7 +200,7 @@ def ops_page() -> rx.Component:
                 size="2", color=rx.color("gray", 11), margin_bottom="8px"),
         data_table(["#", "Channel", "Recipient", "Status", "Why", "Attempts", "Event", ""], OpsState.review,
                    _review_row, "Nothing failed. Nothing waits for a human.", "review-table"),
-        rx.cond(OpsState.dev_mode, rx.box(
+        rx.cond(OpsState.dev_mode & OpsState.oncall, rx.box(
             rx.heading("Receiver fault switches (development only)", size="4", margin_top="20px",
                        margin_bottom="8px"),
             rx.hstack(*[rx.button(name, size="1", variant="outline", color_scheme="red",
