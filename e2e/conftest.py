@@ -9,12 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
-from tests.conftest import PG_BASE, REDIS_BASE
-
-E2E_DB = f"{PG_BASE}/outbox_e2e"
-E2E_REDIS = f"{REDIS_BASE}/10"
+E2E_DB_NAME, E2E_REDIS_DB = "outbox_e2e", 10
 APP_PORT, RECEIVER_PORT = 3117, 8117
 APP = f"http://127.0.0.1:{APP_PORT}"
 CHROMIUM = "/usr/bin/chromium"
@@ -25,23 +21,13 @@ SCREENS = Path(__file__).resolve().parent.parent / "evidence" / "screens"
 def app_system():
     if not shutil.which(CHROMIUM):
         pytest.fail("Debian's chromium is required: sudo apt-get install -y chromium (the test command does this)")
-    from jobs.dbadmin import ensure_database, migrate
+    from jobs.dbadmin import isolated_environment
     from jobs.procs import ROOT, System
 
-    env = {**os.environ, "OUTBOX_DATABASE_URL": E2E_DB, "OUTBOX_REDIS_URL": E2E_REDIS,
-           "OUTBOX_RECEIVER_URL": f"http://127.0.0.1:{RECEIVER_PORT}", "OUTBOX_APP_URL": APP,
-           # A silent drop must be noticed in seconds, not minutes, for the reconnect test.
-           "REFLEX_SOCKET_INTERVAL": "2", "REFLEX_SOCKET_TIMEOUT": "3"}
-    os.environ.update({k: env[k] for k in ("OUTBOX_DATABASE_URL", "OUTBOX_REDIS_URL", "OUTBOX_RECEIVER_URL",
-                                           "OUTBOX_APP_URL")})
-    ensure_database(E2E_DB, reset=True)
-    migrate(E2E_DB)
-    from domain.seed import seed
-
-    seed()
-    r = redis.Redis.from_url(E2E_REDIS)
-    r.flushdb()
-    r.close()
+    isolated_environment(E2E_DB_NAME, E2E_REDIS_DB, OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{RECEIVER_PORT}",
+                         OUTBOX_APP_URL=APP)
+    # A silent drop must be noticed in seconds, not minutes, for the reconnect test.
+    env = {**os.environ, "REFLEX_SOCKET_INTERVAL": "2", "REFLEX_SOCKET_TIMEOUT": "3"}
     system = System(env, ROOT / ".run" / "e2e-logs")
     try:
         system.receiver(RECEIVER_PORT)

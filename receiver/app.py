@@ -36,21 +36,26 @@ EFFECT_TYPE = "customer_webhook"
 SUPPORTED_SCHEMAS = (1,)
 
 
+class FaultRequest(BaseModel):
+    fail_503: int = 0  # the next N calls answer 503
+    fail_422: int = 0  # the next N calls answer 422 unsupported_schema
+    slow_seconds: float = 0.0  # every call waits this long first
+    accept_then_hang: int = 0  # the next N effects are applied, then the response never comes
+    accept_then_drop: int = 0  # the next N effects are applied, then the connection dies mid-response
+    receipt_delay: float = 0.3  # providers post their receipt this long after accepting
+
+
 @dataclass
 class FaultState:
-    fail_503: int = 0
-    fail_422: int = 0
-    slow_seconds: float = 0.0
-    accept_then_hang: int = 0
-    accept_then_drop: int = 0
-    receipt_delay: float = 0.3
+    config: FaultRequest = field(default_factory=FaultRequest)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def take(self, name: str) -> bool:
+        """Consume one shot of a counted fault."""
         with self.lock:
-            n = getattr(self, name)
+            n = getattr(self.config, name)
             if n > 0:
-                setattr(self, name, n - 1)
+                setattr(self.config, name, n - 1)
                 return True
             return False
 
@@ -59,23 +64,11 @@ FAULTS = FaultState()
 app = FastAPI(title="Outbox mock receiver", version="1.0", docs_url="/docs")
 
 
-class FaultRequest(BaseModel):
-    fail_503: int = 0
-    fail_422: int = 0
-    slow_seconds: float = 0.0
-    accept_then_hang: int = 0
-    accept_then_drop: int = 0
-    accept_then_drop: int = 0
-    receipt_delay: float = 0.3
-
-
 @app.post("/faults")
 def set_faults(f: FaultRequest) -> dict[str, Any]:
+    """Replace every switch at once; `{}` clears them all."""
     with FAULTS.lock:
-        FAULTS.fail_503, FAULTS.fail_422 = f.fail_503, f.fail_422
-        FAULTS.slow_seconds, FAULTS.accept_then_hang = f.slow_seconds, f.accept_then_hang
-        FAULTS.accept_then_drop = f.accept_then_drop
-        FAULTS.receipt_delay = f.receipt_delay
+        FAULTS.config = f.model_copy()
     return f.model_dump()
 
 
@@ -126,8 +119,8 @@ async def webhook(request: Request) -> Response:
         return JSONResponse({"error": "malformed_event"}, status_code=422)
     if request.headers.get("webhook-id") != str(event_id) or request.headers.get("idempotency-key") != str(event_id):
         return JSONResponse({"error": "identity_mismatch"}, status_code=422)
-    if FAULTS.slow_seconds:
-        await asyncio.sleep(FAULTS.slow_seconds)
+    if FAULTS.config.slow_seconds:
+        await asyncio.sleep(FAULTS.config.slow_seconds)
     if FAULTS.take("fail_503"):
         await asyncio.to_thread(_record_delivery, event_id, "503")
         return JSONResponse({"error": "unavailable"}, status_code=503)
@@ -196,7 +189,7 @@ def _store_message(provider: str, m: ProviderMessageIn) -> tuple[str, bool]:
 
 async def send_receipt(provider: str, reference: str, outcome: str, callback_url: str) -> None:
     """Signed like any Standard Webhook; retried while the app has not yet recorded the send."""
-    await asyncio.sleep(FAULTS.receipt_delay)
+    await asyncio.sleep(FAULTS.config.receipt_delay)
     receipt_id = f"rcpt-{reference}"
     body = json.dumps({"receipt_id": receipt_id, "provider_reference": reference, "outcome": outcome})
     async with httpx.AsyncClient(timeout=5) as client:
