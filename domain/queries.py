@@ -103,9 +103,19 @@ def ledger(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -> dic
             "count(*) FILTER (WHERE n.status = 'FAILED') AS failed, "
             "count(*) FILTER (WHERE n.status = 'QUEUED') AS queued "
             f"FROM notifications n WHERE {where}"), p).one()
+        per_channel = _rows(uow.execute(sa.text(
+            "SELECT n.channel, count(*) AS total, "
+            "count(*) FILTER (WHERE n.status = 'DELIVERED') AS delivered, "
+            "count(*) FILTER (WHERE n.status IN ('SENT','DELIVERED','FAILED')) AS attempted_final, "
+            "count(*) FILTER (WHERE n.status = 'SUPPRESSED') AS suppressed, "
+            "count(*) FILTER (WHERE n.status = 'FAILED') AS failed, "
+            "coalesce(sum(n.cost_cents) FILTER (WHERE n.status IN ('SENT','DELIVERED')), 0) AS cost_cents "
+            f"FROM notifications n WHERE {where} GROUP BY n.channel ORDER BY n.channel"), p))
     t = dict(totals._mapping)
     t["delivery_rate"] = (t["delivered"] / t["attempted_final"]) if t["attempted_final"] else None
-    return {"rows": rows, "totals": t}
+    for ch in per_channel:
+        ch["delivery_rate"] = (ch["delivered"] / ch["attempted_final"]) if ch["attempted_final"] else None
+    return {"rows": rows, "totals": t, "channels": per_channel}
 
 
 def audit_timeline(tenant_id: int, query: str, engine: Engine | None = None) -> list[dict[str, Any]]:

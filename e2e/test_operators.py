@@ -219,8 +219,13 @@ def test_wrong_password_is_refused(browser):
 def test_every_page_renders_for_support_and_on_call(new_operator, width):
     a = new_operator("alice", width=width)
     shot(a, f"orders-{width}")
-    open_order(a, 913)
-    shot(a, f"order-913-{width}")
+    oid = fresh_order()  # this test makes its own traffic, so it passes alone or in any order
+    open_order(a, oid)
+    a.get_by_test_id("approve").click()
+    a.wait_for_function(
+        "() => [...document.querySelectorAll('[data-testid=notification-row]')].filter(r => "
+        "/DELIVERED|SUPPRESSED/.test(r.innerText)).length === 2", timeout=20_000)
+    shot(a, f"order-detail-{width}")
     a.goto(f"{APP}/ledger")
     a.get_by_test_id("ledger-total").wait_for()
     a.wait_for_function("() => document.querySelector('[data-testid=ledger-total]').innerText !== '0'")
@@ -230,6 +235,9 @@ def test_every_page_renders_for_support_and_on_call(new_operator, width):
     a.get_by_test_id("audit-search").click()
     a.get_by_test_id("audit-item").first.wait_for()
     shot(a, f"audit-{width}")
+    a.goto(f"{APP}/audit?q={oid}")  # the ledger's event links arrive this way; an order number works too
+    a.wait_for_function("() => [...document.querySelectorAll('[data-testid=audit-item]')].some("
+                        "e => e.innerText.includes('receiver applied customer_webhook once'))")
     a.goto(f"{APP}/ops")
     a.get_by_test_id("lane-row").first.wait_for()
     shot(a, f"ops-{width}")

@@ -91,6 +91,19 @@ def status() -> None:
         t.add_row(s["lane"], str(s["depth"]), f"[{colour}]{age:.1f}s[/]", str(s["attempts"]), str(s["failed"]),
                   str(s["review"]), f"{s['p50_ms']:.0f}", f"{s['p99_ms']:.0f}", "yes" if s["paused"] else "no")
     out.print(t)
+    out.print(f"refresh publishes: {_refresh_publishes()}")
+
+
+def _refresh_publishes() -> str:
+    import redis
+
+    from jobs.constants import REFRESH_PUBLISHES
+
+    try:
+        r = redis.Redis.from_url(get_settings().redis_url, socket_timeout=2)
+        return str(int(r.get(REFRESH_PUBLISHES) or 0))
+    except redis.RedisError as exc:
+        return f"unknown (Redis: {type(exc).__name__})"
 
 
 @app.command()
@@ -153,11 +166,13 @@ def scenario(keep: bool = typer.Option(False, help="keep the scenario database a
 
 
 @app.command()
-def bench(n: int = typer.Option(300, help="commands / deliveries per measurement")) -> None:
+def bench(n: int = typer.Option(300, help="commands / deliveries per measurement"),
+          scan_owed: int = typer.Option(20_000, help="owed rows for the relay-claim drain"),
+          scan_done: int = typer.Option(200_000, help="settled rows beside them")) -> None:
     """Benchmarks (own database and Redis db) → evidence/bench.md, as ratios against raw baselines."""
     from jobs.bench import run_bench
 
-    run_bench(n)
+    run_bench(n, scan_owed, scan_done)
 
 
 @app.command()

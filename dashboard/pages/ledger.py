@@ -19,6 +19,7 @@ FILTERS = ("channel", "status", "lane", "window")
 
 class LedgerState(AuthState):
     rows: list[dict[str, str]] = []
+    channels: list[dict[str, str]] = []
     channel: str = ALL
     status: str = ALL
     lane: str = ALL
@@ -44,6 +45,11 @@ class LedgerState(AuthState):
         data = await asyncio.to_thread(queries.ledger, self._tenant_id, f)
         t = data["totals"]
         self.rows = [notification(n) for n in data["rows"]]
+        self.channels = [{
+            "channel": c["channel"], "total": str(c["total"]), "delivered": str(c["delivered"]),
+            "rate": f"{c['delivery_rate'] * 100:.0f}%" if c["delivery_rate"] is not None else "—",
+            "suppressed": str(c["suppressed"]), "failed": str(c["failed"]), "cost": money(c["cost_cents"]),
+        } for c in data["channels"]]
         self.total, self.cost = str(t["total"]), money(t["cost_cents"])
         self.delivery_rate = f"{t['delivery_rate'] * 100:.0f}%" if t["delivery_rate"] is not None else "—"
         self.suppressed, self.failed, self.queued = str(t["suppressed"]), str(t["failed"]), str(t["queued"])
@@ -78,6 +84,16 @@ def _row(n: rx.Var) -> rx.Component:
     )
 
 
+def _channel_row(c: rx.Var) -> rx.Component:
+    return rx.table.row(
+        rx.table.cell(rx.link(c["channel"], on_click=LedgerState.set_filter("channel", c["channel"]),
+                              weight="bold", cursor="pointer")),
+        rx.table.cell(c["total"]), rx.table.cell(c["delivered"]), rx.table.cell(c["rate"]),
+        rx.table.cell(c["suppressed"]), rx.table.cell(c["failed"]), rx.table.cell(c["cost"]),
+        data_testid="channel-row",
+    )
+
+
 def _filter(label: str, name: str, items: list[str]) -> rx.Component:
     return rx.vstack(rx.text(label, size="1", color=rx.color("gray", 11)),
                      rx.select(items, value=getattr(LedgerState, name),
@@ -96,6 +112,9 @@ def ledger_page() -> rx.Component:
             stat("Failed", LedgerState.failed, colour="red"),
             gap="12px", wrap="wrap", width="100%", margin_bottom="16px",
         ),
+        rx.box(data_table(["Channel", "Messages", "Delivered", "Delivery rate", "Suppressed", "Failed", "Cost"],
+                          LedgerState.channels, _channel_row, "No messages in this window.", "channel-table"),
+               margin_bottom="16px", width="100%"),
         rx.flex(
             _filter("Channel", "channel", [ALL, "webhook", "email", "sms", "whatsapp"]),
             _filter("Status", "status", [ALL, "QUEUED", "SENT", "DELIVERED", "FAILED", "SUPPRESSED"]),
