@@ -7,6 +7,3 @@ LEDGER = "/ledger"
 AUDIT = "/audit"
 OPS = "/ops"
 
-
-def order_path(order_id: int | str) -> str:
-    return f"/orders/{order_id}"

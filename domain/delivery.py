@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -263,6 +263,3 @@ def resolve(tenant_id: int, notification_id: int, engine: Engine | None = None) 
         uow.commit()
     return r is not None
 
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)

@@ -17,7 +17,7 @@ class Outcome:
 
     status_code: int | None
     error: Literal["timeout", "connection"] | None = None
-    body_error: str | None = None
+    body_status: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def decide_retry(
 ) -> RetryDecision:
     kind, error_class = classify(outcome)
     if kind == "ok":
-        return Succeeded(already_processed=outcome.body_error == "already_processed")
+        return Succeeded(already_processed=outcome.body_status == "already_processed")
     assert error_class is not None
     if kind == "permanent":
         return Fail(error_class, review=True)

@@ -49,7 +49,7 @@ async def publish_refresh(
     return int(n)
 
 
-async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow], defer_until: float | None = None) -> int:
+async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
     """Idempotent by `_job_id`: a row that already has a live job is not enqueued twice."""
     n = 0
     for row in rows:

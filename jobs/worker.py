@@ -20,6 +20,7 @@ from arq.worker import Worker
 
 from domain import delivery, faults
 from domain.delivery import Claim
+from domain.envelope import canonical_json
 from domain.retry import Outcome, decide_retry
 from domain.retry import Retry as RetryDecision
 from domain.rules import Defer, Suppress
@@ -50,28 +51,22 @@ async def send(ctx: dict[str, Any], c: Claim, contact: str | None) -> tuple[Outc
     try:
         if c.channel == "webhook":
             assert c.event_id is not None and c.envelope is not None
-            body = _json(c.envelope.wire())
+            body = canonical_json(c.envelope.wire()).decode()
             headers = signed_headers(s.webhook_secret, str(c.event_id), body)
             headers["Idempotency-Key"] = str(c.event_id)
             r = await client.post(f"{s.receiver_url}/webhooks/orders", content=body, headers=headers)
             data = _safe_json(r)
-            return Outcome(r.status_code, body_error=data.get("status")), data.get("result_ref")
+            return Outcome(r.status_code, body_status=data.get("status")), data.get("result_ref")
         r = await client.post(f"{s.receiver_url}/providers/{c.channel}/messages", json={
             "to": contact, "template": c.template, "vars": c.payload, "idempotency_key": c.dedupe_key,
             "callback_url": f"{s.app_url}/api/v1/receipts/{c.channel}",
         })
         data = _safe_json(r)
-        return Outcome(r.status_code, body_error=data.get("status")), data.get("reference")
+        return Outcome(r.status_code, body_status=data.get("status")), data.get("reference")
     except httpx.TimeoutException:
         return Outcome(None, error="timeout"), None
     except httpx.TransportError:
         return Outcome(None, error="connection"), None
-
-
-def _json(obj: Any) -> str:
-    import json
-
-    return json.dumps(obj, separators=(",", ":"), sort_keys=True)
 
 
 def _safe_json(r: httpx.Response) -> dict[str, Any]:

@@ -52,7 +52,6 @@ class OrderState(AuthState):
     updated: str = ""
     notifications: list[dict[str, str]] = []
     can_approve: bool = False
-    can_cancel: bool = False
     can_fulfill: bool = False
     error: str = ""
     notice: str = ""
@@ -74,8 +73,8 @@ class OrderState(AuthState):
         self.customer, self.amount = order["customer_ref"], money(order["amount_cents"], order["currency"])
         self.updated = when(order["updated_at"])
         allowed = allowed_commands(order["status"])
-        self.can_approve, self.can_cancel = "approve" in allowed, "cancel" in allowed
-        self.can_fulfill = "fulfill" in allowed
+        # Cancel stays clickable on purpose: trying it on an approved order shows the policy answer.
+        self.can_approve, self.can_fulfill = "approve" in allowed, "fulfill" in allowed
         self.notifications = notes
         self.seen = f"{self.order_id}:{new_rev}"
 

@@ -48,6 +48,6 @@ def test_2xx_succeeds(code):
 
 
 def test_already_processed_is_success():
-    d = decide_retry(Outcome(200, body_error="already_processed"), 2, 8, 1, 60, random.Random(0))
+    d = decide_retry(Outcome(200, body_status="already_processed"), 2, 8, 1, 60, random.Random(0))
     assert d == Succeeded(already_processed=True)
     assert classify(Outcome(200)) == ("ok", None)
