@@ -24,6 +24,27 @@ TABLES = (
 )
 
 
+def truncate_all(attempts: int = 5) -> None:
+    """Empty every table. A late provider receipt from the previous test can hold a row lock on `notifications`
+    while it inserts its receipt; TRUNCATE may then lose a deadlock. That is the previous test's tail, not a
+    failure of this one, so try again."""
+    import time
+
+    import sqlalchemy as sa
+
+    from domain.db import get_engine
+
+    for i in range(attempts):
+        try:
+            with get_engine().begin() as c:
+                c.execute(sa.text(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE"))
+            return
+        except sa.exc.OperationalError as exc:
+            if "deadlock" not in str(exc) or i == attempts - 1:
+                raise
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="session")
 def migrated_db() -> str:
     from jobs.dbadmin import ensure_database, migrate
@@ -36,13 +57,9 @@ def migrated_db() -> str:
 @pytest.fixture
 def db(migrated_db: str) -> str:
     """A clean, seeded database for one test."""
-    import sqlalchemy as sa
-
-    from domain.db import get_engine
     from domain.seed import seed
 
-    with get_engine().begin() as c:
-        c.execute(sa.text(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE"))
+    truncate_all()
     seed()
     return migrated_db
 

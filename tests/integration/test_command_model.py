@@ -29,10 +29,9 @@ class OrderCommands(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         from domain.seed import seed
-        from tests.conftest import TABLES
+        from tests.conftest import truncate_all
 
-        with get_engine().begin() as c:
-            c.execute(sa.text(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE"))
+        truncate_all()
         seed()
         self.status, self.revision, self.events = "authorized", 17, 0
         self.pending_retry: uuid.UUID | None = None
