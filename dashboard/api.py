@@ -20,10 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dashboard.limits import BodyLimit
-from domain import delivery, queries
+from domain import delivery, journeys, queries
 from domain.auth import Principal, principal_for_key
 from domain.commands import Committed, NotFound, Rejected, create_order, execute_order_command
 from domain.db import UnitOfWork
+from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
 from domain.settings import get_settings
 from domain.signing import WebhookVerificationError, verify
 from jobs.constants import REFRESH_PUBLISHES
@@ -70,6 +71,17 @@ class OrderIn(BaseModel):
     customer_ref: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
     amount_cents: int = Field(ge=0, le=10**12)
     currency: str = Field(pattern=r"^[A-Za-z]{3}$")
+
+
+class LeadIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    recipient_ref: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+    advisor_ref: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+
+
+class LeadEventIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    event: str = Field(min_length=1, max_length=64)
 
 
 class TransitionOut(BaseModel):
@@ -156,6 +168,32 @@ def build_api() -> FastAPI:
     @api.get("/api/v1/events/{event_id}")
     async def get_event(event_id: uuid.UUID, p: Auth) -> dict[str, Any]:
         row = await asyncio.to_thread(queries.get_event, p.tenant_id, event_id)
+        if row is None:
+            raise ApiError(404, "not_found")
+        return row
+
+    @api.post("/api/v1/leads", status_code=201)
+    async def new_lead(body: LeadIn, p: Auth) -> JSONResponse:
+        lid = await asyncio.to_thread(journeys.create_lead, p.tenant_id, body.recipient_ref, body.advisor_ref)
+        return JSONResponse({"lead_id": lid, "current_step": None}, status_code=201)
+
+    @api.post("/api/v1/leads/{lead_id}/events")
+    async def lead_event(lead_id: int, body: LeadEventIn, p: Auth) -> JSONResponse:
+        r = await asyncio.to_thread(journeys.record_lead_event, p.tenant_id, lead_id, body.event)
+        if r.outcome == "not_found":
+            return JSONResponse({"error": "not_found"}, status_code=404)
+        if r.outcome == "unknown_event":
+            return JSONResponse({"error": "unknown_step", "event": body.event, "steps": list(JOURNEY_STEPS),
+                                 "lifecycle_events": list(LIFECYCLE_EVENTS)}, status_code=422)
+        return JSONResponse({
+            "lead_id": lead_id, "outcome": r.outcome, "current_step": r.current_step, "intent_id": r.intent_id,
+            "cancelled_intent_id": r.cancelled_intent_id,
+            "scheduled_for": r.scheduled_for.isoformat() if r.scheduled_for else None,
+            "notification_ids": list(r.notification_ids)})
+
+    @api.get("/api/v1/leads/{lead_id}")
+    async def get_lead(lead_id: int, p: Auth) -> dict[str, Any]:
+        row = await asyncio.to_thread(queries.lead_detail, p.tenant_id, lead_id)
         if row is None:
             raise ApiError(404, "not_found")
         return row

@@ -6,4 +6,5 @@ ORDER_DETAIL = "/orders/[order_id]"
 LEDGER = "/ledger"
 AUDIT = "/audit"
 OPS = "/ops"
+JOURNEYS = "/journeys"
 

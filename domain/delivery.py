@@ -45,6 +45,10 @@ class Claim:
     order_id: int | None
     order_status: str | None = None
     envelope: Envelope | None = None
+    intent_id: int | None = None
+    intent_status: str | None = None
+    intent_step: str | None = None
+    lead_step: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Claim:
@@ -59,7 +63,7 @@ class Claim:
                 payload=m["event_payload"])
         fields = {k: m[k] for k in ("id", "tenant_id", "recipient", "channel", "lane", "template", "payload",
                                     "dedupe_key", "cost_cents", "attempts", "max_attempts", "event_id", "order_id",
-                                    "order_status")}
+                                    "order_status", "intent_id", "intent_status", "intent_step", "lead_step")}
         return cls(**fields, envelope=env)
 
 
@@ -101,7 +105,14 @@ def still_eligible(c: Claim) -> bool:
     return want is None or c.order_status in want
 
 
+def superseded(c: Claim) -> bool:
+    """A journey nudge whose intent was cancelled, or whose lead has moved past its step, must not go out."""
+    return c.intent_id is not None and (c.intent_status == "cancelled" or c.lead_step != c.intent_step)
+
+
 def floor_check(c: Claim, now: datetime, engine: Engine | None = None) -> SendPlan:
+    if superseded(c):
+        return SendPlan(Suppress("superseded"))
     eligible = still_eligible(c)
     if c.channel == "webhook":  # a system, not a person: no quiet hours, cap, contact point or cost
         return SendPlan(floor_decision(now=now, lane=c.lane, channel=c.channel, still_eligible=eligible,
@@ -187,6 +198,9 @@ def record(
                 x(sa.insert(table_of(BalanceEntry)).values(
                     tenant_id=c.tenant_id, notification_id=c.id, amount_cents=-c.cost_cents,
                     reason=f"{c.channel} {c.template}"))
+            if updated and c.intent_id is not None:
+                x(sa.text("UPDATE lead_notification_intents SET status = 'sent', updated_at = now() "
+                          "WHERE id = :i AND status IN ('pending', 'scheduled')"), {"i": c.intent_id})
             outcome = "already_processed" if decision.already_processed else "sent"
             _attempt(uow, c, worker, started, outcome, status_code, None, latency_ms)
         elif isinstance(decision, Retry):

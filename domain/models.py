@@ -166,6 +166,9 @@ class Notification(SQLModel, table=True):
         sa_column=sa.Column(pg.UUID(as_uuid=True), sa.ForeignKey("outbox_events.event_id"), index=True),
     )
     order_id: int | None = Field(default=None, index=True)
+    # Journey nudges: the intent this message belongs to (superseding the intent suppresses its rows).
+    intent_id: int | None = Field(
+        default=None, sa_column=sa.Column(sa.BigInteger, sa.ForeignKey("lead_notification_intents.id"), index=True))
     job_id: str | None = None
     created_at: datetime | None = _ts()
     sent_at: datetime | None = _ts(nullable=True, default=False)
@@ -205,6 +208,8 @@ class Lead(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenants.id", index=True)
     recipient_ref: str
+    advisor_ref: str | None = None
+    # The furthest funnel step reached; only ever moves forward (domain/journeys.py).
     current_step: str | None = None
 
 
@@ -227,7 +232,6 @@ class LeadNotificationIntent(SQLModel, table=True):
     step: str
     status: str
     scheduled_for: datetime | None = _ts(nullable=True, default=False)
-    notification_id: int | None = Field(default=None, foreign_key="notifications.id")
     created_at: datetime | None = _ts()
     updated_at: datetime | None = _ts()
 

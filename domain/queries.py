@@ -227,3 +227,33 @@ def record_push_latency(tenant_id: int, latency_ms: float, engine: Engine | None
         uow.execute(sa.text("INSERT INTO refresh_metrics (kind, tenant_id, latency_ms) VALUES ('push', :t, :l)"),
                     {"t": tenant_id, "l": latency_ms})
         uow.commit()
+
+
+def list_leads(tenant_id: int, engine: Engine | None = None) -> list[dict[str, Any]]:
+    with UnitOfWork(engine) as uow:
+        return _rows(uow.execute(sa.text(
+            "SELECT l.id, l.recipient_ref, l.advisor_ref, l.current_step, i.step AS live_step, "
+            "i.status AS live_status, i.scheduled_for AS live_scheduled_for, "
+            "(SELECT count(*) FROM lead_notification_intents h WHERE h.lead_id = l.id) AS intents "
+            "FROM leads l LEFT JOIN lead_notification_intents i ON i.lead_id = l.id "
+            "AND i.status IN ('pending', 'scheduled') WHERE l.tenant_id = :t ORDER BY l.id"), {"t": tenant_id}))
+
+
+def lead_detail(tenant_id: int, lead_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
+    with UnitOfWork(engine) as uow:
+        lead = uow.execute(sa.text(
+            "SELECT id, recipient_ref, advisor_ref, current_step FROM leads WHERE tenant_id = :t AND id = :l"),
+            {"t": tenant_id, "l": lead_id}).first()
+        if lead is None:
+            return None
+        intents = _rows(uow.execute(sa.text(
+            "SELECT id, step, status, scheduled_for, created_at, updated_at FROM lead_notification_intents "
+            "WHERE lead_id = :l ORDER BY id"), {"l": lead_id}))
+        notes = _rows(uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS}, n.intent_id FROM notifications n WHERE n.tenant_id = :t AND "
+            "(n.intent_id IN (SELECT id FROM lead_notification_intents WHERE lead_id = :l) "
+            " OR n.dedupe_key LIKE :lifecycle) ORDER BY n.id"),
+            {"t": tenant_id, "l": lead_id, "lifecycle": f"%:lead-{lead_id}-%"}))
+    out = dict(lead._mapping)
+    out["intents"], out["notifications"] = intents, notes
+    return out

@@ -50,6 +50,15 @@ def seed(engine: Engine | None = None, *, seed_value: int = 42) -> dict[str, int
                     "ON CONFLICT DO NOTHING"),
                     {"t": tid, "r": ref, "d": f"Customer {ref}", "e": f"{ref}@example.test",
                      "p": f"+1555{rng.randrange(10**6, 10**7)}", "tz": "UTC", "qs": None, "qe": None})
+        x(sa.text(
+            "INSERT INTO recipients (tenant_id, ref, display_name, email, timezone) "
+            "VALUES (42, 'advisor-anna', 'Anna (sales advisor)', 'anna@northwind.example.test', 'UTC') "
+            "ON CONFLICT DO NOTHING"))
+        if not x(sa.text("SELECT 1 FROM leads WHERE tenant_id = 42 LIMIT 1")).first():
+            for ref in customers[42][2:6]:
+                x(sa.text("INSERT INTO leads (tenant_id, recipient_ref, advisor_ref) VALUES (42, :r, 'advisor-anna')"),
+                  {"r": ref})
+            x(sa.text("INSERT INTO leads (tenant_id, recipient_ref) VALUES (7, 'c7-001')"))
         # A recipient who sleeps 22:00-07:00 in Tokyo, for quiet-hour demos.
         x(sa.text(
             "INSERT INTO recipients (tenant_id, ref, display_name, email, timezone, quiet_start, quiet_end, "

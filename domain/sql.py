@@ -28,13 +28,16 @@ CLAIM_NOTIFICATION = sa.text(
         AND (leased_until IS NULL OR leased_until < now())
         AND NOT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = notifications.lane AND l.paused)
       RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts,
-                max_attempts, event_id, order_id
+                max_attempts, event_id, order_id, intent_id
     )
     SELECT c.*, o.status AS order_status, e.aggregate_type, e.aggregate_id, e.aggregate_revision, e.event_type,
-           e.schema_version, e.occurred_at, e.request_id, e.causation_id, e.actor_ref, e.payload AS event_payload
+           e.schema_version, e.occurred_at, e.request_id, e.causation_id, e.actor_ref, e.payload AS event_payload,
+           i.status AS intent_status, i.step AS intent_step, ld.current_step AS lead_step
     FROM c
     LEFT JOIN outbox_events e ON e.event_id = c.event_id
     LEFT JOIN orders o ON o.tenant_id = c.tenant_id AND o.id = c.order_id
+    LEFT JOIN lead_notification_intents i ON i.id = c.intent_id
+    LEFT JOIN leads ld ON ld.id = i.lead_id
     """
 )
 

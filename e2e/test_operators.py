@@ -283,3 +283,27 @@ def test_only_on_call_sees_lane_controls(new_operator):
     a.goto(f"{APP}/ops")
     a.get_by_test_id("lane-toggle").first.wait_for()
     assert a.get_by_test_id("lane-toggle").count() == 4
+
+
+def test_journey_nudges_supersede_and_late_events_are_dropped(new_operator):
+    a = new_operator("alice")
+    a.goto(f"{APP}/journeys")
+    a.get_by_test_id("lead-row").first.wait_for()
+    a.get_by_test_id("lead-row").nth(1).get_by_role("link").click()
+    a.get_by_test_id("record-event").wait_for()
+    a.get_by_test_id("record-event").click()  # "initiated" is preselected
+    a.get_by_test_id("journey-result").wait_for()
+    assert "Nudge scheduled" in a.get_by_test_id("journey-result").inner_text()
+    a.get_by_role("combobox").click()
+    a.get_by_role("option", name="credit_check_done").click()
+    a.get_by_test_id("record-event").click()
+    a.wait_for_function("() => document.querySelectorAll('[data-testid=intent-row]').length === 2")
+    statuses = [r.inner_text() for r in a.get_by_test_id("intent-row").all()]
+    assert "cancelled" in statuses[0] and "scheduled" in statuses[1]
+    a.get_by_role("combobox").click()
+    a.get_by_role("option", name="initiated").click()
+    a.get_by_test_id("record-event").click()
+    a.wait_for_function("() => document.querySelector('[data-testid=journey-result]').innerText.includes('Dropped')")
+    assert a.get_by_test_id("intent-row").count() == 2, "a late event changes nothing"
+    shot(a, "journeys")
+    assert invariant_counts()["3 two live intents for one lead"] == 0

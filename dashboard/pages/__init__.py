@@ -19,6 +19,6 @@ class Page:
 
 
 def all_pages() -> list[Page]:
-    from dashboard.pages import audit, ledger, login, ops, order_detail, orders
+    from dashboard.pages import audit, journeys, ledger, login, ops, order_detail, orders
 
-    return [login.PAGE, order_detail.PAGE, orders.PAGE, ledger.PAGE, audit.PAGE, ops.PAGE]
+    return [login.PAGE, order_detail.PAGE, orders.PAGE, ledger.PAGE, audit.PAGE, journeys.PAGE, ops.PAGE]

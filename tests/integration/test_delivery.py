@@ -348,3 +348,32 @@ def test_quiet_hours_defer_instead_of_dropping(sys_):
                           e=r.event_id), what="the email to be deferred to the end of quiet hours")
     (row,) = rows("event_id = :e AND channel = 'email'", e=r.event_id)
     assert row.status == "QUEUED" and row.attempts == 0 and row.suppressed_reason is None
+
+
+def test_due_journey_nudge_is_delivered_and_its_intent_marked_sent(sys_):
+    from datetime import UTC, datetime, timedelta
+
+    from domain.journeys import record_lead_event
+
+    r = record_lead_event(42, 1, "initiated", now=datetime.now(UTC) - timedelta(minutes=31))  # due now
+    sys_.start_worker("normal")
+    wait_for(lambda: len(rows("intent_id = :i AND status IN ('SENT', 'DELIVERED')", i=r.intent_id)) == 2,
+             what="WhatsApp to the applicant and email to the advisor")
+    with get_engine().connect() as c:
+        status = c.execute(sa.text("SELECT status FROM lead_notification_intents WHERE id = :i"),
+                           {"i": r.intent_id}).scalar_one()
+    assert status == "sent"
+
+
+def test_nudge_for_a_step_the_lead_has_passed_is_suppressed_at_send_time(sys_):
+    from datetime import UTC, datetime, timedelta
+
+    from domain.journeys import record_lead_event
+
+    r = record_lead_event(42, 1, "initiated", now=datetime.now(UTC) - timedelta(minutes=31))
+    with get_engine().begin() as c:  # the lead moved on by a path that did not tear the nudge down
+        c.execute(sa.text("UPDATE leads SET current_step = 'offers_viewed' WHERE id = 1"))
+    sys_.start_worker("normal")
+    done = wait_for(lambda: [n for n in rows("intent_id = :i", i=r.intent_id) if n.status != "QUEUED"] or None,
+                    what="the stale nudge to settle")
+    assert all(n.status == "SUPPRESSED" and n.suppressed_reason == "superseded" for n in done)

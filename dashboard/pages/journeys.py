@@ -1,0 +1,152 @@
+"""Journeys: each lead's furthest step, its one live nudge, and the history of every nudge we scheduled,
+superseded or sent — with a way to record a funnel or lifecycle event by hand."""
+
+from __future__ import annotations
+
+import asyncio
+
+import reflex as rx
+
+from dashboard import routes
+from dashboard.components import card, data_table, shell, status_badge
+from dashboard.format import notification, when
+from dashboard.pages import Page
+from dashboard.state import AuthState
+from domain import journeys, queries
+from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
+
+OUTCOME_TEXT = {
+    "scheduled": "Nudge scheduled for {at}; the previous live nudge (if any) was cancelled.",
+    "sent_now": "Sent now; the previous live nudge (if any) was cancelled.",
+    "dropped": "Dropped: the lead is already at {step}, so this event is late or backward. Nothing changed.",
+    "lifecycle": "Lifecycle message sent; the journey nudge was left alone.",
+    "unknown_event": "Unknown event.",
+    "not_found": "No such lead for your tenant.",
+}
+
+
+class JourneysState(AuthState):
+    leads: list[dict[str, str]] = []
+    selected: int = 0
+    intents: list[dict[str, str]] = []
+    messages: list[dict[str, str]] = []
+    event: str = JOURNEY_STEPS[0]
+    result: str = ""
+
+    @rx.event
+    async def load(self):  # type: ignore[no-untyped-def]
+        if not self._tenant_id:
+            return
+        rows = await asyncio.to_thread(queries.list_leads, self._tenant_id)
+        self.leads = [{
+            "id": str(r["id"]), "recipient": r["recipient_ref"], "advisor": r["advisor_ref"] or "—",
+            "step": r["current_step"] or "—",
+            "progress": f"{JOURNEY_STEPS.index(r['current_step']) + 1 if r['current_step'] else 0} of "
+                        f"{len(JOURNEY_STEPS)} steps",
+            "live": f"{r['live_step']} · {r['live_status']}" if r["live_step"] else "none",
+            "due": when(r["live_scheduled_for"]), "intents": str(r["intents"]),
+        } for r in rows]
+        if self.selected:
+            await self._detail()
+
+    async def _detail(self) -> None:
+        d = await asyncio.to_thread(queries.lead_detail, self._tenant_id, self.selected)
+        if d is None:
+            self.selected, self.intents, self.messages = 0, [], []
+            return
+        self.intents = [{"id": str(i["id"]), "step": i["step"], "status": i["status"],
+                         "due": when(i["scheduled_for"]), "created": when(i["created_at"])} for i in d["intents"]]
+        self.messages = [notification(n) for n in d["notifications"]]
+
+    @rx.event
+    async def select(self, lead_id: str):  # type: ignore[no-untyped-def]
+        self.selected, self.result = int(lead_id), ""
+        await self._detail()
+
+    @rx.event
+    def set_event(self, value: str):  # type: ignore[no-untyped-def]
+        self.event = value
+
+    @rx.event
+    async def record(self):  # type: ignore[no-untyped-def]
+        if not self.selected:
+            return
+        r = await asyncio.to_thread(journeys.record_lead_event, self._tenant_id, self.selected, self.event)
+        self.result = OUTCOME_TEXT[r.outcome].format(at=when(r.scheduled_for), step=r.current_step)
+        return JourneysState.load
+
+
+def _lead_row(r: rx.Var) -> rx.Component:
+    return rx.table.row(
+        rx.table.cell(rx.link(f"#{r['id']}", on_click=JourneysState.select(r["id"]), cursor="pointer",
+                              weight="bold")),
+        rx.table.cell(r["recipient"]),
+        rx.table.cell(r["advisor"]),
+        rx.table.cell(rx.vstack(rx.text(r["step"]), rx.text(r["progress"], size="1", color=rx.color("gray", 11)),
+                                spacing="0")),
+        rx.table.cell(r["live"]),
+        rx.table.cell(rx.text(r["due"], size="1")),
+        rx.table.cell(r["intents"]),
+        data_testid="lead-row",
+    )
+
+
+def _intent_row(i: rx.Var) -> rx.Component:
+    return rx.table.row(
+        rx.table.cell(rx.text("#", i["id"])), rx.table.cell(i["step"]),
+        rx.table.cell(rx.badge(i["status"], color_scheme=rx.match(
+            i["status"], ("scheduled", "amber"), ("pending", "amber"), ("sent", "green"), "gray"))),
+        rx.table.cell(rx.text(i["due"], size="1")), rx.table.cell(rx.text(i["created"], size="1")),
+        data_testid="intent-row",
+    )
+
+
+def _message_row(n: rx.Var) -> rx.Component:
+    return rx.table.row(
+        rx.table.cell(n["channel"]), rx.table.cell(n["recipient"]), rx.table.cell(rx.text(n["template"], size="1")),
+        rx.table.cell(rx.vstack(status_badge(n["status"]), rx.cond(n["reason"] != "", rx.text(
+            n["reason"], size="1", color=rx.color("gray", 11))), spacing="1")),
+        rx.table.cell(n["attempts"]),
+    )
+
+
+def journeys_page() -> rx.Component:
+    return shell(
+        "Journeys",
+        rx.text("At most one live nudge per lead, for the furthest step reached — enforced by a partial unique "
+                "index. Late or backward events are dropped; lifecycle messages never cancel a nudge.",
+                size="2", color=rx.color("gray", 11), margin_bottom="12px"),
+        data_table(["Lead", "Applicant", "Advisor", "Furthest step", "Live nudge", "Due (UTC)", "Nudges"],
+                   JourneysState.leads, _lead_row, "No leads yet.", "leads-table"),
+        rx.cond(JourneysState.selected > 0, card(
+            rx.heading(f"Lead #{JourneysState.selected}", size="4"),
+            rx.hstack(
+                rx.select.root(
+                    rx.select.trigger(),
+                    rx.select.content(
+                        rx.select.group(rx.select.label("Funnel steps"),
+                                        *[rx.select.item(s, value=s) for s in JOURNEY_STEPS]),
+                        rx.select.separator(),
+                        rx.select.group(rx.select.label("Lifecycle"),
+                                        *[rx.select.item(s, value=s) for s in LIFECYCLE_EVENTS]),
+                    ),
+                    value=JourneysState.event, on_change=JourneysState.set_event,
+                ),
+                rx.button("Record event", on_click=JourneysState.record, data_testid="record-event"),
+                spacing="2", margin_y="8px",
+            ),
+            rx.cond(JourneysState.result != "", rx.callout(JourneysState.result, icon="info",
+                                                           data_testid="journey-result")),
+            rx.heading("Nudges", size="3", margin_top="12px"),
+            data_table(["#", "Step", "Status", "Due (UTC)", "Created (UTC)"], JourneysState.intents, _intent_row,
+                       "No nudges yet.", "intents-table"),
+            rx.heading("Messages", size="3", margin_top="12px"),
+            data_table(["Channel", "Recipient", "Template", "Status", "Attempts"], JourneysState.messages,
+                       _message_row, "No messages yet."),
+            margin_top="16px",
+        )),
+    )
+
+
+PAGE = Page(routes.JOURNEYS, journeys_page, "Journeys · Outbox", [AuthState.require_login, JourneysState.load],
+            ("Journeys", "route"))
