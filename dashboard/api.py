@@ -160,17 +160,11 @@ def build_api() -> FastAPI:
 
     @api.get("/api/v1/orders/{order_id}")
     async def get_order(order_id: int, p: Auth) -> dict[str, Any]:
-        row = await asyncio.to_thread(queries.get_order, p.tenant_id, order_id)
-        if row is None:
-            raise ApiError(404, "not_found")
-        return row
+        return await _tenant_row(queries.get_order, p.tenant_id, order_id)
 
     @api.get("/api/v1/events/{event_id}")
     async def get_event(event_id: uuid.UUID, p: Auth) -> dict[str, Any]:
-        row = await asyncio.to_thread(queries.get_event, p.tenant_id, event_id)
-        if row is None:
-            raise ApiError(404, "not_found")
-        return row
+        return await _tenant_row(queries.get_event, p.tenant_id, event_id)
 
     @api.post("/api/v1/leads", status_code=201)
     async def new_lead(body: LeadIn, p: Auth) -> JSONResponse:
@@ -193,10 +187,7 @@ def build_api() -> FastAPI:
 
     @api.get("/api/v1/leads/{lead_id}")
     async def get_lead(lead_id: int, p: Auth) -> dict[str, Any]:
-        row = await asyncio.to_thread(queries.lead_detail, p.tenant_id, lead_id)
-        if row is None:
-            raise ApiError(404, "not_found")
-        return row
+        return await _tenant_row(queries.lead_detail, p.tenant_id, lead_id)
 
     @api.post("/api/v1/receipts/{provider}")
     async def receipt(provider: str, request: Request) -> JSONResponse:
@@ -253,6 +244,14 @@ def build_api() -> FastAPI:
         return JSONResponse({"error": "not_found", "path": f"/api/{rest}"}, status_code=404)
 
     return api
+
+
+async def _tenant_row(query: Any, tenant_id: int, key: Any) -> dict[str, Any]:
+    """A tenant-scoped read: another tenant's row and a missing row both answer 404 (no existence leak)."""
+    row: dict[str, Any] | None = await asyncio.to_thread(query, tenant_id, key)
+    if row is None:
+        raise ApiError(404, "not_found")
+    return row
 
 
 async def _maybe_pool() -> Any:
