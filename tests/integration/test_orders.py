@@ -112,6 +112,7 @@ def test_event_id_is_kept_across_a_retried_command(db):
 def test_thousand_seeded_injected_failures_never_split_fact_from_handoff(db):
     """Phase-1 checkpoint: 1,000 commands, each with a seeded random fault point (or none)."""
     seed = int(os.environ.get("OUTBOX_TEST_SEED", random.randrange(2**32)))
+    print(f"fault-injection seed={seed} (replay with OUTBOX_TEST_SEED={seed})")  # shown by pytest on any failure
     rng = random.Random(seed)
     with get_engine().connect() as c:
         orders = [r.id for r in c.execute(sa.text("SELECT id FROM orders WHERE tenant_id = 42")).all()]
