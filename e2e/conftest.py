@@ -24,8 +24,9 @@ def app_system():
     from jobs.dbadmin import isolated_environment
     from jobs.procs import ROOT, System
 
+    # Short leases and scans: a crashed worker's message is back within seconds (the default is 30 s / 5 s).
     isolated_environment(E2E_DB_NAME, E2E_REDIS_DB, OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{RECEIVER_PORT}",
-                         OUTBOX_APP_URL=APP)
+                         OUTBOX_APP_URL=APP, OUTBOX_LEASE_SECONDS="2", OUTBOX_SCAN_INTERVAL="0.5")
     # A silent drop must be noticed in seconds, not minutes, for the reconnect test.
     env = {**os.environ, "REFLEX_SOCKET_INTERVAL": "2", "REFLEX_SOCKET_TIMEOUT": "3"}
     system = System(env, ROOT / ".run" / "e2e-logs")

@@ -8,7 +8,6 @@ attempts and one effect; an invalid transition changes nothing; another tenant's
 from __future__ import annotations
 
 import json
-import signal
 import statistics
 import time
 from datetime import UTC, datetime
@@ -114,17 +113,21 @@ def test_paused_lane_leaves_card_pending_and_resume_completes_it(new_operator):
         "('webhook') && r.innerText.includes('DELIVERED'))", timeout=20_000)
 
 
-def test_post_effect_crash_shows_two_attempts_one_effect(new_operator, app_system):
+def test_post_effect_crash_armed_from_ops_shows_two_attempts_one_effect(new_operator, app_system):
+    """On-call arms the dangerous fault on /ops; the high worker dies right after the receiver applied the effect;
+    once it is back, the retry finds `already_processed`: two attempts, one effect, one event id."""
     oid = fresh_order()
-    app_system.procs["worker-high"].stop()
-    faulty = app_system.worker("high", fault="after_remote_accept_before_local_ack", name="worker-high-faulty")
     a = new_operator("alice")
+    a.goto(f"{APP}/ops")
+    a.get_by_test_id("arm-crash-high").click()
+    a.get_by_test_id("ops-message").wait_for()
     open_order(a, oid)
     a.get_by_test_id("approve").click()
+    worker = app_system.procs["worker-high"]
     try:
-        assert faulty.wait_exit(30) == 86, "the worker must die right after the receiver applied the effect"
+        assert worker.wait_exit(30) == 86, "the worker must die right after the receiver applied the effect"
     finally:
-        app_system.worker("high")
+        app_system.worker("high")  # what `outbox up` does for a crashed process
     row = a.get_by_test_id("notification-row").filter(has_text="webhook")
     a.wait_for_function(
         "() => [...document.querySelectorAll('[data-testid=notification-row]')].some(r => r.innerText.includes"
@@ -138,7 +141,6 @@ def test_post_effect_crash_shows_two_attempts_one_effect(new_operator, app_syste
             "WHERE n.order_id = :o AND n.channel = 'webhook'"), {"o": oid}).scalar_one()
     assert effects == 1
     shot(a, "order-detail-post-effect-crash")
-    app_system.procs["worker-high-faulty"].stop(signal.SIGKILL)
 
 
 def test_invalid_transition_shows_policy_error_and_changes_nothing(new_operator):

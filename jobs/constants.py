@@ -10,6 +10,8 @@ RATE_KEY: Final[str] = "outbox:rate:bulk"
 REFRESH_PREFIX: Final[str] = "outbox:refresh:"
 NOTIFY_CHANNEL: Final[str] = "outbox_owed"
 REFRESH_PUBLISHES: Final[str] = "outbox:metrics:refresh_publishes"
+# Development-only one-shot process faults armed from /ops: members are "<lane>:<fault point>".
+ARMED_FAULTS: Final[str] = "outbox:faults:armed"
 
 
 def queue_name(lane: str) -> str:

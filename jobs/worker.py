@@ -10,6 +10,7 @@ import asyncio
 import os
 import random
 import socket
+import sys
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +27,7 @@ from domain.retry import Retry as RetryDecision
 from domain.rules import Defer, Suppress
 from domain.settings import get_settings
 from domain.signing import signed_headers
-from jobs.constants import RATE_KEY, queue_name
+from jobs.constants import ARMED_FAULTS, RATE_KEY, queue_name
 from jobs.wake import publish_refresh, redis_settings
 
 HTTP_TIMEOUT = httpx.Timeout(connect=2.0, read=5.0, write=5.0, pool=2.0)
@@ -77,6 +78,13 @@ def _safe_json(r: httpx.Response) -> dict[str, Any]:
         return {}
 
 
+async def armed_from_ops(ctx: dict[str, Any], point: str) -> None:
+    """Development only: a one-shot fault armed on /ops ends this process at `point`, like OUTBOX_FAULT does."""
+    if get_settings().dev_mode and await ctx["redis"].srem(ARMED_FAULTS, f"{ctx['lane']}:{point}"):
+        print(f"fault injected point={point} (armed from ops) pid={os.getpid()}", file=sys.stderr, flush=True)
+        os._exit(faults.EXIT_CODE)
+
+
 async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     s = get_settings()
     lane: str = ctx["lane"]
@@ -104,6 +112,7 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     outcome, ref = await send(ctx, c, plan.contact)
     latency_ms = (time.perf_counter() - t0) * 1000
     if outcome.status_code is not None and 200 <= outcome.status_code < 300:
+        await armed_from_ops(ctx, "after_remote_accept_before_local_ack")
         faults.hit("after_remote_accept_before_local_ack")
     decision = decide_retry(outcome, c.attempts, c.max_attempts, s.backoff_base, s.backoff_cap, ctx["rng"])
     result = await asyncio.to_thread(

@@ -16,7 +16,7 @@ from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import delivery, queries
 from domain.settings import get_settings
-from jobs.constants import LANES
+from jobs.constants import ARMED_FAULTS, LANES
 
 FAULTS = {
     "503 ×3": {"fail_503": 3},
@@ -109,6 +109,15 @@ class OpsState(AuthState):
         ok = await asyncio.to_thread(delivery.resolve, self._tenant_id, int(nid))
         self.message = f"#{nid} marked resolved by hand." if ok else f"#{nid} could not be resolved."
         return OpsState.load
+
+    @rx.event
+    async def arm_worker_crash(self, lane: str):  # type: ignore[no-untyped-def]
+        if not get_settings().dev_mode or not self._oncall or lane not in LANES:
+            self.message = "Fault switches exist only in development mode, for on-call engineers."
+            return
+        await (await live.arq()).sadd(ARMED_FAULTS, f"{lane}:after_remote_accept_before_local_ack")
+        self.message = (f"Armed: the next {lane} worker to get an accepted response dies before recording it. "
+                        "`outbox up` restarts it; the retry must find the effect already applied.")
 
     @rx.event
     async def fault(self, name: str):  # type: ignore[no-untyped-def]
@@ -205,6 +214,11 @@ def ops_page() -> rx.Component:
                        margin_bottom="8px"),
             rx.hstack(*[rx.button(name, size="1", variant="outline", color_scheme="red",
                                   on_click=OpsState.fault(name)) for name in FAULTS], wrap="wrap", spacing="2"),
+            rx.heading("Worker crash after the remote effect (the dangerous window)", size="3", margin_top="12px",
+                       margin_bottom="8px"),
+            rx.hstack(*[rx.button(f"crash next {lane} worker", size="1", variant="soft", color_scheme="red",
+                                  on_click=OpsState.arm_worker_crash(lane), data_testid=f"arm-crash-{lane}")
+                        for lane in ("high", "normal")], wrap="wrap", spacing="2"),
         )),
         actions=rx.button(rx.icon("refresh_cw", size=14), "Refresh", on_click=OpsState.load, variant="soft",
                           size="2", data_testid="ops-refresh"),
