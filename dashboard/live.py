@@ -15,17 +15,12 @@ import redis.asyncio as aioredis
 
 from domain.settings import get_settings
 
-_arq_pool: Any = None
-
 
 async def arq() -> Any:
-    """One arq pool per backend worker for after-commit publish and enqueue."""
-    global _arq_pool
-    if _arq_pool is None:
-        from jobs.wake import arq_pool
+    """The backend worker's one arq pool (shared with the HTTP API) for after-commit publish and enqueue."""
+    from dashboard.api import redis_pool
 
-        _arq_pool = await arq_pool()
-    return _arq_pool
+    return await redis_pool()
 
 
 _WATCHERS: dict[str, str] = {}  # client token -> the one watch that should keep running for that tab

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import secrets
@@ -171,8 +172,6 @@ class ProviderMessageIn(BaseModel):
 
 
 def _store_message(provider: str, m: ProviderMessageIn) -> tuple[str, bool]:
-    import hashlib
-
     with UnitOfWork() as uow:
         ref = f"{provider}-{uuid.uuid4().hex[:12]}"
         row = uow.execute(sa.text(
