@@ -5,7 +5,7 @@ from __future__ import annotations
 import reflex as rx
 
 from dashboard import components
-from dashboard.api import build_api
+from dashboard.api.app import build_api
 from dashboard.pages import all_pages
 from dashboard.state import AuthState
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from domain.rules import REASON_TEXT
+from domain.reasons import ledger_reason
 
 
 def money(cents: int | None, currency: str = "EUR") -> str:
@@ -16,21 +16,12 @@ def when(ts: datetime | None) -> str:
     return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if ts else "—"
 
 
-def age(ts: datetime | None, now: datetime | None = None) -> str:
-    if ts is None:
-        return "—"
-    s = ((now or datetime.now(UTC)) - ts).total_seconds()
-    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
+RECEIVER_SAID = {"sent": "accepted", "already_processed": "already processed", "retry": "try again",
+                 "failed": "refused"}
 
 
 def notification(n: dict[str, Any]) -> dict[str, str]:
-    reason = ""
-    if n.get("status") == "SUPPRESSED":
-        reason = REASON_TEXT.get(n.get("suppressed_reason") or "", n.get("suppressed_reason") or "")
-    elif n.get("review") == "needs_review":
-        reason = f"Needs review: {n.get('last_error_class') or 'permanent failure'}"
-    elif n.get("last_error_class"):
-        reason = f"Last error: {n['last_error_class']}"
+    reason = ledger_reason(n)
     return {
         "id": str(n["id"]),
         "event_id": str(n.get("event_id") or ""),
@@ -46,7 +37,8 @@ def notification(n: dict[str, Any]) -> dict[str, str]:
          else n["status"].lower()),
         "attempts": str(n.get("attempts") or 0),
         "effect": n.get("effect_ref") or n.get("provider_reference") or "—",
-        "receiver_calls": str(n.get("receiver_calls") or 0),
+        # What the receiver answered last, as the worker recorded it ("already processed" after a redelivery).
+        "receiver_said": RECEIVER_SAID.get(n.get("last_outcome") or "", "—"),
         "cost": money(n.get("cost_cents")),
         "created": when(n.get("created_at")),
         "sent": when(n.get("sent_at")),

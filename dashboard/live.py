@@ -18,7 +18,7 @@ from domain.settings import get_settings
 
 async def arq() -> Any:
     """The backend worker's one arq pool (shared with the HTTP API) for after-commit publish and enqueue."""
-    from dashboard.api import redis_pool
+    from dashboard.api.deps import redis_pool
 
     return await redis_pool()
 

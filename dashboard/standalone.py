@@ -1,6 +1,6 @@
 """The HTTP API alone (no Reflex pages), for headless deployments and integration tests:
 `uvicorn dashboard.standalone:app`."""
 
-from dashboard.api import build_api
+from dashboard.api.app import build_api
 
 app = build_api()

@@ -1,6 +1,6 @@
 """Order commands: decide, then ONE transaction for the revision, the envelope and its ledger rows.
 
-After commit (and only then) the caller runs `jobs.wake.after_commit` to publish the refresh and enqueue wake-ups;
+After commit (and only then) the caller runs `domain.wakeups.after_commit` to publish the refresh and enqueue wake-ups;
 both are best-effort because PostgreSQL already holds the responsibility.
 """
 
@@ -19,6 +19,7 @@ from domain.db import UnitOfWork
 from domain.envelope import Envelope
 from domain.models import Notification, Order, OutboxEvent, table_of
 from domain.policy import Accept, decide_transition
+from domain.queue import job_id
 
 SCHEMA_VERSION = 1
 
@@ -74,7 +75,7 @@ def _insert_handoff(uow: UnitOfWork, env: Envelope, customer_ref: str, order_id:
             dedupe_key=dedupe_key(env.tenant_id, msg.channel, msg.recipient, msg.template, subject),
             status="QUEUED", cost_cents=COST_CENTS[msg.channel], event_id=env.event_id,
         ).returning(table_of(Notification).c.id)).scalar_one()
-        owed.append(OwedRow(nid, msg.lane, f"n-{nid}"))
+        owed.append(OwedRow(nid, msg.lane, job_id(nid)))
     for row in owed:
         uow.execute(sa.text("UPDATE notifications SET job_id = :j WHERE id = :id"), {"j": row.job_id,
                                                                                     "id": row.notification_id})
@@ -103,7 +104,7 @@ def execute_order_command(
     occurred_at = now or datetime.now(UTC)
     with UnitOfWork(engine) as uow:
         faults.hit("after_begin", plan)
-        row = uow.execute(sql.LOCK_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).first()
+        row = uow.execute(sql.READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).first()
         if row is None:
             return NotFound(order_id)
         decision = decide_transition(row.status, row.revision, command, expected_revision)
@@ -117,7 +118,7 @@ def execute_order_command(
         if updated is None:
             # A concurrent command committed first; READ COMMITTED re-checked our WHERE and matched nothing.
             uow.session.rollback()
-            current = uow.execute(sql.LOCK_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).one()
+            current = uow.execute(sql.READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).one()
             return Rejected("optimistic_conflict", current.revision, current.status, command)
         faults.hit("after_order_update", plan)
         env = Envelope(

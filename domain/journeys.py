@@ -19,6 +19,7 @@ from domain import sql
 from domain.audience import COST_CENTS, dedupe_key
 from domain.db import UnitOfWork
 from domain.models import LeadNotificationIntent, Notification, table_of
+from domain.queue import JOB_ID_SQL
 from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS, is_further
 
 # How long after reaching a step its "come back" nudge fires; None = an immediate message, not a reminder.
@@ -100,7 +101,7 @@ def _messages(uow: UnitOfWork, *, tenant_id: int, lead: sa.Row[Any], template: s
             dedupe_key=dedupe_key(tenant_id, channel, recipient, template, subject), next_attempt_at=at,
             intent_id=intent_id,
         ).returning(table_of(Notification).c.id)).scalar_one()
-        uow.execute(sa.text("UPDATE notifications SET job_id = 'n-' || id WHERE id = :i"), {"i": nid})
+        uow.execute(sa.text(f"UPDATE notifications SET job_id = {JOB_ID_SQL} WHERE id = :i"), {"i": nid})
         ids.append(int(nid))
     uow.execute(sql.NOTIFY_OWED, {"lane": lane})
     return tuple(ids)

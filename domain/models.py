@@ -13,6 +13,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlmodel import Field, SQLModel
 
+from domain.policy import ORDER_STATUSES
+from domain.queue import lanes_sql_list
+
 NOW = sa.text("now()")
 
 
@@ -62,7 +65,7 @@ class Order(SQLModel, table=True):
     __table_args__ = (
         sa.CheckConstraint("revision >= base_revision", name="orders_revision_not_below_base"),
         sa.CheckConstraint(
-            "status IN ('authorized','approved','cancelled','fulfilled')", name="orders_status_known"
+            "status IN ({})".format(",".join(f"'{s}'" for s in ORDER_STATUSES)), name="orders_status_known"
         ),
         sa.UniqueConstraint("tenant_id", "id", name="orders_tenant_id_id_key"),
         sa.CheckConstraint("amount_cents >= 0", name="orders_amount_not_negative"),
@@ -134,7 +137,7 @@ class Notification(SQLModel, table=True):
         sa.CheckConstraint(
             "status IN ('QUEUED','SENT','DELIVERED','FAILED','SUPPRESSED')", name="notifications_status_known"
         ),
-        sa.CheckConstraint("lane IN ('critical','high','normal','bulk')", name="notifications_lane_known"),
+        sa.CheckConstraint(f"lane IN ({lanes_sql_list()})", name="notifications_lane_known"),
         sa.CheckConstraint(
             "status <> 'SUPPRESSED' OR suppressed_reason IS NOT NULL", name="notifications_suppressed_has_reason"
         ),
@@ -273,42 +276,3 @@ class RefreshLog(SQLModel, table=True):
     tenant_id: int
     latency_ms: float | None = None
     created_at: datetime | None = _ts()
-
-
-# ---- receiver side: its own schema, as if it were another company's database ----
-class WebhookEffect(SQLModel, table=True):
-    __tablename__ = "webhook_effects"
-    __table_args__ = (
-        sa.UniqueConstraint("event_id", "effect_type", name="webhook_effects_once"),
-        {"schema": "receiver"},
-    )
-    id: int | None = Field(default=None, primary_key=True)
-    event_id: uuid.UUID = Field(sa_column=sa.Column(pg.UUID(as_uuid=True), nullable=False))
-    effect_type: str
-    request_digest: str
-    result_ref: str
-    applied_at: datetime | None = _ts()
-
-
-class WebhookDelivery(SQLModel, table=True):
-    """Every call the receiver saw (effects are counted in webhook_effects; deliveries here)."""
-
-    __tablename__ = "webhook_deliveries"
-    __table_args__ = ({"schema": "receiver"},)
-    id: int | None = Field(default=None, primary_key=True)
-    event_id: uuid.UUID = Field(sa_column=sa.Column(pg.UUID(as_uuid=True), nullable=False, index=True))
-    outcome: str
-    received_at: datetime | None = _ts()
-
-
-class ProviderMessage(SQLModel, table=True):
-    __tablename__ = "provider_messages"
-    __table_args__ = ({"schema": "receiver"},)
-    id: int | None = Field(default=None, primary_key=True)
-    provider: str
-    reference: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
-    idempotency_key: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
-    to_address_hash: str
-    receipt_outcome: str | None = None
-    receipt_sent_at: datetime | None = _ts(nullable=True, default=False)
-    received_at: datetime | None = _ts()

@@ -7,25 +7,26 @@ work turns an `Accept` into one transaction and anything else into a clear error
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 OrderStatus = Literal["authorized", "approved", "cancelled", "fulfilled"]
 Command = Literal["approve", "cancel", "fulfill"]
 
 # The whole policy table: (from status, command) -> to status. Anything absent is `policy_denied`.
-TRANSITIONS: Final[dict[tuple[str, str], str]] = {
+ORDER_STATUSES: Final[tuple[OrderStatus, ...]] = get_args(OrderStatus)
+COMMANDS: Final[tuple[Command, ...]] = get_args(Command)
+
+TRANSITIONS: Final[dict[tuple[OrderStatus, Command], OrderStatus]] = {
     ("authorized", "approve"): "approved",
     ("authorized", "cancel"): "cancelled",
     ("approved", "fulfill"): "fulfilled",
 }
 
-EVENT_TYPES: Final[dict[str, str]] = {
+EVENT_TYPES: Final[dict[OrderStatus, str]] = {
     "approved": "order.approved",
     "cancelled": "order.cancelled",
     "fulfilled": "order.fulfilled",
 }
-
-COMMANDS: Final[tuple[str, ...]] = ("approve", "cancel", "fulfill")
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def decide_transition(
         return Reject("unknown_command", current_revision, current_status, command)
     if expected_revision != current_revision:
         return Reject("optimistic_conflict", current_revision, current_status, command)
-    to_status = TRANSITIONS.get((current_status, command))
+    to_status = TRANSITIONS.get((current_status, command))  # type: ignore[arg-type]  # any str: absent = denied
     if to_status is None:
         return Reject("policy_denied", current_revision, current_status, command)
     return Accept(to_status, current_revision + 1, EVENT_TYPES[to_status])

@@ -11,7 +11,8 @@ from sqlalchemy.engine import Engine
 
 from domain import sql
 from domain.db import UnitOfWork
-from domain.rules import REASON_TEXT
+from domain.envelope import Envelope
+from domain.reasons import effect_text, ledger_reason
 
 
 def _rows(result: Any) -> list[dict[str, Any]]:
@@ -40,10 +41,11 @@ NOTIFICATION_COLUMNS = (
     "n.id, n.recipient, n.channel, n.lane, n.template, n.status, n.suppressed_reason, n.review, "
     "n.provider_reference, n.cost_cents, n.attempts, n.last_error_class, n.event_id, n.order_id, n.job_id, "
     "n.created_at, n.sent_at, n.settled_at, n.next_attempt_at, "
-    "(SELECT fx.result_ref FROM receiver.webhook_effects fx WHERE fx.event_id = n.event_id "
-    "  AND n.channel = 'webhook' LIMIT 1) AS effect_ref, "
-    "(SELECT count(*) FROM receiver.webhook_deliveries d WHERE d.event_id = n.event_id "
-    "  AND n.channel = 'webhook') AS receiver_calls"
+    # What the receiver told the worker, as the worker recorded it: the effect reference (a webhook's 2xx
+    # carries it) and the last answer (`already_processed` when a redelivery met an effect applied before).
+    "CASE WHEN n.channel = 'webhook' THEN n.provider_reference END AS effect_ref, "
+    "(SELECT a.outcome FROM notification_attempts a WHERE a.notification_id = n.id "
+    "  ORDER BY a.attempt_no DESC LIMIT 1) AS last_outcome"
 )
 
 
@@ -61,6 +63,15 @@ def get_event(tenant_id: int, event_id: uuid.UUID, engine: Engine | None = None)
     out = dict(ev._mapping)
     out["notifications"] = ledger
     return out
+
+
+def envelope_for(event_id: uuid.UUID, engine: Engine | None = None) -> Envelope:
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sa.text(
+            "SELECT event_id, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type, "
+            "schema_version, occurred_at, request_id, causation_id, actor_ref, payload FROM outbox_events "
+            "WHERE event_id = :e"), {"e": event_id}).one()
+    return Envelope(**dict(r._mapping))
 
 
 def order_notifications(tenant_id: int, order_id: int, engine: Engine | None = None) -> list[dict[str, Any]]:
@@ -144,9 +155,6 @@ def audit_timeline(tenant_id: int, query: str, engine: Engine | None = None) -> 
             "SELECT event_id, event_type, aggregate_id, aggregate_revision, occurred_at, request_id, actor_ref "
             "FROM outbox_events WHERE tenant_id = :t AND event_id = ANY(:e)"),
             {"t": tenant_id, "e": list(events)})) if events else []
-        effects = _rows(uow.execute(sa.text(
-            "SELECT event_id, effect_type, result_ref, applied_at FROM receiver.webhook_effects "
-            "WHERE event_id = ANY(:e)"), {"e": list(events)})) if events else []
         refs = [n["provider_reference"] for n in notes if n["provider_reference"]]
         receipts = _rows(uow.execute(sa.text(
             "SELECT provider, provider_reference, outcome, received_at FROM delivery_receipts "
@@ -159,10 +167,9 @@ def audit_timeline(tenant_id: int, query: str, engine: Engine | None = None) -> 
     by_id = {n["id"]: n for n in notes}
     for n in notes:
         line = f"#{n['id']} {n['channel']} to {n['recipient']} on lane {n['lane']}: {n['status']}"
-        if n["status"] == "SUPPRESSED":
-            line += " — " + REASON_TEXT.get(n["suppressed_reason"] or "", n["suppressed_reason"] or "")
-        if n["review"] == "needs_review":
-            line += " — needs review"
+        reason = ledger_reason(n)
+        if reason:
+            line += " — " + reason
         timeline.append({"at": n["created_at"], "kind": "ledger", "ref": str(n["event_id"] or ""), "text": line})
     for a in attempts:
         n = by_id[a["notification_id"]]
@@ -170,9 +177,10 @@ def audit_timeline(tenant_id: int, query: str, engine: Engine | None = None) -> 
         lat = f" in {a['latency_ms']:.0f} ms" if a["latency_ms"] is not None else ""
         timeline.append({"at": a["started_at"], "kind": "attempt", "ref": str(n["event_id"] or ""),
                          "text": f"#{n['id']} attempt {a['attempt_no']} by {a['worker']}: {a['outcome']}{extra}{lat}"})
-    for fx in effects:
-        timeline.append({"at": fx["applied_at"], "kind": "effect", "ref": str(fx["event_id"]),
-                         "text": f"receiver applied {fx['effect_type']} once: {fx['result_ref']}"})
+    for n in notes:
+        if n["effect_ref"] and n["sent_at"]:
+            timeline.append({"at": n["sent_at"], "kind": "effect", "ref": str(n["event_id"] or ""),
+                             "text": effect_text(n["effect_ref"], n["last_outcome"])})
     for r in receipts:
         timeline.append({"at": r["received_at"], "kind": "receipt", "ref": r["provider_reference"],
                          "text": f"{r['provider']} receipt for {r['provider_reference']}: {r['outcome']}"})
@@ -220,13 +228,6 @@ def refresh_stats(tenant_id: int | None = None, engine: Engine | None = None) ->
             "WHERE kind = 'push' AND created_at > now() - interval '1 hour' "
             "AND (CAST(:t AS int) IS NULL OR tenant_id = :t)"), {"t": tenant_id}).one()
     return {"pushes": int(r.pushes), "p50_ms": float(r.p50 or 0), "p99_ms": float(r.p99 or 0)}
-
-
-def record_push_latency(tenant_id: int, latency_ms: float, engine: Engine | None = None) -> None:
-    with UnitOfWork(engine) as uow:
-        uow.execute(sa.text("INSERT INTO refresh_metrics (kind, tenant_id, latency_ms) VALUES ('push', :t, :l)"),
-                    {"t": tenant_id, "l": latency_ms})
-        uow.commit()
 
 
 def list_leads(tenant_id: int, engine: Engine | None = None) -> list[dict[str, Any]]:

@@ -17,16 +17,6 @@ SuppressReason = Literal[
     "daily_cap", "opted_out", "no_longer_eligible", "superseded", "no_contact_point", "insufficient_balance"
 ]
 
-REASON_TEXT: Final[dict[str, str]] = {
-    "daily_cap": "Not sent: the recipient already reached today's message cap.",
-    "opted_out": "Not sent: the recipient opted out of this channel.",
-    "no_longer_eligible": "Not sent: by send time the order was no longer in the state this message is about.",
-    "superseded": "Not sent: a later step replaced this nudge.",
-    "no_contact_point": "Not sent: we hold no address for this recipient on this channel.",
-    "insufficient_balance": "Not sent: the tenant's prepaid balance could not cover this message.",
-}
-
-
 def quiet_hours_end(now: datetime, tz: str, start: time | None, end: time | None) -> datetime | None:
     """If `now` falls in the recipient's quiet hours, return when they end (aware, UTC); else None.
 
@@ -123,5 +113,3 @@ def day_start_utc(now: datetime, tz: str) -> datetime:
     start = local.replace(hour=0, minute=0, second=0, microsecond=0)
     return start.astimezone(now.tzinfo)
 
-
-Lane = Literal["critical", "high", "normal", "bulk"]

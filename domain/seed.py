@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import random
 from datetime import time
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.auth import hash_password
 from domain.db import UnitOfWork
-from jobs.constants import LANES
+from domain.queue import LANES
 
 DEMO_PASSWORD = "outbox-demo"
 OPERATORS = (
@@ -20,6 +21,10 @@ OPERATORS = (
 )
 
 
+def _inserted(result: sa.Result[Any]) -> int:
+    return int(cast(sa.CursorResult[Any], result).rowcount)
+
+
 def seed(engine: Engine | None = None, *, seed_value: int = 42) -> dict[str, int]:
     rng = random.Random(seed_value)
     pw = hash_password(DEMO_PASSWORD)
@@ -27,17 +32,17 @@ def seed(engine: Engine | None = None, *, seed_value: int = 42) -> dict[str, int
     with UnitOfWork(engine) as uow:
         x = uow.execute
         for tid, name in ((42, "Northwind Retail"), (7, "Contoso Foods")):
-            created["tenants"] += x(sa.text(
+            created["tenants"] += _inserted(x(sa.text(
                 "INSERT INTO tenants (id, name) VALUES (:i, :n) ON CONFLICT DO NOTHING"), {"i": tid, "n": name}
-            ).rowcount
+            ))
             x(sa.text("INSERT INTO balances (tenant_id, balance_cents) VALUES (:t, 50000) ON CONFLICT DO NOTHING"),
               {"t": tid})
         for tid, login, display, role in OPERATORS:
-            created["operators"] += x(sa.text(
+            created["operators"] += _inserted(x(sa.text(
                 "INSERT INTO operators (tenant_id, login, display_name, password_hash, role) "
                 "VALUES (:t, :l, :d, :p, :r) ON CONFLICT (login) DO UPDATE SET role = EXCLUDED.role "
                 "WHERE operators.role <> EXCLUDED.role"),
-                {"t": tid, "l": login, "d": display, "p": pw, "r": role}).rowcount
+                {"t": tid, "l": login, "d": display, "p": pw, "r": role}))
         for lane in LANES:
             x(sa.text("INSERT INTO lane_controls (lane, paused) VALUES (:l, false) ON CONFLICT DO NOTHING"),
               {"l": lane})
@@ -70,8 +75,8 @@ def seed(engine: Engine | None = None, *, seed_value: int = 42) -> dict[str, int
             vals = ":t, :s, :r, :r, :c, :a, 'EUR'"
             if oid is not None:
                 cols, vals = "id, " + cols, ":id, " + vals
-            created["orders"] += x(sa.text(f"INSERT INTO orders ({cols}) VALUES ({vals}) ON CONFLICT DO NOTHING"),
-                                   {"id": oid, "t": tid, "s": status, "r": rev, "c": ref, "a": amount}).rowcount
+            created["orders"] += _inserted(x(sa.text(f"INSERT INTO orders ({cols}) VALUES ({vals}) ON CONFLICT DO NOTHING"),
+                                   {"id": oid, "t": tid, "s": status, "r": rev, "c": ref, "a": amount}))
 
         order(42, 913, 17, "cust-001", 12_900)
         for i in range(24):

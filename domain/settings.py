@@ -1,42 +1,77 @@
-"""Process configuration, read once from the environment.
+"""Process configuration: one validated model, read from the environment once per process and cached.
 
-Every process (dashboard, relay, lane workers, receiver, CLI, tests) reads the same variables, so one
+Every process (dashboard, relay, lane workers, CLI, tests) reads the same `OUTBOX_*` variables, so one
 `OUTBOX_DATABASE_URL` / `OUTBOX_REDIS_URL` pair points a whole system at its own database and Redis db index.
+A bad value stops start-up with `SettingsError` naming the variable. Booleans take the usual spellings
+(1/0, true/false, yes/no, on/off). The README's table lists every variable; a test keeps the two equal.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+import functools
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PREFIX = "OUTBOX_"
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+class SettingsError(RuntimeError):
+    """A variable is set to something we cannot use. The message names it and says what is expected."""
 
 
-@dataclass(frozen=True)
-class Settings:
-    database_url: str = field(default_factory=lambda: _env(
-        "OUTBOX_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/outbox"))
-    redis_url: str = field(default_factory=lambda: _env("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0"))
-    receiver_url: str = field(default_factory=lambda: _env("OUTBOX_RECEIVER_URL", "http://127.0.0.1:8090"))
-    app_url: str = field(default_factory=lambda: _env("OUTBOX_APP_URL", "http://127.0.0.1:3000"))
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="ignore", populate_by_name=True)
+
+    database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/outbox"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    receiver_url: str = "http://127.0.0.1:8090"
+    app_url: str = "http://127.0.0.1:3000"
     # Standard Webhooks secrets ("whsec_" + base64). Demo defaults; production sets its own.
-    webhook_secret: str = field(default_factory=lambda: _env(
-        "OUTBOX_WEBHOOK_SECRET", "whsec_b3V0Ym94LWRlbW8td2ViaG9vay1zZWNyZXQtMDAwMQ=="))
-    receipt_secret: str = field(default_factory=lambda: _env(
-        "OUTBOX_RECEIPT_SECRET", "whsec_b3V0Ym94LWRlbW8tcmVjZWlwdC1zZWNyZXQtMDAwMg=="))
-    lease_seconds: float = field(default_factory=lambda: float(_env("OUTBOX_LEASE_SECONDS", "30")))
-    scan_interval: float = field(default_factory=lambda: float(_env("OUTBOX_SCAN_INTERVAL", "5")))
-    bulk_rate_per_second: float = field(default_factory=lambda: float(_env("OUTBOX_BULK_RATE", "5")))
-    oldest_owed_slo_seconds: float = field(default_factory=lambda: float(_env("OUTBOX_SLO_SECONDS", "60")))
-    max_attempts: int = field(default_factory=lambda: int(_env("OUTBOX_MAX_ATTEMPTS", "8")))
-    backoff_base: float = field(default_factory=lambda: float(_env("OUTBOX_BACKOFF_BASE", "1.0")))
-    backoff_cap: float = field(default_factory=lambda: float(_env("OUTBOX_BACKOFF_CAP", "300")))
-    max_body_bytes: int = field(default_factory=lambda: int(_env("OUTBOX_MAX_BODY_BYTES", "65536")))
-    dev_mode: bool = field(default_factory=lambda: _env("OUTBOX_DEV_MODE", "1") == "1")
-    fault: str = field(default_factory=lambda: _env("OUTBOX_FAULT", ""))
+    webhook_secret: str = "whsec_b3V0Ym94LWRlbW8td2ViaG9vay1zZWNyZXQtMDAwMQ=="
+    receipt_secret: str = "whsec_b3V0Ym94LWRlbW8tcmVjZWlwdC1zZWNyZXQtMDAwMg=="
+    lease_seconds: float = Field(30.0, gt=0)
+    scan_interval: float = Field(5.0, gt=0)
+    bulk_rate_per_second: float = Field(5.0, gt=0, validation_alias="OUTBOX_BULK_RATE")
+    oldest_owed_slo_seconds: float = Field(60.0, gt=0, validation_alias="OUTBOX_SLO_SECONDS")
+    max_attempts: int = Field(8, ge=1)
+    backoff_base: float = Field(1.0, gt=0)
+    backoff_cap: float = Field(300.0, gt=0)
+    max_body_bytes: int = Field(65536, ge=1024)
+    dev_mode: bool = True
+    # Comma-separated fault points (domain/faults.py) at which this process dies: development and tests only.
+    fault: str = ""
+
+    @classmethod
+    def env_names(cls) -> dict[str, str]:
+        """Field name -> the environment variable that sets it."""
+        out = {}
+        for name, f in cls.model_fields.items():
+            alias = f.validation_alias
+            out[name] = alias if isinstance(alias, str) else PREFIX + name.upper()
+        return out
 
 
+def _load() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        names = Settings.env_names()
+        lines = []
+        for e in exc.errors():
+            field = str(e["loc"][0]) if e["loc"] else "?"
+            var = names.get(field, field if field.startswith(PREFIX) else PREFIX + field.upper())
+            lines.append(f"{var}={e.get('input')!r}: {e['msg']}")
+        raise SettingsError("bad configuration — " + "; ".join(lines)) from None
+
+
+@functools.cache
 def get_settings() -> Settings:
-    return Settings()
+    """The process's settings, validated on first use and then cached."""
+    return _load()
+
+
+def reload_settings() -> Settings:
+    """For code that points this very process at another environment (isolated test and scenario systems)."""
+    get_settings.cache_clear()
+    return get_settings()

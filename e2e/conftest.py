@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,15 +15,93 @@ E2E_DB_NAME, E2E_REDIS_DB = "outbox_e2e", 10
 APP_PORT, RECEIVER_PORT = 3117, 8117
 APP = f"http://127.0.0.1:{APP_PORT}"
 CHROMIUM = "/usr/bin/chromium"
-SCREENS = Path(__file__).resolve().parent.parent / "evidence" / "screens"
+EVIDENCE = Path(__file__).resolve().parent.parent / "evidence"
+RECEIVER = f"http://127.0.0.1:{RECEIVER_PORT}"
+# Screenshots and latency samples are evidence: written to evidence/ only by the explicit browser evidence run
+# (`bash .ci/test e2e --evidence`); an ordinary test run keeps them under .run/ so the checkout stays clean.
+SCRATCH = Path(__file__).resolve().parent.parent / ".run" / "e2e-evidence"
+_EVIDENCE_RUN = False
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--evidence", action="store_true",
+                     help="write screenshots and push latency to evidence/ (the browser evidence run)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _EVIDENCE_RUN
+    _EVIDENCE_RUN = bool(config.getoption("--evidence", default=False))
+
+
+def evidence_file(name: str) -> Path:
+    base = EVIDENCE if _EVIDENCE_RUN else SCRATCH
+    path = base / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def redis_client():  # type: ignore[no-untyped-def]
+    """The e2e system's Redis db (set by the app_system fixture)."""
+    import redis
+
+    return redis.Redis.from_url(os.environ["OUTBOX_REDIS_URL"])
+
+
+def listeners(channel: str) -> int:
+    r = redis_client()
+    try:
+        return int(dict(r.pubsub_numsub(channel)).get(channel.encode(), 0))
+    finally:
+        r.close()
+
+
+def wait_listeners(channel: str, at_least: int | None = None, at_most: int | None = None,
+                   timeout: float = 20) -> None:
+    """Wait until the number of live views subscribed to `channel` is within bounds (their live task runs)."""
+    from jobs.tools.procs import wait_until
+
+    wait_until(lambda: (at_least is None or listeners(channel) >= at_least)
+               and (at_most is None or listeners(channel) <= at_most), timeout,
+               f"subscribers of {channel} within [{at_least}, {at_most}]")
+
+
+@contextmanager
+def nothing_published_on(channel: str, timeout: float = 10) -> Iterator[None]:
+    """Assert that nothing was published on `channel` while the block ran. Redis delivers one connection's
+    messages in the order the server took them, so after the block we publish a fence on a private channel
+    and read up to it: anything published on `channel` before the fence would arrive first."""
+    import time
+    import uuid
+
+    r = redis_client()
+    probe = r.pubsub()
+    fence = f"e2e:fence:{uuid.uuid4().hex}"
+    probe.subscribe(channel, fence)
+    try:
+        for _ in range(2):  # the two subscribe confirmations
+            assert probe.get_message(timeout=timeout) is not None
+        yield
+        r.publish(fence, "fence")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = probe.get_message(timeout=1)
+            if msg is None:
+                continue
+            assert msg["channel"].decode() != channel, f"something was published on {channel}: {msg['data']!r}"
+            if msg["channel"].decode() == fence:
+                return
+        raise TimeoutError("the fence message never came back")
+    finally:
+        probe.close()
+        r.close()
 
 
 @pytest.fixture(scope="session")
 def app_system():
     if not shutil.which(CHROMIUM):
         pytest.fail("Debian's chromium is required: sudo apt-get install -y chromium (the test command does this)")
-    from jobs.dbadmin import isolated_environment
-    from jobs.procs import ROOT, System
+    from jobs.tools.dbadmin import isolated_environment
+    from jobs.tools.procs import ROOT, System
 
     # Short leases and scans: a crashed worker's message is back within seconds (the default is 30 s / 5 s).
     isolated_environment(E2E_DB_NAME, E2E_REDIS_DB, OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{RECEIVER_PORT}",
@@ -31,7 +110,7 @@ def app_system():
     env = {**os.environ, "REFLEX_SOCKET_INTERVAL": "2", "REFLEX_SOCKET_TIMEOUT": "3"}
     system = System(env, ROOT / ".run" / "e2e-logs")
     try:
-        system.receiver(RECEIVER_PORT)
+        system.receiver(RECEIVER_PORT, reset=True)
         system.relay()
         system.workers()
         system.dashboard(APP_PORT, timeout=420)
@@ -74,5 +153,4 @@ def new_operator(browser) -> Iterator:
 
 
 def shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
-    SCREENS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENS / f"{name}.png"), full_page=True)
+    page.screenshot(path=str(evidence_file(f"screens/{name}.png")), full_page=True)

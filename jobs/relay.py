@@ -19,9 +19,9 @@ from arq.constants import in_progress_key_prefix, job_key_prefix
 from domain import sql
 from domain.commands import OwedRow
 from domain.db import UnitOfWork
+from domain.queue import NOTIFY_CHANNEL, job_id
 from domain.settings import get_settings
-from jobs.constants import NOTIFY_CHANNEL
-from jobs.wake import arq_pool, enqueue
+from domain.wakeups import arq_pool, enqueue
 
 log = logging.getLogger("outbox.relay")
 
@@ -31,7 +31,7 @@ def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0) -
         rows = uow.execute(sql.SCAN_OWED, {"after": after, "limit": limit, "horizon": horizon_seconds,
                                            "lease": get_settings().lease_seconds}).all()
         uow.commit()  # the SKIP LOCKED claim only needs to last while we read; enqueue is idempotent
-    return [ScannedRow(OwedRow(r.id, r.lane, f"n-{r.id}"), r.lease_expired, r.overdue) for r in rows]
+    return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id)), r.lease_expired, r.overdue) for r in rows]
 
 
 @dataclass(frozen=True)

@@ -17,18 +17,19 @@ from typing import Any
 
 import httpx
 from arq import Retry
-from arq.worker import Worker
+from arq.worker import Worker, func
 
-from domain import delivery, faults
-from domain.delivery import Claim
+from domain import faults
+from domain.delivery import claims, lanes
+from domain.delivery.claims import Claim
 from domain.envelope import canonical_json
+from domain.queue import ARMED_FAULTS, DELIVER_TASK, RATE_KEY, queue_name
 from domain.retry import Outcome, decide_retry
 from domain.retry import Retry as RetryDecision
 from domain.rules import Defer, Suppress
 from domain.settings import get_settings
 from domain.signing import signed_headers
-from jobs.constants import ARMED_FAULTS, RATE_KEY, queue_name
-from jobs.wake import publish_refresh, redis_settings
+from domain.wakeups import publish_refresh, redis_settings
 
 HTTP_TIMEOUT = httpx.Timeout(connect=2.0, read=5.0, write=5.0, pool=2.0)
 
@@ -90,21 +91,21 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     lane: str = ctx["lane"]
     if lane == "bulk":
         await bulk_rate_gate(ctx["redis"], s.bulk_rate_per_second)
-    c = await asyncio.to_thread(delivery.claim, notification_id, s.lease_seconds)
+    c = await asyncio.to_thread(claims.claim, notification_id, s.lease_seconds)
     if c is None:
-        if await asyncio.to_thread(delivery.lane_paused, lane):
+        if await asyncio.to_thread(lanes.lane_paused, lane):
             raise Retry(defer=1.0)  # the row stays QUEUED; the card shows pending until resume
         return "not_owed"  # already done, leased by another worker, or not yet due: the scan will bring it back
     faults.hit("after_worker_claim")
     now = datetime.now(UTC)
-    plan = await asyncio.to_thread(delivery.floor_check, c, now)
+    plan = await asyncio.to_thread(claims.floor_check, c, now)
     floor = plan.decision
     if isinstance(floor, Suppress):
-        await asyncio.to_thread(delivery.suppress, c, floor.reason, ctx["worker_name"], now)
+        await asyncio.to_thread(claims.suppress, c, floor.reason, ctx["worker_name"], now)
         await _refresh(ctx, c)
         return "suppressed"
     if isinstance(floor, Defer):
-        await asyncio.to_thread(delivery.defer, c, floor.until)
+        await asyncio.to_thread(claims.defer, c, floor.until)
         raise Retry(defer=max(1.0, (floor.until - now).total_seconds()))
     faults.hit("before_remote_call")
     started = datetime.now(UTC)
@@ -116,7 +117,7 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
         faults.hit("after_remote_accept_before_local_ack")
     decision = decide_retry(outcome, c.attempts, c.max_attempts, s.backoff_base, s.backoff_cap, ctx["rng"])
     result = await asyncio.to_thread(
-        delivery.record, c, decision, worker=ctx["worker_name"], started=started,
+        claims.record, c, decision, worker=ctx["worker_name"], started=started,
         status_code=outcome.status_code, latency_ms=latency_ms, provider_reference=ref)
     faults.hit("after_local_ack")
     await _refresh(ctx, c)
@@ -145,7 +146,7 @@ def settings_for(lane: str) -> dict[str, Any]:
         await ctx["http"].aclose()
 
     return {
-        "functions": [deliver],
+        "functions": [func(deliver, name=DELIVER_TASK)],
         "queue_name": queue_name(lane),
         "redis_settings": redis_settings(),
         "on_startup": startup,
@@ -160,5 +161,5 @@ def settings_for(lane: str) -> dict[str, Any]:
 
 
 def run_worker(lane: str, burst: bool = False) -> None:
-    w = Worker(**settings_for(lane), burst=burst)  # type: ignore[arg-type]
+    w = Worker(**settings_for(lane), burst=burst)
     w.run()

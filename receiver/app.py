@@ -1,4 +1,5 @@
-"""Receiver: `outbox receiver` runs this as its own process, with its own tables (schema `receiver`).
+"""Receiver: the mock outside world, in its own process with its own database, settings, signing and migrations.
+It imports nothing of ours (an import-linter contract says so): `python -m receiver serve` runs it.
 
 - POST /webhooks/orders: Standard Webhooks signature verified with the reference library; the effect is applied
   once per (event_id, effect_type) — a duplicate gets 200 `already_processed` and the same `result_ref`, a reused id
@@ -6,6 +7,7 @@
 - POST /providers/{whatsapp|sms|email}/messages: returns a provider reference (idempotent by idempotency_key), then
   POSTs a signed delivery receipt back to the app a little later.
 - /faults: switchable faults (503 for the next N calls, 422, slow responses, accept-then-hang).
+- GET /effects/{event_id} and GET /invariants: what it applied, read through its HTTP API (never by a join).
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ import sqlalchemy as sa
 from fastapi import BackgroundTasks, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from domain.db import UnitOfWork
-from domain.envelope import body_digest
-from domain.settings import get_settings
-from domain.signing import WebhookVerificationError, signed_headers, verify
+from receiver import db
+from receiver.db import provider_messages, webhook_deliveries, webhook_effects
+from receiver.settings import get_settings
+from receiver.signing import WebhookVerificationError, digest, signed_headers, verify
 
 log = logging.getLogger("outbox.receiver")
 PROVIDERS = ("whatsapp", "sms", "email")
@@ -79,31 +82,25 @@ def healthz() -> dict[str, str]:
 
 
 def _record_delivery(event_id: uuid.UUID, outcome: str) -> None:
-    with UnitOfWork() as uow:
-        uow.execute(sa.text("INSERT INTO receiver.webhook_deliveries (event_id, outcome) VALUES (:e, :o)"),
-                    {"e": event_id, "o": outcome})
-        uow.commit()
+    with db.engine().begin() as c:
+        c.execute(webhook_deliveries.insert().values(event_id=event_id, outcome=outcome))
 
 
-def apply_effect(event_id: uuid.UUID, digest: str) -> tuple[str, str]:
+def apply_effect(event_id: uuid.UUID, request_digest: str) -> tuple[str, str]:
     """Returns (outcome, result_ref): outcome is accepted | already_processed | identity_conflict."""
-    with UnitOfWork() as uow:
-        ref = "fx-" + secrets.token_hex(4)
-        row = uow.execute(sa.text(
-            "INSERT INTO receiver.webhook_effects (event_id, effect_type, request_digest, result_ref) "
-            "VALUES (:e, :t, :d, :r) ON CONFLICT (event_id, effect_type) DO NOTHING RETURNING result_ref"),
-            {"e": event_id, "t": EFFECT_TYPE, "d": digest, "r": ref}).first()
+    with db.engine().begin() as c:
+        row = c.execute(pg_insert(webhook_effects).values(
+            event_id=event_id, effect_type=EFFECT_TYPE, request_digest=request_digest,
+            result_ref="fx-" + secrets.token_hex(4),
+        ).on_conflict_do_nothing(constraint="webhook_effects_once").returning(webhook_effects.c.result_ref)).first()
         if row is not None:
             outcome, result_ref = "accepted", row.result_ref
         else:
-            prior = uow.execute(sa.text(
-                "SELECT request_digest, result_ref FROM receiver.webhook_effects "
-                "WHERE event_id = :e AND effect_type = :t"), {"e": event_id, "t": EFFECT_TYPE}).one()
-            outcome = "already_processed" if prior.request_digest == digest else "identity_conflict"
+            prior = c.execute(sa.select(webhook_effects.c.request_digest, webhook_effects.c.result_ref).where(
+                webhook_effects.c.event_id == event_id, webhook_effects.c.effect_type == EFFECT_TYPE)).one()
+            outcome = "already_processed" if prior.request_digest == request_digest else "identity_conflict"
             result_ref = prior.result_ref
-        uow.execute(sa.text("INSERT INTO receiver.webhook_deliveries (event_id, outcome) VALUES (:e, :o)"),
-                    {"e": event_id, "o": outcome})
-        uow.commit()
+        c.execute(webhook_deliveries.insert().values(event_id=event_id, outcome=outcome))
     return outcome, result_ref
 
 
@@ -128,7 +125,7 @@ async def webhook(request: Request) -> Response:
     if FAULTS.take("fail_422") or data.get("schema_version") not in SUPPORTED_SCHEMAS:
         await asyncio.to_thread(_record_delivery, event_id, "422")
         return JSONResponse({"error": "unsupported_schema"}, status_code=422)
-    outcome, result_ref = await asyncio.to_thread(apply_effect, event_id, body_digest(data))
+    outcome, result_ref = await asyncio.to_thread(apply_effect, event_id, digest(data))
     if outcome == "identity_conflict":
         log.warning("identity conflict event_id=%s", event_id)
         return JSONResponse({"error": "identity_conflict", "result_ref": result_ref}, status_code=409)
@@ -155,12 +152,19 @@ class DroppedResponse(Response):
 
 @app.get("/effects/{event_id}")
 def effects(event_id: uuid.UUID) -> dict[str, Any]:
-    with UnitOfWork() as uow:
-        fx = uow.execute(sa.text("SELECT result_ref FROM receiver.webhook_effects WHERE event_id = :e"),
-                         {"e": event_id}).scalars().all()
-        calls = uow.execute(sa.text("SELECT count(*) FROM receiver.webhook_deliveries WHERE event_id = :e"),
-                            {"e": event_id}).scalar_one()
+    with db.engine().connect() as c:
+        fx = c.execute(sa.select(webhook_effects.c.result_ref).where(webhook_effects.c.event_id == event_id)
+                       ).scalars().all()
+        calls = c.execute(sa.select(sa.func.count()).select_from(webhook_deliveries).where(
+            webhook_deliveries.c.event_id == event_id)).scalar_one()
     return {"event_id": str(event_id), "effects": len(fx), "result_refs": list(fx), "deliveries": calls}
+
+
+@app.get("/invariants")
+def invariants() -> dict[str, int]:
+    """Each count must be 0: `outbox check` and the tests read the receiver's invariant here."""
+    with db.engine().connect() as c:
+        return {name: int(c.execute(sa.text(q)).scalar_one()) for name, q in db.INVARIANTS.items()}
 
 
 class ProviderMessageIn(BaseModel):
@@ -168,29 +172,31 @@ class ProviderMessageIn(BaseModel):
     template: str
     vars: dict[str, Any] = {}
     idempotency_key: str
-    callback_url: str
+    # Ignored: receipts go only to the configured app URL, never to an address a caller names.
+    callback_url: str | None = None
 
 
 def _store_message(provider: str, m: ProviderMessageIn) -> tuple[str, bool]:
-    with UnitOfWork() as uow:
-        ref = f"{provider}-{uuid.uuid4().hex[:12]}"
-        row = uow.execute(sa.text(
-            "INSERT INTO receiver.provider_messages (provider, reference, idempotency_key, to_address_hash) "
-            "VALUES (:p, :r, :k, :h) ON CONFLICT (idempotency_key) DO NOTHING RETURNING reference"),
-            {"p": provider, "r": ref, "k": m.idempotency_key,
-             "h": hashlib.sha256(m.to.encode()).hexdigest()[:16]}).first()
-        if row is None:
-            ref = uow.execute(sa.text("SELECT reference FROM receiver.provider_messages WHERE idempotency_key = :k"),
-                              {"k": m.idempotency_key}).scalar_one()
-        uow.commit()
-    return ref, row is not None
+    with db.engine().begin() as c:
+        row = c.execute(pg_insert(provider_messages).values(
+            provider=provider, reference=f"{provider}-{uuid.uuid4().hex[:12]}", idempotency_key=m.idempotency_key,
+            to_address_hash=hashlib.sha256(m.to.encode()).hexdigest()[:16],
+        ).on_conflict_do_nothing(index_elements=["idempotency_key"]).returning(provider_messages.c.reference)).first()
+        if row is not None:
+            return row.reference, True
+        ref = c.execute(sa.select(provider_messages.c.reference).where(
+            provider_messages.c.idempotency_key == m.idempotency_key)).scalar_one()
+    return ref, False
 
 
-async def send_receipt(provider: str, reference: str, outcome: str, callback_url: str) -> None:
-    """Signed like any Standard Webhook; retried while the app has not yet recorded the send."""
+async def send_receipt(provider: str, reference: str, outcome: str, client_reference: str) -> None:
+    """Signed like any Standard Webhook, posted to the configured app only; retried while the app has not yet
+    recorded the send. `client_reference` echoes the sender's idempotency key, as real providers echo metadata."""
     await asyncio.sleep(FAULTS.config.receipt_delay)
     receipt_id = f"rcpt-{reference}"
-    body = json.dumps({"receipt_id": receipt_id, "provider_reference": reference, "outcome": outcome})
+    callback_url = f"{get_settings().app_url}/api/v1/receipts/{provider}"
+    body = json.dumps({"receipt_id": receipt_id, "provider_reference": reference, "outcome": outcome,
+                       "client_reference": client_reference})
     async with httpx.AsyncClient(timeout=5) as client:
         for attempt in range(20):
             try:
@@ -212,6 +218,6 @@ async def provider_message(provider: str, m: ProviderMessageIn, tasks: Backgroun
     ref, fresh = await asyncio.to_thread(_store_message, provider, m)
     if fresh:
         outcome = "failed" if "bounce" in m.to else "delivered"
-        tasks.add_task(send_receipt, provider, ref, outcome, m.callback_url)
+        tasks.add_task(send_receipt, provider, ref, outcome, m.idempotency_key)
     return JSONResponse({"status": "accepted" if fresh else "already_processed", "reference": ref},
                         status_code=201 if fresh else 200)

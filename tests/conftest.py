@@ -18,7 +18,7 @@ os.environ.update({
 })
 
 TABLES = (
-    "receiver.webhook_effects, receiver.webhook_deliveries, receiver.provider_messages, delivery_receipts, "
+    "delivery_receipts, "
     "notification_attempts, balance_entries, lead_notification_intents, leads, notifications, outbox_events, "
     "orders, recipients, api_keys, operators, balances, lane_controls, refresh_metrics, tenants"
 )
@@ -47,19 +47,38 @@ def truncate_all(attempts: int = 5) -> None:
 
 @pytest.fixture(scope="session")
 def migrated_db() -> str:
-    from jobs.dbadmin import ensure_database, migrate
+    from jobs.tools.dbadmin import ensure_database, migrate
 
     ensure_database(TEST_DB_URL, reset=True)
     migrate(TEST_DB_URL)
     return TEST_DB_URL
 
 
+def reset_receiver() -> None:
+    """The mock outside world keeps its own database; a test starts with it empty too (its idempotency keys
+    would otherwise remember the previous test's messages, whose ids restart at 1)."""
+    import sqlalchemy as sa
+
+    from jobs.tools.procs import receiver_database_url
+
+    eng = sa.create_engine(receiver_database_url(TEST_DB_URL))
+    try:
+        with eng.begin() as c:
+            if c.execute(sa.text("SELECT to_regclass('webhook_effects')")).scalar() is not None:
+                c.execute(sa.text("TRUNCATE webhook_effects, webhook_deliveries, provider_messages RESTART IDENTITY"))
+    except sa.exc.OperationalError:
+        pass  # no receiver database yet: nothing to empty
+    finally:
+        eng.dispose()
+
+
 @pytest.fixture
 def db(migrated_db: str) -> str:
-    """A clean, seeded database for one test."""
+    """A clean, seeded database for one test (and an empty receiver beside it)."""
     from domain.seed import seed
 
     truncate_all()
+    reset_receiver()
     seed()
     return migrated_db
 

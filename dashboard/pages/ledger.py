@@ -12,6 +12,7 @@ from dashboard.format import money, notification
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import queries
+from domain.queue import LANES
 
 ALL = "all"
 FILTERS = ("channel", "status", "lane", "window")
@@ -118,7 +119,7 @@ def ledger_page() -> rx.Component:
         rx.flex(
             _filter("Channel", "channel", [ALL, "webhook", "email", "sms", "whatsapp"]),
             _filter("Status", "status", [ALL, "QUEUED", "SENT", "DELIVERED", "FAILED", "SUPPRESSED"]),
-            _filter("Lane", "lane", [ALL, "critical", "high", "normal", "bulk"]),
+            _filter("Lane", "lane", [ALL, *LANES]),
             _filter("Window", "window", ["1h", "24h", "7d", ALL]),
             rx.form(rx.vstack(rx.text("Recipient", size="1", color=rx.color("gray", 11)),
                               rx.hstack(rx.input(name="recipient", placeholder="cust-001", size="2"),

@@ -14,9 +14,11 @@ from dashboard.components import card, data_table, shell, stat, status_badge
 from dashboard.format import notification
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain import delivery, queries
+from domain import queries
+from domain.delivery import lanes as lane_controls
+from domain.delivery import review as review_actions
+from domain.queue import ARMED_FAULTS, LANES
 from domain.settings import get_settings
-from jobs.constants import ARMED_FAULTS, LANES
 
 FAULTS = {
     "503 ×3": {"fail_503": 3},
@@ -94,19 +96,19 @@ class OpsState(AuthState):
         if not self._oncall or lane not in LANES:  # a lane carries every tenant's messages
             self.message = "Only on-call engineers can pause or resume a lane."
             return None
-        await asyncio.to_thread(delivery.set_lane_paused, lane, paused != "yes")
+        await asyncio.to_thread(lane_controls.set_lane_paused, lane, paused != "yes")
         self.message = f"Lane {lane} {'resumed' if paused == 'yes' else 'paused'}."
         return OpsState.load
 
     @rx.event
     async def replay(self, nid: str):  # type: ignore[no-untyped-def]
-        ok = await asyncio.to_thread(delivery.replay, self._tenant_id, int(nid))
+        ok = await asyncio.to_thread(review_actions.replay, self._tenant_id, int(nid))
         self.message = f"#{nid} queued again with the same event id." if ok else f"#{nid} is no longer FAILED."
         return OpsState.load
 
     @rx.event
     async def resolve(self, nid: str):  # type: ignore[no-untyped-def]
-        ok = await asyncio.to_thread(delivery.resolve, self._tenant_id, int(nid))
+        ok = await asyncio.to_thread(review_actions.resolve, self._tenant_id, int(nid))
         self.message = f"#{nid} marked resolved by hand." if ok else f"#{nid} could not be resolved."
         return OpsState.load
 

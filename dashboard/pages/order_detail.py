@@ -19,11 +19,11 @@ from dashboard.components import card, data_table, empty_state, error_callout, s
 from dashboard.format import money, notification, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain import queries
+from domain import queries, telemetry
 from domain.commands import Committed, NotFound, Rejected, execute_order_command
 from domain.policy import allowed_commands
-from jobs.constants import order_channel
-from jobs.wake import after_commit
+from domain.queue import order_channel
+from domain.wakeups import after_commit
 
 PAST = {"approve": "approved", "cancel": "cancelled", "fulfill": "fulfilled"}
 
@@ -149,7 +149,7 @@ class OrderState(AuthState):
                 self._apply(*loaded)
             if msg.get("kind") == "order" and msg.get("published_at"):
                 latency = (time.time() - float(msg["published_at"])) * 1000
-                await asyncio.to_thread(queries.record_push_latency, tenant, latency)
+                await asyncio.to_thread(telemetry.record_push_latency, tenant, latency)
 
 
 def _note_row(n: rx.Var) -> rx.Component:
@@ -167,7 +167,7 @@ def _note_row(n: rx.Var) -> rx.Component:
             rx.cond(n["reason"] != "", rx.text(n["reason"], size="1", color=rx.color("red", 11))), spacing="1")),
         rx.table.cell(rx.text(n["attempts"], data_testid="notification-attempts")),
         rx.table.cell(rx.code(n["effect"], data_testid="notification-effect")),
-        rx.table.cell(rx.text(n["receiver_calls"], data_testid="notification-calls")),
+        rx.table.cell(rx.text(n["receiver_said"], data_testid="notification-receiver-said")),
         data_testid="notification-row",
     )
 
@@ -221,7 +221,7 @@ def order_page() -> rx.Component:
                         "delivered at least once, applied once by the receiver.", size="2",
                         color=rx.color("gray", 11)),
                 data_table(["Channel", "Lane", "Event", "Job", "Rev", "Status", "Attempts", "Effect",
-                            "Receiver calls"], OrderState.notifications, _note_row,
+                            "Receiver said"], OrderState.notifications, _note_row,
                            "No notifications yet: approving this order creates them.", "notifications"),
                 spacing="3", width="100%",
             ),

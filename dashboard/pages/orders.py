@@ -12,7 +12,7 @@ from dashboard.format import money, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import queries
-from jobs.constants import tenant_channel
+from domain.queue import tenant_channel
 
 
 class OrdersState(AuthState):

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from dashboard.api import build_api
+from dashboard.api.app import build_api
 from domain.auth import create_api_key
 from domain.db import get_engine
 

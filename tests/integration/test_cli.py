@@ -47,8 +47,10 @@ def test_unknown_lane_is_a_clear_error(db):
     assert r.returncode == 2 and "unknown lane 'express'" in r.stderr
 
 
-def test_scenario_passes_against_real_processes(migrated_db):
-    r = run("scenario", timeout=240)
+def test_scenario_passes_against_real_processes(migrated_db, tmp_path):
+    transcript = tmp_path / "scenario.md"
+    r = run("scenario", "--out", str(transcript), timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "scenario result=PASS" in r.stdout
     assert "effective_calls=1" in r.stdout and "webhook=already_processed" in r.stdout
+    assert "| invariants all zero | PASS |" in transcript.read_text()

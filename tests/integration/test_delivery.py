@@ -7,6 +7,7 @@ retry with the same event id; contract failures land in review; outbox check sta
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -21,12 +22,13 @@ import sqlalchemy as sa
 from domain import faults
 from domain.commands import Committed, execute_order_command
 from domain.db import get_engine
-from domain.delivery import set_lane_paused
+from domain.delivery.lanes import set_lane_paused
 from domain.envelope import body_digest
-from domain.queries import invariant_counts
-from domain.settings import get_settings
+from domain.settings import get_settings, reload_settings
 from domain.signing import signed_headers
-from jobs.procs import ROOT, System, wait_until
+from domain.wakeups import arq_pool, enqueue
+from jobs.tools.checks import all_invariants
+from jobs.tools.procs import ROOT, System, job_tries, wait_until, wait_worker_ready
 
 RECEIVER_PORT, API_PORT = 8098, 8099
 RECEIVER = f"http://127.0.0.1:{RECEIVER_PORT}"
@@ -36,8 +38,9 @@ RECEIVER = f"http://127.0.0.1:{RECEIVER_PORT}"
 def services(migrated_db):
     os.environ["OUTBOX_RECEIVER_URL"] = RECEIVER
     os.environ["OUTBOX_APP_URL"] = f"http://127.0.0.1:{API_PORT}"
+    reload_settings()
     system = System(dict(os.environ), ROOT / ".run" / "test-logs")
-    system.receiver(RECEIVER_PORT)
+    system.receiver(RECEIVER_PORT, reset=True)
     system._proc("api", [str(Path(os.sys.executable).parent / "python"), "-m", "uvicorn",
                          "dashboard.standalone:app", "--port", str(API_PORT), "--log-level", "warning"])
     system.relay()
@@ -59,7 +62,8 @@ def sys_(services, db, redis_db):
     yield services
     for name in started:
         services.procs[name].stop(signal.SIGKILL)
-    assert not any(invariant_counts().values()), f"outbox check after the test: {invariant_counts()}"
+    counts = all_invariants(RECEIVER)
+    assert all(v == 0 for v in counts.values()), f"outbox check after the test: {counts}"
 
 
 def approve(order_id: int = 913) -> Committed:
@@ -72,6 +76,14 @@ def approve(order_id: int = 913) -> Committed:
                               actor_ref="test", request_id=f"req-{uuid.uuid4().hex[:6]}")
     assert isinstance(r, Committed)
     return r
+
+
+async def _enqueue(r: Committed) -> None:
+    pool = await arq_pool()
+    try:
+        await enqueue(pool, r.owed)
+    finally:
+        await pool.aclose()
 
 
 def rows(where: str = "TRUE", **params) -> list:  # type: ignore[no-untyped-def]
@@ -107,7 +119,8 @@ def test_redis_flushed_mid_flight_everything_delivered_once(sys_, redis_db):
     events = [approve(oid).event_id for oid in (913, 914, 915, 916, 917, 918)]
     sys_.start_worker("high")
     sys_.start_worker("normal")
-    time.sleep(0.5)
+    for lane in ("high", "normal"):
+        wait_worker_ready(redis_db, lane, 30)
     redis_db.flushdb()  # every wake-up and queued job is gone
     for lane in ("high", "normal"):
         set_lane_paused(lane, False)
@@ -162,7 +175,7 @@ def test_identity_conflict_is_refused_and_changes_nothing(sys_):
     sys_.start_worker("high")
     wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id))
 
-    from domain.delivery import envelope_for
+    from domain.queries import envelope_for
 
     wire = envelope_for(r.event_id).wire()
     wire["aggregate_id"] = "914"  # evt-77 with an altered order id
@@ -207,11 +220,15 @@ def test_forged_receipt_is_refused(sys_):
     assert resp.status_code == 401
 
 
-def test_paused_lane_keeps_work_pending_until_resume(sys_):
+def test_paused_lane_keeps_work_pending_until_resume(sys_, redis_db):
+    """A paused lane's worker takes its job and sends nothing: the row stays QUEUED with no attempt."""
     set_lane_paused("high", True)
     r = approve()
+    (webhook,) = [o for o in r.owed if o.lane == "high"]
+    asyncio.run(_enqueue(r))  # what the API does after commit: the wake-up reaches the paused lane's queue
     sys_.start_worker("high")
-    time.sleep(1.5)
+    # Proof the worker ran this very job while paused (arq counts each try), not merely that time passed.
+    wait_for(lambda: job_tries(redis_db, webhook.job_id) >= 1, 30, "the paused worker to take the job")
     (row,) = rows("event_id = :e AND channel = 'webhook'", e=r.event_id)
     assert row.status == "QUEUED" and row.attempts == 0
     set_lane_paused("high", False)
@@ -287,7 +304,7 @@ def test_accept_then_drop_connection_retries_to_one_effect(sys_):
 
 
 def test_replay_of_a_failed_row_keeps_the_event_id_and_one_effect(sys_):
-    from domain.delivery import replay
+    from domain.delivery.review import replay
 
     httpx.post(f"{RECEIVER}/faults", json={"fail_422": 1})
     r = approve()

@@ -13,9 +13,7 @@ from domain.db import get_engine
 
 def test_migrations_match_models(migrated_db):
     with get_engine().connect() as c:
-        ctx = MigrationContext.configure(c, opts={"include_schemas": True, "compare_type": True,
-                                                  "include_name": lambda n, t, p: t != "schema" or n in
-                                                  (None, "receiver")})
+        ctx = MigrationContext.configure(c, opts={"compare_type": True})
         diff = compare_metadata(ctx, SQLModel.metadata)
     assert diff == [], f"schema drift between alembic head and models: {diff}"
 

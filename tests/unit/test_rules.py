@@ -1,6 +1,7 @@
 """Invariants of the floor rules and journey ordering (pure)."""
 
 from datetime import UTC, datetime, time
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given
@@ -36,10 +37,18 @@ def test_ineligible_and_opted_out_are_suppressed_with_reasons():
 
 
 @given(st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1), timezones=st.just(UTC)))
-def test_quiet_hours_end_is_in_the_future_and_within_a_day(now):
+def test_quiet_hours_end_exactly_when_inside_the_window_and_at_its_local_end(now):
+    """Inside 22:00-07:00 Berlin time there is an end, in the future, within a night, at 07:00 local; outside
+    there is none. (Both branches are asserted: a function that always said None would fail.)"""
+    berlin = ZoneInfo("Europe/Berlin")
+    local = now.astimezone(berlin).time()
     end = quiet_hours_end(now, "Europe/Berlin", time(22), time(7))
-    if end is not None:
+    if local >= time(22) or local < time(7):
+        assert end is not None
         assert now < end and (end - now).total_seconds() <= 9 * 3600 + 1
+        assert end.astimezone(berlin).time() == time(7)
+    else:
+        assert end is None
 
 
 def test_journey_order_is_list_position():
@@ -54,5 +63,11 @@ def test_journey_order_is_list_position():
 def test_approved_order_audience_is_webhook_high_and_email_normal():
     msgs = order_event_audience("order.approved", "cust-001", 42)
     assert [(m.channel, m.lane) for m in msgs] == [("webhook", "high"), ("email", "normal")]
-    assert dedupe_key(42, "email", "cust-001", "t", "order-1-r2") == dedupe_key(42, "email", "cust-001", "t",
-                                                                                 "order-1-r2")
+
+def test_dedupe_key_is_a_pure_function_of_its_parts_and_tells_every_part_apart():
+    """The same message always maps to the same key (so a retry is skipped); changing any part is a new key."""
+    parts = (42, "email", "cust-001", "order_approved_email", "order-1-r2")
+    assert dedupe_key(*parts) == "t42:email:cust-001:order_approved_email:order-1-r2"
+    variants = [(7, *parts[1:]), (42, "sms", *parts[2:]), (*parts[:2], "cust-002", *parts[3:]),
+                (*parts[:3], "offer", parts[4]), (*parts[:4], "order-1-r3")]
+    assert len({dedupe_key(*v) for v in variants} | {dedupe_key(*parts)}) == len(variants) + 1

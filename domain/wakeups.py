@@ -1,4 +1,5 @@
-"""After commit: publish the transient refresh, then enqueue wake-ups. Both best-effort.
+"""The producer's half of the queue: after commit, publish the transient refresh, then enqueue wake-ups.
+Both best-effort. Used by every process that commits owed work (dashboard, API, relay, tools).
 
 Nothing here can lose a fact: PostgreSQL already holds the ledger rows, and the relay's recovery scan re-enqueues
 any row whose wake-up never reached Redis.
@@ -16,8 +17,8 @@ from arq.connections import RedisSettings
 
 from domain import faults
 from domain.commands import Committed, OwedRow
+from domain.queue import DELIVER_TASK, REFRESH_PUBLISHES, job_id, order_channel, queue_name, tenant_channel
 from domain.settings import get_settings
-from jobs.constants import REFRESH_PUBLISHES, job_id, order_channel, queue_name, tenant_channel
 
 log = logging.getLogger("outbox.wake")
 
@@ -53,7 +54,7 @@ async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
     """Idempotent by `_job_id`: a row that already has a live job is not enqueued twice."""
     n = 0
     for row in rows:
-        job = await redis.enqueue_job("deliver", row.notification_id, _job_id=job_id(row.notification_id),
+        job = await redis.enqueue_job(DELIVER_TASK, row.notification_id, _job_id=job_id(row.notification_id),
                                       _queue_name=queue_name(row.lane))
         n += job is not None
     return n

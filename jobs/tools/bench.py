@@ -26,12 +26,12 @@ from arq.constants import health_check_key_suffix
 
 from domain.commands import Committed, execute_order_command
 from domain.db import UnitOfWork, get_engine
-from domain.delivery import set_lane_paused
+from domain.delivery.lanes import set_lane_paused
+from domain.queue import queue_name
 from domain.settings import get_settings
 from domain.signing import signed_headers
-from jobs.constants import queue_name
-from jobs.dbadmin import isolated_environment
-from jobs.procs import ROOT, System, wait_until
+from jobs.tools.dbadmin import isolated_environment
+from jobs.tools.procs import ROOT, System, wait_until, wait_worker_ready
 
 BENCH_DB, BENCH_REDIS_DB, RECEIVER_PORT = "outbox_bench", 4, 8096
 
@@ -95,9 +95,8 @@ def _wait_drained(timeout: float = 300) -> float:
 
 def _worker_ready(r: redis_lib.Redis, lane: str) -> None:
     """arq writes its health-check key as soon as the worker polls: process start-up is not part of the run."""
-    key = queue_name(lane) + health_check_key_suffix
-    r.delete(key)
-    wait_until(lambda: r.exists(key), 60, f"the {lane} worker to start")
+    r.delete(queue_name(lane) + health_check_key_suffix)
+    wait_worker_ready(r, lane, 60)
 
 
 def bench_delivery(system: System, n: int, r: redis_lib.Redis) -> dict[str, float]:
@@ -213,7 +212,7 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000) -
     results: dict[str, object] = {"measured_at": datetime.now(UTC).isoformat(), "n": n,
                                   "cpu_count": os.cpu_count()}
     try:
-        system.receiver(RECEIVER_PORT)
+        system.receiver(RECEIVER_PORT, reset=True)
         print(f"[1/4] commit path, {n} commands …", flush=True)
         results["commit"] = bench_commit(n)
         print(f"[2/4] delivery path, {n} webhooks …", flush=True)
@@ -255,5 +254,6 @@ def _write(res: dict[str, object]) -> None:
           "| metric | value |", "|---|---|", _fmt(res["scan"]), ""]
     (out / "bench.md").write_text("\n".join(md))
     print("\n".join(md))
+    print(f"evidence written to {out / 'bench.md'} and {out / 'bench.json'}")
 
 

@@ -7,13 +7,14 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from domain.queue import LANES
 from domain.settings import get_settings
-from jobs.constants import LANES
 
 app = typer.Typer(help="Outbox: durable notification outbox. Run `outbox up` to start everything.",
                   no_args_is_help=True, add_completion=False)
@@ -26,8 +27,8 @@ out = Console()
 @app.command()
 def migrate() -> None:
     """Create the database if needed and apply every Alembic migration."""
-    from jobs.dbadmin import ensure_database
-    from jobs.dbadmin import migrate as run_migrate
+    from jobs.tools.dbadmin import ensure_database
+    from jobs.tools.dbadmin import migrate as run_migrate
 
     url = get_settings().database_url
     created = ensure_database(url)
@@ -62,16 +63,19 @@ def apikey_create(tenant: int = typer.Option(..., help="tenant id the key acts f
 
 @app.command()
 def check() -> None:
-    """Run every invariant query; exit non-zero when any is broken."""
-    from domain.queries import invariant_counts
+    """Run every invariant query (the receiver's through its API); exit 1 when any is broken."""
+    from jobs.tools.checks import all_invariants
 
-    counts = invariant_counts()
+    url = get_settings().receiver_url
+    counts = all_invariants(url)
     t = Table(title="invariants (each must be 0)")
     t.add_column("invariant")
     t.add_column("count", justify="right")
     for name, n in counts.items():
-        t.add_row(name, f"[{'green' if n == 0 else 'red'}]{n}[/]")
+        t.add_row(name, "[yellow]not checked[/]" if n is None else f"[{'green' if n == 0 else 'red'}]{n}[/]")
     out.print(t)
+    if None in counts.values():
+        err.print(f"[yellow]the receiver's invariant was not checked: nothing answers at {url}[/]")
     if any(counts.values()):
         raise typer.Exit(1)
 
@@ -97,11 +101,11 @@ def status() -> None:
 def _refresh_publishes() -> str:
     import redis
 
-    from jobs.constants import REFRESH_PUBLISHES
+    from domain.queue import REFRESH_PUBLISHES
 
     try:
         r = redis.Redis.from_url(get_settings().redis_url, socket_timeout=2)
-        return str(int(r.get(REFRESH_PUBLISHES) or 0))
+        return str(int(cast(bytes | None, r.get(REFRESH_PUBLISHES)) or 0))
     except redis.RedisError as exc:
         return f"unknown (Redis: {type(exc).__name__})"
 
@@ -109,7 +113,7 @@ def _refresh_publishes() -> str:
 @app.command()
 def pause(lane: str) -> None:
     """Pause a lane (durable: every worker of the lane obeys)."""
-    from domain.delivery import set_lane_paused
+    from domain.delivery.lanes import set_lane_paused
 
     _lane(lane)
     set_lane_paused(lane, True)
@@ -118,7 +122,7 @@ def pause(lane: str) -> None:
 
 @app.command()
 def resume(lane: str) -> None:
-    from domain.delivery import set_lane_paused
+    from domain.delivery.lanes import set_lane_paused
 
     _lane(lane)
     set_lane_paused(lane, False)
@@ -150,18 +154,21 @@ def relay(once: bool = typer.Option(False, help="run one recovery scan and exit"
 
 @app.command()
 def receiver(port: int = 8090) -> None:
-    """Run the mock outside world (webhook receiver and channel providers)."""
-    import uvicorn
+    """Run the mock outside world (webhook receiver and channel providers) in its own database."""
+    from jobs.tools.procs import BIN, receiver_env
 
-    uvicorn.run("receiver.app:app", host="127.0.0.1", port=port, log_level="warning")
+    env = {**os.environ, **receiver_env(dict(os.environ))}
+    os.execve(str(BIN / "python"), [str(BIN / "python"), "-m", "receiver", "serve", "--port", str(port)], env)
 
 
 @app.command()
-def scenario(keep: bool = typer.Option(False, help="keep the scenario database afterwards")) -> None:
-    """Run seed 004 §3.4 end to end against real processes, in its own database; write evidence/scenario.md."""
-    from jobs.scenario import run_scenario
+def scenario(keep: bool = typer.Option(False, help="keep the scenario database afterwards"),
+             out_path: Path = typer.Option(None, "--out", help="where to write the transcript "
+                                                               "(default evidence/scenario.md)")) -> None:
+    """Run seed 004 §3.4 end to end against real processes, in its own database; write the transcript."""
+    from jobs.tools.scenario import EVIDENCE, run_scenario
 
-    ok = run_scenario(keep=keep)
+    ok = run_scenario(keep=keep, out=out_path or EVIDENCE)
     raise typer.Exit(0 if ok else 1)
 
 
@@ -170,7 +177,7 @@ def bench(n: int = typer.Option(300, help="commands / deliveries per measurement
           scan_owed: int = typer.Option(20_000, help="owed rows for the relay-claim drain"),
           scan_done: int = typer.Option(200_000, help="settled rows beside them")) -> None:
     """Benchmarks (own database and Redis db) → evidence/bench.md, as ratios against raw baselines."""
-    from jobs.bench import run_bench
+    from jobs.tools.bench import run_bench
 
     run_bench(n, scan_owed, scan_done)
 
@@ -180,7 +187,7 @@ def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int
        no_dashboard: bool = typer.Option(False, help="start everything but the dashboard")) -> None:
     """Migrate, seed, then start receiver, relay, four lane workers and the dashboard; Ctrl-C stops them."""
     from domain.seed import DEMO_PASSWORD
-    from jobs.procs import ROOT, System
+    from jobs.tools.procs import ROOT, System
 
     migrate()
     seed()

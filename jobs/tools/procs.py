@@ -10,14 +10,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import httpx
+from arq.constants import health_check_key_suffix, retry_key_prefix
+from redis import Redis
 
-from jobs.constants import LANES
+from domain.queue import LANES, queue_name
+from domain.settings import get_settings
 
 T = TypeVar("T")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
@@ -73,10 +76,11 @@ class System:
         self.procs[name] = p
         return p.start()
 
-    def receiver(self, port: int) -> Proc:
-        p = self._proc("receiver", [str(BIN / "python"), "-m", "uvicorn", "receiver.app:app", "--host",
-                                    "127.0.0.1", "--port", str(port), "--log-level", "warning"])
-        wait_http(f"http://127.0.0.1:{port}/healthz", 30)
+    def receiver(self, port: int, reset: bool = False) -> Proc:
+        """The mock outside world, configured through its own `RECEIVER_*` variables (it reads none of ours)."""
+        argv = [str(BIN / "python"), "-m", "receiver", "serve", "--port", str(port)] + (["--reset"] if reset else [])
+        p = self._proc("receiver", argv, receiver_env(self.env))
+        wait_http(f"http://127.0.0.1:{port}/healthz", 60, proc=p)
         return p
 
     def worker(self, lane: str, fault: str = "", name: str | None = None) -> Proc:
@@ -102,6 +106,21 @@ class System:
             p.stop()
 
 
+def receiver_env(env: dict[str, str]) -> dict[str, str]:
+    """What the receiver must know of our configuration, handed over as its own variables: its database (ours,
+    suffixed `_receiver`), where to post receipts, and the secrets both sides share."""
+    s = get_settings()
+    out = {"RECEIVER_DATABASE_URL": receiver_database_url(env.get("OUTBOX_DATABASE_URL", s.database_url)),
+           "RECEIVER_APP_URL": env.get("OUTBOX_APP_URL", s.app_url),
+           "RECEIVER_WEBHOOK_SECRET": env.get("OUTBOX_WEBHOOK_SECRET", s.webhook_secret),
+           "RECEIVER_RECEIPT_SECRET": env.get("OUTBOX_RECEIPT_SECRET", s.receipt_secret)}
+    return {k: env.get(k, v) for k, v in out.items()}
+
+
+def receiver_database_url(database_url: str) -> str:
+    return f"{database_url}_receiver"
+
+
 def reflex_env(env: dict[str, str]) -> dict[str, str]:
     """Reflex offline: bun from the npm registry (installed into .tools by the set-up), no telemetry, no version
     check, no registry speed test (see shared/notes/reflex-on-these-machines.md)."""
@@ -121,6 +140,16 @@ def wait_until(pred: Callable[[], T], timeout: float, what: str) -> T:
             return v
         time.sleep(0.1)
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_worker_ready(redis: Redis, lane: str, timeout: float) -> None:
+    """A lane worker is polling once arq has written its health-check key (at its first poll)."""
+    wait_until(lambda: redis.exists(queue_name(lane) + health_check_key_suffix), timeout, f"a {lane} worker to poll")
+
+
+def job_tries(redis: Redis, job_id: str) -> int:
+    """How many times a worker has started this arq job (arq counts every try in Redis)."""
+    return int(cast(bytes | None, redis.get(retry_key_prefix + job_id)) or 0)
 
 
 def wait_http(url: str, timeout: float, proc: Proc | None = None) -> None:

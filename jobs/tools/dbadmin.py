@@ -7,7 +7,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import make_url
 
-from jobs.procs import ROOT
+from domain.settings import reload_settings
+from jobs.tools.procs import ROOT
 
 
 def _server_url(url: str) -> str:
@@ -44,6 +45,7 @@ def isolated_environment(db_name: str, redis_db: int, **extra: str) -> str:
     db_url = base.rsplit("/", 1)[0] + "/" + db_name
     redis_url = os.environ.get("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0] + f"/{redis_db}"
     os.environ.update({"OUTBOX_DATABASE_URL": db_url, "OUTBOX_REDIS_URL": redis_url, "OUTBOX_FAULT": "", **extra})
+    reload_settings()
     ensure_database(db_url, reset=True)
     migrate(db_url)
     from domain.seed import seed

@@ -1,7 +1,8 @@
-"""Ledger transitions for delivery: claim, floor rules at send time, record an outcome, receipts, replay.
+"""Claim and record: the worker's store (procrastinate's manager). One transaction per call; the worker
+(jobs/worker.py) holds no SQL, it sequences these and does the HTTP.
 
-Each function is one transaction. The worker (jobs/worker.py) stays thin: it sequences these and does the HTTP.
-Status machine: QUEUED -> SENT -> DELIVERED | FAILED; QUEUED -> FAILED | SUPPRESSED; FAILED -> QUEUED (replay).
+claim (a lease) -> floor rules at send time (`floor_check`) -> suppress | defer | record the attempt's outcome.
+Status machine: QUEUED -> SENT -> DELIVERED | FAILED; QUEUED -> FAILED | SUPPRESSED.
 """
 
 from __future__ import annotations
@@ -75,21 +76,6 @@ class SendPlan:
     contact: str | None = None
 
 
-def lane_paused(lane: str, engine: Engine | None = None) -> bool:
-    with UnitOfWork(engine) as uow:
-        return bool(uow.execute(sa.text("SELECT paused FROM lane_controls WHERE lane = :l"), {"l": lane}).scalar())
-
-
-def set_lane_paused(lane: str, paused: bool, engine: Engine | None = None) -> None:
-    with UnitOfWork(engine) as uow:
-        uow.execute(sa.text(
-            "INSERT INTO lane_controls (lane, paused) VALUES (:l, :p) "
-            "ON CONFLICT (lane) DO UPDATE SET paused = :p, updated_at = now()"), {"l": lane, "p": paused})
-        if not paused:
-            uow.execute(sql.NOTIFY_OWED, {"lane": lane})
-        uow.commit()
-
-
 def claim(notification_id: int, lease_seconds: float, engine: Engine | None = None) -> Claim | None:
     with UnitOfWork(engine) as uow:
         row = uow.execute(sql.CLAIM_NOTIFICATION, {"id": notification_id, "lease": lease_seconds}).first()
@@ -139,15 +125,6 @@ def floor_check(c: Claim, now: datetime, engine: Engine | None = None) -> SendPl
     if isinstance(decision, Send) and c.cost_cents > 0 and (balance or 0) < c.cost_cents:
         return SendPlan(Suppress("insufficient_balance"))
     return SendPlan(decision, contact)
-
-
-def envelope_for(event_id: uuid.UUID, engine: Engine | None = None) -> Envelope:
-    with UnitOfWork(engine) as uow:
-        r = uow.execute(sa.text(
-            "SELECT event_id, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type, "
-            "schema_version, occurred_at, request_id, causation_id, actor_ref, payload FROM outbox_events "
-            "WHERE event_id = :e"), {"e": event_id}).one()
-    return Envelope(**dict(r._mapping))
 
 
 def _attempt(uow: UnitOfWork, c: Claim, worker: str, started: datetime, outcome: str,
@@ -221,59 +198,4 @@ def record(
         uow.commit()
     return outcome
 
-
-@dataclass(frozen=True)
-class ReceiptResult:
-    status: str  # applied | duplicate | unknown_reference | not_yet_sent
-    notification_id: int | None = None
-    tenant_id: int | None = None
-    order_id: int | None = None
-
-
-def apply_receipt(provider: str, receipt_id: str, reference: str, outcome: str,
-                  engine: Engine | None = None) -> ReceiptResult:
-    if outcome not in ("delivered", "failed"):
-        raise ValueError("outcome must be delivered or failed")
-    with UnitOfWork(engine) as uow:
-        x = uow.execute
-        n = x(sa.text("SELECT id, status, tenant_id, order_id FROM notifications WHERE provider_reference = :r "
-                      "AND channel = :p FOR UPDATE"), {"r": reference, "p": provider}).first()
-        if n is None:
-            exists = x(sa.text("SELECT 1 FROM receiver.provider_messages WHERE reference = :r"),
-                       {"r": reference}).first()
-            return ReceiptResult("not_yet_sent" if exists else "unknown_reference")
-        # receipt_id is unique: a provider retrying the same receipt changes nothing.
-        inserted = x(sa.text(
-            "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome) "
-            "VALUES (:i, :p, :r, :o) ON CONFLICT (receipt_id) DO NOTHING RETURNING id"),
-            {"i": receipt_id, "p": provider, "r": reference, "o": outcome}).first()
-        if inserted is None:
-            return ReceiptResult("duplicate", n.id, n.tenant_id, n.order_id)
-        if n.status == "SENT":
-            x(sa.text("UPDATE notifications SET status = :s, settled_at = now() WHERE id = :id"),
-              {"s": "DELIVERED" if outcome == "delivered" else "FAILED", "id": n.id})
-        uow.commit()
-    return ReceiptResult("applied", n.id, n.tenant_id, n.order_id)
-
-
-def replay(tenant_id: int, notification_id: int, engine: Engine | None = None) -> bool:
-    """FAILED -> QUEUED with the same row, dedupe key and event id: the receiver recognises it."""
-    with UnitOfWork(engine) as uow:
-        r = uow.execute(sa.text(
-            "UPDATE notifications SET status = 'QUEUED', review = NULL, next_attempt_at = now(), "
-            "max_attempts = attempts + :m, settled_at = NULL WHERE id = :id AND tenant_id = :t "
-            "AND status = 'FAILED' RETURNING lane"), {"id": notification_id, "t": tenant_id, "m": 8}).first()
-        if r:
-            uow.execute(sql.NOTIFY_OWED, {"lane": r.lane})
-        uow.commit()
-    return r is not None
-
-
-def resolve(tenant_id: int, notification_id: int, engine: Engine | None = None) -> bool:
-    with UnitOfWork(engine) as uow:
-        r = uow.execute(sa.text(
-            "UPDATE notifications SET review = 'resolved' WHERE id = :id AND tenant_id = :t AND status = 'FAILED' "
-            "RETURNING id"), {"id": notification_id, "t": tenant_id}).first()
-        uow.commit()
-    return r is not None
 

@@ -1,7 +1,8 @@
 """`outbox scenario`: seed 004 §3.4 end to end, against real processes, in its own database and Redis db.
 
 Every line of the transcript is printed from what really happened (rows read back, receiver counts, exit codes);
-nothing is a literal. The run writes evidence/scenario.md with the transcript, the invariant table and versions.
+nothing is a literal. `outbox scenario` writes evidence/scenario.md (or `--out PATH`) with the transcript, the
+invariant table and versions, and says where it wrote; the test suite writes to a temporary file.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ import asyncio
 import json
 import os
 import platform
-import time
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import redis as redis_lib
@@ -22,12 +23,12 @@ import sqlalchemy as sa
 from domain import faults
 from domain.commands import Committed, Rejected, execute_order_command
 from domain.db import UnitOfWork
-from domain.delivery import set_lane_paused
-from domain.queries import invariant_counts
-from jobs.constants import order_channel
-from jobs.dbadmin import ensure_database, isolated_environment
-from jobs.procs import ROOT, System, wait_until
-from jobs.wake import after_commit, arq_pool
+from domain.delivery.lanes import set_lane_paused
+from domain.queue import order_channel
+from domain.wakeups import after_commit, arq_pool
+from jobs.tools.checks import all_invariants
+from jobs.tools.dbadmin import ensure_database, isolated_environment
+from jobs.tools.procs import ROOT, System, job_tries, receiver_database_url, wait_until, wait_worker_ready
 
 SCENARIO_DB = "outbox_scenario"
 SCENARIO_REDIS_DB = 3
@@ -38,7 +39,7 @@ def _versions() -> dict[str, str]:
     with UnitOfWork() as uow:
         pg = uow.execute(sa.text("SHOW server_version")).scalar_one()
     r = redis_lib.Redis.from_url(os.environ["OUTBOX_REDIS_URL"])
-    rv = r.info("server")["redis_version"]
+    rv = cast(dict[str, Any], r.info("server"))["redis_version"]
     r.close()
     return {"Python": platform.python_version(), "PostgreSQL": str(pg), "Redis": str(rv),
             "SQLModel": version("sqlmodel"), "SQLAlchemy": version("sqlalchemy"), "Reflex": version("reflex"),
@@ -59,7 +60,10 @@ def _counts() -> tuple[int, int]:
     return int(ev), int(n)
 
 
-def run_scenario(keep: bool = False) -> bool:
+EVIDENCE = ROOT / "evidence" / "scenario.md"
+
+
+def run_scenario(keep: bool = False, out: Path = EVIDENCE) -> bool:
     receiver_url = f"http://127.0.0.1:{RECEIVER_PORT}"
     redis_url = isolated_environment(SCENARIO_DB, SCENARIO_REDIS_DB, OUTBOX_RECEIVER_URL=receiver_url,
                                      OUTBOX_LEASE_SECONDS="2", OUTBOX_SCAN_INTERVAL="0.5")
@@ -74,14 +78,14 @@ def run_scenario(keep: bool = False) -> bool:
     system = System(dict(os.environ), ROOT / ".run" / "scenario-logs")
     checks: dict[str, bool] = {}
     try:
-        system.receiver(RECEIVER_PORT)
+        system.receiver(RECEIVER_PORT, reset=True)
         for lane in ("high", "normal"):
             set_lane_paused(lane, True)
         system.relay()
         system.worker("high")
         system.worker("normal")
         # Two "online views": two subscriptions on the order's channel.
-        views = [r.pubsub() for _ in range(2)]
+        views = [r.pubsub() for _ in range(2)]  # type: ignore[no-untyped-call]
         for v in views:
             v.subscribe(order_channel(42, 913))
             v.get_message(timeout=1)
@@ -108,7 +112,9 @@ def run_scenario(keep: bool = False) -> bool:
         checks["both views refreshed"] = revs == [result.revision, result.revision]
 
         say("worker paused")
-        time.sleep(1.0)
+        # The high worker is polling and has taken this very job at least once while its lane was paused.
+        wait_worker_ready(r, "high", 30)
+        wait_until(lambda: job_tries(r, webhook.job_id) >= 1, 30, "the paused worker to take the job")
         checks["paused lane sends nothing"] = _row(webhook.notification_id)["attempts"] == 0
         system.stop_all()
         r.flushdb()  # Redis keeps nothing on disk: a restart loses every wake-up
@@ -130,8 +136,8 @@ def run_scenario(keep: bool = False) -> bool:
         checks["worker died after the remote effect"] = code == faults.EXIT_CODE and fx["effects"] == 1
 
         system.worker("high")
-        done = wait_until(lambda: (x := _row(webhook.notification_id))["status"] in ("SENT", "DELIVERED") and x,
-                     30, "redelivery")
+        wait_until(lambda: _row(webhook.notification_id)["status"] in ("SENT", "DELIVERED"), 30, "redelivery")
+        done = _row(webhook.notification_id)
         fx = httpx.get(f"{receiver_url}/effects/{result.event_id}").json()
         with UnitOfWork() as uow:
             attempt2 = uow.execute(sa.text(
@@ -159,14 +165,15 @@ def run_scenario(keep: bool = False) -> bool:
             f"new_events={_counts()[0] - after[0]}")
         checks["stale command wrote nothing"] = stale.error == "optimistic_conflict" and _counts() == after
 
-        inv = invariant_counts()
-        checks["invariants all zero"] = not any(inv.values())
+        inv = all_invariants(receiver_url)
+        checks["invariants all zero"] = all(v == 0 for v in inv.values())
         ok = all(checks.values())
         say(f"scenario result={'PASS' if ok else 'FAIL'}")
         for name, passed in checks.items():
             if not passed:
                 print(f"  failed check: {name}")
-        _write_evidence(lines, inv, checks)
+        _write_evidence(out, lines, inv, checks)
+        print(f"evidence written to {out}")
         for v in views:
             v.close()
         return ok
@@ -175,9 +182,10 @@ def run_scenario(keep: bool = False) -> bool:
         r.close()
         if not keep:
             ensure_database(db_url, reset=True)
+            ensure_database(receiver_database_url(db_url), reset=True)
 
 
-def _write_evidence(lines: list[str], inv: dict[str, int], checks: dict[str, bool]) -> None:
+def _write_evidence(path: Path, lines: list[str], inv: dict[str, int | None], checks: dict[str, bool]) -> None:
     out = [f"# Scenario transcript (seed 004 §3.4) — {datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "",
            "Produced by `outbox scenario` against real processes (receiver, relay, lane workers), its own database",
            f"`{SCENARIO_DB}` and Redis db {SCENARIO_REDIS_DB}.", "", "```", *lines, "```", "", "## Checks", "",
@@ -185,6 +193,5 @@ def _write_evidence(lines: list[str], inv: dict[str, int], checks: dict[str, boo
            "", "## Invariants", "", "| invariant | count |", "|---|---|",
            *[f"| {k} | {v} |" for k, v in inv.items()], "", "## Versions", "", "| component | version |",
            "|---|---|", *[f"| {k} | {v} |" for k, v in _versions().items()], ""]
-    path = Path(ROOT / "evidence" / "scenario.md")
-    path.parent.mkdir(exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(out))

@@ -1,0 +1,91 @@
+"""Operations endpoints: `/healthz` (PostgreSQL and Redis answer) and `/metrics` (Prometheus)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from dashboard.api.deps import maybe_pool, redis_pool
+from domain import queries
+from domain.db import UnitOfWork
+from domain.queue import REFRESH_PUBLISHES
+
+router = APIRouter(tags=["operations"])
+
+
+def _ping_db() -> None:
+    with UnitOfWork() as uow:
+        uow.execute(sa.text("SELECT 1"))
+
+
+@router.get("/healthz")
+async def healthz() -> JSONResponse:
+    checks = {"postgres": False, "redis": False}
+    try:
+        await asyncio.to_thread(_ping_db)
+        checks["postgres"] = True
+    except Exception:
+        pass
+    try:
+        pool = await redis_pool()
+        checks["redis"] = bool(await asyncio.wait_for(pool.ping(), 2))
+    except Exception:
+        pass
+    ok = all(checks.values())
+    return JSONResponse({"status": "ok" if ok else "degraded", **checks}, status_code=200 if ok else 503)
+
+
+@router.get("/metrics")
+async def metrics() -> PlainTextResponse:
+    return PlainTextResponse(await asyncio.to_thread(render_metrics, await _publishes()),
+                             media_type="text/plain; version=0.0.4")
+
+
+async def _publishes() -> int:
+    pool = await maybe_pool()
+    try:
+        return int(await pool.get(REFRESH_PUBLISHES) or 0) if pool else 0
+    except Exception:
+        return 0
+
+
+class LaneCollector:
+    """Gauges computed from PostgreSQL at scrape time, so every backend worker reports the same truth."""
+
+    def __init__(self, stats: list[dict[str, Any]], publishes: int) -> None:
+        self.stats, self.publishes = stats, publishes
+
+    def collect(self) -> Iterator[Metric]:
+        fams: dict[str, tuple[GaugeMetricFamily | CounterMetricFamily, str]] = {
+            "depth": (GaugeMetricFamily("outbox_lane_depth", "Owed (QUEUED) ledger rows", labels=["lane"]),
+                      "depth"),
+            "oldest": (GaugeMetricFamily("outbox_lane_oldest_owed_seconds", "Age of the oldest owed row",
+                                         labels=["lane"]), "oldest_owed_seconds"),
+            "attempts": (CounterMetricFamily("outbox_lane_attempts", "Delivery attempts", labels=["lane"]),
+                         "attempts"),
+            "failed": (GaugeMetricFamily("outbox_lane_failed", "FAILED rows", labels=["lane"]), "failed"),
+            "review": (GaugeMetricFamily("outbox_lane_review", "FAILED rows needing review", labels=["lane"]),
+                       "review"),
+            "p50": (GaugeMetricFamily("outbox_lane_latency_p50_ms", "Send latency p50", labels=["lane"]), "p50_ms"),
+            "p99": (GaugeMetricFamily("outbox_lane_latency_p99_ms", "Send latency p99", labels=["lane"]), "p99_ms"),
+            "paused": (GaugeMetricFamily("outbox_lane_paused", "1 when the lane is paused", labels=["lane"]),
+                       "paused"),
+        }
+        for s in self.stats:
+            for fam, key in fams.values():
+                fam.add_metric([s["lane"]], float(s[key]))
+        yield from (fam for fam, _ in fams.values())
+        yield CounterMetricFamily("outbox_refresh_publishes", "Refresh messages published", value=self.publishes)
+
+
+def render_metrics(publishes: int) -> bytes:
+    reg = CollectorRegistry()
+    reg.register(LaneCollector(queries.lane_stats(), publishes))  # type: ignore[arg-type]
+    return generate_latest(reg)

@@ -1,0 +1,53 @@
+"""Leads: create one, send it journey and lifecycle events, read its nudges."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from dashboard.api.deps import Auth, tenant_row
+from domain import journeys, queries
+from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
+
+router = APIRouter(prefix="/api/v1/leads", tags=["leads"])
+
+
+class LeadIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    recipient_ref: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+    advisor_ref: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+
+
+class LeadEventIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    event: str = Field(min_length=1, max_length=64)
+
+
+@router.post("", status_code=201)
+async def new_lead(body: LeadIn, p: Auth) -> JSONResponse:
+    lid = await asyncio.to_thread(journeys.create_lead, p.tenant_id, body.recipient_ref, body.advisor_ref)
+    return JSONResponse({"lead_id": lid, "current_step": None}, status_code=201)
+
+
+@router.post("/{lead_id}/events")
+async def lead_event(lead_id: int, body: LeadEventIn, p: Auth) -> JSONResponse:
+    r = await asyncio.to_thread(journeys.record_lead_event, p.tenant_id, lead_id, body.event)
+    if r.outcome == "not_found":
+        return JSONResponse({"error": "not_found"}, status_code=404)
+    if r.outcome == "unknown_event":
+        return JSONResponse({"error": "unknown_step", "event": body.event, "steps": list(JOURNEY_STEPS),
+                             "lifecycle_events": list(LIFECYCLE_EVENTS)}, status_code=422)
+    return JSONResponse({
+        "lead_id": lead_id, "outcome": r.outcome, "current_step": r.current_step, "intent_id": r.intent_id,
+        "cancelled_intent_id": r.cancelled_intent_id,
+        "scheduled_for": r.scheduled_for.isoformat() if r.scheduled_for else None,
+        "notification_ids": list(r.notification_ids)})
+
+
+@router.get("/{lead_id}")
+async def get_lead(lead_id: int, p: Auth) -> dict[str, Any]:
+    return await tenant_row(queries.lead_detail, p.tenant_id, lead_id)

@@ -1,0 +1,33 @@
+"""Review: replay a FAILED row (same row, dedupe key and event id) or mark it resolved."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from domain import sql
+from domain.db import UnitOfWork
+from domain.settings import get_settings
+
+
+def replay(tenant_id: int, notification_id: int, engine: Engine | None = None) -> bool:
+    """FAILED -> QUEUED with the same row, dedupe key and event id: the receiver recognises it."""
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sa.text(
+            "UPDATE notifications SET status = 'QUEUED', review = NULL, next_attempt_at = now(), "
+            "max_attempts = attempts + :m, settled_at = NULL WHERE id = :id AND tenant_id = :t "
+            "AND status = 'FAILED' RETURNING lane"), {"id": notification_id, "t": tenant_id, "m": get_settings().max_attempts}).first()
+        if r:
+            uow.execute(sql.NOTIFY_OWED, {"lane": r.lane})
+        uow.commit()
+    return r is not None
+
+
+def resolve(tenant_id: int, notification_id: int, engine: Engine | None = None) -> bool:
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sa.text(
+            "UPDATE notifications SET review = 'resolved' WHERE id = :id AND tenant_id = :t AND status = 'FAILED' "
+            "RETURNING id"), {"id": notification_id, "t": tenant_id}).first()
+        uow.commit()
+    return r is not None
+

@@ -1,0 +1,54 @@
+"""The queue vocabulary, in one place: lanes, queue names, job ids, the NOTIFY channel, pub/sub channels and every
+Redis key prefix. Everything that names a lane, a job or a channel imports it from here (arq's `constants.py`);
+the lane CHECK constraint of `notifications` is built from `LANES` too.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+Lane = Literal["critical", "high", "normal", "bulk"]
+# Priority order: the ops screen, `outbox status` and /metrics list lanes this way.
+LANES: Final[tuple[Lane, ...]] = get_args(Lane)
+
+QUEUE_PREFIX: Final[str] = "outbox:queue:"
+RATE_KEY: Final[str] = "outbox:rate:bulk"
+REFRESH_PREFIX: Final[str] = "outbox:refresh:"
+REFRESH_PUBLISHES: Final[str] = "outbox:metrics:refresh_publishes"
+# Development-only one-shot process faults armed from /ops: members are "<lane>:<fault point>".
+ARMED_FAULTS: Final[str] = "outbox:faults:armed"
+# PostgreSQL LISTEN/NOTIFY channel: a commit that owes work wakes the relay (payload: the lane).
+NOTIFY_CHANNEL: Final[str] = "outbox_owed"
+# The one arq task every lane runs.
+DELIVER_TASK: Final[str] = "deliver"
+
+
+def is_lane(value: str) -> bool:
+    return value in LANES
+
+
+def queue_name(lane: str) -> str:
+    if not is_lane(lane):
+        raise ValueError(f"unknown lane {lane!r}; lanes are {', '.join(LANES)}")
+    return QUEUE_PREFIX + lane
+
+
+def job_id(notification_id: int) -> str:
+    """The arq `_job_id`: the same notification always maps to the same job, so enqueues are idempotent."""
+    return f"n-{notification_id}"
+
+
+JOB_ID_SQL: Final[str] = "'n-' || id"  # job_id() for a notifications row, in SQL (kept equal by a unit test)
+
+
+def order_channel(tenant_id: int, order_id: int) -> str:
+    return f"{REFRESH_PREFIX}tenant:{tenant_id}:order:{order_id}"
+
+
+def tenant_channel(tenant_id: int) -> str:
+    return f"{REFRESH_PREFIX}tenant:{tenant_id}"
+
+
+def lanes_sql_list() -> str:
+    """`'critical','high','normal','bulk'` for CHECK constraints and ORDER BY array_position."""
+    return ",".join(f"'{lane}'" for lane in LANES)

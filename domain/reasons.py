@@ -1,0 +1,50 @@
+"""Plain words for every reason the ledger records: the one place the dashboard, the audit timeline and the CLI
+take them from. "Why didn't they get it?" is answered here, never by a code like `daily_cap`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+SUPPRESSED: Final[dict[str, str]] = {
+    "daily_cap": "Not sent: the recipient already reached today's message cap.",
+    "opted_out": "Not sent: the recipient opted out of this channel.",
+    "no_longer_eligible": "Not sent: by send time the order was no longer in the state this message is about.",
+    "superseded": "Not sent: a later step replaced this nudge.",
+    "no_contact_point": "Not sent: we hold no address for this recipient on this channel.",
+    "insufficient_balance": "Not sent: the tenant's prepaid balance could not cover this message.",
+}
+
+ERROR_CLASS: Final[dict[str, str]] = {
+    "timeout": "the receiver did not answer in time",
+    "connection": "the receiver could not be reached",
+    "rate_limited": "the receiver asked us to slow down",
+    "server_error": "the receiver had a server error",
+    "contract": "the receiver rejected the request as invalid",
+    "identity_conflict": "the receiver already holds a different body for this event id",
+    "unknown": "an unexpected answer",
+}
+
+
+def suppressed_text(reason: str | None) -> str:
+    return SUPPRESSED.get(reason or "", reason or "")
+
+
+def error_text(error_class: str | None) -> str:
+    return ERROR_CLASS.get(error_class or "", error_class or "")
+
+
+def ledger_reason(n: Mapping[str, Any]) -> str:
+    """Why a ledger row is where it is, in one sentence ('' when nothing needs explaining)."""
+    if n.get("status") == "SUPPRESSED":
+        return suppressed_text(n.get("suppressed_reason"))
+    if n.get("review") == "needs_review":
+        return f"Needs review: {error_text(n.get('last_error_class')) or 'permanent failure'}"
+    if n.get("last_error_class"):
+        return f"Last error: {error_text(n['last_error_class'])}"
+    return ""
+
+
+def effect_text(effect_ref: str, last_outcome: str | None) -> str:
+    again = " (a redelivery was answered already_processed)" if last_outcome == "already_processed" else ""
+    return f"receiver applied the customer webhook once: {effect_ref}{again}"

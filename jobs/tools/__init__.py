@@ -1,0 +1,1 @@
+"""Tools around the runtime: the `outbox` command line, scenario, benchmarks, process supervision, database admin."""
