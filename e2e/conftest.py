@@ -33,6 +33,11 @@ def pytest_configure(config: pytest.Config) -> None:
     _EVIDENCE_RUN = bool(config.getoption("--evidence", default=False))
 
 
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    where = EVIDENCE if _EVIDENCE_RUN else SCRATCH
+    terminalreporter.write_line(f"browser evidence (screenshots, push latency) written under {where}")
+
+
 def evidence_file(name: str) -> Path:
     base = EVIDENCE if _EVIDENCE_RUN else SCRATCH
     path = base / name

@@ -44,3 +44,19 @@ def test_suppressed_requires_a_reason(db):
             "INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status, "
             "cost_cents, attempts, max_attempts) VALUES (42, 'x', 'email', 'normal', 't', '{}', 'k', 'SUPPRESSED', "
             "0, 0, 8)"))
+
+
+def test_queue_vocabulary_is_the_schemas_vocabulary(db):
+    """One home for lanes and job ids: the lane CHECK accepts exactly `LANES`, and the SQL job id is `job_id()`."""
+    from domain.queue import JOB_ID_SQL, LANES, job_id
+
+    ins = sa.text(
+        "INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status, "
+        "cost_cents, attempts, max_attempts) VALUES (42, 'x', 'email', :lane, 't', '{}', :k, 'QUEUED', 0, 0, 8) "
+        f"RETURNING id, {JOB_ID_SQL} AS job")
+    with get_engine().begin() as c:
+        for lane in LANES:
+            row = c.execute(ins, {"lane": lane, "k": f"k-{lane}"}).one()
+            assert row.job == job_id(row.id)
+    with pytest.raises(sa.exc.IntegrityError, match="notifications_lane_known"), get_engine().begin() as c:
+        c.execute(ins, {"lane": "express", "k": "k-express"})

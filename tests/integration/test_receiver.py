@@ -1,0 +1,162 @@
+"""The receiver's own tests (the mock outside world, standing alone: its own database, settings and signing).
+
+Invariant 4: one effect per (event_id, effect_type), however many times and however concurrently an event is
+delivered; a reused event id with another body is an identity conflict, never a second effect. Checked through its
+HTTP API (`/effects`, `/invariants`), as `outbox check` does, and by its UNIQUE constraint on real PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+PG_BASE = os.environ.get("OUTBOX_PG_BASE", "postgresql+psycopg://postgres@127.0.0.1:5432")
+RECEIVER_DB = f"{PG_BASE}/outbox_receiver_selftest"
+
+
+class _Capture(BaseHTTPRequestHandler):
+    """Stands in for our app: records every receipt the receiver posts."""
+
+    seen: ClassVar[list[tuple[str, bytes]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        _Capture.seen.append((self.path, body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def app_stub() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), _Capture)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def receiver_app(app_stub):  # type: ignore[no-untyped-def]
+    from receiver import db, settings
+
+    os.environ.update({"RECEIVER_DATABASE_URL": RECEIVER_DB, "RECEIVER_APP_URL": app_stub})
+    settings.get_settings.cache_clear()
+    db.migrate(reset=True)
+    from receiver.app import FAULTS, app
+
+    FAULTS.config.receipt_delay = 0.0
+    yield app
+    for k in ("RECEIVER_DATABASE_URL", "RECEIVER_APP_URL"):
+        os.environ.pop(k, None)
+    settings.get_settings.cache_clear()
+
+
+def _signed(body: dict[str, object]) -> tuple[str, dict[str, str]]:
+    from receiver.settings import get_settings
+    from receiver.signing import signed_headers
+
+    raw = json.dumps(body)
+    eid = str(body["event_id"])
+    return raw, {**signed_headers(get_settings().webhook_secret, eid, raw), "Idempotency-Key": eid}
+
+
+async def _post_many(app, raw: str, headers: dict[str, str], n: int) -> list[httpx.Response]:  # type: ignore[no-untyped-def]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://receiver") as c:
+        return await asyncio.gather(*(c.post("/webhooks/orders", content=raw, headers=headers) for _ in range(n)))
+
+
+def test_twenty_concurrent_deliveries_apply_one_effect(receiver_app):
+    body = {"event_id": str(uuid.uuid4()), "schema_version": 1, "event_type": "order.approved"}
+    raw, headers = _signed(body)
+    answers = asyncio.run(_post_many(receiver_app, raw, headers, 20))
+    statuses = sorted(r.json()["status"] for r in answers)
+    assert [r.status_code for r in answers] == [200] * 20
+    assert statuses.count("accepted") == 1 and statuses.count("already_processed") == 19
+    assert len({r.json()["result_ref"] for r in answers}) == 1, "every answer names the one effect"
+    fx = asyncio.run(_get(receiver_app, f"/effects/{body['event_id']}"))
+    assert fx["effects"] == 1 and fx["deliveries"] == 20
+    assert all(v == 0 for v in asyncio.run(_get(receiver_app, "/invariants")).values())
+
+
+async def _get(app, path: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://receiver") as c:
+        return (await c.get(path)).json()  # type: ignore[no-any-return]
+
+
+def test_same_event_id_with_another_body_is_an_identity_conflict(receiver_app):
+    eid = str(uuid.uuid4())
+    first, h1 = _signed({"event_id": eid, "schema_version": 1, "payload": {"status": "approved"}})
+    other, h2 = _signed({"event_id": eid, "schema_version": 1, "payload": {"status": "cancelled"}})
+    (a,) = asyncio.run(_post_many(receiver_app, first, h1, 1))
+    (b,) = asyncio.run(_post_many(receiver_app, other, h2, 1))
+    assert a.status_code == 200 and a.json()["status"] == "accepted"
+    assert b.status_code == 409 and b.json()["error"] == "identity_conflict"
+    assert asyncio.run(_get(receiver_app, f"/effects/{eid}"))["effects"] == 1
+
+
+def test_bad_signature_applies_nothing(receiver_app):
+    eid = str(uuid.uuid4())
+    raw, headers = _signed({"event_id": eid, "schema_version": 1})
+    headers["webhook-signature"] = "v1,AAAA"
+    (r,) = asyncio.run(_post_many(receiver_app, raw, headers, 1))
+    assert r.status_code == 401
+    assert asyncio.run(_get(receiver_app, f"/effects/{eid}"))["effects"] == 0
+
+
+def test_the_database_itself_refuses_a_second_effect(receiver_app):
+    from receiver import db
+
+    eid = uuid.uuid4()
+    row = {"event_id": eid, "effect_type": "customer_webhook", "request_digest": "d", "result_ref": "fx-1"}
+    with db.engine().begin() as c:
+        c.execute(db.webhook_effects.insert().values(**row))
+    with pytest.raises(sa.exc.IntegrityError, match="webhook_effects_once"), db.engine().begin() as c:
+        c.execute(db.webhook_effects.insert().values(**{**row, "result_ref": "fx-2"}))
+
+
+def test_invariant_query_counts_a_duplicate_effect(receiver_app):
+    """`/invariants` must fail when the invariant is broken: drop the constraint, insert a twin, count it."""
+    from receiver import db
+
+    eid = uuid.uuid4()
+    row = {"event_id": eid, "effect_type": "customer_webhook", "request_digest": "d", "result_ref": "fx-1"}
+    with db.engine().begin() as c:
+        c.execute(sa.text("ALTER TABLE webhook_effects DROP CONSTRAINT webhook_effects_once"))
+        c.execute(db.webhook_effects.insert().values(**row))
+        c.execute(db.webhook_effects.insert().values(**row))
+    try:
+        assert asyncio.run(_get(receiver_app, "/invariants")) == {"4 two effects for one (event_id, effect_type)": 1}
+    finally:
+        with db.engine().begin() as c:
+            c.execute(db.webhook_effects.delete().where(db.webhook_effects.c.event_id == eid))
+            c.execute(sa.text("ALTER TABLE webhook_effects ADD CONSTRAINT webhook_effects_once "
+                              "UNIQUE (event_id, effect_type)"))
+
+
+def test_provider_messages_are_idempotent_by_key_and_receipts_go_only_to_the_configured_app(receiver_app):
+    msg = {"to": "a@example.test", "template": "t", "idempotency_key": f"k-{uuid.uuid4().hex}",
+           "callback_url": "http://attacker.example/steal"}
+
+    async def twice() -> list[httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=receiver_app), base_url="http://r") as c:
+            return [await c.post("/providers/email/messages", json=msg) for _ in range(2)]
+
+    first, again = asyncio.run(twice())
+    assert first.status_code == 201 and again.status_code == 200
+    ref = first.json()["reference"]
+    assert again.json()["reference"] == ref
+    receipts = [(path, json.loads(body)) for path, body in _Capture.seen if ref.encode() in body]
+    assert [path for path, _ in receipts] == ["/api/v1/receipts/email"], "one receipt, to the configured app only"
+    assert receipts[0][1]["client_reference"] == msg["idempotency_key"]

@@ -1,0 +1,83 @@
+"""Invariants of configuration: one validated model, read once; a bad value stops start-up naming the variable;
+booleans take the usual spellings; the README's table lists every variable the code reads, with its default."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from domain.settings import Settings, SettingsError, get_settings, reload_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    yield monkeypatch
+    monkeypatch.undo()
+    reload_settings()
+
+
+def test_settings_are_read_once_and_cached():
+    assert get_settings() is get_settings()
+
+
+@pytest.mark.parametrize(("raw", "value"), [("1", True), ("true", True), ("YES", True), ("on", True),
+                                            ("0", False), ("false", False), ("no", False), ("off", False)])
+def test_booleans_take_the_usual_spellings(env, raw, value):
+    env.setenv("OUTBOX_DEV_MODE", raw)
+    assert reload_settings().dev_mode is value
+
+
+@pytest.mark.parametrize(("var", "raw"), [("OUTBOX_LEASE_SECONDS", "soon"), ("OUTBOX_SLO_SECONDS", "-5"),
+                                          ("OUTBOX_BULK_RATE", "0"), ("OUTBOX_DEV_MODE", "maybe"),
+                                          ("OUTBOX_MAX_ATTEMPTS", "0")])
+def test_a_bad_value_stops_start_up_naming_the_variable(env, var, raw):
+    env.setenv(var, raw)
+    with pytest.raises(SettingsError, match=re.escape(f"{var}={raw!r}")):
+        reload_settings()
+
+
+def _readme_table() -> dict[str, str]:
+    section = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\| `(OUTBOX_[A-Z_]+)` \| ([^|]*) \|", section, re.M)}
+
+
+def _read_by_code() -> set[str]:
+    names: set[str] = set()
+    files = [*ROOT.glob("domain/**/*.py"), *ROOT.glob("jobs/**/*.py"), *ROOT.glob("dashboard/**/*.py"),
+             *ROOT.glob("tests/**/*.py"), *ROOT.glob("e2e/*.py"), ROOT / "rxconfig.py", *ROOT.glob(".ci/*")]
+    for f in files:
+        if f.name != "test_settings.py":
+            names |= set(re.findall(r"OUTBOX_[A-Z_]*[A-Z]", f.read_text()))
+    return names
+
+
+def test_readme_lists_every_variable_the_code_reads_and_no_other():
+    table = _readme_table()
+    in_code = _read_by_code() | set(Settings.env_names().values())
+    assert set(table) == in_code, f"missing from README: {in_code - set(table)}; stale: {set(table) - in_code}"
+
+
+def test_readme_defaults_are_the_models_defaults():
+    table = _readme_table()
+    for name, field in Settings.model_fields.items():
+        var = Settings.env_names()[name]
+        if "SECRET" in var:
+            assert table[var].strip() == "demo secret"
+            continue
+        shown = table[var].strip().strip("`")
+        assert shown == (str(field.default) if field.default != "" else "(empty)"), var
+
+
+def test_readme_layout_names_every_runtime_and_tool_module():
+    layout = README.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    for folder in ("jobs", "jobs/tools", "domain/delivery", "dashboard/api"):
+        for f in (ROOT / folder).glob("*.py"):
+            if f.name != "__init__.py":
+                assert f"`{f.name}`" in layout or f"`{f.stem}`" in layout, f"{folder}/{f.name} not in README"
+    for mentioned in re.findall(r"`([a-z_/]+\.py)`", layout):
+        assert list(ROOT.glob(f"**/{mentioned}")), f"README names {mentioned}, which does not exist"
