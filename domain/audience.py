@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-COST_CENTS: Final[dict[str, int]] = {"webhook": 0, "email": 1, "whatsapp": 3, "sms": 5}
+# Default price per message per channel, seeded into each tenant's `channel_prices` (the table is what is charged).
+DEFAULT_PRICE_CENTS: Final[dict[str, int]] = {"webhook": 0, "email": 1, "whatsapp": 3, "sms": 5}
+CHANNELS: Final[tuple[str, ...]] = tuple(DEFAULT_PRICE_CENTS)
+PEOPLE_CHANNELS: Final[tuple[str, ...]] = ("email", "sms", "whatsapp")
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,7 @@ def order_event_audience(event_type: str, customer_ref: str, tenant_id: int) -> 
     """
     webhook = Message("webhook", "high", f"webhook:tenant-{tenant_id}", event_type)
     if event_type == "order.approved":
-        return [webhook, Message("email", "normal", customer_ref, "order_approved_email")]
+        return [webhook, Message("email", "normal", customer_ref, "order_update")]
     if event_type in ("order.cancelled", "order.fulfilled"):
         return [webhook]
     return []

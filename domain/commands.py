@@ -14,12 +14,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain import faults, sql
-from domain.audience import COST_CENTS, dedupe_key, order_event_audience
+from domain.audience import order_event_audience
 from domain.db import UnitOfWork
 from domain.envelope import Envelope
-from domain.models import Notification, Order, OutboxEvent, table_of
+from domain.ledger import NewMessage, ledger_message
+from domain.models import Order, OutboxEvent, table_of
 from domain.policy import Accept, decide_transition
-from domain.queue import job_id
 
 SCHEMA_VERSION = 1
 
@@ -69,19 +69,11 @@ def _insert_handoff(uow: UnitOfWork, env: Envelope, customer_ref: str, order_id:
     owed: list[OwedRow] = []
     subject = f"order-{order_id}-r{env.aggregate_revision}"
     for msg in order_event_audience(env.event_type, customer_ref, env.tenant_id):
-        nid = uow.execute(sa.insert(table_of(Notification)).values(
+        row = ledger_message(uow, NewMessage(
             tenant_id=env.tenant_id, recipient=msg.recipient, channel=msg.channel, lane=msg.lane,
-            template=msg.template, payload=env.payload, order_id=order_id,
-            dedupe_key=dedupe_key(env.tenant_id, msg.channel, msg.recipient, msg.template, subject),
-            status="QUEUED", cost_cents=COST_CENTS[msg.channel], event_id=env.event_id,
-        ).returning(table_of(Notification).c.id)).scalar_one()
-        owed.append(OwedRow(nid, msg.lane, job_id(nid)))
-    for row in owed:
-        uow.execute(sa.text("UPDATE notifications SET job_id = :j WHERE id = :id"), {"j": row.job_id,
-                                                                                    "id": row.notification_id})
-    # NOTIFY is transactional: the relay hears it only if this commit happens.
-    for lane in sorted({r.lane for r in owed}):
-        uow.execute(sql.NOTIFY_OWED, {"lane": lane})
+            template=msg.template, subject=subject, payload=env.payload, event_id=env.event_id, order_id=order_id))
+        if row.created:
+            owed.append(OwedRow(row.notification_id, row.lane, row.job_id))
     return tuple(owed)
 
 

@@ -15,11 +15,10 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import sql
-from domain.audience import COST_CENTS, dedupe_key
+from domain import metering
 from domain.db import UnitOfWork
-from domain.models import LeadNotificationIntent, Notification, table_of
-from domain.queue import JOB_ID_SQL
+from domain.ledger import NewMessage, ledger_message
+from domain.models import LeadNotificationIntent, table_of
 from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS, is_further
 
 # How long after reaching a step its "come back" nudge fires; None = an immediate message, not a reminder.
@@ -95,15 +94,11 @@ def _messages(uow: UnitOfWork, *, tenant_id: int, lead: sa.Row[Any], template: s
     if lead.advisor_ref:
         targets.append(("email", lead.advisor_ref))
     for channel, recipient in targets:
-        nid = uow.execute(sa.insert(table_of(Notification)).values(
+        # An existing key means skip: a repeated lifecycle event finds its messages and owes nothing new.
+        row = ledger_message(uow, NewMessage(
             tenant_id=tenant_id, recipient=recipient, channel=channel, lane=lane, template=template,
-            payload={"lead_id": lead.id, "template": template}, status="QUEUED", cost_cents=COST_CENTS[channel],
-            dedupe_key=dedupe_key(tenant_id, channel, recipient, template, subject), next_attempt_at=at,
-            intent_id=intent_id,
-        ).returning(table_of(Notification).c.id)).scalar_one()
-        uow.execute(sa.text(f"UPDATE notifications SET job_id = {JOB_ID_SQL} WHERE id = :i"), {"i": nid})
-        ids.append(int(nid))
-    uow.execute(sql.NOTIFY_OWED, {"lane": lane})
+            subject=subject, payload={"lead_id": lead.id}, next_attempt_at=at, intent_id=intent_id))
+        ids.append(row.notification_id)
     return tuple(ids)
 
 
@@ -132,12 +127,18 @@ def _apply(tenant_id: int, lead_id: int, event: str, now: datetime, engine: Engi
             raise _LostRace()
         # ... tear down the live nudge and its owed messages ...
         cancelled = uow.execute(sa.text(
-            "UPDATE lead_notification_intents SET status = 'cancelled', updated_at = now() "
-            "WHERE lead_id = :l AND status IN ('pending', 'scheduled') RETURNING id"), {"l": lead_id}).scalar()
+            "UPDATE lead_notification_intents SET status = 'cancelled', updated_at = now(), "
+            "final_reason = :why WHERE lead_id = :l AND status IN ('pending', 'scheduled') RETURNING id"),
+            {"l": lead_id, "why": f"superseded by {decision.step} at {now:%Y-%m-%d %H:%M} UTC"}).scalar()
         if cancelled is not None:
-            uow.execute(sa.text(
+            # Only rows no worker holds: a message already handed to a worker is recorded truthfully (sent or
+            # not) by that worker, and a later claim suppresses it as superseded.
+            released = uow.execute(sa.text(
                 "UPDATE notifications SET status = 'SUPPRESSED', suppressed_reason = 'superseded', "
-                "settled_at = now() WHERE intent_id = :i AND status = 'QUEUED'"), {"i": cancelled})
+                "settled_at = now() WHERE intent_id = :i AND status = 'QUEUED' "
+                "AND (leased_until IS NULL OR leased_until < now()) RETURNING id"), {"i": cancelled}).scalars().all()
+            for nid in released:
+                metering.release(uow, nid)
         # ... and put the new one in place (the partial unique index is the backstop if we still raced).
         at = now + decision.delay if decision.delay is not None else now
         intent_id = uow.execute(sa.insert(table_of(LeadNotificationIntent)).values(

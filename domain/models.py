@@ -6,7 +6,7 @@ Alembic migrations are generated from this metadata and a drift test keeps the t
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, time
+from datetime import date, datetime, time
 from typing import Any
 
 import sqlalchemy as sa
@@ -127,6 +127,57 @@ class Recipient(SQLModel, table=True):
         default_factory=list,
         sa_column=sa.Column(pg.ARRAY(sa.Text), nullable=False, server_default="{}"),
     )
+    created_at: datetime | None = _ts()
+    updated_at: datetime | None = _ts()
+
+
+class RecipientChange(SQLModel, table=True):
+    """Who changed what on a recipient, and when: the answer to "who opted them out of SMS?"."""
+
+    __tablename__ = "recipient_changes"
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id")
+    recipient_id: int = Field(foreign_key="recipients.id", index=True)
+    actor_ref: str
+    field: str
+    old_value: str | None = None
+    new_value: str | None = None
+    changed_at: datetime | None = _ts()
+
+
+class ChannelPrice(SQLModel, table=True):
+    """What one message on a channel costs a tenant (webhooks are free unless priced)."""
+
+    __tablename__ = "channel_prices"
+    __table_args__ = (sa.CheckConstraint("price_cents >= 0", name="channel_prices_not_negative"),)
+    tenant_id: int = Field(foreign_key="tenants.id", primary_key=True, sa_column_kwargs={"autoincrement": False})
+    channel: str = Field(primary_key=True)
+    price_cents: int
+
+
+class Template(SQLModel, table=True):
+    """Stored, versioned text. Rendered at send time; the ledger row keeps the version it used. Templates never
+    choose recipients (the audience is code)."""
+
+    __tablename__ = "templates"
+    __table_args__ = (sa.UniqueConstraint("name", "version", name="templates_name_version_key"),)
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    version: int
+    channels: list[str] = Field(sa_column=sa.Column(pg.ARRAY(sa.Text), nullable=False))
+    body: str
+    created_at: datetime | None = _ts()
+
+
+class RecipientDailyCount(SQLModel, table=True):
+    """Messages taken against a recipient's daily cap, per local day: a guarded increment at claim time."""
+
+    __tablename__ = "recipient_daily_counts"
+    __table_args__ = (sa.CheckConstraint("taken >= 0", name="recipient_daily_counts_not_negative"),)
+    tenant_id: int = Field(foreign_key="tenants.id", primary_key=True, sa_column_kwargs={"autoincrement": False})
+    recipient: str = Field(primary_key=True)
+    day: date = Field(primary_key=True)
+    taken: int = 0
 
 
 class Notification(SQLModel, table=True):
@@ -158,6 +209,13 @@ class Notification(SQLModel, table=True):
     dedupe_key: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
     status: str = "QUEUED"
     suppressed_reason: str | None = None
+    # For reasons that need a detail to be plain words: the end of quiet hours, who opted them out and when.
+    reason_detail: str | None = None
+    template_version: int | None = None
+    # Money held for this row (reserved at claim, kept when SENT, refunded when it ends unsent) and the local day
+    # whose cap slot it holds.
+    reserved_cents: int = Field(default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"))
+    cap_day: date | None = None
     review: str | None = None  # NULL | 'needs_review' | 'resolved'
     provider_reference: str | None = None
     cost_cents: int = 0
@@ -194,6 +252,7 @@ class NotificationAttempt(SQLModel, table=True):
     status_code: int | None = None
     error_class: str | None = None
     latency_ms: float | None = None
+    response_excerpt: str | None = None  # the first 200 characters of what the other side answered
 
 
 class Receipt(SQLModel, table=True):
@@ -220,7 +279,7 @@ class LeadNotificationIntent(SQLModel, table=True):
     __tablename__ = "lead_notification_intents"
     __table_args__ = (
         sa.CheckConstraint(
-            "status IN ('pending','scheduled','sent','cancelled')", name="lead_intents_status_known"
+            "status IN ('pending','scheduled','sent','cancelled','suppressed')", name="lead_intents_status_known"
         ),
         sa.Index(
             "lead_notification_intents_one_active_per_lead",
@@ -235,6 +294,8 @@ class LeadNotificationIntent(SQLModel, table=True):
     step: str
     status: str
     scheduled_for: datetime | None = _ts(nullable=True, default=False)
+    # Why it ended: "superseded by credit_check_done", "suppressed: quiet hours", "sent".
+    final_reason: str | None = None
     created_at: datetime | None = _ts()
     updated_at: datetime | None = _ts()
 
@@ -247,14 +308,26 @@ class Balance(SQLModel, table=True):
 
 
 class BalanceEntry(SQLModel, table=True):
+    """Every movement of a tenant's balance; they always sum to it (invariant 7)."""
+
     __tablename__ = "balance_entries"
+    __table_args__ = (
+        sa.CheckConstraint("kind IN ('opening','top_up','reserve','refund','adjustment')",
+                           name="balance_entries_kind_known"),
+        # A top-up reference credits once. A message's entries sum to minus what it holds (`reserved_cents`).
+        sa.UniqueConstraint("tenant_id", "reference", name="balance_entries_reference_once"),
+        sa.Index("balance_entries_notification", "notification_id"),
+    )
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenants.id", index=True)
     notification_id: int | None = Field(
-        default=None, sa_column=sa.Column(sa.BigInteger, sa.ForeignKey("notifications.id"), unique=True)
+        default=None, sa_column=sa.Column(sa.BigInteger, sa.ForeignKey("notifications.id"))
     )
+    kind: str = Field(default="reserve", sa_column=sa.Column(sa.Text, nullable=False, server_default="reserve"))
     amount_cents: int
     reason: str
+    reference: str | None = None
+    actor_ref: str | None = None
     created_at: datetime | None = _ts()
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -12,7 +14,7 @@ from sqlalchemy.engine import Engine
 from domain import sql
 from domain.db import UnitOfWork
 from domain.envelope import Envelope
-from domain.reasons import effect_text, ledger_reason
+from domain.reasons import effect_text, ledger_reason, message_answer
 
 
 def _rows(result: Any) -> list[dict[str, Any]]:
@@ -198,6 +200,7 @@ def lane_stats(tenant_id: int | None = None, engine: Engine | None = None) -> li
         s["p50_ms"] = float(lr.get("p50") or 0.0)
         s["p99_ms"] = float(lr.get("p99") or 0.0)
         s["oldest_owed_seconds"] = float(s["oldest_owed_seconds"])
+        s["scheduled"] = int(s["scheduled"])
     return stats
 
 
@@ -258,3 +261,63 @@ def lead_detail(tenant_id: int, lead_id: int, engine: Engine | None = None) -> d
     out = dict(lead._mapping)
     out["intents"], out["notifications"] = intents, notes
     return out
+
+
+def notification_detail(tenant_id: int, notification_id: int, now: datetime,
+                        engine: Engine | None = None) -> dict[str, Any] | None:
+    """One message: the row, every attempt (time, outcome, HTTP status, latency, response excerpt), the next retry,
+    provider reference, receipt and cost."""
+    with UnitOfWork(engine) as uow:
+        n = uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS}, n.dedupe_key, n.template_version, n.reason_detail, n.reserved_cents "
+            "FROM notifications n WHERE n.tenant_id = :t AND n.id = :i"), {"t": tenant_id, "i": notification_id}
+        ).first()
+        if n is None:
+            return None
+        attempts = _rows(uow.execute(sa.text(
+            "SELECT attempt_no, started_at, finished_at, outcome, status_code, error_class, latency_ms, "
+            "response_excerpt FROM notification_attempts WHERE notification_id = :i ORDER BY attempt_no"),
+            {"i": notification_id}))
+        receipt = uow.execute(sa.text(
+            "SELECT outcome, received_at FROM delivery_receipts WHERE provider_reference = :r AND provider = :c "
+            "ORDER BY id DESC LIMIT 1"), {"r": n.provider_reference, "c": n.channel}).first() \
+            if n.provider_reference else None
+    out = dict(n._mapping)
+    out["notification_id"] = out["id"]
+    out["attempt_log"] = attempts
+    out["next_retry_at"] = out["next_attempt_at"] if out["status"] == "QUEUED" else None
+    out["receipt"] = dict(receipt._mapping) if receipt else None
+    out["charged_cents"] = out["reserved_cents"]
+    out["answer"] = message_answer(out, now)
+    return out
+
+
+def recipient_messages(tenant_id: int, recipient_id: int, now: datetime, limit: int = 100, before_id: int | None = None,
+                       engine: Engine | None = None) -> dict[str, Any] | None:
+    """"Why didn't they get it?": every message to one recipient with its answer in plain words, and on top the
+    cross-channel answers — heard from us today at all, how many this week, which channel actually reached them."""
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sa.text(
+            "SELECT id, ref, display_name, timezone FROM recipients WHERE tenant_id = :t AND id = :i"),
+            {"t": tenant_id, "i": recipient_id}).first()
+        if r is None:
+            return None
+        rows = _rows(uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS}, n.reason_detail, n.reserved_cents, "
+            "(SELECT max(d.received_at) FROM delivery_receipts d WHERE d.provider_reference = n.provider_reference "
+            "  AND d.provider = n.channel) AS receipt_at "
+            "FROM notifications n WHERE n.tenant_id = :t AND n.recipient = :ref "
+            "AND (CAST(:b AS bigint) IS NULL OR n.id < :b) ORDER BY n.id DESC LIMIT :l"),
+            {"t": tenant_id, "ref": r.ref, "b": before_id, "l": limit}))
+        day_start = now.astimezone(ZoneInfo(r.timezone)).replace(hour=0, minute=0, second=0, microsecond=0)
+        s = uow.execute(sa.text(
+            "SELECT count(*) FILTER (WHERE sent_at >= :day) AS today, "
+            "count(*) FILTER (WHERE sent_at >= CAST(:now AS timestamptz) - interval '7 days') AS week, "
+            "array_remove(array_agg(DISTINCT channel) FILTER (WHERE status = 'DELIVERED'), NULL) AS reached "
+            "FROM notifications WHERE tenant_id = :t AND recipient = :ref AND status IN ('SENT', 'DELIVERED')"),
+            {"t": tenant_id, "ref": r.ref, "day": day_start, "now": now}).one()
+    for m in rows:
+        m["answer"] = message_answer(m, now)
+    return {"recipient_id": r.id, "ref": r.ref, "display_name": r.display_name, "timezone": r.timezone,
+            "heard_from_us_today": s.today > 0, "sent_today": int(s.today), "sent_this_week": int(s.week),
+            "reached_by": list(s.reached or []), "messages": rows}

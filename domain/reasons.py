@@ -4,6 +4,7 @@ take them from. "Why didn't they get it?" is answered here, never by a code like
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Final
 
 SUPPRESSED: Final[dict[str, str]] = {
@@ -23,6 +24,7 @@ ERROR_CLASS: Final[dict[str, str]] = {
     "contract": "the receiver rejected the request as invalid",
     "identity_conflict": "the receiver already holds a different body for this event id",
     "unknown": "an unexpected answer",
+    "undeliverable": "the provider could not deliver it (refunded)",
 }
 
 
@@ -48,3 +50,31 @@ def ledger_reason(n: Mapping[str, Any]) -> str:
 def effect_text(effect_ref: str, last_outcome: str | None) -> str:
     again = " (a redelivery was answered already_processed)" if last_outcome == "already_processed" else ""
     return f"receiver applied the customer webhook once: {effect_ref}{again}"
+
+
+CHANNEL_NAME: Final[dict[str, str]] = {"sms": "SMS", "email": "email", "whatsapp": "WhatsApp", "webhook": "webhook"}
+
+
+def message_answer(n: Mapping[str, Any], now: datetime) -> str:
+    """One message's answer to "did they get it?", in plain words, for support."""
+    status, detail = n.get("status"), n.get("reason_detail")
+    if status == "SUPPRESSED":
+        if detail:
+            return f"not sent: {detail}"
+        return suppressed_text(n.get("suppressed_reason")).replace("Not sent:", "not sent:")
+    if status == "QUEUED":
+        due = n.get("next_attempt_at")
+        if detail:
+            return f"not sent yet: {detail}"
+        if due is not None and due > now:
+            if n.get("last_error_class"):
+                return f"retrying at {due:%H:%M} UTC: {error_text(n['last_error_class'])}"
+            return f"scheduled for {due:%Y-%m-%d %H:%M} UTC"
+        return "being sent now"
+    if status == "SENT":
+        return "sent; the provider has not confirmed delivery yet"
+    if status == "DELIVERED":
+        return "delivered"
+    if status == "FAILED":
+        return f"failed: {error_text(n.get('last_error_class')) or 'permanent failure'}"
+    return str(status or "")

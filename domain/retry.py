@@ -18,6 +18,7 @@ class Outcome:
     status_code: int | None
     error: Literal["timeout", "connection"] | None = None
     body_status: str | None = None
+    excerpt: str | None = None  # the start of the response body, kept on the attempt for support
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,23 @@ from typing import Any, cast
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from domain.audience import DEFAULT_PRICE_CENTS
 from domain.auth import hash_password
 from domain.db import UnitOfWork
 from domain.queue import LANES
+from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
 
 DEMO_PASSWORD = "outbox-demo"
+_PEOPLE = ("email", "sms", "whatsapp")
+# Stored, versioned text (version 1 here); `{name}` is filled from the message's data at send time.
+TEMPLATES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("order_update", _PEOPLE, "Your order {order_id} is now {status}."),
+    ("otp_code", ("sms", "whatsapp"), "Your code is {code}. It expires in 10 minutes."),
+    ("offer", _PEOPLE, "{headline} Reply STOP to opt out."),
+    *((f"nudge_{step}", ("whatsapp", "email"), f"Pick up where you left off: {step.replace('_', ' ')}.")
+      for step in JOURNEY_STEPS),
+    *((event, ("whatsapp", "email"), f"Good news: {event.replace('_', ' ')}.") for event in LIFECYCLE_EVENTS),
+)
 OPERATORS = (
     (42, "alice", "Alice Moreau", "oncall"),
     (42, "bob", "Bob Okafor", "operator"),
@@ -35,14 +47,25 @@ def seed(engine: Engine | None = None, *, seed_value: int = 42) -> dict[str, int
             created["tenants"] += _inserted(x(sa.text(
                 "INSERT INTO tenants (id, name) VALUES (:i, :n) ON CONFLICT DO NOTHING"), {"i": tid, "n": name}
             ))
-            x(sa.text("INSERT INTO balances (tenant_id, balance_cents) VALUES (:t, 50000) ON CONFLICT DO NOTHING"),
-              {"t": tid})
+            opened = x(sa.text(
+                "INSERT INTO balances (tenant_id, balance_cents) VALUES (:t, 50000) ON CONFLICT DO NOTHING "
+                "RETURNING balance_cents"), {"t": tid}).first()
+            if opened is not None:  # every cent of a balance is an entry (invariant 7)
+                x(sa.text("INSERT INTO balance_entries (tenant_id, kind, amount_cents, reason, reference) "
+                          "VALUES (:t, 'opening', :a, 'opening balance (demo)', 'opening')"),
+                  {"t": tid, "a": opened.balance_cents})
+            for channel, price in DEFAULT_PRICE_CENTS.items():
+                x(sa.text("INSERT INTO channel_prices (tenant_id, channel, price_cents) VALUES (:t, :c, :p) "
+                          "ON CONFLICT DO NOTHING"), {"t": tid, "c": channel, "p": price})
         for tid, login, display, role in OPERATORS:
             created["operators"] += _inserted(x(sa.text(
                 "INSERT INTO operators (tenant_id, login, display_name, password_hash, role) "
                 "VALUES (:t, :l, :d, :p, :r) ON CONFLICT (login) DO UPDATE SET role = EXCLUDED.role "
                 "WHERE operators.role <> EXCLUDED.role"),
                 {"t": tid, "l": login, "d": display, "p": pw, "r": role}))
+        for name, channels, body in TEMPLATES:
+            x(sa.text("INSERT INTO templates (name, version, channels, body) VALUES (:n, 1, :c, :b) "
+                      "ON CONFLICT (name, version) DO NOTHING"), {"n": name, "c": list(channels), "b": body})
         for lane in LANES:
             x(sa.text("INSERT INTO lane_controls (lane, paused) VALUES (:l, false) ON CONFLICT DO NOTHING"),
               {"l": lane})

@@ -31,7 +31,7 @@ CLAIM_NOTIFICATION = sa.text(
         AND (leased_until IS NULL OR leased_until < now())
         AND NOT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = notifications.lane AND l.paused)
       RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts,
-                max_attempts, event_id, order_id, intent_id
+                max_attempts, event_id, order_id, intent_id, reserved_cents, cap_day
     )
     SELECT c.*, o.status AS order_status, e.aggregate_type, e.aggregate_id, e.aggregate_revision, e.event_type,
            e.schema_version, e.occurred_at, e.request_id, e.causation_id, e.actor_ref, e.payload AS event_payload,
@@ -62,9 +62,14 @@ NOTIFY_OWED = sa.text(f"SELECT pg_notify('{NOTIFY_CHANNEL}', :lane)")
 LANE_STATS = sa.text(
     """
     SELECT l.lane,
-           count(n.id) FILTER (WHERE n.status = 'QUEUED') AS depth,
-           coalesce(extract(epoch FROM now() - min(n.created_at) FILTER (WHERE n.status = 'QUEUED')), 0)
+           -- Owed work is what is DUE: a nudge scheduled for later is counted apart, never as overdue. Its age
+           -- is how long it has been due and waiting (since creation, or since its retry or schedule came due).
+           count(n.id) FILTER (WHERE n.status = 'QUEUED' AND n.next_attempt_at <= now()) AS depth,
+           coalesce(extract(epoch FROM now() - min(n.next_attempt_at)
+                                             FILTER (WHERE n.status = 'QUEUED' AND n.next_attempt_at <= now())), 0)
                AS oldest_owed_seconds,
+           count(n.id) FILTER (WHERE n.status = 'QUEUED' AND n.next_attempt_at > now()) AS scheduled,
+           min(n.next_attempt_at) FILTER (WHERE n.status = 'QUEUED' AND n.next_attempt_at > now()) AS next_due,
            coalesce(sum(n.attempts), 0) AS attempts,
            count(n.id) FILTER (WHERE n.status = 'FAILED') AS failed,
            count(n.id) FILTER (WHERE n.review = 'needs_review') AS review,
@@ -105,15 +110,21 @@ INVARIANTS: Final[dict[str, str]] = {
         SELECT count(*) FROM (SELECT lead_id FROM lead_notification_intents
           WHERE status IN ('pending','scheduled') GROUP BY lead_id HAVING count(*) > 1) x
     """,
-    "5 sent with no matching debit, or negative balance": """
+    "5 sent without its charge, a message's entries not matching what it holds, or a negative balance": """
         SELECT (SELECT count(*) FROM notifications n
-                WHERE n.status IN ('SENT','DELIVERED') AND n.cost_cents > 0
-                  AND NOT EXISTS (SELECT 1 FROM balance_entries b
-                                  WHERE b.notification_id = n.id AND b.amount_cents = -n.cost_cents))
+                WHERE n.status IN ('SENT','DELIVERED') AND n.cost_cents > 0 AND n.reserved_cents <> n.cost_cents)
+             + (SELECT count(*) FROM notifications n
+                WHERE n.reserved_cents <> -coalesce((SELECT sum(b.amount_cents) FROM balance_entries b
+                                                      WHERE b.notification_id = n.id), 0))
              + (SELECT count(*) FROM balances WHERE balance_cents < 0)
     """,
     "6 suppressed without a reason": """
         SELECT count(*) FROM notifications WHERE status = 'SUPPRESSED' AND suppressed_reason IS NULL
+    """,
+    "7 a tenant whose balance entries do not sum to its balance": """
+        SELECT count(*) FROM balances b
+        WHERE b.balance_cents <> coalesce((SELECT sum(e.amount_cents) FROM balance_entries e
+                                          WHERE e.tenant_id = b.tenant_id), 0)
     """,
 }
 
@@ -126,10 +137,15 @@ OPS_SERIES = sa.text(
     SELECT to_char(m.t, 'HH24:MI') AS minute,
            (SELECT count(*) FROM notifications n
              WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + interval '1 minute'
-               AND (n.status = 'QUEUED' OR coalesce(n.sent_at, n.settled_at) > m.t + interval '1 minute')) AS depth,
-           (SELECT coalesce(extract(epoch FROM max(m.t + interval '1 minute' - n.created_at)), 0) FROM notifications n
+               AND ((n.status = 'QUEUED' AND n.next_attempt_at <= m.t + interval '1 minute')
+                    OR coalesce(n.sent_at, n.settled_at) > m.t + interval '1 minute')) AS depth,
+           -- Rows still owed are aged from when they came due (a scheduled nudge is not late before its time).
+           (SELECT coalesce(extract(epoch FROM max(m.t + interval '1 minute'
+                     - CASE WHEN n.status = 'QUEUED' THEN n.next_attempt_at ELSE n.created_at END)), 0)
+             FROM notifications n
              WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + interval '1 minute'
-               AND (n.status = 'QUEUED' OR coalesce(n.sent_at, n.settled_at) > m.t + interval '1 minute'))
+               AND ((n.status = 'QUEUED' AND n.next_attempt_at <= m.t + interval '1 minute')
+                    OR coalesce(n.sent_at, n.settled_at) > m.t + interval '1 minute'))
              AS oldest_seconds,
            (SELECT coalesce(avg(extract(epoch FROM n.sent_at - n.created_at) * 1000), 0) FROM notifications n
              WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.sent_at >= m.t AND n.sent_at < m.t + interval '1 minute') AS latency_ms

@@ -60,6 +60,17 @@ async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
     return n
 
 
+async def enqueue_after_commit(redis: ArqRedis | None, rows: Iterable[OwedRow]) -> int:
+    """Best-effort wake-ups for rows a transaction just ledgered: the relay's scan catches anything lost."""
+    if redis is None:
+        return 0
+    try:
+        return await enqueue(redis, rows)
+    except Exception as exc:
+        log.warning("wake-up enqueue failed: %s", type(exc).__name__)
+        return 0
+
+
 async def after_commit(redis: ArqRedis | None, result: Committed) -> dict[str, int]:
     out = {"views": 0, "enqueued": 0}
     faults.hit("after_commit_before_publish")

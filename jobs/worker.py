@@ -26,7 +26,6 @@ from domain.envelope import canonical_json
 from domain.queue import ARMED_FAULTS, DELIVER_TASK, RATE_KEY, queue_name
 from domain.retry import Outcome, decide_retry
 from domain.retry import Retry as RetryDecision
-from domain.rules import Defer, Suppress
 from domain.settings import get_settings
 from domain.signing import signed_headers
 from domain.wakeups import publish_refresh, redis_settings
@@ -47,7 +46,7 @@ async def bulk_rate_gate(redis: Any, rate: float) -> None:
         await asyncio.sleep(max(0.01, window + 1 - time.time()))
 
 
-async def send(ctx: dict[str, Any], c: Claim, contact: str | None) -> tuple[Outcome, str | None]:
+async def send(ctx: dict[str, Any], c: Claim, contact: str | None, text: str | None) -> tuple[Outcome, str | None]:
     s = get_settings()
     client: httpx.AsyncClient = ctx["http"]
     try:
@@ -58,13 +57,12 @@ async def send(ctx: dict[str, Any], c: Claim, contact: str | None) -> tuple[Outc
             headers["Idempotency-Key"] = str(c.event_id)
             r = await client.post(f"{s.receiver_url}/webhooks/orders", content=body, headers=headers)
             data = _safe_json(r)
-            return Outcome(r.status_code, body_status=data.get("status")), data.get("result_ref")
+            return Outcome(r.status_code, body_status=data.get("status"), excerpt=r.text[:200]), data.get("result_ref")
         r = await client.post(f"{s.receiver_url}/providers/{c.channel}/messages", json={
-            "to": contact, "template": c.template, "vars": c.payload, "idempotency_key": c.dedupe_key,
-            "callback_url": f"{s.app_url}/api/v1/receipts/{c.channel}",
+            "to": contact, "template": c.template, "body": text, "idempotency_key": c.dedupe_key,
         })
         data = _safe_json(r)
-        return Outcome(r.status_code, body_status=data.get("status")), data.get("reference")
+        return Outcome(r.status_code, body_status=data.get("status"), excerpt=r.text[:200]), data.get("reference")
     except httpx.TimeoutException:
         return Outcome(None, error="timeout"), None
     except httpx.TransportError:
@@ -91,26 +89,23 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     lane: str = ctx["lane"]
     if lane == "bulk":
         await bulk_rate_gate(ctx["redis"], s.bulk_rate_per_second)
-    c = await asyncio.to_thread(claims.claim, notification_id, s.lease_seconds)
-    if c is None:
+    now = datetime.now(UTC)
+    claimed = await asyncio.to_thread(claims.claim, notification_id, s.lease_seconds, now, ctx["worker_name"])
+    if claimed is None:
         if await asyncio.to_thread(lanes.lane_paused, lane):
             raise Retry(defer=1.0)  # the row stays QUEUED; the card shows pending until resume
         return "not_owed"  # already done, leased by another worker, or not yet due: the scan will bring it back
+    c = claimed.claim
     faults.hit("after_worker_claim")
-    now = datetime.now(UTC)
-    plan = await asyncio.to_thread(claims.floor_check, c, now)
-    floor = plan.decision
-    if isinstance(floor, Suppress):
-        await asyncio.to_thread(claims.suppress, c, floor.reason, ctx["worker_name"], now)
+    if isinstance(claimed, claims.Suppressed):
         await _refresh(ctx, c)
         return "suppressed"
-    if isinstance(floor, Defer):
-        await asyncio.to_thread(claims.defer, c, floor.until)
-        raise Retry(defer=max(1.0, (floor.until - now).total_seconds()))
+    if isinstance(claimed, claims.Deferred):
+        raise Retry(defer=max(1.0, (claimed.until - now).total_seconds()))
     faults.hit("before_remote_call")
     started = datetime.now(UTC)
     t0 = time.perf_counter()
-    outcome, ref = await send(ctx, c, plan.contact)
+    outcome, ref = await send(ctx, c, claimed.contact, claimed.body)
     latency_ms = (time.perf_counter() - t0) * 1000
     if outcome.status_code is not None and 200 <= outcome.status_code < 300:
         await armed_from_ops(ctx, "after_remote_accept_before_local_ack")
@@ -118,7 +113,7 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     decision = decide_retry(outcome, c.attempts, c.max_attempts, s.backoff_base, s.backoff_cap, ctx["rng"])
     result = await asyncio.to_thread(
         claims.record, c, decision, worker=ctx["worker_name"], started=started,
-        status_code=outcome.status_code, latency_ms=latency_ms, provider_reference=ref)
+        status_code=outcome.status_code, latency_ms=latency_ms, provider_reference=ref, excerpt=outcome.excerpt)
     faults.hit("after_local_ack")
     await _refresh(ctx, c)
     if isinstance(decision, RetryDecision):

@@ -170,6 +170,7 @@ def invariants() -> dict[str, int]:
 class ProviderMessageIn(BaseModel):
     to: str
     template: str
+    body: str | None = None  # the rendered text; a real provider would deliver it (never stored here)
     vars: dict[str, Any] = {}
     idempotency_key: str
     # Ignored: receipts go only to the configured app URL, never to an address a caller names.

@@ -1,7 +1,10 @@
-"""Claim and record: the worker's store (procrastinate's manager). One transaction per call; the worker
-(jobs/worker.py) holds no SQL, it sequences these and does the HTTP.
+"""Claim and record: the worker's store (procrastinate's manager). Two transactions per attempt; the worker
+(jobs/worker.py) holds no SQL, it calls `claim`, does the HTTP, then calls `record`.
 
-claim (a lease) -> floor rules at send time (`floor_check`) -> suppress | defer | record the attempt's outcome.
+`claim` is ONE transaction: the lease, the floor rules at send time (eligibility, opt-out, quiet hours, cap), and —
+for a message that may go — its cap slot and its price taken with guarded updates (domain/metering.py). It settles
+what must not go (SUPPRESSED with its reason, or deferred to the end of quiet hours) in that same transaction.
+`record` settles the attempt: SENT keeps the money, FAILED gives it back; only contract errors go to review.
 Status machine: QUEUED -> SENT -> DELIVERED | FAILED; QUEUED -> FAILED | SUPPRESSED.
 """
 
@@ -9,18 +12,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import sql
+from domain import metering, sql
 from domain.db import UnitOfWork
 from domain.envelope import Envelope
-from domain.models import BalanceEntry, NotificationAttempt, table_of
+from domain.models import NotificationAttempt, table_of
 from domain.retry import Fail, Retry, RetryDecision, Succeeded
-from domain.rules import FloorDecision, Send, Suppress, day_start_utc, floor_decision
+from domain.rules import Defer, Send, Suppress, floor_decision
 
 # Which order status each event is about: checked again at send time (eligibility).
 EVENT_REQUIRES_STATUS = {"order.approved": ("approved", "fulfilled"), "order.cancelled": ("cancelled",),
@@ -50,6 +54,8 @@ class Claim:
     intent_status: str | None = None
     intent_step: str | None = None
     lead_step: str | None = None
+    reserved_cents: int = 0
+    cap_day: date | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Claim:
@@ -64,23 +70,34 @@ class Claim:
                 payload=m["event_payload"])
         fields = {k: m[k] for k in ("id", "tenant_id", "recipient", "channel", "lane", "template", "payload",
                                     "dedupe_key", "cost_cents", "attempts", "max_attempts", "event_id", "order_id",
-                                    "order_status", "intent_id", "intent_status", "intent_step", "lead_step")}
+                                    "order_status", "intent_id", "intent_status", "intent_step", "lead_step",
+                                    "reserved_cents", "cap_day")}
         return cls(**fields, envelope=env)
 
 
 @dataclass(frozen=True)
-class SendPlan:
-    """The floor rules' verdict, with the contact point looked up in the same read (never in job arguments)."""
+class Ready:
+    """The row is ours (leased) with its cap slot and price held: send it now. The contact point and the rendered
+    text travel in memory only, never in job arguments."""
 
-    decision: FloorDecision
+    claim: Claim
     contact: str | None = None
+    body: str | None = None
 
 
-def claim(notification_id: int, lease_seconds: float, engine: Engine | None = None) -> Claim | None:
-    with UnitOfWork(engine) as uow:
-        row = uow.execute(sql.CLAIM_NOTIFICATION, {"id": notification_id, "lease": lease_seconds}).first()
-        uow.commit()
-    return Claim.from_row(row) if row else None
+@dataclass(frozen=True)
+class Suppressed:
+    claim: Claim
+    reason: str
+
+
+@dataclass(frozen=True)
+class Deferred:
+    claim: Claim
+    until: datetime
+
+
+ClaimResult = Ready | Suppressed | Deferred
 
 
 def still_eligible(c: Claim) -> bool:
@@ -96,69 +113,156 @@ def superseded(c: Claim) -> bool:
     return c.intent_id is not None and (c.intent_status == "cancelled" or c.lead_step != c.intent_step)
 
 
-def floor_check(c: Claim, now: datetime, engine: Engine | None = None) -> SendPlan:
-    if superseded(c):
-        return SendPlan(Suppress("superseded"))
-    eligible = still_eligible(c)
-    if c.channel == "webhook":  # a system, not a person: no quiet hours, cap, contact point or cost
-        return SendPlan(floor_decision(now=now, lane=c.lane, channel=c.channel, still_eligible=eligible,
-                                       opted_out_channels=(), sent_today=0, daily_cap=None, tz="UTC",
-                                       quiet_start=None, quiet_end=None))
+class _Format(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def render(body: str, data: dict[str, Any]) -> str:
+    """Template text with `{name}` filled from the message's data; an unknown name stays visible as `{name}`."""
+    return body.format_map(_Format({k: v for k, v in data.items() if isinstance(k, str)}))
+
+
+def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str = "worker",
+          engine: Engine | None = None) -> ClaimResult | None:
+    """None: not owed now (done, leased by another worker, paused or not yet due)."""
     with UnitOfWork(engine) as uow:
-        x = uow.execute
-        rcp = x(sa.text("SELECT timezone, quiet_start, quiet_end, daily_cap, opted_out_channels, email, phone "
-                        "FROM recipients WHERE tenant_id = :t AND ref = :r"),
-                {"t": c.tenant_id, "r": c.recipient}).first()
-        contact = (rcp.email if c.channel == "email" else rcp.phone) if rcp else None
-        if rcp is None or not contact:
-            return SendPlan(Suppress("no_contact_point"))
-        sent_today = int(x(sa.text(
-            "SELECT count(*) FROM notifications WHERE tenant_id = :t AND recipient = :r AND channel <> 'webhook' "
-            "AND status IN ('SENT','DELIVERED') AND sent_at >= :d"),
-            {"t": c.tenant_id, "r": c.recipient, "d": day_start_utc(now, rcp.timezone)}).scalar_one())
-        balance = x(sa.text("SELECT balance_cents FROM balances WHERE tenant_id = :t"), {"t": c.tenant_id}).scalar()
+        row = uow.execute(sql.CLAIM_NOTIFICATION, {"id": notification_id, "lease": lease_seconds}).first()
+        if row is None:
+            return None
+        c = Claim.from_row(row)
+        result = _decide_and_take(uow, c, now, worker)
+        uow.commit()
+    return result
+
+
+def _decide_and_take(uow: UnitOfWork, c: Claim, now: datetime, worker: str) -> ClaimResult:
+    if superseded(c):
+        return _suppress(uow, c, worker, "superseded", now)
+    if c.channel == "webhook":  # a system, not a person: no quiet hours, cap or contact point
+        decision = floor_decision(now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),
+                                  opted_out_channels=(), sent_today=0, daily_cap=None, tz="UTC",
+                                  quiet_start=None, quiet_end=None)
+        if isinstance(decision, Suppress):
+            return _suppress(uow, c, worker, decision.reason, now)
+        if not _take_money(uow, c):
+            return _suppress(uow, c, worker, "insufficient_balance", now)
+        return Ready(c)
+    rcp = uow.execute(sa.text(
+        "SELECT timezone, quiet_start, quiet_end, daily_cap, opted_out_channels, email, phone "
+        "FROM recipients WHERE tenant_id = :t AND ref = :r"), {"t": c.tenant_id, "r": c.recipient}).first()
+    contact = (rcp.email if c.channel == "email" else rcp.phone) if rcp else None
+    if rcp is None or not contact:
+        return _suppress(uow, c, worker, "no_contact_point", now)
+    day = local_day(now, rcp.timezone)
+    taken = uow.execute(sa.text(
+        "SELECT taken FROM recipient_daily_counts WHERE tenant_id = :t AND recipient = :r AND day = :d"),
+        {"t": c.tenant_id, "r": c.recipient, "d": day}).scalar() or 0
+    holds_slot = c.cap_day is not None
     decision = floor_decision(
-        now=now, lane=c.lane, channel=c.channel, still_eligible=eligible,
-        opted_out_channels=tuple(rcp.opted_out_channels), sent_today=sent_today, daily_cap=rcp.daily_cap,
-        tz=rcp.timezone, quiet_start=rcp.quiet_start, quiet_end=rcp.quiet_end,
+        now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),
+        opted_out_channels=tuple(rcp.opted_out_channels), sent_today=0 if holds_slot else int(taken),
+        daily_cap=rcp.daily_cap, tz=rcp.timezone, quiet_start=rcp.quiet_start, quiet_end=rcp.quiet_end,
     )
-    if isinstance(decision, Send) and c.cost_cents > 0 and (balance or 0) < c.cost_cents:
-        return SendPlan(Suppress("insufficient_balance"))
-    return SendPlan(decision, contact)
+    if isinstance(decision, Suppress):
+        detail = _opt_out_detail(uow, c) if decision.reason == "opted_out" else None
+        return _suppress(uow, c, worker, decision.reason, now, detail)
+    if isinstance(decision, Defer):
+        until_local = decision.until.astimezone(ZoneInfo(rcp.timezone))
+        return _defer(uow, c, decision.until, f"quiet hours until {until_local:%H:%M} {rcp.timezone}")
+    assert isinstance(decision, Send)
+    # The cap slot and the money, each once per row, each a guarded update: the pure rule above is the fast
+    # answer, these are what hold under concurrency.
+    if rcp.daily_cap is not None and not holds_slot and not metering.take_cap_slot(
+            uow, tenant_id=c.tenant_id, recipient=c.recipient, day=day, cap=rcp.daily_cap, notification_id=c.id):
+        return _suppress(uow, c, worker, "daily_cap", now)
+    if not _take_money(uow, c):
+        return _suppress(uow, c, worker, "insufficient_balance", now)
+    return Ready(c, contact, _render(uow, c))
+
+
+def local_day(now: datetime, tz: str) -> date:
+    return now.astimezone(ZoneInfo(tz)).date()
+
+
+def _take_money(uow: UnitOfWork, c: Claim) -> bool:
+    if c.reserved_cents > 0 or c.cost_cents <= 0:
+        return True  # held since an earlier attempt, or free
+    return metering.reserve(uow, tenant_id=c.tenant_id, notification_id=c.id, cost_cents=c.cost_cents,
+                            reason=f"{c.channel} {c.template}")
+
+
+def _render(uow: UnitOfWork, c: Claim) -> str | None:
+    """The newest version of the template for this channel; the version used is written on the row."""
+    t = uow.execute(sa.text(
+        "SELECT version, body FROM templates WHERE name = :n AND :c = ANY(channels) ORDER BY version DESC LIMIT 1"),
+        {"n": c.template, "c": c.channel}).first()
+    if t is None:
+        return None
+    uow.execute(sa.text("UPDATE notifications SET template_version = :v WHERE id = :id"), {"v": t.version, "id": c.id})
+    return render(t.body, c.payload)
+
+
+def _opt_out_detail(uow: UnitOfWork, c: Claim) -> str | None:
+    """"opted out of SMS on 2026-11-28 by support": the change that did it, from the recipient's change log."""
+    ch = uow.execute(sa.text(
+        "SELECT ch.changed_at, ch.actor_ref FROM recipient_changes ch JOIN recipients r ON r.id = ch.recipient_id "
+        "WHERE r.tenant_id = :t AND r.ref = :ref AND ch.field = 'opted_out_channels' "
+        "AND ch.new_value LIKE :like ORDER BY ch.id DESC LIMIT 1"),
+        {"t": c.tenant_id, "ref": c.recipient, "like": f"%{c.channel}%"}).first()
+    if ch is None:
+        return None
+    return f"opted out of {c.channel.upper() if c.channel == 'sms' else c.channel} on {ch.changed_at:%Y-%m-%d} " \
+           f"by {ch.actor_ref}"
 
 
 def _attempt(uow: UnitOfWork, c: Claim, worker: str, started: datetime, outcome: str,
-             status_code: int | None, error_class: str | None, latency_ms: float | None) -> None:
+             status_code: int | None, error_class: str | None, latency_ms: float | None,
+             excerpt: str | None = None) -> None:
     uow.execute(sa.insert(table_of(NotificationAttempt)).values(
         notification_id=c.id, attempt_no=c.attempts, worker=worker, started_at=started,
         finished_at=sa.func.now(), outcome=outcome, status_code=status_code, error_class=error_class,
-        latency_ms=latency_ms,
+        latency_ms=latency_ms, response_excerpt=excerpt,
     ))
 
 
-def suppress(c: Claim, reason: str, worker: str, now: datetime, engine: Engine | None = None) -> None:
-    with UnitOfWork(engine) as uow:
-        uow.execute(sa.text(
-            "UPDATE notifications SET status = 'SUPPRESSED', suppressed_reason = :r, settled_at = now(), "
-            "leased_until = NULL WHERE id = :id AND status = 'QUEUED'"), {"r": reason, "id": c.id})
-        _attempt(uow, c, worker, now, "suppressed", None, reason, None)
-        uow.commit()
+def _suppress(uow: UnitOfWork, c: Claim, worker: str, reason: str, now: datetime,
+              detail: str | None = None) -> Suppressed:
+    """Settled unsent with its reason (and its detail in plain words); whatever it held is given back."""
+    uow.execute(sa.text(
+        "UPDATE notifications SET status = 'SUPPRESSED', suppressed_reason = :r, reason_detail = :d, "
+        "settled_at = now(), leased_until = NULL WHERE id = :id AND status = 'QUEUED'"),
+        {"r": reason, "d": detail, "id": c.id})
+    _attempt(uow, c, worker, now, "suppressed", None, reason, None)
+    metering.release(uow, c.id)
+    if c.intent_id is not None:
+        _finish_intent_if_nothing_left(uow, c.intent_id, f"suppressed: {reason.replace('_', ' ')}")
+    return Suppressed(c, reason)
 
 
-def defer(c: Claim, until: datetime, engine: Engine | None = None) -> None:
-    """Quiet hours: not an attempt, so the attempt count is given back."""
-    with UnitOfWork(engine) as uow:
-        uow.execute(sa.text(
-            "UPDATE notifications SET attempts = attempts - 1, next_attempt_at = :u, leased_until = NULL "
-            "WHERE id = :id AND status = 'QUEUED'"), {"u": until, "id": c.id})
-        uow.commit()
+def _finish_intent_if_nothing_left(uow: UnitOfWork, intent_id: int, why: str) -> None:
+    """An intent whose messages all ended unsent is over: it must not stay a phantom live nudge."""
+    uow.execute(sa.text(
+        "UPDATE lead_notification_intents i SET status = 'suppressed', final_reason = :why, updated_at = now() "
+        "WHERE i.id = :i AND i.status IN ('pending', 'scheduled') AND NOT EXISTS ("
+        "  SELECT 1 FROM notifications n WHERE n.intent_id = i.id AND n.status IN ('QUEUED', 'SENT', 'DELIVERED'))"),
+        {"i": intent_id, "why": why})
+
+
+def _defer(uow: UnitOfWork, c: Claim, until: datetime, detail: str) -> Deferred:
+    """Quiet hours: not an attempt, so the attempt count is given back; what it holds stays held."""
+    uow.execute(sa.text(
+        "UPDATE notifications SET attempts = attempts - 1, next_attempt_at = :u, leased_until = NULL, "
+        "reason_detail = :d WHERE id = :id AND status = 'QUEUED'"), {"u": until, "d": detail, "id": c.id})
+    return Deferred(c, until)
 
 
 def record(
     c: Claim, decision: RetryDecision, *, worker: str, started: datetime, status_code: int | None,
-    latency_ms: float, provider_reference: str | None, engine: Engine | None = None,
+    latency_ms: float, provider_reference: str | None, excerpt: str | None = None, engine: Engine | None = None,
 ) -> str:
-    """Record one attempt's outcome; on success debit the balance in the SAME transaction."""
+    """Record one attempt's outcome. SENT keeps the price reserved at claim (that reservation is the charge);
+    FAILED refunds it in the same transaction."""
     with UnitOfWork(engine) as uow:
         x = uow.execute
         if isinstance(decision, Succeeded):
@@ -167,35 +271,32 @@ def record(
             updated = x(sa.text(
                 "UPDATE notifications SET status = CAST(:s AS text), provider_reference = :p, sent_at = now(), "
                 "settled_at = CASE WHEN CAST(:s AS text) = 'DELIVERED' THEN now() END, leased_until = NULL, "
-                "last_error_class = NULL WHERE id = :id AND status = 'QUEUED' RETURNING id"),
+                "last_error_class = NULL, reason_detail = NULL WHERE id = :id AND status = 'QUEUED' RETURNING id"),
                 {"s": final, "p": provider_reference, "id": c.id}).first()
-            if updated and c.cost_cents > 0:
-                x(sa.text("UPDATE balances SET balance_cents = balance_cents - :c WHERE tenant_id = :t"),
-                  {"c": c.cost_cents, "t": c.tenant_id})
-                x(sa.insert(table_of(BalanceEntry)).values(
-                    tenant_id=c.tenant_id, notification_id=c.id, amount_cents=-c.cost_cents,
-                    reason=f"{c.channel} {c.template}"))
             if updated and c.intent_id is not None:
-                x(sa.text("UPDATE lead_notification_intents SET status = 'sent', updated_at = now() "
-                          "WHERE id = :i AND status IN ('pending', 'scheduled')"), {"i": c.intent_id})
+                x(sa.text("UPDATE lead_notification_intents SET status = 'sent', updated_at = now(), "
+                          "final_reason = 'sent at ' || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') "
+                          "|| ' UTC' WHERE id = :i AND status IN ('pending', 'scheduled')"), {"i": c.intent_id})
             outcome = "already_processed" if decision.already_processed else "sent"
-            _attempt(uow, c, worker, started, outcome, status_code, None, latency_ms)
+            _attempt(uow, c, worker, started, outcome, status_code, None, latency_ms, excerpt)
         elif isinstance(decision, Retry):
             x(sa.text(
                 "UPDATE notifications SET next_attempt_at = now() + make_interval(secs => :d), leased_until = NULL, "
                 "last_error_class = :e WHERE id = :id AND status = 'QUEUED'"),
                 {"d": decision.delay_seconds, "e": decision.error_class, "id": c.id})
-            _attempt(uow, c, worker, started, "retry", status_code, decision.error_class, latency_ms)
+            _attempt(uow, c, worker, started, "retry", status_code, decision.error_class, latency_ms, excerpt)
             outcome = "retry"
         else:
             assert isinstance(decision, Fail)
+            # Only a contract problem needs a human; exhausted retries are simply FAILED.
             x(sa.text(
                 "UPDATE notifications SET status = 'FAILED', settled_at = now(), leased_until = NULL, "
                 "last_error_class = :e, review = :r WHERE id = :id AND status = 'QUEUED'"),
-                {"e": decision.error_class, "r": "needs_review", "id": c.id})
-            _attempt(uow, c, worker, started, "failed", status_code, decision.error_class, latency_ms)
+                {"e": decision.error_class, "r": "needs_review" if decision.review else None, "id": c.id})
+            metering.release(uow, c.id, f"refund: {decision.error_class}")
+            if c.intent_id is not None:
+                _finish_intent_if_nothing_left(uow, c.intent_id, f"failed: {decision.error_class}")
+            _attempt(uow, c, worker, started, "failed", status_code, decision.error_class, latency_ms, excerpt)
             outcome = "failed"
         uow.commit()
     return outcome
-
-

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from domain import metering
 from domain.db import UnitOfWork
 
 
@@ -36,7 +37,15 @@ def apply_receipt(provider: str, receipt_id: str, reference: str, outcome: str, 
             in_flight = client_reference is not None and x(sa.text(
                 "SELECT 1 FROM notifications WHERE dedupe_key = :k AND channel = :p AND status = 'QUEUED'"),
                 {"k": client_reference, "p": provider}).first()
-            return ReceiptResult("not_yet_sent" if in_flight else "unknown_reference")
+            if in_flight:
+                return ReceiptResult("not_yet_sent")  # nothing recorded: the provider retries until we know it
+            # Kept as it arrived (support can see it), answered 404.
+            x(sa.text(
+                "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome) "
+                "VALUES (:i, :p, :r, :o) ON CONFLICT (receipt_id) DO NOTHING"),
+                {"i": receipt_id, "p": provider, "r": reference, "o": outcome})
+            uow.commit()
+            return ReceiptResult("unknown_reference")
         # receipt_id is unique: a provider retrying the same receipt changes nothing.
         inserted = x(sa.text(
             "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome) "
@@ -45,8 +54,11 @@ def apply_receipt(provider: str, receipt_id: str, reference: str, outcome: str, 
         if inserted is None:
             return ReceiptResult("duplicate", n.id, n.tenant_id, n.order_id)
         if n.status == "SENT":
-            x(sa.text("UPDATE notifications SET status = :s, settled_at = now() WHERE id = :id"),
+            x(sa.text("UPDATE notifications SET status = CAST(:s AS text), settled_at = now(), "
+                      "last_error_class = CASE WHEN CAST(:s AS text) = 'FAILED' THEN 'undeliverable' END WHERE id = :id"),
               {"s": "DELIVERED" if outcome == "delivered" else "FAILED", "id": n.id})
+            if outcome == "failed":  # the provider could not deliver it: the tenant does not pay for it
+                metering.release(uow, n.id, "refund: provider could not deliver")
         uow.commit()
     return ReceiptResult("applied", n.id, n.tenant_id, n.order_id)
 

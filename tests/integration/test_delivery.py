@@ -207,7 +207,7 @@ def test_email_receipt_moves_sent_to_delivered_and_debits(sys_):
                       what="email receipt")
     assert row.provider_reference.startswith("email-") and row.settled_at is not None
     with get_engine().connect() as c:
-        debit = c.execute(sa.text("SELECT amount_cents FROM balance_entries WHERE notification_id = :n"),
+        debit = c.execute(sa.text("SELECT sum(amount_cents) FROM balance_entries WHERE notification_id = :n"),
                           {"n": row.id}).scalar_one()
         receipts = c.execute(sa.text("SELECT count(*) FROM delivery_receipts")).scalar_one()
     assert debit == -row.cost_cents and receipts == 1
@@ -325,20 +325,23 @@ def _email_row(event_id):  # type: ignore[no-untyped-def]
     ("UPDATE recipients SET daily_cap = 0 WHERE ref = 'cust-001'", "daily_cap"),
     ("UPDATE recipients SET opted_out_channels = '{email}' WHERE ref = 'cust-001'", "opted_out"),
     ("UPDATE recipients SET email = NULL WHERE ref = 'cust-001'", "no_contact_point"),
-    ("UPDATE balances SET balance_cents = 0 WHERE tenant_id = 42", "insufficient_balance"),
+    ("INSERT INTO balance_entries (tenant_id, kind, amount_cents, reason) SELECT 42, 'adjustment', -balance_cents, "
+     "'test: spend it all' FROM balances WHERE tenant_id = 42; UPDATE balances SET balance_cents = 0 "
+     "WHERE tenant_id = 42", "insufficient_balance"),
 ])
 def test_floor_rules_suppress_with_a_reason_at_send_time(sys_, setup, reason):
     """The rules are evaluated when the worker sends, not when the order was approved."""
     r = approve()
     with get_engine().begin() as c:
-        c.execute(sa.text(setup))
+        for statement in setup.split("; "):
+            c.execute(sa.text(statement))
     sys_.start_worker("normal")
     row = _email_row(r.event_id)
     assert row.status == "SUPPRESSED" and row.suppressed_reason == reason
     with get_engine().connect() as c:
-        debits = c.execute(sa.text("SELECT count(*) FROM balance_entries WHERE notification_id = :n"),
-                           {"n": row.id}).scalar_one()
-    assert debits == 0, "a suppressed message costs nothing"
+        net = c.execute(sa.text("SELECT coalesce(sum(amount_cents), 0) FROM balance_entries "
+                                "WHERE notification_id = :n"), {"n": row.id}).scalar_one()
+    assert net == 0 and row.reserved_cents == 0, "a suppressed message costs nothing"
 
 
 def test_order_no_longer_in_the_state_is_not_messaged(sys_):

@@ -1,0 +1,134 @@
+"""Exact metering: money and cap slots are taken with guarded updates inside the transaction that claims a row,
+so a send never starts without them; a row that ends unsent gives them back in the transaction that settles it.
+
+- `reserve`: `balance_cents >= price` or nothing (the CHECK `balance >= 0` is the backstop). The reserve entry IS
+  the charge when the row is SENT; `release` refunds it when the row ends FAILED or SUPPRESSED.
+- `take_cap_slot`: one guarded increment of the recipient's counter for their local day; at the cap it takes
+  nothing, so the cap fires at exactly N+1 however many workers race.
+- Every movement is a `balance_entries` row: entries always sum to the balance (invariant 7), and a row's entries
+  sum to minus what it holds (`reserved_cents`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from domain.db import UnitOfWork
+
+_RESERVE = sa.text(
+    "UPDATE balances SET balance_cents = balance_cents - :c WHERE tenant_id = :t AND balance_cents >= :c "
+    "RETURNING balance_cents")
+_ENTRY = sa.text(
+    "INSERT INTO balance_entries (tenant_id, notification_id, kind, amount_cents, reason) "
+    "VALUES (:t, :n, :k, :a, :r)")
+
+
+def reserve(uow: UnitOfWork, *, tenant_id: int, notification_id: int, cost_cents: int, reason: str) -> bool:
+    """Hold the price of one message. False: the balance cannot cover it (nothing changed)."""
+    if cost_cents <= 0:
+        return True
+    if uow.execute(_RESERVE, {"c": cost_cents, "t": tenant_id}).first() is None:
+        return False
+    uow.execute(_ENTRY, {"t": tenant_id, "n": notification_id, "k": "reserve", "a": -cost_cents, "r": reason})
+    uow.execute(sa.text("UPDATE notifications SET reserved_cents = :c WHERE id = :n"),
+                {"c": cost_cents, "n": notification_id})
+    return True
+
+
+def take_cap_slot(uow: UnitOfWork, *, tenant_id: int, recipient: str, day: date, cap: int,
+                  notification_id: int) -> bool:
+    """Count this message against the recipient's cap for `day`. False: the cap is reached (nothing changed)."""
+    if cap <= 0:
+        return False
+    taken = uow.execute(sa.text(
+        "INSERT INTO recipient_daily_counts (tenant_id, recipient, day, taken) VALUES (:t, :r, :d, 1) "
+        "ON CONFLICT (tenant_id, recipient, day) DO UPDATE SET taken = recipient_daily_counts.taken + 1 "
+        "WHERE recipient_daily_counts.taken < :cap RETURNING taken"),
+        {"t": tenant_id, "r": recipient, "d": day, "cap": cap}).first()
+    if taken is None:
+        return False
+    uow.execute(sa.text("UPDATE notifications SET cap_day = :d WHERE id = :n"), {"d": day, "n": notification_id})
+    return True
+
+
+def release(uow: UnitOfWork, notification_id: int, reason: str = "refund: not sent") -> int:
+    """Give back what a row holds (money and cap slot), once. Returns the cents refunded."""
+    row = uow.execute(sa.text(
+        "SELECT tenant_id, recipient, reserved_cents AS held, cap_day AS day FROM notifications WHERE id = :n "
+        "FOR UPDATE"), {"n": notification_id}).first()
+    if row is None or (row.held == 0 and row.day is None):
+        return 0
+    uow.execute(sa.text("UPDATE notifications SET reserved_cents = 0, cap_day = NULL WHERE id = :n"),
+                {"n": notification_id})
+    if row.held > 0:
+        uow.execute(sa.text("UPDATE balances SET balance_cents = balance_cents + :c WHERE tenant_id = :t"),
+                    {"c": row.held, "t": row.tenant_id})
+        uow.execute(_ENTRY, {"t": row.tenant_id, "n": notification_id, "k": "refund", "a": row.held, "r": reason})
+    if row.day is not None:
+        uow.execute(sa.text(
+            "UPDATE recipient_daily_counts SET taken = taken - 1 WHERE tenant_id = :t AND recipient = :r "
+            "AND day = :d AND taken > 0"), {"t": row.tenant_id, "r": row.recipient, "d": row.day})
+    return int(row.held)
+
+
+@dataclass(frozen=True)
+class TopUp:
+    credited: bool  # False: this reference was credited before (nothing changed)
+    balance_cents: int
+
+
+def top_up(tenant_id: int, amount_cents: int, reference: str, actor_ref: str,
+           engine: Engine | None = None) -> TopUp:
+    """Credit once per reference: the same reference twice credits once."""
+    if amount_cents <= 0:
+        raise ValueError("amount_cents must be positive")
+    with UnitOfWork(engine) as uow:
+        inserted = uow.execute(sa.text(
+            "INSERT INTO balance_entries (tenant_id, kind, amount_cents, reason, reference, actor_ref) "
+            "VALUES (:t, 'top_up', :a, :r, :ref, :who) ON CONFLICT (tenant_id, reference) DO NOTHING RETURNING id"),
+            {"t": tenant_id, "a": amount_cents, "r": f"top-up {reference}", "ref": reference,
+             "who": actor_ref}).first()
+        if inserted is not None:
+            uow.execute(sa.text(
+                "INSERT INTO balances (tenant_id, balance_cents) VALUES (:t, :a) "
+                "ON CONFLICT (tenant_id) DO UPDATE SET balance_cents = balances.balance_cents + :a"),
+                {"t": tenant_id, "a": amount_cents})
+        balance = uow.execute(sa.text("SELECT balance_cents FROM balances WHERE tenant_id = :t"),
+                              {"t": tenant_id}).scalar_one()
+        uow.commit()
+    return TopUp(inserted is not None, int(balance))
+
+
+def run_out_at(balance_cents: int, spent_last_hour_cents: int, now: datetime) -> datetime | None:
+    """When the balance runs out at the last hour's rate; None when nothing was spent (it does not run out)."""
+    if spent_last_hour_cents <= 0:
+        return None
+    return now + timedelta(hours=balance_cents / spent_last_hour_cents)
+
+
+def balance_view(tenant_id: int, now: datetime, engine: Engine | None = None) -> dict[str, Any]:
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sa.text(
+            "SELECT coalesce((SELECT balance_cents FROM balances WHERE tenant_id = :t), 0) AS balance_cents, "
+            "coalesce((SELECT -sum(amount_cents) FROM balance_entries WHERE tenant_id = :t "
+            "  AND kind IN ('reserve', 'refund') AND created_at > CAST(:now AS timestamptz) - interval '1 hour'), 0)"
+            "  AS spent_last_hour_cents"), {"t": tenant_id, "now": now}).one()
+    balance, spent = int(r.balance_cents), max(0, int(r.spent_last_hour_cents))
+    out = run_out_at(balance, spent, now)
+    return {"balance_cents": balance, "spent_last_hour_cents": spent,
+            "runs_out_at": out.isoformat() if out else None}
+
+
+def entries(tenant_id: int, limit: int = 50, before_id: int | None = None,
+            engine: Engine | None = None) -> list[dict[str, Any]]:
+    """Newest first, a page at a time (keyset on id)."""
+    with UnitOfWork(engine) as uow:
+        return [dict(r._mapping) for r in uow.execute(sa.text(
+            "SELECT id, kind, amount_cents, reason, reference, actor_ref, notification_id, created_at "
+            "FROM balance_entries WHERE tenant_id = :t AND (CAST(:b AS bigint) IS NULL OR id < :b) "
+            "ORDER BY id DESC LIMIT :l"), {"t": tenant_id, "b": before_id, "l": limit})]
