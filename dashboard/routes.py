@@ -8,3 +8,6 @@ AUDIT = "/audit"
 OPS = "/ops"
 JOURNEYS = "/journeys"
 
+RECIPIENTS = "/recipients"
+RECIPIENT_DETAIL = "/recipients/[recipient_id]"
+BALANCE = "/balance"

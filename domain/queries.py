@@ -42,7 +42,7 @@ def list_orders(
 NOTIFICATION_COLUMNS = (
     "n.id, n.recipient, n.channel, n.lane, n.template, n.status, n.suppressed_reason, n.review, "
     "n.provider_reference, n.cost_cents, n.attempts, n.last_error_class, n.event_id, n.order_id, n.job_id, "
-    "n.created_at, n.sent_at, n.settled_at, n.next_attempt_at, "
+    "n.created_at, n.sent_at, n.settled_at, n.next_attempt_at, n.reason_detail, "
     # What the receiver told the worker, as the worker recorded it: the effect reference (a webhook's 2xx
     # carries it) and the last answer (`already_processed` when a redelivery met an effect applied before).
     "CASE WHEN n.channel = 'webhook' THEN n.provider_reference END AS effect_ref, "
@@ -140,7 +140,7 @@ def audit_timeline(tenant_id: int, query: str, engine: Engine | None = None) -> 
         params["ev"] = uuid.UUID(q)
     except ValueError:
         pass
-    if q.isdigit():
+    if q.isascii() and q.isdigit() and int(q) <= 2**63 - 1:
         params["oid"] = int(q)
     with UnitOfWork(engine) as uow:
         notes = _rows(uow.execute(sa.text(
@@ -269,7 +269,7 @@ def notification_detail(tenant_id: int, notification_id: int, now: datetime,
     provider reference, receipt and cost."""
     with UnitOfWork(engine) as uow:
         n = uow.execute(sa.text(
-            f"SELECT {NOTIFICATION_COLUMNS}, n.dedupe_key, n.template_version, n.reason_detail, n.reserved_cents "
+            f"SELECT {NOTIFICATION_COLUMNS}, n.dedupe_key, n.template_version, n.reserved_cents "
             "FROM notifications n WHERE n.tenant_id = :t AND n.id = :i"), {"t": tenant_id, "i": notification_id}
         ).first()
         if n is None:
@@ -303,7 +303,7 @@ def recipient_messages(tenant_id: int, recipient_id: int, now: datetime, limit: 
         if r is None:
             return None
         rows = _rows(uow.execute(sa.text(
-            f"SELECT {NOTIFICATION_COLUMNS}, n.reason_detail, n.reserved_cents, "
+            f"SELECT {NOTIFICATION_COLUMNS}, n.reserved_cents, "
             "(SELECT max(d.received_at) FROM delivery_receipts d WHERE d.provider_reference = n.provider_reference "
             "  AND d.provider = n.channel) AS receipt_at "
             "FROM notifications n WHERE n.tenant_id = :t AND n.recipient = :ref "
@@ -321,3 +321,8 @@ def recipient_messages(tenant_id: int, recipient_id: int, now: datetime, limit: 
     return {"recipient_id": r.id, "ref": r.ref, "display_name": r.display_name, "timezone": r.timezone,
             "heard_from_us_today": s.today > 0, "sent_today": int(s.today), "sent_this_week": int(s.week),
             "reached_by": list(s.reached or []), "messages": rows}
+
+
+def tenants(engine: Engine | None = None) -> list[tuple[int, str]]:
+    with UnitOfWork(engine) as uow:
+        return [(int(r.id), str(r.name)) for r in uow.execute(sa.text("SELECT id, name FROM tenants ORDER BY id"))]

@@ -39,7 +39,11 @@ def error_text(error_class: str | None) -> str:
 def ledger_reason(n: Mapping[str, Any]) -> str:
     """Why a ledger row is where it is, in one sentence ('' when nothing needs explaining)."""
     if n.get("status") == "SUPPRESSED":
+        if n.get("reason_detail"):
+            return f"Not sent: {n['reason_detail']}."
         return suppressed_text(n.get("suppressed_reason"))
+    if n.get("status") == "QUEUED" and n.get("reason_detail"):
+        return f"Not sent yet: {n['reason_detail']}."
     if n.get("review") == "needs_review":
         return f"Needs review: {error_text(n.get('last_error_class')) or 'permanent failure'}"
     if n.get("last_error_class"):

@@ -87,6 +87,12 @@ def seed(engine: Engine | None = None, *, seed_value: int = 42) -> dict[str, int
                 x(sa.text("INSERT INTO leads (tenant_id, recipient_ref, advisor_ref) VALUES (42, :r, 'advisor-anna')"),
                   {"r": ref})
             x(sa.text("INSERT INTO leads (tenant_id, recipient_ref) VALUES (7, 'c7-001')"))
+        # Someone in India who asked for no messages 22:00-08:00 their time, and who opted out of SMS.
+        x(sa.text(
+            "INSERT INTO recipients (tenant_id, ref, display_name, email, phone, timezone, quiet_start, quiet_end, "
+            "daily_cap, opted_out_channels) VALUES (42, 'cust-kolkata', 'Asha Rao', 'asha@example.test', "
+            "'+919800000001', 'Asia/Kolkata', :qs, :qe, 5, '{sms}') ON CONFLICT DO NOTHING"),
+            {"qs": time(22, 0), "qe": time(8, 0)})
         # A recipient who sleeps 22:00-07:00 in Tokyo, for quiet-hour demos.
         x(sa.text(
             "INSERT INTO recipients (tenant_id, ref, display_name, email, timezone, quiet_start, quiet_end, "

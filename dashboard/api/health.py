@@ -64,9 +64,9 @@ class LaneCollector:
 
     def collect(self) -> Iterator[Metric]:
         fams: dict[str, tuple[GaugeMetricFamily | CounterMetricFamily, str]] = {
-            "depth": (GaugeMetricFamily("outbox_lane_depth", "Owed (QUEUED) ledger rows", labels=["lane"]),
+            "depth": (GaugeMetricFamily("outbox_lane_depth", "Owed ledger rows that are due now", labels=["lane"]),
                       "depth"),
-            "oldest": (GaugeMetricFamily("outbox_lane_oldest_owed_seconds", "Age of the oldest owed row",
+            "oldest": (GaugeMetricFamily("outbox_lane_oldest_owed_seconds", "How long the oldest due row has waited",
                                          labels=["lane"]), "oldest_owed_seconds"),
             "attempts": (CounterMetricFamily("outbox_lane_attempts", "Delivery attempts", labels=["lane"]),
                          "attempts"),
@@ -77,6 +77,8 @@ class LaneCollector:
             "p99": (GaugeMetricFamily("outbox_lane_latency_p99_ms", "Send latency p99", labels=["lane"]), "p99_ms"),
             "paused": (GaugeMetricFamily("outbox_lane_paused", "1 when the lane is paused", labels=["lane"]),
                        "paused"),
+            "scheduled": (GaugeMetricFamily("outbox_lane_scheduled", "Rows scheduled for later (not owed yet)",
+                                            labels=["lane"]), "scheduled"),
         }
         for s in self.stats:
             for fam, key in fams.values():

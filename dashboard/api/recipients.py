@@ -8,6 +8,7 @@ from datetime import UTC, datetime, time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -78,7 +79,7 @@ async def create(body: RecipientIn, p: Auth) -> JSONResponse:
     values.setdefault("ref", body.ref)
     values.setdefault("display_name", body.display_name)
     row = await _guard(recipients.create, p.tenant_id, values, p.actor_ref)
-    return JSONResponse(_public(row), status_code=201)
+    return JSONResponse(jsonable_encoder(_public(row)), status_code=201)
 
 
 @router.get("/{recipient_id}")

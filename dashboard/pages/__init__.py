@@ -19,6 +19,7 @@ class Page:
 
 
 def all_pages() -> list[Page]:
-    from dashboard.pages import audit, journeys, ledger, login, ops, order_detail, orders
+    from dashboard.pages import audit, balance, journeys, ledger, login, ops, order_detail, orders, recipients
 
-    return [login.PAGE, order_detail.PAGE, orders.PAGE, ledger.PAGE, audit.PAGE, journeys.PAGE, ops.PAGE]
+    return [login.PAGE, order_detail.PAGE, orders.PAGE, ledger.PAGE, recipients.LIST_PAGE, recipients.PAGE,
+            audit.PAGE, journeys.PAGE, balance.PAGE, ops.PAGE]

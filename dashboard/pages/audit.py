@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import reflex as rx
 
@@ -11,7 +12,7 @@ from dashboard.components import empty_state, shell
 from dashboard.format import when
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain import queries
+from domain import queries, recipients
 
 KIND_ICON = {"event": "file-text", "ledger": "mail", "attempt": "send", "effect": "circle-check",
              "receipt": "inbox"}
@@ -21,6 +22,8 @@ class AuditState(AuthState):
     query: str = ""
     items: list[dict[str, str]] = []
     searched: bool = False
+    # When the search is a recipient: the cross-channel answer first ("did we reach them at all?").
+    who: list[dict[str, str]] = []
 
     @rx.event
     async def load(self):  # type: ignore[no-untyped-def]
@@ -33,8 +36,18 @@ class AuditState(AuthState):
         if not self.query.strip():
             self.items, self.searched = [], False
             return
-        rows = await asyncio.to_thread(queries.audit_timeline, self._tenant_id, self.query)
+        tenant, q = self._tenant_id, self.query.strip()[:200]
+        rows, matches = await asyncio.gather(asyncio.to_thread(queries.audit_timeline, tenant, q),
+                                             asyncio.to_thread(recipients.find_by_ref, tenant, q))
         self.items = [{"at": when(r["at"]), "kind": r["kind"], "ref": r["ref"], "text": r["text"]} for r in rows]
+        self.who = []
+        for _, rid in matches:
+            w = await asyncio.to_thread(queries.recipient_messages, tenant, rid, datetime.now(UTC), 1)
+            if w is not None:
+                self.who.append({
+                    "id": str(rid), "name": w["display_name"],
+                    "text": f"Heard from us today: {'yes' if w['heard_from_us_today'] else 'no'} · sent this week: "
+                            f"{w['sent_this_week']} · reached by: {', '.join(w['reached_by']) or 'no channel yet'}"})
         self.searched = True
 
     @rx.event
@@ -54,6 +67,13 @@ def _item(i: rx.Var) -> rx.Component:
     )
 
 
+def _who(w: rx.Var) -> rx.Component:
+    return rx.callout(rx.hstack(rx.text(w["name"], weight="bold"), rx.text(w["text"], data_testid="audit-why"),
+                                rx.link("every message and why →", href=f"/recipients/{w['id']}"),
+                                spacing="3", wrap="wrap"),
+                      icon="user", width="100%", margin_bottom="12px")
+
+
 def audit_page() -> rx.Component:
     return shell(
         "Audit",
@@ -61,6 +81,7 @@ def audit_page() -> rx.Component:
                                    default_value=AuditState.query, width="100%", data_testid="audit-query"),
                           rx.button("Search", type="submit", data_testid="audit-search"), width="100%"),
                 on_submit=AuditState.search, width="100%", margin_bottom="16px"),
+        rx.foreach(AuditState.who, _who),
         rx.cond(AuditState.items.length() > 0,
                 rx.card(rx.foreach(AuditState.items, _item), width="100%"),
                 rx.cond(AuditState.searched, empty_state("Nothing found for that search in your tenant."),

@@ -11,7 +11,7 @@ import reflex as rx
 
 from dashboard import live, routes
 from dashboard.components import card, data_table, shell, stat, status_badge
-from dashboard.format import notification
+from dashboard.format import notification, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import queries
@@ -44,6 +44,8 @@ async def _snapshot(tenant_id: int) -> dict[str, Any]:
         "lanes": [{
             "lane": x["lane"], "depth": str(x["depth"]), "oldest": f"{x['oldest_owed_seconds']:.1f}s",
             "breach": "yes" if x["oldest_owed_seconds"] > s.oldest_owed_slo_seconds else "no",
+            "scheduled": str(x["scheduled"]),
+            "next_due": when(x["next_due"]) if x["next_due"] else "—",
             "attempts": str(x["attempts"]), "failed": str(x["failed"]), "review": str(x["review"]),
             "p50": f"{x['p50_ms']:.0f} ms", "p99": f"{x['p99_ms']:.0f} ms",
             "paused": "yes" if x["paused"] else "no",
@@ -140,6 +142,8 @@ def _lane_row(x: rx.Var) -> rx.Component:
         rx.table.cell(rx.text(x["depth"], data_testid="lane-depth")),
         rx.table.cell(rx.badge(x["oldest"], color_scheme=rx.cond(x["breach"] == "yes", "red", "green"),
                                data_testid="lane-oldest")),
+        rx.table.cell(rx.text(x["scheduled"], data_testid="lane-scheduled")),
+        rx.table.cell(rx.text(x["next_due"], size="1")),
         rx.table.cell(x["attempts"]),
         rx.table.cell(x["failed"]),
         rx.table.cell(x["review"]),
@@ -200,7 +204,10 @@ def ops_page() -> rx.Component:
             stat("Push latency p99", OpsState.push_p99),
             gap="12px", wrap="wrap", width="100%", margin_bottom="16px",
         ),
-        data_table(["Lane", "Depth", "Oldest owed", "Attempts", "Failed", "Review", "p50", "p99", ""],
+        rx.text("Due work only: a message scheduled for later is counted under Scheduled, never as late.",
+                size="1", color=rx.color("gray", 11), margin_bottom="6px"),
+        data_table(["Lane", "Due", "Oldest due", "Scheduled", "Next due (UTC)", "Attempts", "Failed", "Review",
+                    "p50", "p99", ""],
                    OpsState.lanes, _lane_row, "No lanes.", "lanes-table"),
         rx.flex(_chart("Owed depth", "depth", "#3e63dd", ""), _chart("Oldest owed age", "oldest", "#ffb224", "s"),
                 _chart("Commit-to-send latency", "latency", "#30a46c", "ms"),

@@ -82,20 +82,66 @@ def check() -> None:
 
 @app.command()
 def status() -> None:
-    """Per lane: depth, oldest owed age, attempts, failed/review, latency, paused."""
-    from domain.queries import lane_stats
+    """Per lane: due depth, oldest due age, scheduled apart, attempts, failed/review, latency, paused; balances."""
+    from datetime import UTC, datetime
+
+    from domain.metering import balance_view
+    from domain.queries import lane_stats, tenants
 
     slo = get_settings().oldest_owed_slo_seconds
-    t = Table(title=f"lanes (oldest-owed SLO {slo:.0f}s)")
-    for col in ("lane", "depth", "oldest owed", "attempts", "failed", "review", "p50 ms", "p99 ms", "paused"):
+    t = Table(title=f"lanes (oldest-due SLO {slo:.0f}s; scheduled rows are not late)")
+    for col in ("lane", "due", "oldest due", "scheduled", "next due (UTC)", "attempts", "failed", "review",
+                "p50 ms", "p99 ms", "paused"):
         t.add_column(col)
     for s in lane_stats():
         age = s["oldest_owed_seconds"]
         colour = "red" if age > slo else "green"
-        t.add_row(s["lane"], str(s["depth"]), f"[{colour}]{age:.1f}s[/]", str(s["attempts"]), str(s["failed"]),
-                  str(s["review"]), f"{s['p50_ms']:.0f}", f"{s['p99_ms']:.0f}", "yes" if s["paused"] else "no")
+        nxt = f"{s['next_due']:%Y-%m-%d %H:%M}" if s["next_due"] else "—"
+        t.add_row(s["lane"], str(s["depth"]), f"[{colour}]{age:.1f}s[/]", str(s["scheduled"]), nxt,
+                  str(s["attempts"]), str(s["failed"]), str(s["review"]), f"{s['p50_ms']:.0f}",
+                  f"{s['p99_ms']:.0f}", "yes" if s["paused"] else "no")
     out.print(t)
+    now = datetime.now(UTC)
+    b = Table(title="balances (run-out at the last hour's spend)")
+    for col in ("tenant", "balance", "spent last hour", "runs out"):
+        b.add_column(col)
+    for tenant_id, name in tenants():
+        v = balance_view(tenant_id, now)
+        runs_out = v["runs_out_at"][:16].replace("T", " ") + " UTC" if v["runs_out_at"] else "does not run out"
+        b.add_row(f"{tenant_id} {name}", f"{v['balance_cents'] / 100:,.2f}", f"{v['spent_last_hour_cents'] / 100:,.2f}",
+                  runs_out)
+    out.print(b)
     out.print(f"refresh publishes: {_refresh_publishes()}")
+
+
+@app.command()
+def why(recipient_ref: str = typer.Argument(..., help="the recipient's ref, e.g. cust-001"),
+        tenant: int = typer.Option(None, help="only this tenant (default: every tenant with that ref)"),
+        limit: int = typer.Option(50, help="messages to show, newest first")) -> None:
+    """"Why didn't they get it?" — every message to one recipient, with its answer in plain words."""
+    from datetime import UTC, datetime
+
+    from domain.queries import recipient_messages
+    from domain.recipients import find_by_ref
+
+    found = find_by_ref(tenant, recipient_ref)
+    if not found:
+        err.print(f"[red]error:[/] no recipient {recipient_ref!r}" + (f" in tenant {tenant}" if tenant else ""))
+        raise typer.Exit(2)
+    for tenant_id, rid in found:
+        w = recipient_messages(tenant_id, rid, datetime.now(UTC), limit)
+        assert w is not None
+        heard = "yes" if w["heard_from_us_today"] else "no"
+        out.print(f"[bold]{w['display_name']}[/] ({w['ref']}, tenant {tenant_id}, {w['timezone']}) — heard from us "
+                  f"today: [bold]{heard}[/] · sent this week: {w['sent_this_week']} · reached by: "
+                  f"{', '.join(w['reached_by']) or 'no channel yet'}")
+        t = Table()
+        for col in ("#", "created (UTC)", "channel", "template", "status", "answer", "cost", "provider ref"):
+            t.add_column(col)
+        for m in w["messages"]:
+            t.add_row(str(m["id"]), f"{m['created_at']:%Y-%m-%d %H:%M}", m["channel"], m["template"], m["status"],
+                      m["answer"], f"{m['cost_cents'] / 100:.2f}", m["provider_reference"] or "—")
+        out.print(t)
 
 
 def _refresh_publishes() -> str:

@@ -54,3 +54,28 @@ def test_scenario_passes_against_real_processes(migrated_db, tmp_path):
     assert "scenario result=PASS" in r.stdout
     assert "effective_calls=1" in r.stdout and "webhook=already_processed" in r.stdout
     assert "| invariants all zero | PASS |" in transcript.read_text()
+
+
+def test_why_answers_for_a_recipient_and_refuses_an_unknown_one(db):
+    """`outbox why` prints the cross-channel answers and each message's answer; an unknown ref is a clear error."""
+    from datetime import UTC, datetime
+
+    from domain.ledger import send
+    from domain.recipients import find_by_ref, update
+
+    ((tenant, rid),) = find_by_ref(42, "cust-001")
+    update(tenant, rid, {"opted_out_channels": ["sms"]}, "support:dana")
+    row = send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="normal",
+               data={"headline": "hi"}, subject_period=f"{datetime.now(UTC):%Y-%m-%d}")
+    assert row is not None
+    r = run("why", "cust-001", "--tenant", "42")
+    assert r.returncode == 0, r.stderr
+    assert "heard from us" in r.stdout and "offer" in r.stdout
+    missing = run("why", "nobody-at-all")
+    assert missing.returncode == 2 and "no recipient 'nobody-at-all'" in missing.stderr
+
+
+def test_status_shows_balances_and_scheduled_work_apart(db):
+    r = run("status")
+    assert r.returncode == 0, r.stderr
+    assert "balances" in r.stdout and "Northwind Retail" in r.stdout and "scheduled" in r.stdout

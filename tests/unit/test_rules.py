@@ -1,6 +1,6 @@
 """Invariants of the floor rules and journey ordering (pure)."""
 
-from datetime import UTC, datetime, time
+from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -71,3 +71,34 @@ def test_dedupe_key_is_a_pure_function_of_its_parts_and_tells_every_part_apart()
     variants = [(7, *parts[1:]), (42, "sms", *parts[2:]), (*parts[:2], "cust-002", *parts[3:]),
                 (*parts[:3], "offer", parts[4]), (*parts[:4], "order-1-r3")]
     assert len({dedupe_key(*v) for v in variants} | {dedupe_key(*parts)}) == len(variants) + 1
+
+
+ZONES = ["UTC", "Asia/Kolkata", "Asia/Tokyo", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe",
+         "America/Sao_Paulo", "Pacific/Chatham"]
+
+
+@given(now=st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1), timezones=st.just(UTC)),
+       tz=st.sampled_from(ZONES), start=st.integers(0, 23), length=st.integers(1, 23))
+def test_quiet_hours_across_timezones_and_dst_defer_into_the_future_never_past_a_day(now, tz, start, length):
+    """Whatever the zone and whatever DST does that night: inside the window the answer is a moment in the
+    future no more than a day (plus a DST hour) away whose local clock reads the window's end (or the first
+    valid time after it, when DST skips the end); outside there is none."""
+    zone = ZoneInfo(tz)
+    qs, qe = time(start), time((start + length) % 24)
+    end = quiet_hours_end(now, tz, qs, qe)
+    local = now.astimezone(zone).time()
+    inside = (qs <= local < qe) if qs < qe else (local >= qs or local < qe)
+    assert (end is not None) == inside
+    if end is not None:
+        assert now < end and (end - now) <= timedelta(hours=25)
+        shown = end.astimezone(zone).time()
+        gap = (datetime.combine(datetime(2000, 1, 1), shown) - datetime.combine(datetime(2000, 1, 1), qe))
+        assert timedelta(0) <= gap <= timedelta(hours=1), (tz, qe, shown)
+
+
+@given(now=st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1), timezones=st.just(UTC)),
+       tz=st.sampled_from(ZONES))
+def test_critical_lane_is_never_deferred_by_quiet_hours(now, tz):
+    d = floor_decision(now=now, **{**BASE, "tz": tz, "lane": "critical", "quiet_start": time(0),
+                                   "quiet_end": time(23, 59)})
+    assert d == Send()

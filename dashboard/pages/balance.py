@@ -1,0 +1,115 @@
+"""Balance: what the tenant has, what it spent in the last hour, when it runs out at that rate, every entry (paged),
+and a top-up for on-call operators (checked in the handler, not only by hiding the form)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import reflex as rx
+
+from dashboard import routes
+from dashboard.components import card, data_table, error_callout, shell, stat
+from dashboard.format import money, when
+from dashboard.pages import Page
+from dashboard.state import AuthState
+from domain import metering
+
+PAGE_SIZE = 50
+KIND_TEXT = {"opening": "opening balance", "top_up": "top-up", "reserve": "message charged",
+             "refund": "refund", "adjustment": "adjustment"}
+
+
+def _entry(e: dict[str, Any]) -> dict[str, str]:
+    amount = int(e["amount_cents"])
+    return {"id": str(e["id"]), "at": when(e["created_at"]), "kind": KIND_TEXT.get(e["kind"], e["kind"]),
+            "amount": ("+" if amount > 0 else "") + money(amount), "reason": str(e["reason"]),
+            "who": str(e["actor_ref"] or "—"), "message": f"#{e['notification_id']}" if e["notification_id"] else ""}
+
+
+class BalanceState(AuthState):
+    balance: str = ""
+    spent: str = ""
+    runs_out: str = ""
+    entries: list[dict[str, str]] = []
+    more: bool = False
+    notice: str = ""
+    error: str = ""
+
+    @rx.event
+    async def load(self):  # type: ignore[no-untyped-def]
+        if not self._tenant_id:
+            return
+        tenant = self._tenant_id
+        view, rows = await asyncio.gather(asyncio.to_thread(metering.balance_view, tenant, datetime.now(UTC)),
+                                          asyncio.to_thread(metering.entries, tenant, PAGE_SIZE + 1))
+        self.balance, self.spent = money(view["balance_cents"]), money(view["spent_last_hour_cents"])
+        self.runs_out = (view["runs_out_at"][:16].replace("T", " ") + " UTC") if view["runs_out_at"] \
+            else "does not run out at this rate"
+        self.entries, self.more = [_entry(e) for e in rows[:PAGE_SIZE]], len(rows) > PAGE_SIZE
+
+    @rx.event
+    async def load_more(self):  # type: ignore[no-untyped-def]
+        if not self._tenant_id or not self.entries:
+            return
+        rows = await asyncio.to_thread(metering.entries, self._tenant_id, PAGE_SIZE + 1, int(self.entries[-1]["id"]))
+        self.entries = self.entries + [_entry(e) for e in rows[:PAGE_SIZE]]
+        self.more = len(rows) > PAGE_SIZE
+
+    @rx.event
+    async def top_up(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+        self.notice = self.error = ""
+        if not self._tenant_id or not self._oncall:
+            self.error = "Only on-call operators can top up the balance."
+            return
+        try:
+            cents = round(float(str(form.get("amount", "")).replace(",", "")) * 100)
+        except ValueError:
+            cents = 0
+        reference = str(form.get("reference", "")).strip()
+        if not 0 < cents <= 10**9 or not reference or len(reference) > 100:
+            self.error = "Give an amount between 0.01 and 10,000,000.00 and the payment's reference."
+            return
+        r = await asyncio.to_thread(metering.top_up, self._tenant_id, cents, reference, self._actor_ref)
+        self.notice = (f"Credited {money(cents)} (reference {reference})." if r.credited else
+                       f"Reference {reference} was already credited; nothing changed.")
+        await self.load()
+
+
+def _entry_row(e: rx.Var) -> rx.Component:
+    return rx.table.row(rx.table.cell(rx.text(e["at"], size="1")), rx.table.cell(e["kind"]),
+                        rx.table.cell(rx.text(e["amount"], weight="medium")), rx.table.cell(e["reason"]),
+                        rx.table.cell(e["message"]), rx.table.cell(e["who"]), data_testid="entry-row")
+
+
+def balance_page() -> rx.Component:
+    return shell(
+        "Balance",
+        rx.flex(stat("Balance", BalanceState.balance, "balance"),
+                stat("Spent in the last hour", BalanceState.spent, "spent-hour"),
+                stat("Runs out", BalanceState.runs_out, "runs-out"),
+                gap="12px", wrap="wrap", width="100%", margin_bottom="16px"),
+        rx.cond(BalanceState.oncall, card(
+            rx.form(rx.flex(
+                rx.vstack(rx.text("Amount", size="1"), rx.input(name="amount", placeholder="250.00",
+                                                                data_testid="topup-amount"), spacing="1"),
+                rx.vstack(rx.text("Payment reference", size="1"),
+                          rx.input(name="reference", placeholder="INV-2026-118", data_testid="topup-reference"),
+                          spacing="1"),
+                rx.button("Top up", type="submit", data_testid="topup-submit"),
+                gap="12px", align="end", wrap="wrap"), on_submit=BalanceState.top_up, reset_on_submit=True),
+            margin_bottom="12px")),
+        rx.cond(BalanceState.notice != "", rx.callout(BalanceState.notice, icon="check", width="100%",
+                                                       data_testid="balance-notice")),
+        error_callout(BalanceState.error),
+        rx.heading("Entries, newest first", size="4", margin_y="8px"),
+        data_table(["When (UTC)", "Kind", "Amount", "Why", "Message", "Who"], BalanceState.entries, _entry_row,
+                   "No entries yet.", "entries-table"),
+        rx.cond(BalanceState.more, rx.button("Load more", on_click=BalanceState.load_more, variant="soft",
+                                             margin_top="12px")),
+    )
+
+
+PAGE = Page(routes.BALANCE, balance_page, "Balance · Outbox", [AuthState.require_login, BalanceState.load],
+            ("Balance", "wallet"))
