@@ -231,6 +231,9 @@ class Notification(SQLModel, table=True):
     intent_id: int | None = Field(
         default=None, sa_column=sa.Column(sa.BigInteger, sa.ForeignKey("lead_notification_intents.id"), index=True))
     job_id: str | None = None
+    # Campaign fan-out: the campaign this message belongs to (its progress is counted from these rows).
+    campaign_id: int | None = Field(
+        default=None, sa_column=sa.Column(sa.BigInteger, sa.ForeignKey("campaigns.id"), index=True))
     created_at: datetime | None = _ts()
     sent_at: datetime | None = _ts(nullable=True, default=False)
     settled_at: datetime | None = _ts(nullable=True, default=False)
@@ -349,3 +352,43 @@ class RefreshLog(SQLModel, table=True):
     tenant_id: int
     latency_ms: float | None = None
     created_at: datetime | None = _ts()
+
+
+class Campaign(SQLModel, table=True):
+    """A bulk send: a named segment (code, never a template) × one template × one channel, fanned out into the
+    ledger in batches on the bulk lane. Progress is counted from its ledger rows."""
+
+    __tablename__ = "campaigns"
+    __table_args__ = (
+        sa.CheckConstraint("status IN ('ledgering','running','cancelled','done')", name="campaigns_status_known"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    name: str
+    segment: str
+    template: str
+    channel: str
+    status: str = "ledgering"
+    total: int = 0  # recipients the segment selected when the fan-out began
+    ledgered: int = 0
+    # Keyset position of the fan-out: a crash resumes after it, and ON CONFLICT skips any overlap.
+    last_recipient_id: int = 0
+    actor_ref: str
+    created_at: datetime | None = _ts()
+    started_at: datetime | None = _ts(nullable=True, default=False)
+    finished_at: datetime | None = _ts(nullable=True, default=False)
+
+
+class OtpCode(SQLModel, table=True):
+    """A one-time code, never stored: the code is derived at send time from a secret and this row's random nonce;
+    only an HMAC of it is kept, to verify what the person types."""
+
+    __tablename__ = "otp_codes"
+    notification_id: int = Field(
+        sa_column=sa.Column(sa.BigInteger, sa.ForeignKey("notifications.id"), primary_key=True, autoincrement=False))
+    tenant_id: int = Field(foreign_key="tenants.id")
+    nonce: str
+    code_hash: str
+    expires_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    tries: int = Field(default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"))
+    verified_at: datetime | None = _ts(nullable=True, default=False)

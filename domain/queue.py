@@ -12,15 +12,20 @@ Lane = Literal["critical", "high", "normal", "bulk"]
 LANES: Final[tuple[Lane, ...]] = get_args(Lane)
 
 QUEUE_PREFIX: Final[str] = "outbox:queue:"
-RATE_KEY: Final[str] = "outbox:rate:bulk"
+RATE_KEY: Final[str] = "outbox:rate:bulk"  # + ":<channel>": one token bucket per provider channel
 REFRESH_PREFIX: Final[str] = "outbox:refresh:"
 REFRESH_PUBLISHES: Final[str] = "outbox:metrics:refresh_publishes"
 # Development-only one-shot process faults armed from /ops: members are "<lane>:<fault point>".
 ARMED_FAULTS: Final[str] = "outbox:faults:armed"
 # PostgreSQL LISTEN/NOTIFY channel: a commit that owes work wakes the relay (payload: the lane).
 NOTIFY_CHANNEL: Final[str] = "outbox_owed"
-# The one arq task every lane runs.
+# The one arq task every lane runs, and the bulk lane's campaign fan-out.
 DELIVER_TASK: Final[str] = "deliver"
+FAN_OUT_TASK: Final[str] = "fan_out_campaign"
+
+
+def fan_out_job_id(campaign_id: int) -> str:
+    return f"campaign-{campaign_id}"
 
 
 def is_lane(value: str) -> bool:

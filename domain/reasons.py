@@ -14,6 +14,7 @@ SUPPRESSED: Final[dict[str, str]] = {
     "superseded": "Not sent: a later step replaced this nudge.",
     "no_contact_point": "Not sent: we hold no address for this recipient on this channel.",
     "insufficient_balance": "Not sent: the tenant's prepaid balance could not cover this message.",
+    "campaign_cancelled": "Not sent: the campaign was cancelled before this message went out.",
 }
 
 ERROR_CLASS: Final[dict[str, str]] = {

@@ -14,7 +14,8 @@ from typing import Final, Literal
 from zoneinfo import ZoneInfo
 
 SuppressReason = Literal[
-    "daily_cap", "opted_out", "no_longer_eligible", "superseded", "no_contact_point", "insufficient_balance"
+    "daily_cap", "opted_out", "no_longer_eligible", "superseded", "no_contact_point", "insufficient_balance",
+    "campaign_cancelled"
 ]
 
 def quiet_hours_end(now: datetime, tz: str, start: time | None, end: time | None) -> datetime | None:
@@ -69,7 +70,8 @@ def floor_decision(
     quiet_start: time | None,
     quiet_end: time | None,
 ) -> FloorDecision:
-    """Evaluated at send time by the worker, in this order: eligibility, opt-out, quiet hours, cap.
+    """Evaluated at send time by the worker, in this order: eligibility, opt-out, quiet hours, cap (the critical
+    lane — one-time codes — skips quiet hours and the cap).
 
     Webhooks go to a system, not a person: quiet hours and the personal cap do not apply to them.
     """
@@ -83,7 +85,8 @@ def floor_decision(
         until = quiet_hours_end(now, tz, quiet_start, quiet_end)
         if until is not None:
             return Defer(until)
-    if daily_cap is not None and sent_today >= daily_cap:
+    # The cap is for marketing and reminders: a one-time code (critical lane) is never held back by it.
+    if lane != "critical" and daily_cap is not None and sent_today >= daily_cap:
         return Suppress("daily_cap")
     return Send()
 

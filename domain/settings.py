@@ -30,9 +30,12 @@ class Settings(BaseSettings):
     # Standard Webhooks secrets ("whsec_" + base64). Demo defaults; production sets its own.
     webhook_secret: str = "whsec_b3V0Ym94LWRlbW8td2ViaG9vay1zZWNyZXQtMDAwMQ=="
     receipt_secret: str = "whsec_b3V0Ym94LWRlbW8tcmVjZWlwdC1zZWNyZXQtMDAwMg=="
+    # Derives one-time codes (never stored) and keys their check hashes.
+    otp_secret: str = "outbox-demo-otp-secret-0003"
     lease_seconds: float = Field(30.0, gt=0)
     scan_interval: float = Field(5.0, gt=0)
-    bulk_rate_per_second: float = Field(5.0, gt=0, validation_alias="OUTBOX_BULK_RATE")
+    # Messages per second through the bulk lane per provider channel, shared by every bulk worker (token bucket).
+    bulk_rate_per_second: float = Field(200.0, gt=0, validation_alias="OUTBOX_BULK_RATE")
     oldest_owed_slo_seconds: float = Field(60.0, gt=0, validation_alias="OUTBOX_SLO_SECONDS")
     max_attempts: int = Field(8, ge=1)
     backoff_base: float = Field(1.0, gt=0)

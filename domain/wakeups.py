@@ -17,7 +17,16 @@ from arq.connections import RedisSettings
 
 from domain import faults
 from domain.commands import Committed, OwedRow
-from domain.queue import DELIVER_TASK, REFRESH_PUBLISHES, job_id, order_channel, queue_name, tenant_channel
+from domain.queue import (
+    DELIVER_TASK,
+    FAN_OUT_TASK,
+    REFRESH_PUBLISHES,
+    fan_out_job_id,
+    job_id,
+    order_channel,
+    queue_name,
+    tenant_channel,
+)
 from domain.settings import get_settings
 
 log = logging.getLogger("outbox.wake")
@@ -58,6 +67,13 @@ async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
                                       _queue_name=queue_name(row.lane))
         n += job is not None
     return n
+
+
+async def enqueue_fan_out(redis: ArqRedis, campaign_id: int) -> bool:
+    """Idempotent by job id: a campaign has at most one fan-out job in flight."""
+    job = await redis.enqueue_job(FAN_OUT_TASK, campaign_id, _job_id=fan_out_job_id(campaign_id),
+                                  _queue_name=queue_name("bulk"))
+    return job is not None
 
 
 async def enqueue_after_commit(redis: ArqRedis | None, rows: Iterable[OwedRow]) -> int:

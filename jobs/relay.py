@@ -16,12 +16,12 @@ import psycopg
 from arq import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix
 
-from domain import sql
+from domain import campaigns, sql
 from domain.commands import OwedRow
 from domain.db import UnitOfWork
 from domain.queue import NOTIFY_CHANNEL, job_id
 from domain.settings import get_settings
-from domain.wakeups import arq_pool, enqueue
+from domain.wakeups import arq_pool, enqueue, enqueue_fan_out
 
 log = logging.getLogger("outbox.relay")
 
@@ -70,6 +70,9 @@ async def scan_once(redis: ArqRedis, limit: int = 500) -> tuple[int, int]:
         after = rows[-1].row.notification_id
         if len(rows) < limit:
             break
+    # A campaign whose fan-out stopped half way (its job lost with Redis, or its worker killed) is resumed.
+    for campaign_id in await asyncio.to_thread(campaigns.unfinished):
+        await enqueue_fan_out(redis, campaign_id)
     return seen, enq
 
 

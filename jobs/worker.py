@@ -19,11 +19,11 @@ import httpx
 from arq import Retry
 from arq.worker import Worker, func
 
-from domain import faults
+from domain import campaigns, faults
 from domain.delivery import claims, lanes
 from domain.delivery.claims import Claim
 from domain.envelope import canonical_json
-from domain.queue import ARMED_FAULTS, DELIVER_TASK, RATE_KEY, queue_name
+from domain.queue import ARMED_FAULTS, DELIVER_TASK, FAN_OUT_TASK, RATE_KEY, queue_name
 from domain.retry import Outcome, decide_retry
 from domain.retry import Retry as RetryDecision
 from domain.settings import get_settings
@@ -33,17 +33,35 @@ from domain.wakeups import publish_refresh, redis_settings
 HTTP_TIMEOUT = httpx.Timeout(connect=2.0, read=5.0, write=5.0, pool=2.0)
 
 
-async def bulk_rate_gate(redis: Any, rate: float) -> None:
-    """Shared by every bulk worker: a fixed-window counter per 1-second window in Redis."""
+# A token bucket per provider channel, shared by every bulk worker: refilled continuously at `rate` per second up to
+# `burst`. One script call takes a token or says how long until one is due (server time, so workers on several
+# machines agree). Taken BEFORE the claim: waiting for a token never holds a lease.
+TOKEN_BUCKET = """
+local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(b[1]) or burst
+local ts = tonumber(b[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+local wait = 0
+if tokens >= 1 then tokens = tokens - 1 else wait = (1 - tokens) / rate end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('EXPIRE', KEYS[1], 60)
+return tostring(wait)
+"""
+
+
+async def take_bulk_token(redis: Any, channel: str, rate: float) -> float:
+    """Wait for one token of the channel's bulk bucket; returns the seconds waited."""
+    waited = 0.0
+    burst = max(1.0, rate / 10)  # a tenth of a second's worth: smooth, never a thundering start
     while True:
-        window = int(time.time())
-        key = f"{RATE_KEY}:{window}"
-        n = await redis.incr(key)
-        if n == 1:
-            await redis.expire(key, 3)
-        if n <= rate:
-            return
-        await asyncio.sleep(max(0.01, window + 1 - time.time()))
+        wait = float(await redis.eval(TOKEN_BUCKET, 1, f"{RATE_KEY}:{channel}", rate, burst))
+        if wait <= 0:
+            return waited
+        await asyncio.sleep(wait)
+        waited += wait
 
 
 async def send(ctx: dict[str, Any], c: Claim, contact: str | None, text: str | None) -> tuple[Outcome, str | None]:
@@ -88,7 +106,10 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     s = get_settings()
     lane: str = ctx["lane"]
     if lane == "bulk":
-        await bulk_rate_gate(ctx["redis"], s.bulk_rate_per_second)
+        channel = await asyncio.to_thread(claims.channel_of, notification_id)
+        if channel is None:
+            return "not_owed"
+        await take_bulk_token(ctx["redis"], channel, s.bulk_rate_per_second)
     now = datetime.now(UTC)
     claimed = await asyncio.to_thread(claims.claim, notification_id, s.lease_seconds, now, ctx["worker_name"])
     if claimed is None:
@@ -130,6 +151,11 @@ async def _refresh(ctx: dict[str, Any], c: Claim) -> None:
         pass
 
 
+async def fan_out_campaign(ctx: dict[str, Any], campaign_id: int) -> int:
+    """Ledger a campaign's recipients in batches (bulk lane). Re-running it resumes where it stopped."""
+    return await asyncio.to_thread(campaigns.fan_out, campaign_id)
+
+
 def settings_for(lane: str) -> dict[str, Any]:
     async def startup(ctx: dict[str, Any]) -> None:
         ctx["lane"] = lane
@@ -141,13 +167,15 @@ def settings_for(lane: str) -> dict[str, Any]:
         await ctx["http"].aclose()
 
     return {
-        "functions": [func(deliver, name=DELIVER_TASK)],
+        "functions": [func(deliver, name=DELIVER_TASK)] + (
+            [func(fan_out_campaign, name=FAN_OUT_TASK)] if lane == "bulk" else []),
         "queue_name": queue_name(lane),
         "redis_settings": redis_settings(),
         "on_startup": startup,
         "on_shutdown": shutdown,
-        "max_jobs": 10 if lane != "bulk" else 4,
-        "job_timeout": 60,
+        # Bulk runs wider (its pace is the shared token bucket, not the worker); the other lanes stay responsive.
+        "max_jobs": 10 if lane != "bulk" else 32,
+        "job_timeout": 60 if lane != "bulk" else 600,  # a campaign fan-out runs a few seconds per 5,000 rows
         "max_tries": 1_000_000,  # attempts are counted in PostgreSQL, not by arq
         "keep_result": 0,  # lets the relay re-enqueue the same job id once a job finished
         "poll_delay": 0.05,

@@ -8,12 +8,24 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 
-from dashboard.api import balance, errors, events, health, leads, notifications, orders, receipts, recipients
+from dashboard.api import (
+    balance,
+    campaigns,
+    errors,
+    events,
+    health,
+    leads,
+    notifications,
+    orders,
+    otp,
+    receipts,
+    recipients,
+)
 from dashboard.limits import BodyLimit
 from domain.settings import get_settings
 
 ROUTERS: tuple[APIRouter, ...] = (orders.router, events.router, leads.router, recipients.router, notifications.router,
-                                  balance.router, receipts.router, health.router)
+                                  otp.router, campaigns.router, balance.router, receipts.router, health.router)
 
 # Unmatched /api/... would fall through to Reflex's HTML 404: answer JSON instead. Registered LAST.
 not_found = APIRouter()

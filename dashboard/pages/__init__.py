@@ -19,7 +19,18 @@ class Page:
 
 
 def all_pages() -> list[Page]:
-    from dashboard.pages import audit, balance, journeys, ledger, login, ops, order_detail, orders, recipients
+    from dashboard.pages import (
+        audit,
+        balance,
+        campaigns,
+        journeys,
+        ledger,
+        login,
+        ops,
+        order_detail,
+        orders,
+        recipients,
+    )
 
     return [login.PAGE, order_detail.PAGE, orders.PAGE, ledger.PAGE, recipients.LIST_PAGE, recipients.PAGE,
-            audit.PAGE, journeys.PAGE, balance.PAGE, ops.PAGE]
+            audit.PAGE, journeys.PAGE, campaigns.PAGE, balance.PAGE, ops.PAGE]

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import metering, sql
+from domain import metering, otp, sql
 from domain.db import UnitOfWork
 from domain.envelope import Envelope
 from domain.models import NotificationAttempt, table_of
@@ -123,6 +123,13 @@ def render(body: str, data: dict[str, Any]) -> str:
     return body.format_map(_Format({k: v for k, v in data.items() if isinstance(k, str)}))
 
 
+def channel_of(notification_id: int, engine: Engine | None = None) -> str | None:
+    """The channel of a row still owed (the bulk lane takes that channel's token before claiming)."""
+    with UnitOfWork(engine) as uow:
+        return uow.execute(sa.text("SELECT channel FROM notifications WHERE id = :i AND status = 'QUEUED'"),
+                           {"i": notification_id}).scalar()
+
+
 def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str = "worker",
           engine: Engine | None = None) -> ClaimResult | None:
     """None: not owed now (done, leased by another worker, paused or not yet due)."""
@@ -173,7 +180,7 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, now: datetime, worker: str) -> C
     assert isinstance(decision, Send)
     # The cap slot and the money, each once per row, each a guarded update: the pure rule above is the fast
     # answer, these are what hold under concurrency.
-    if rcp.daily_cap is not None and not holds_slot and not metering.take_cap_slot(
+    if rcp.daily_cap is not None and c.lane != "critical" and not holds_slot and not metering.take_cap_slot(
             uow, tenant_id=c.tenant_id, recipient=c.recipient, day=day, cap=rcp.daily_cap, notification_id=c.id):
         return _suppress(uow, c, worker, "daily_cap", now)
     if not _take_money(uow, c):
@@ -200,7 +207,10 @@ def _render(uow: UnitOfWork, c: Claim) -> str | None:
     if t is None:
         return None
     uow.execute(sa.text("UPDATE notifications SET template_version = :v WHERE id = :id"), {"v": t.version, "id": c.id})
-    return render(t.body, c.payload)
+    data = dict(c.payload)
+    if c.template == otp.TEMPLATE:  # derived now, rendered into this request only, never stored
+        data["code"] = otp.code_for_send(uow, c.id) or ""
+    return render(t.body, data)
 
 
 def _opt_out_detail(uow: UnitOfWork, c: Claim) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ app = typer.Typer(help="Outbox: durable notification outbox. Run `outbox up` to 
                   no_args_is_help=True, add_completion=False)
 apikey = typer.Typer(help="Tenant-scoped API keys", no_args_is_help=True)
 app.add_typer(apikey, name="apikey")
+campaign = typer.Typer(help="Campaigns on the bulk lane", no_args_is_help=True)
+app.add_typer(campaign, name="campaign")
 err = Console(stderr=True)
 out = Console()
 
@@ -37,12 +40,15 @@ def migrate() -> None:
 
 
 @app.command()
-def seed() -> None:
+def seed(recipients: int = typer.Option(0, "--recipients", help="also add this many campaign recipients "
+                                                                "(bulk-000001 …) to tenant 42")) -> None:
     """Load the demo tenants, orders, operators and recipients (idempotent)."""
-    from domain.seed import DEMO_PASSWORD, OPERATORS
+    from domain.seed import DEMO_PASSWORD, OPERATORS, seed_recipients
     from domain.seed import seed as run_seed
 
     created = run_seed()
+    if recipients:
+        created["campaign recipients"] = seed_recipients(recipients)
     err.print(f"[green]seeded[/] {created}; operators: "
               + ", ".join(f"{login} (tenant {t}, {role})" for t, login, _, role in OPERATORS) + f", password {DEMO_PASSWORD!r}")
 
@@ -236,10 +242,15 @@ def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int
     from jobs.tools.procs import ROOT, System
 
     migrate()
-    seed()
+    seed(0)
     env = {**os.environ, "OUTBOX_RECEIVER_URL": f"http://127.0.0.1:{receiver_port}",
            "OUTBOX_APP_URL": f"http://127.0.0.1:{port}"}
     system = System(env, Path(ROOT / ".run" / "logs"))
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM stops the children too, exactly like Ctrl-C
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         err.print("starting receiver, relay and lane workers …")
         system.receiver(receiver_port)
@@ -263,6 +274,75 @@ def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int
         pass
     finally:
         system.stop_all()
+
+
+@campaign.command("create")
+def campaign_create(tenant: int = typer.Option(42, help="tenant the campaign sends for"),
+                    name: str = typer.Option(..., help="what operators will call it"),
+                    segment: str = typer.Option("all_reachable", help="all_reachable | abandoned_after_credit_check"),
+                    template: str = typer.Option("offer"), channel: str = typer.Option("email"),
+                    follow: bool = typer.Option(True, help="show live progress until it finishes")) -> None:
+    """Start a campaign (its fan-out runs on the bulk lane) and follow it with a live progress bar."""
+    from domain.campaigns import create
+    from domain.ledger import SendRefused
+    from domain.wakeups import arq_pool, enqueue_fan_out
+
+    try:
+        cid = create(tenant_id=tenant, name=name, segment=segment, template=template, channel=channel,
+                     actor_ref="cli")
+    except SendRefused as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+
+    async def wake() -> None:
+        pool = await arq_pool()
+        try:
+            await enqueue_fan_out(pool, cid)
+        finally:
+            await pool.aclose()
+
+    try:
+        asyncio.run(wake())
+    except Exception as exc:  # the relay's scan starts it anyway
+        err.print(f"[yellow]could not reach Redis ({type(exc).__name__}); the relay will start campaign {cid}[/]")
+    err.print(f"campaign [bold]{cid}[/] created ({segment} × {template} by {channel})")
+    print(cid)
+    if follow:
+        _follow(tenant, cid)
+
+
+@campaign.command("status")
+def campaign_status(campaign_id: int, tenant: int = typer.Option(42),
+                    follow: bool = typer.Option(True, help="keep the progress bar live until it finishes")) -> None:
+    """Progress of one campaign: ledgered, sent, delivered, deferred, suppressed (by reason), failed."""
+    _follow(tenant, campaign_id, follow)
+
+
+def _follow(tenant: int, cid: int, live: bool = True) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from domain.campaigns import status as campaign_state
+
+    s = campaign_state(tenant, cid)
+    if s is None:
+        err.print(f"[red]error:[/] no campaign {cid} in tenant {tenant}")
+        raise typer.Exit(2)
+    with Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=False) as bar:
+        ledgered = bar.add_task("ledgered", total=max(1, s["total"]))
+        settled = bar.add_task("settled", total=max(1, s["total"]))
+        while True:
+            s = campaign_state(tenant, cid)
+            assert s is not None
+            done = s["sent"] + s["failed"] + sum(s["suppressed"].values())
+            bar.update(ledgered, completed=s["ledgered"], total=max(1, s["total"]))
+            bar.update(settled, completed=done, total=max(1, s["total"]))
+            if not live or s["finished_at"] is not None or s["status"] == "cancelled":
+                break
+            time.sleep(1)  # a display refresh, not a wait for a condition
+    out.print(f"campaign {cid} [bold]{s['status']}[/]: total {s['total']} · ledgered {s['ledgered']} · queued "
+              f"{s['queued']} · deferred {s['deferred']} · sent {s['sent']} · delivered {s['delivered']} · failed "
+              f"{s['failed']} · suppressed {s['suppressed'] or 0}")
 
 
 def main() -> None:

@@ -1,0 +1,62 @@
+"""Campaigns on the bulk lane: start one (202, the fan-out runs in the background), follow its progress, cancel
+what is still owed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from dashboard.api.deps import Auth, maybe_pool, tenant_row
+from dashboard.api.errors import ApiError
+from domain import campaigns
+from domain.ledger import SendRefused
+from domain.wakeups import enqueue_fan_out
+
+router = APIRouter(prefix="/api/v1/campaigns", tags=["campaigns"])
+
+
+class CampaignIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=100)
+    segment: str = Field(min_length=1, max_length=64, description=", ".join(campaigns.SEGMENTS))
+    template: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_.]+$")
+    channel: str = Field(min_length=1, max_length=16)
+
+
+@router.post("", status_code=202)
+async def create(body: CampaignIn, p: Auth) -> JSONResponse:
+    try:
+        cid = await asyncio.to_thread(lambda: campaigns.create(
+            tenant_id=p.tenant_id, name=body.name, segment=body.segment, template=body.template,
+            channel=body.channel, actor_ref=p.actor_ref))
+    except SendRefused as exc:
+        raise ApiError(422, exc.code, detail=str(exc)) from None
+    pool = await maybe_pool()
+    if pool is not None:  # the relay's scan starts it anyway if this wake-up is lost
+        try:
+            await enqueue_fan_out(pool, cid)
+        except Exception:
+            pass
+    return JSONResponse({"campaign_id": cid, "status": "ledgering"}, status_code=202)
+
+
+@router.get("")
+async def list_campaigns(p: Auth) -> dict[str, Any]:
+    return {"campaigns": await asyncio.to_thread(campaigns.list_campaigns, p.tenant_id)}
+
+
+@router.get("/{campaign_id}")
+async def get(campaign_id: int, p: Auth) -> dict[str, Any]:
+    return await tenant_row(campaigns.status, p.tenant_id, campaign_id)
+
+
+@router.post("/{campaign_id}/cancel")
+async def cancel(campaign_id: int, p: Auth) -> dict[str, Any]:
+    n = await asyncio.to_thread(campaigns.cancel, p.tenant_id, campaign_id)
+    if n is None:
+        raise ApiError(404, "not_found")
+    return {"campaign_id": campaign_id, "suppressed": n, "status": "cancelled"}
