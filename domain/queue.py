@@ -28,6 +28,11 @@ def fan_out_job_id(campaign_id: int) -> str:
     return f"campaign-{campaign_id}"
 
 
+def job_timeout_seconds(lane: str) -> int:
+    """arq's job timeout per lane (the relay reads it to tell a dead worker from a long queue)."""
+    return 600 if lane == "bulk" else 60  # a bulk job may run a campaign fan-out: seconds per 5,000 rows
+
+
 def is_lane(value: str) -> bool:
     return value in LANES
 

@@ -19,7 +19,7 @@ from arq.constants import in_progress_key_prefix, job_key_prefix
 from domain import campaigns, sql
 from domain.commands import OwedRow
 from domain.db import UnitOfWork
-from domain.queue import NOTIFY_CHANNEL, job_id
+from domain.queue import NOTIFY_CHANNEL, job_id, job_timeout_seconds
 from domain.settings import get_settings
 from domain.wakeups import arq_pool, enqueue, enqueue_fan_out
 
@@ -48,10 +48,15 @@ async def forget_dead_jobs(redis: ArqRedis, scanned: list[ScannedRow]) -> int:
     """arq keeps a dead worker's job marked in progress for job_timeout + 10 s. PostgreSQL is the authority that
     the worker is gone: drop those keys so the same job id runs again now. Waiting jobs are left alone."""
     dead = [s.row.job_id for s in scanned if s.lease_expired]
-    overdue = [s.row.job_id for s in scanned if s.overdue]
+    overdue = [s.row for s in scanned if s.overdue]
     if overdue:
-        flags = await asyncio.gather(*(redis.exists(in_progress_key_prefix + j) for j in overdue))
-        dead += [j for j, f in zip(overdue, flags, strict=True) if f]
+        # A row can be overdue merely because it waited in a long queue; its job being in progress proves a dead
+        # worker only once it has been in progress for longer than a lease without claiming (arq sets the key
+        # for job_timeout + 10 s, so the time left says how long it has run).
+        lease_ms = get_settings().lease_seconds * 1000
+        ttls = await asyncio.gather(*(redis.pttl(in_progress_key_prefix + r.job_id) for r in overdue))
+        dead += [r.job_id for r, ttl in zip(overdue, ttls, strict=True)
+                 if ttl > 0 and (job_timeout_seconds(r.lane) + 10) * 1000 - ttl > lease_ms]
     if dead:
         await redis.delete(*[p + j for j in dead for p in (job_key_prefix, in_progress_key_prefix)])
     return len(dead)

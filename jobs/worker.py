@@ -23,7 +23,7 @@ from domain import campaigns, faults
 from domain.delivery import claims, lanes
 from domain.delivery.claims import Claim
 from domain.envelope import canonical_json
-from domain.queue import ARMED_FAULTS, DELIVER_TASK, FAN_OUT_TASK, RATE_KEY, queue_name
+from domain.queue import ARMED_FAULTS, DELIVER_TASK, FAN_OUT_TASK, RATE_KEY, job_timeout_seconds, queue_name
 from domain.retry import Outcome, decide_retry
 from domain.retry import Retry as RetryDecision
 from domain.settings import get_settings
@@ -175,7 +175,7 @@ def settings_for(lane: str) -> dict[str, Any]:
         "on_shutdown": shutdown,
         # Bulk runs wider (its pace is the shared token bucket, not the worker); the other lanes stay responsive.
         "max_jobs": 10 if lane != "bulk" else 32,
-        "job_timeout": 60 if lane != "bulk" else 600,  # a campaign fan-out runs a few seconds per 5,000 rows
+        "job_timeout": job_timeout_seconds(lane),
         "max_tries": 1_000_000,  # attempts are counted in PostgreSQL, not by arq
         "keep_result": 0,  # lets the relay re-enqueue the same job id once a job finished
         "poll_delay": 0.05,

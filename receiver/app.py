@@ -19,6 +19,7 @@ import logging
 import secrets
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,7 @@ class FaultState:
 
 
 FAULTS = FaultState()
+PROVIDER_POOLS = {p: ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"provider-{p}") for p in PROVIDERS}
 app = FastAPI(title="Outbox mock receiver", version="1.0", docs_url="/docs")
 
 
@@ -198,16 +200,27 @@ async def send_receipt(provider: str, reference: str, outcome: str, client_refer
     callback_url = f"{get_settings().app_url}/api/v1/receipts/{provider}"
     body = json.dumps({"receipt_id": receipt_id, "provider_reference": reference, "outcome": outcome,
                        "client_reference": client_reference})
-    async with httpx.AsyncClient(timeout=5) as client:
-        for attempt in range(20):
-            try:
-                r = await client.post(callback_url, content=body,
-                                      headers=signed_headers(get_settings().receipt_secret, receipt_id, body))
-                if r.status_code < 300 or r.status_code in (400, 401, 404):
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(min(0.25 * (attempt + 1), 2.0))
+    client = _receipt_client()
+    for attempt in range(20):
+        try:
+            r = await client.post(callback_url, content=body,
+                                  headers=signed_headers(get_settings().receipt_secret, receipt_id, body))
+            if r.status_code < 300 or r.status_code in (400, 401, 404):
+                return
+        except httpx.HTTPError:
+            pass
+        await asyncio.sleep(min(0.25 * (attempt + 1), 2.0))
+
+
+_client: httpx.AsyncClient | None = None
+
+
+def _receipt_client() -> httpx.AsyncClient:
+    """One pooled client for every receipt (a client per receipt costs a connection each)."""
+    global _client
+    if _client is None:
+        _client = httpx.AsyncClient(timeout=5, limits=httpx.Limits(max_connections=20))
+    return _client
 
 
 @app.post("/providers/{provider}/messages")
@@ -216,7 +229,8 @@ async def provider_message(provider: str, m: ProviderMessageIn, tasks: Backgroun
         return JSONResponse({"error": "unknown_provider"}, status_code=404)
     if FAULTS.take("fail_503"):
         return JSONResponse({"error": "unavailable"}, status_code=503)
-    ref, fresh = await asyncio.to_thread(_store_message, provider, m)
+    # Each provider is its own company with its own capacity: an email blast never queues an SMS behind it.
+    ref, fresh = await asyncio.get_running_loop().run_in_executor(PROVIDER_POOLS[provider], _store_message, provider, m)
     if fresh:
         outcome = "failed" if "bounce" in m.to else "delivered"
         tasks.add_task(send_receipt, provider, ref, outcome, m.idempotency_key)

@@ -52,7 +52,7 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 @functools.cache
 def engine_for(url: str) -> Engine:
-    return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    return sa.create_engine(url, pool_pre_ping=True, pool_size=16, max_overflow=8)  # 3 providers × 4 + webhooks
 
 
 def engine() -> Engine:

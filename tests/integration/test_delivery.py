@@ -13,7 +13,6 @@ import os
 import signal
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
@@ -24,46 +23,11 @@ from domain.commands import Committed, execute_order_command
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
 from domain.envelope import body_digest
-from domain.settings import get_settings, reload_settings
+from domain.settings import get_settings
 from domain.signing import signed_headers
 from domain.wakeups import arq_pool, enqueue
-from jobs.tools.checks import all_invariants
-from jobs.tools.procs import ROOT, System, job_tries, wait_until, wait_worker_ready
-
-RECEIVER_PORT, API_PORT = 8098, 8099
-RECEIVER = f"http://127.0.0.1:{RECEIVER_PORT}"
-
-
-@pytest.fixture(scope="module")
-def services(migrated_db):
-    os.environ["OUTBOX_RECEIVER_URL"] = RECEIVER
-    os.environ["OUTBOX_APP_URL"] = f"http://127.0.0.1:{API_PORT}"
-    reload_settings()
-    system = System(dict(os.environ), ROOT / ".run" / "test-logs")
-    system.receiver(RECEIVER_PORT, reset=True)
-    system._proc("api", [str(Path(os.sys.executable).parent / "python"), "-m", "uvicorn",
-                         "dashboard.standalone:app", "--port", str(API_PORT), "--log-level", "warning"])
-    system.relay()
-    yield system
-    system.stop_all()
-
-
-@pytest.fixture
-def sys_(services, db, redis_db):
-    httpx.post(f"{RECEIVER}/faults", json={})
-    started: list[str] = []
-
-    def worker(lane: str, fault: str = "", name: str | None = None):  # type: ignore[no-untyped-def]
-        p = services.worker(lane, fault=fault, name=name or f"{lane}-{uuid.uuid4().hex[:6]}")
-        started.append(p.name)
-        return p
-
-    services.start_worker = worker
-    yield services
-    for name in started:
-        services.procs[name].stop(signal.SIGKILL)
-    counts = all_invariants(RECEIVER)
-    assert all(v == 0 for v in counts.values()), f"outbox check after the test: {counts}"
+from jobs.tools.procs import ROOT, job_tries, wait_worker_ready
+from tests.integration.conftest import API_PORT, RECEIVER, effects, rows, wait_for
 
 
 def approve(order_id: int = 913) -> Committed:
@@ -84,19 +48,6 @@ async def _enqueue(r: Committed) -> None:
         await enqueue(pool, r.owed)
     finally:
         await pool.aclose()
-
-
-def rows(where: str = "TRUE", **params) -> list:  # type: ignore[no-untyped-def]
-    with get_engine().connect() as c:
-        return c.execute(sa.text(f"SELECT * FROM notifications WHERE {where} ORDER BY id"), params).all()
-
-
-def wait_for(pred, timeout: float = 30, what: str = "condition"):  # type: ignore[no-untyped-def]
-    return wait_until(pred, timeout, what)
-
-
-def effects(event_id) -> dict:  # type: ignore[no-untyped-def]
-    return httpx.get(f"{RECEIVER}/effects/{event_id}").json()
 
 
 def test_crash_after_remote_effect_gives_two_deliveries_one_effect(sys_):
@@ -235,29 +186,41 @@ def test_paused_lane_keeps_work_pending_until_resume(sys_, redis_db):
     wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id))
 
 
-def test_bulk_rate_gate_never_lets_more_than_rate_through_per_window(redis_db):
-    """Shared by every bulk worker: the counter lives in Redis, so N callers together respect the rate."""
+def test_bulk_token_bucket_is_shared_and_never_exceeds_its_rate(redis_db):
+    """One bucket per channel in Redis, shared by every bulk worker: 30 concurrent takers at 20/s with a burst of 2
+    get their tokens no faster than the rate allows (first 2 at once, then one every 1/20 s), and another channel's
+    bucket is untouched by them."""
     import asyncio
-    from collections import Counter
 
     import redis.asyncio as aioredis
 
-    from jobs.worker import bulk_rate_gate
+    from jobs.worker import take_bulk_token
 
-    async def run() -> list[int]:
+    async def run() -> list[float]:
         client = aioredis.Redis.from_url(os.environ["OUTBOX_REDIS_URL"])
-        windows: list[int] = []
+        t0 = time.monotonic()
+        stamps: list[float] = []
 
         async def one() -> None:
-            await bulk_rate_gate(client, 4)
-            windows.append(int(time.time()))
+            await take_bulk_token(client, "email", 20)
+            stamps.append(time.monotonic() - t0)
 
-        await asyncio.gather(*(one() for _ in range(10)))
+        await asyncio.gather(*(one() for _ in range(30)))
+        other = await take_bulk_token(client, "sms", 20)  # sms has its own, full bucket: no wait
         await client.aclose()
-        return windows
+        assert other == 0.0
+        return sorted(stamps)
 
-    windows = asyncio.run(run())
-    assert len(windows) == 10 and max(Counter(windows).values()) <= 4
+    stamps = run_async(run())
+    for k, t in enumerate(stamps):  # the k-th token cannot come before (k - burst + 1) / rate seconds
+        assert t >= (k - 2 + 1) / 20 - 0.02, (k, t)
+    assert stamps[-1] < 3.0, "and they do come: 30 tokens at 20/s take about 1.4 s"
+
+
+def run_async(coro):  # type: ignore[no-untyped-def]
+    import asyncio
+
+    return asyncio.run(coro)
 
 
 def test_no_contact_point_or_secret_reaches_job_args_payloads_or_logs(sys_, redis_db):

@@ -1,0 +1,71 @@
+"""Integration fixtures shared by the suites that run real processes: one receiver, one API and one relay for
+the whole session (their own ports, the test database and Redis db), and lane workers started per test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from domain.db import get_engine
+from domain.settings import reload_settings
+from jobs.tools.checks import all_invariants
+from jobs.tools.procs import ROOT, System, wait_http, wait_until
+
+RECEIVER_PORT, API_PORT = 8098, 8099
+RECEIVER = f"http://127.0.0.1:{RECEIVER_PORT}"
+API = f"http://127.0.0.1:{API_PORT}"
+
+
+@pytest.fixture(scope="session")
+def services(migrated_db):  # type: ignore[no-untyped-def]
+    os.environ["OUTBOX_RECEIVER_URL"] = RECEIVER
+    os.environ["OUTBOX_APP_URL"] = API
+    reload_settings()
+    system = System(dict(os.environ), ROOT / ".run" / "test-logs")
+    system.receiver(RECEIVER_PORT, reset=True)
+    system._proc("api", [str(Path(os.sys.executable).parent / "python"), "-m", "uvicorn",
+                         "dashboard.standalone:app", "--port", str(API_PORT), "--log-level", "warning"])
+    wait_http(f"{API}/healthz", 60, proc=system.procs["api"])
+    system.relay()
+    yield system
+    system.stop_all()
+
+
+@pytest.fixture
+def sys_(services, db, redis_db):  # type: ignore[no-untyped-def]
+    """The running services plus `start_worker(lane)`; workers die with the test; every invariant (the
+    receiver's too) must hold afterwards."""
+    httpx.post(f"{RECEIVER}/faults", json={})
+    started: list[str] = []
+
+    def worker(lane: str, fault: str = "", name: str | None = None):  # type: ignore[no-untyped-def]
+        p = services.worker(lane, fault=fault, name=name or f"{lane}-{uuid.uuid4().hex[:6]}")
+        started.append(p.name)
+        return p
+
+    services.start_worker = worker
+    yield services
+    for name in started:
+        services.procs[name].stop(signal.SIGKILL)
+    counts = all_invariants(RECEIVER)
+    assert all(v == 0 for v in counts.values()), f"outbox check after the test: {counts}"
+
+
+def rows(where: str = "TRUE", **params: Any) -> list[Any]:
+    with get_engine().connect() as c:
+        return list(c.execute(sa.text(f"SELECT * FROM notifications WHERE {where} ORDER BY id"), params).all())
+
+
+def wait_for(pred: Any, timeout: float = 30, what: str = "condition") -> Any:
+    return wait_until(pred, timeout, what)
+
+
+def effects(event_id: Any) -> dict[str, Any]:
+    return httpx.get(f"{RECEIVER}/effects/{event_id}").json()  # type: ignore[no-any-return]
