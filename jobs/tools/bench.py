@@ -31,9 +31,9 @@ from domain.queue import queue_name
 from domain.settings import get_settings
 from domain.signing import signed_headers
 from jobs.tools.dbadmin import isolated_environment
-from jobs.tools.procs import ROOT, System, wait_until, wait_worker_ready
+from jobs.tools.procs import ROOT, System, receiver_database_url, wait_until, wait_worker_ready
 
-BENCH_DB, BENCH_REDIS_DB, RECEIVER_PORT = "outbox_bench", 4, 8096
+BENCH_DB, BENCH_REDIS_DB, RECEIVER_PORT, API_PORT = "outbox_bench", 4, 8096, 8093
 
 
 def _orders(n: int) -> list[int]:
@@ -204,23 +204,31 @@ def bench_scan(owed: int, done: int) -> dict[str, object]:
             "ratio_partial_vs_raw_read": partial["rows_per_s"] / raw}
 
 
-def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000) -> dict[str, object]:
+def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, recipients: int = 40_000,
+              codes: int = 30, window: float = 30.0) -> dict[str, object]:
     redis_url = isolated_environment(BENCH_DB, BENCH_REDIS_DB, OUTBOX_SCAN_INTERVAL="0.5",
-                                     OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{RECEIVER_PORT}")
+                                     OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{RECEIVER_PORT}",
+                                     OUTBOX_APP_URL=f"http://127.0.0.1:{API_PORT}")
     r = redis_lib.Redis.from_url(redis_url)
     system = System(dict(os.environ), ROOT / ".run" / "bench-logs")
     results: dict[str, object] = {"measured_at": datetime.now(UTC).isoformat(), "n": n,
                                   "cpu_count": os.cpu_count()}
     try:
         system.receiver(RECEIVER_PORT, reset=True)
-        print(f"[1/4] commit path, {n} commands …", flush=True)
+        system.api(API_PORT)  # delivery receipts land here
+        print(f"[1/5] commit path, {n} commands …", flush=True)
         results["commit"] = bench_commit(n)
-        print(f"[2/4] delivery path, {n} webhooks …", flush=True)
+        print(f"[2/5] delivery path, {n} webhooks …", flush=True)
         results["delivery"] = bench_delivery(system, n, r)
-        print(f"[3/4] recovery after Redis flush, {n} owed …", flush=True)
+        print(f"[3/5] recovery after Redis flush, {n} owed …", flush=True)
         results["recovery"] = bench_recovery(system, n, r)
+        print(f"[4/5] lanes: {codes} one-time codes idle, then with a {recipients}-recipient campaign in flight …",
+              flush=True)
+        if not system.procs["relay"].alive():
+            system.relay()
+        results["lanes"] = bench_lanes(system, recipients, codes, window)
         system.stop_all()
-        print(f"[4/4] relay claim draining {scan_owed} owed among {scan_done} settled rows …", flush=True)
+        print(f"[5/5] relay claim draining {scan_owed} owed among {scan_done} settled rows …", flush=True)
         results["scan"] = bench_scan(scan_owed, scan_done)
     finally:
         system.stop_all()
@@ -250,6 +258,8 @@ def _write(res: dict[str, object]) -> None:
           "## Delivery: ledger → arq → worker → receiver vs direct signed POSTs", "", "| metric | value |", "|---|---|",
           _fmt(res["delivery"]), "", "## Recovery after Redis FLUSHDB (relay scan only)", "", "| metric | value |",
           "|---|---|", _fmt(res["recovery"]), "",
+          "## Lanes: one-time codes (critical) idle and with a campaign in flight (bulk)", "",
+          "| metric | value |", "|---|---|", _fmt(res.get("lanes", {})), "",
           "## Relay claim draining a backlog: partial index of owed rows vs index on (status, next_attempt_at)", "",
           "| metric | value |", "|---|---|", _fmt(res["scan"]), ""]
     (out / "bench.md").write_text("\n".join(md))
@@ -257,3 +267,130 @@ def _write(res: dict[str, object]) -> None:
     print(f"evidence written to {out / 'bench.md'} and {out / 'bench.json'}")
 
 
+
+
+def _provider_latency_ms(notification_ids: list[int]) -> list[float]:
+    """Enqueue-to-provider: from the ledger row's commit to the provider's own receipt of the request (both
+    clocks are the one PostgreSQL server's)."""
+    with UnitOfWork() as uow:
+        keys: dict[str, datetime] = {r.dedupe_key: r.created_at for r in uow.execute(sa.text(
+            "SELECT dedupe_key, created_at FROM notifications WHERE id = ANY(:i)"), {"i": notification_ids})}
+    eng = sa.create_engine(receiver_database_url(os.environ["OUTBOX_DATABASE_URL"]))
+    try:
+        with eng.connect() as c:
+            got: dict[str, datetime] = {r.idempotency_key: r.received_at for r in c.execute(sa.text(
+                "SELECT idempotency_key, received_at FROM provider_messages WHERE idempotency_key = ANY(:k)"),
+                {"k": list(keys)})}
+    finally:
+        eng.dispose()
+    return sorted((got[k] - keys[k]).total_seconds() * 1000 for k in keys)
+
+
+def _codes(n: int, recipient_id: int) -> list[int]:
+    """One code at a time, as people ask for them: ask, wait until the provider has it, ask the next."""
+    from domain import otp
+    from domain.commands import OwedRow
+    from domain.wakeups import arq_pool, enqueue_after_commit
+
+    async def run() -> list[int]:
+        pool = await arq_pool()
+        ids = []
+        try:
+            for _ in range(n):
+                row = otp.request(42, recipient_id, "sms", datetime.now(UTC))
+                assert row is not None
+                await enqueue_after_commit(pool, [OwedRow(row.notification_id, row.lane, row.job_id)])
+                await asyncio.to_thread(wait_until, lambda nid=row.notification_id: _sent(nid), 30, "a code")
+                ids.append(row.notification_id)
+        finally:
+            await pool.aclose()
+        return ids
+
+    return asyncio.run(run())
+
+
+def _sent(nid: int) -> bool:
+    with UnitOfWork() as uow:
+        return bool(uow.execute(sa.text("SELECT sent_at IS NOT NULL FROM notifications WHERE id = :i"),
+                                {"i": nid}).scalar())
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return xs[min(len(xs) - 1, int(len(xs) * q))]
+
+
+async def _raw_provider_posts(n: int, concurrency: int) -> tuple[float, list[float]]:
+    """The mock provider alone: signed-less provider POSTs straight from one client (its capacity, and a code's
+    bare round trip)."""
+    s = get_settings()
+    sem = asyncio.Semaphore(concurrency)
+    lat: list[float] = []
+    async with httpx.AsyncClient(timeout=10) as client:
+        async def one() -> None:
+            async with sem:
+                t = time.perf_counter()
+                r = await client.post(f"{s.receiver_url}/providers/sms/messages", json={
+                    "to": "+15550000000", "template": "raw", "idempotency_key": f"raw-{uuid.uuid4().hex}"})
+                lat.append((time.perf_counter() - t) * 1000)
+                assert r.status_code in (200, 201), r.text
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(n)))
+        return n / (time.perf_counter() - t0), sorted(lat)
+
+
+def bench_lanes(system: System, recipients: int, codes: int, window: float) -> dict[str, float]:
+    """Seed 002's promise, measured: one-time codes idle and with a campaign of `recipients` in flight."""
+    from domain import campaigns
+    from domain.recipients import find_by_ref
+    from domain.seed import seed_recipients
+    from domain.wakeups import arq_pool, enqueue_fan_out
+
+    ((_, rid),) = find_by_ref(42, "cust-002")
+    raw_rate, raw_lat = asyncio.run(_raw_provider_posts(500, 16))
+    system.worker("critical")
+    system.worker("bulk")
+    idle = _provider_latency_ms(_codes(codes, rid))
+    seed_recipients(recipients)
+    t0 = time.perf_counter()
+    with UnitOfWork() as uow:  # raw baseline: the same rows selected and written by one bare INSERT … SELECT
+        uow.execute(sa.text("CREATE TEMP TABLE raw_copy AS SELECT * FROM notifications WHERE false"))
+        uow.execute(sa.text(
+            "INSERT INTO raw_copy (id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, status, "
+            "cost_cents, attempts, max_attempts, reserved_cents, next_attempt_at, created_at) "
+            "SELECT r.id, 42, r.ref, 'email', 'bulk', 'offer', '{}', 'raw:' || r.ref, 'QUEUED', 1, 0, 8, 0, now(), "
+            "now() FROM recipients r WHERE r.tenant_id = 42 AND r.email IS NOT NULL"))
+    raw_insert = recipients / (time.perf_counter() - t0)
+    cid = campaigns.create(tenant_id=42, name="bench", segment="all_reachable", template="offer", channel="email",
+                           actor_ref="bench")
+    t0 = time.perf_counter()
+
+    async def start() -> None:
+        pool = await arq_pool()
+        try:
+            await enqueue_fan_out(pool, cid)
+        finally:
+            await pool.aclose()
+
+    asyncio.run(start())
+    total = campaigns.status(42, cid)["total"]  # type: ignore[index]
+    wait_until(lambda: campaigns.status(42, cid)["ledgered"] >= total, 600, "the fan-out")  # type: ignore[index]
+    ledgered_per_s = total / (time.perf_counter() - t0)
+    wait_until(lambda: campaigns.status(42, cid)["sent"] >= 200, 120, "the campaign to be sending")  # type: ignore[index]
+    s0, w0 = campaigns.status(42, cid)["sent"], time.perf_counter()  # type: ignore[index]
+    busy = _provider_latency_ms(_codes(codes, rid))
+    rest = window - (time.perf_counter() - w0)
+    if rest > 0:
+        wait_until(lambda: time.perf_counter() - w0 >= window, rest + 5, "the measuring window")
+    sent_per_s = (campaigns.status(42, cid)["sent"] - s0) / (time.perf_counter() - w0)  # type: ignore[index]
+    campaigns.cancel(42, cid)
+    return {
+        "raw_provider_p50_ms": statistics.median(raw_lat), "raw_provider_posts_per_s_16_concurrent": raw_rate,
+        "otp_p50_ms_idle": statistics.median(idle), "otp_p99_ms_idle": _pct(idle, 0.99),
+        "otp_p50_ms_bulk": statistics.median(busy), "otp_p99_ms_bulk": _pct(busy, 0.99),
+        "ratio_otp_p99_bulk_vs_idle": _pct(busy, 0.99) / max(0.001, _pct(idle, 0.99)),
+        "campaign_recipients": total, "campaign_ledgered_per_s": ledgered_per_s,
+        "raw_insert_select_rows_per_s": raw_insert, "ratio_ledgered_vs_raw_insert": ledgered_per_s / raw_insert,
+        "campaign_sent_per_s": sent_per_s, "bulk_rate_setting_per_s": get_settings().bulk_rate_per_second,
+        "ratio_sent_vs_raw_provider_capacity": sent_per_s / raw_rate,
+    }

@@ -227,11 +227,13 @@ def scenario(keep: bool = typer.Option(False, help="keep the scenario database a
 @app.command()
 def bench(n: int = typer.Option(300, help="commands / deliveries per measurement"),
           scan_owed: int = typer.Option(20_000, help="owed rows for the relay-claim drain"),
-          scan_done: int = typer.Option(200_000, help="settled rows beside them")) -> None:
+          scan_done: int = typer.Option(200_000, help="settled rows beside them"),
+          recipients: int = typer.Option(40_000, help="campaign size for the lane-isolation measurement"),
+          codes: int = typer.Option(30, help="one-time codes measured idle and with the campaign in flight")) -> None:
     """Benchmarks (own database and Redis db) → evidence/bench.md, as ratios against raw baselines."""
     from jobs.tools.bench import run_bench
 
-    run_bench(n, scan_owed, scan_done)
+    run_bench(n, scan_owed, scan_done, recipients, codes)
 
 
 @app.command()

@@ -94,6 +94,13 @@ class System:
     def relay(self) -> Proc:
         return self._proc("relay", [str(BIN / "outbox"), "relay"])
 
+    def api(self, port: int, timeout: float = 60) -> Proc:
+        """The HTTP API alone (no pages): receipts land here in tests and benchmarks."""
+        p = self._proc("api", [str(BIN / "python"), "-m", "uvicorn", "dashboard.standalone:app", "--host",
+                               "127.0.0.1", "--port", str(port), "--log-level", "warning"])
+        wait_http(f"http://127.0.0.1:{port}/healthz", timeout, proc=p)
+        return p
+
     def dashboard(self, port: int, timeout: float = 240) -> Proc:
         p = self._proc("dashboard", [str(BIN / "reflex"), "run", "--env", "prod", "--frontend-port", str(port),
                                      "--backend-port", str(port), "--loglevel", "warning"], reflex_env(self.env))

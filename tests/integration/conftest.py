@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +15,7 @@ import sqlalchemy as sa
 from domain.db import get_engine
 from domain.settings import reload_settings
 from jobs.tools.checks import all_invariants
-from jobs.tools.procs import ROOT, System, wait_http, wait_until
+from jobs.tools.procs import ROOT, System, wait_until
 
 RECEIVER_PORT, API_PORT = 8098, 8099
 RECEIVER = f"http://127.0.0.1:{RECEIVER_PORT}"
@@ -30,9 +29,7 @@ def services(migrated_db):  # type: ignore[no-untyped-def]
     reload_settings()
     system = System(dict(os.environ), ROOT / ".run" / "test-logs")
     system.receiver(RECEIVER_PORT, reset=True)
-    system._proc("api", [str(Path(os.sys.executable).parent / "python"), "-m", "uvicorn",
-                         "dashboard.standalone:app", "--port", str(API_PORT), "--log-level", "warning"])
-    wait_http(f"{API}/healthz", 60, proc=system.procs["api"])
+    system.api(API_PORT)
     system.relay()
     yield system
     system.stop_all()
