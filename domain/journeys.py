@@ -8,7 +8,9 @@ converges, because a re-read can only see the lead further along.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import uuid
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -20,6 +22,7 @@ from domain.db import UnitOfWork
 from domain.ledger import NewMessage, ledger_message
 from domain.models import LeadNotificationIntent, table_of
 from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS, is_further
+from domain.settings import get_settings
 
 # How long after reaching a step its "come back" nudge fires; None = an immediate message, not a reminder.
 NUDGE_DELAY: Final[dict[str, timedelta | None]] = {
@@ -35,7 +38,7 @@ assert set(NUDGE_DELAY) == set(JOURNEY_STEPS), "every funnel step needs a nudge 
 
 @dataclass(frozen=True)
 class Drop:
-    reason: str  # not_further: late, duplicate or backward
+    reason: str  # late (older than the last applied step) | not_further (a repeat or a step backward)
 
 
 @dataclass(frozen=True)
@@ -61,25 +64,48 @@ class UnknownEvent:
 JourneyDecision = Drop | Supersede | Lifecycle | UnknownEvent
 
 
-def decide(event: str, current_step: str | None) -> JourneyDecision:
+def decide(event: str, current_step: str | None, occurred_at: datetime | None = None,
+           last_step_at: datetime | None = None, time_scale: float = 1.0) -> JourneyDecision:
+    """Pure. A step older than the last applied step is late; a step not further along is dropped; delays are
+    divided by the time scale (demos and tests watch 30 minutes pass in 3 seconds at 600)."""
     if event in LIFECYCLE_EVENTS:
         return Lifecycle(event)
     if event not in JOURNEY_STEPS:
         return UnknownEvent(event)
+    if occurred_at is not None and last_step_at is not None and occurred_at < last_step_at:
+        return Drop("late")
     if not is_further(event, current_step):
         return Drop("not_further")
-    return Supersede(event, NUDGE_DELAY[event])
+    delay = NUDGE_DELAY[event]
+    return Supersede(event, delay / time_scale if delay is not None else None)
 
 
 @dataclass(frozen=True)
 class LeadEventResult:
-    outcome: str  # scheduled | sent_now | dropped | lifecycle | unknown_event | not_found
+    outcome: str  # scheduled | sent_now | dropped | lifecycle | duplicate | unknown_event | not_found
     lead_id: int
     intent_id: int | None = None
     cancelled_intent_id: int | None = None
     scheduled_for: datetime | None = None
     notification_ids: tuple[int, ...] = ()
     current_step: str | None = None
+    event_id: str | None = None
+    reason: str | None = None  # why it was dropped: late | not_further
+    decision: str | None = None  # for a duplicate: the first answer's outcome
+
+    def answer(self) -> dict[str, Any]:
+        """The stored answer a duplicate of this event gets back."""
+        return {"outcome": self.outcome, "intent_id": self.intent_id, "cancelled_intent_id": self.cancelled_intent_id,
+                "scheduled_for": self.scheduled_for.isoformat() if self.scheduled_for else None,
+                "notification_ids": list(self.notification_ids), "current_step": self.current_step,
+                "reason": self.reason}
+
+    @classmethod
+    def duplicate_of(cls, lead_id: int, event_id: str, a: dict[str, Any]) -> LeadEventResult:
+        return cls("duplicate", lead_id, a.get("intent_id"), a.get("cancelled_intent_id"),
+                   datetime.fromisoformat(a["scheduled_for"]) if a.get("scheduled_for") else None,
+                   tuple(a.get("notification_ids") or ()), a.get("current_step"), event_id, a.get("reason"),
+                   a.get("outcome"))
 
 
 class _LostRace(Exception):
@@ -102,63 +128,93 @@ def _messages(uow: UnitOfWork, *, tenant_id: int, lead: sa.Row[Any], template: s
     return tuple(ids)
 
 
-def _apply(tenant_id: int, lead_id: int, event: str, now: datetime, engine: Engine | None) -> LeadEventResult:
+def _apply(tenant_id: int, lead_id: int, event: str, event_id: str, occurred_at: datetime, now: datetime,
+           engine: Engine | None) -> LeadEventResult:
     with UnitOfWork(engine) as uow:
         lead = uow.execute(sa.text(
-            "SELECT id, recipient_ref, advisor_ref, current_step FROM leads WHERE tenant_id = :t AND id = :l"),
-            {"t": tenant_id, "l": lead_id}).first()
+            "SELECT id, recipient_ref, advisor_ref, current_step, last_step_at FROM leads "
+            "WHERE tenant_id = :t AND id = :l"), {"t": tenant_id, "l": lead_id}).first()
         if lead is None:
             return LeadEventResult("not_found", lead_id)
-        decision = decide(event, lead.current_step)
-        if isinstance(decision, UnknownEvent):
+        if event not in JOURNEY_STEPS and event not in LIFECYCLE_EVENTS:
             return LeadEventResult("unknown_event", lead_id, current_step=lead.current_step)
-        if isinstance(decision, Drop):
-            return LeadEventResult("dropped", lead_id, current_step=lead.current_step)
-        if isinstance(decision, Lifecycle):
-            ids = _messages(uow, tenant_id=tenant_id, lead=lead, template=event, subject=f"lead-{lead_id}-{event}",
-                            lane="high", at=now, intent_id=None)
-            uow.commit()
-            return LeadEventResult("lifecycle", lead_id, notification_ids=ids, current_step=lead.current_step)
-        # Forward step. Move the lead only if nobody moved it since we read it (optimistic guard) ...
-        moved = uow.execute(sa.text(
-            "UPDATE leads SET current_step = :new WHERE id = :l AND current_step IS NOT DISTINCT FROM CAST(:old AS varchar) "
-            "RETURNING id"), {"new": decision.step, "l": lead_id, "old": lead.current_step}).first()
-        if moved is None:
-            raise _LostRace()
-        # ... tear down the live nudge and its owed messages ...
-        cancelled = uow.execute(sa.text(
-            "UPDATE lead_notification_intents SET status = 'cancelled', updated_at = now(), "
-            "final_reason = :why WHERE lead_id = :l AND status IN ('pending', 'scheduled') RETURNING id"),
-            {"l": lead_id, "why": f"superseded by {decision.step} at {now:%Y-%m-%d %H:%M} UTC"}).scalar()
-        if cancelled is not None:
-            # Only rows no worker holds: a message already handed to a worker is recorded truthfully (sent or
-            # not) by that worker, and a later claim suppresses it as superseded.
-            released = uow.execute(sa.text(
-                "UPDATE notifications SET status = 'SUPPRESSED', suppressed_reason = 'superseded', "
-                "settled_at = now() WHERE intent_id = :i AND status = 'QUEUED' "
-                "AND (leased_until IS NULL OR leased_until < now()) RETURNING id"), {"i": cancelled}).scalars().all()
-            for nid in released:
-                metering.release(uow, nid)
-        # ... and put the new one in place (the partial unique index is the backstop if we still raced).
-        at = now + decision.delay if decision.delay is not None else now
-        intent_id = uow.execute(sa.insert(table_of(LeadNotificationIntent)).values(
-            tenant_id=tenant_id, lead_id=lead_id, step=decision.step,
-            status="scheduled" if decision.delay is not None else "pending", scheduled_for=at,
-        ).returning(table_of(LeadNotificationIntent).c.id)).scalar_one()
-        ids = _messages(uow, tenant_id=tenant_id, lead=lead, template=f"nudge_{decision.step}",
-                        subject=f"lead-{lead_id}-intent-{intent_id}", lane="normal", at=at, intent_id=intent_id)
+        # The event is recorded first: a concurrent duplicate waits on this row and then reads our answer.
+        fresh = uow.execute(sa.text(
+            "INSERT INTO lead_events (tenant_id, lead_id, event_id, event, occurred_at) VALUES (:t, :l, :e, :ev, :o) "
+            "ON CONFLICT (tenant_id, event_id) DO NOTHING RETURNING id"),
+            {"t": tenant_id, "l": lead_id, "e": event_id, "ev": event, "o": occurred_at}).first()
+        if fresh is None:
+            prior = uow.execute(sa.text(
+                "SELECT lead_id, answer FROM lead_events WHERE tenant_id = :t AND event_id = :e"),
+                {"t": tenant_id, "e": event_id}).one()
+            if prior.lead_id != lead_id or prior.answer is None:
+                return LeadEventResult("not_found", lead_id)  # an event id of another lead: no existence leak
+            return LeadEventResult.duplicate_of(lead_id, event_id, prior.answer)
+        result = _decide_and_write(uow, tenant_id, lead, event, occurred_at, now)
+        result = replace(result, event_id=event_id)
+        uow.execute(sa.text("UPDATE lead_events SET outcome = :o, answer = CAST(:a AS jsonb), "
+                            "applied_at = clock_timestamp() WHERE id = :i"),
+                    {"o": result.outcome, "a": json.dumps(result.answer()), "i": fresh.id})
         uow.commit()
+    return result
+
+
+def _decide_and_write(uow: UnitOfWork, tenant_id: int, lead: sa.Row[Any], event: str, occurred_at: datetime,
+                      now: datetime) -> LeadEventResult:
+    lead_id = lead.id
+    decision = decide(event, lead.current_step, occurred_at, lead.last_step_at, get_settings().time_scale)
+    if isinstance(decision, UnknownEvent):  # checked before; kept for the type
+        return LeadEventResult("unknown_event", lead_id, current_step=lead.current_step)
+    if isinstance(decision, Drop):
+        return LeadEventResult("dropped", lead_id, current_step=lead.current_step, reason=decision.reason)
+    if isinstance(decision, Lifecycle):
+        ids = _messages(uow, tenant_id=tenant_id, lead=lead, template=event, subject=f"lead-{lead_id}-{event}",
+                        lane="high", at=now, intent_id=None)
+        return LeadEventResult("lifecycle", lead_id, notification_ids=ids, current_step=lead.current_step)
+    # Forward step. Move the lead only if nobody moved it since we read it (optimistic guard) ...
+    moved = uow.execute(sa.text(
+        "UPDATE leads SET current_step = :new, last_step_at = :at WHERE id = :l "
+        "AND current_step IS NOT DISTINCT FROM CAST(:old AS varchar) RETURNING id"),
+        {"new": decision.step, "at": occurred_at, "l": lead_id, "old": lead.current_step}).first()
+    if moved is None:
+        raise _LostRace()
+    # ... tear down the live nudge and its owed messages ...
+    cancelled = uow.execute(sa.text(
+        "UPDATE lead_notification_intents SET status = 'cancelled', updated_at = now(), "
+        "final_reason = :why WHERE lead_id = :l AND status IN ('pending', 'scheduled') RETURNING id"),
+        {"l": lead_id, "why": f"superseded by {decision.step} at {now:%Y-%m-%d %H:%M:%S} UTC"}).scalar()
+    if cancelled is not None:
+        # Only rows no worker holds: a message already handed to a worker is recorded truthfully (sent or
+        # not) by that worker, and a later claim suppresses it as superseded.
+        released = uow.execute(sa.text(
+            "UPDATE notifications SET status = 'SUPPRESSED', suppressed_reason = 'superseded', "
+            "settled_at = now() WHERE intent_id = :i AND status = 'QUEUED' "
+            "AND (leased_until IS NULL OR leased_until < now()) RETURNING id"), {"i": cancelled}).scalars().all()
+        for nid in released:
+            metering.release(uow, nid)
+    # ... and put the new one in place (the partial unique index is the backstop if we still raced).
+    at = now + decision.delay if decision.delay is not None else now
+    intent_id = uow.execute(sa.insert(table_of(LeadNotificationIntent)).values(
+        tenant_id=tenant_id, lead_id=lead_id, step=decision.step,
+        status="scheduled" if decision.delay is not None else "pending", scheduled_for=at,
+    ).returning(table_of(LeadNotificationIntent).c.id)).scalar_one()
+    ids = _messages(uow, tenant_id=tenant_id, lead=lead, template=f"nudge_{decision.step}",
+                    subject=f"lead-{lead_id}-intent-{intent_id}", lane="normal", at=at, intent_id=intent_id)
     return LeadEventResult("scheduled" if decision.delay is not None else "sent_now", lead_id, int(intent_id),
                            cancelled, at, ids, decision.step)
 
 
 def record_lead_event(tenant_id: int, lead_id: int, event: str, now: datetime | None = None,
-                      engine: Engine | None = None, attempts: int = 5) -> LeadEventResult:
-    """Retry on a lost race: the re-run reads the other event's outcome and decides again (drop or supersede)."""
+                      engine: Engine | None = None, attempts: int = 8, *, event_id: str | None = None,
+                      occurred_at: datetime | None = None) -> LeadEventResult:
+    """Idempotent by `event_id` (generated when the caller gives none). Retries a lost race: the re-run reads the
+    other event's outcome and decides again (drop or supersede)."""
     now = now or datetime.now(UTC)
+    event_id = event_id or f"gen-{uuid.uuid4().hex}"
+    occurred_at = occurred_at or now
     for i in range(attempts):
         try:
-            return _apply(tenant_id, lead_id, event, now, engine)
+            return _apply(tenant_id, lead_id, event, event_id, occurred_at, now, engine)
         except _LostRace:
             continue
         except sa.exc.IntegrityError as exc:

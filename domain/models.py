@@ -240,6 +240,8 @@ class Notification(SQLModel, table=True):
     next_attempt_at: datetime | None = _ts()
     # A claim is a lease: a worker that dies mid-send loses it when it expires and the scan re-enqueues.
     leased_until: datetime | None = _ts(nullable=True, default=False)
+    # When the last claim decided (send-time eligibility was judged on what was committed then).
+    claimed_at: datetime | None = _ts(nullable=True, default=False)
 
 
 class NotificationAttempt(SQLModel, table=True):
@@ -276,6 +278,8 @@ class Lead(SQLModel, table=True):
     advisor_ref: str | None = None
     # The furthest funnel step reached; only ever moves forward (domain/journeys.py).
     current_step: str | None = None
+    # When the event that set `current_step` happened: an older event arriving later is late and dropped.
+    last_step_at: datetime | None = _ts(nullable=True, default=False)
 
 
 class LeadNotificationIntent(SQLModel, table=True):
@@ -392,3 +396,21 @@ class OtpCode(SQLModel, table=True):
     expires_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
     tries: int = Field(default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"))
     verified_at: datetime | None = _ts(nullable=True, default=False)
+
+
+class LeadEvent(SQLModel, table=True):
+    """Every journey or lifecycle event received for a lead, with the decision it got. The same `event_id` again
+    is a duplicate: it gets the first answer and writes nothing."""
+
+    __tablename__ = "lead_events"
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "event_id", name="lead_events_event_id_once"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id")
+    lead_id: int = Field(foreign_key="leads.id", index=True)
+    event_id: str
+    event: str
+    occurred_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    received_at: datetime | None = _ts()
+    outcome: str | None = None
+    answer: dict[str, Any] | None = Field(default=None, sa_column=sa.Column(pg.JSONB, nullable=True))
+    applied_at: datetime | None = _ts(nullable=True, default=False)  # clock time just before its commit

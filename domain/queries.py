@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from domain import sql
 from domain.db import UnitOfWork
 from domain.envelope import Envelope
-from domain.reasons import effect_text, ledger_reason, message_answer
+from domain.reasons import effect_text, intent_why, ledger_reason, message_answer
 
 
 def _rows(result: Any) -> list[dict[str, Any]]:
@@ -244,22 +244,32 @@ def list_leads(tenant_id: int, engine: Engine | None = None) -> list[dict[str, A
 
 
 def lead_detail(tenant_id: int, lead_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
+    """The honest lead view: today's fields, the one live intent (or null), every intent with its final status and
+    why, the events received with their decisions, and the messages each intent produced."""
     with UnitOfWork(engine) as uow:
         lead = uow.execute(sa.text(
-            "SELECT id, recipient_ref, advisor_ref, current_step FROM leads WHERE tenant_id = :t AND id = :l"),
-            {"t": tenant_id, "l": lead_id}).first()
+            "SELECT id, recipient_ref, advisor_ref, current_step, last_step_at FROM leads "
+            "WHERE tenant_id = :t AND id = :l"), {"t": tenant_id, "l": lead_id}).first()
         if lead is None:
             return None
         intents = _rows(uow.execute(sa.text(
-            "SELECT id, step, status, scheduled_for, created_at, updated_at FROM lead_notification_intents "
-            "WHERE lead_id = :l ORDER BY id"), {"l": lead_id}))
+            "SELECT id, step, status, scheduled_for, final_reason, created_at, updated_at "
+            "FROM lead_notification_intents WHERE lead_id = :l ORDER BY id"), {"l": lead_id}))
         notes = _rows(uow.execute(sa.text(
             f"SELECT {NOTIFICATION_COLUMNS}, n.intent_id FROM notifications n WHERE n.tenant_id = :t AND "
             "(n.intent_id IN (SELECT id FROM lead_notification_intents WHERE lead_id = :l) "
             " OR n.dedupe_key LIKE :lifecycle) ORDER BY n.id"),
             {"t": tenant_id, "l": lead_id, "lifecycle": f"%:lead-{lead_id}-%"}))
+        events = _rows(uow.execute(sa.text(
+            "SELECT event_id, event, occurred_at, received_at, outcome, answer->>'reason' AS reason "
+            "FROM lead_events WHERE lead_id = :l ORDER BY id DESC LIMIT 200"), {"l": lead_id}))
     out = dict(lead._mapping)
-    out["intents"], out["notifications"] = intents, notes
+    for i in intents:
+        i["why"] = intent_why(i)
+    out["intents"], out["notifications"], out["events"] = intents, notes, events
+    out["live_intent"] = next((i for i in intents if i["status"] in ("pending", "scheduled")), None)
+    out["history"] = [{"intent_id": i["id"], "step": i["step"], "status": i["status"], "why": i["why"]}
+                      for i in intents]
     return out
 
 

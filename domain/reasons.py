@@ -83,3 +83,14 @@ def message_answer(n: Mapping[str, Any], now: datetime) -> str:
     if status == "FAILED":
         return f"failed: {error_text(n.get('last_error_class')) or 'permanent failure'}"
     return str(status or "")
+
+
+def intent_why(i: Mapping[str, Any]) -> str:
+    """A journey nudge's state in plain words: "scheduled for …", "superseded by credit_check_done at …",
+    "sent at …", "suppressed: quiet hours"."""
+    status = i.get("status")
+    if status == "scheduled":
+        return f"scheduled for {i['scheduled_for']:%Y-%m-%d %H:%M:%S} UTC" if i.get("scheduled_for") else "scheduled"
+    if status == "pending":
+        return "being sent now"
+    return str(i.get("final_reason") or status or "")

@@ -144,3 +144,22 @@ def seed_recipients(n: int, tenant_id: int = 42, engine: Engine | None = None) -
             """), {"t": tenant_id, "n": n, "zones": list(BASE_TIMEZONES)}))
         uow.commit()
     return added
+
+
+def seed_journeys(engine: Engine | None = None) -> int:
+    """Put the demo leads mid-journey (once): one just started, one past the credit check, one looking at offers,
+    one that already heard good news. Returns events recorded (0 when they were already there)."""
+    from domain.journeys import record_lead_event
+
+    with UnitOfWork(engine) as uow:
+        leads = [int(i) for i in uow.execute(sa.text(
+            "SELECT id FROM leads WHERE tenant_id = 42 AND current_step IS NULL ORDER BY id")).scalars()]
+    plans = (("initiated",), ("initiated", "phone_verified", "credit_check_done"),
+             ("initiated", "credit_check_done", "savings_explored", "offers_viewed"),
+             ("initiated", "phone_verified", "loan_sanctioned"))
+    n = 0
+    for lead, plan in zip(leads, plans, strict=False):
+        for event in plan:
+            record_lead_event(42, lead, event, engine=engine, event_id=f"demo-{lead}-{event}")
+            n += 1
+    return n

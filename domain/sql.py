@@ -26,7 +26,8 @@ UPDATE_ORDER_GUARDED = sa.text(
 CLAIM_NOTIFICATION = sa.text(
     """
     WITH c AS (
-      UPDATE notifications SET attempts = attempts + 1, leased_until = now() + make_interval(secs => :lease)
+      UPDATE notifications SET attempts = attempts + 1, leased_until = now() + make_interval(secs => :lease),
+                               claimed_at = now()
       WHERE id = :id AND status = 'QUEUED' AND next_attempt_at <= now() + interval '1 second'
         AND (leased_until IS NULL OR leased_until < now())
         AND NOT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = notifications.lane AND l.paused)

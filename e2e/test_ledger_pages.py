@@ -79,3 +79,22 @@ def test_on_call_tops_up_once_per_reference_and_operators_are_not_offered_it(new
     b.get_by_test_id("balance").wait_for()
     assert b.get_by_test_id("topup-submit").count() == 0
     assert not any(invariant_counts().values())
+
+
+def test_a_campaign_started_in_the_page_shows_its_progress_live(new_operator):
+    """The campaign page starts a campaign on the bulk lane and follows it without a reload until it is done."""
+    a = new_operator("alice")
+    a.goto(f"{APP}/campaigns")
+    a.get_by_test_id("campaign-name").fill("Browser blast")
+    a.get_by_test_id("campaign-start").click()
+    a.get_by_test_id("campaign-notice").wait_for()
+    a.wait_for_function("() => [...document.querySelectorAll('[data-testid=campaign-row]')].some(r => "
+                        "r.innerText.includes('Browser blast') && /done|running/.test(r.innerText))",
+                        timeout=60_000)
+    row = a.get_by_test_id("campaign-row").filter(has_text="Browser blast")
+    a.wait_for_function("() => [...document.querySelectorAll('[data-testid=campaign-row]')].some(r => "
+                        "r.innerText.includes('Browser blast') && !/\\b0 \\//.test("
+                        "r.querySelector('[data-testid=campaign-sent]').innerText))", timeout=60_000)
+    assert "Browser blast" in row.inner_text()
+    shot(a, "campaigns")
+    assert not any(invariant_counts().values())

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth, tenant_row
 from domain import journeys, queries
@@ -25,6 +25,9 @@ class LeadIn(BaseModel):
 class LeadEventIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     event: str = Field(min_length=1, max_length=64)
+    event_id: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$",
+                                 description="the producer's id: the same id again is a duplicate")
+    occurred_at: AwareDatetime | None = Field(default=None, description="when it happened (default: now)")
 
 
 @router.post("", status_code=201)
@@ -35,7 +38,8 @@ async def new_lead(body: LeadIn, p: Auth) -> JSONResponse:
 
 @router.post("/{lead_id}/events")
 async def lead_event(lead_id: int, body: LeadEventIn, p: Auth) -> JSONResponse:
-    r = await asyncio.to_thread(journeys.record_lead_event, p.tenant_id, lead_id, body.event)
+    r = await asyncio.to_thread(lambda: journeys.record_lead_event(
+        p.tenant_id, lead_id, body.event, event_id=body.event_id, occurred_at=body.occurred_at))
     if r.outcome == "not_found":
         return JSONResponse({"error": "not_found"}, status_code=404)
     if r.outcome == "unknown_event":
@@ -45,7 +49,8 @@ async def lead_event(lead_id: int, body: LeadEventIn, p: Auth) -> JSONResponse:
         "lead_id": lead_id, "outcome": r.outcome, "current_step": r.current_step, "intent_id": r.intent_id,
         "cancelled_intent_id": r.cancelled_intent_id,
         "scheduled_for": r.scheduled_for.isoformat() if r.scheduled_for else None,
-        "notification_ids": list(r.notification_ids)})
+        "notification_ids": list(r.notification_ids), "event_id": r.event_id, "reason": r.reason,
+        "decision": r.decision})
 
 
 @router.get("/{lead_id}")

@@ -15,10 +15,14 @@ from dashboard.state import AuthState
 from domain import journeys, queries
 from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
 
+DECISION_TEXT = {"scheduled": "nudge scheduled", "sent_now": "sent now", "dropped": "dropped",
+                 "lifecycle": "lifecycle message", "duplicate": "duplicate: first answer returned"}
+
 OUTCOME_TEXT = {
     "scheduled": "Nudge scheduled for {at}; the previous live nudge (if any) was cancelled.",
     "sent_now": "Sent now; the previous live nudge (if any) was cancelled.",
     "dropped": "Dropped: the lead is already at {step}, so this event is late or backward. Nothing changed.",
+    "duplicate": "Duplicate: this event was already recorded; its first answer stands.",
     "lifecycle": "Lifecycle message sent; the journey nudge was left alone.",
     "unknown_event": "Unknown event.",
     "not_found": "No such lead for your tenant.",
@@ -30,6 +34,7 @@ class JourneysState(AuthState):
     selected: int = 0
     intents: list[dict[str, str]] = []
     messages: list[dict[str, str]] = []
+    events: list[dict[str, str]] = []
     event: str = JOURNEY_STEPS[0]
     result: str = ""
 
@@ -54,22 +59,30 @@ class JourneysState(AuthState):
         if d is None:
             self.selected, self.intents, self.messages = 0, [], []
             return
-        self.intents = [{"id": str(i["id"]), "step": i["step"], "status": i["status"],
+        self.intents = [{"id": str(i["id"]), "step": i["step"], "status": i["status"], "why": i["why"],
                          "due": when(i["scheduled_for"]), "created": when(i["created_at"])} for i in d["intents"]]
-        self.messages = [notification(n) for n in d["notifications"]]
+        self.messages = [{**notification(n), "intent": f"#{n['intent_id']}" if n.get("intent_id") else "lifecycle"}
+                         for n in d["notifications"]]
+        self.events = [{"at": when(e["received_at"]), "event": e["event"], "id": e["event_id"],
+                        "decision": DECISION_TEXT.get(e["outcome"] or "", e["outcome"] or "")
+                        + (f" ({e['reason']})" if e["reason"] else "")} for e in d["events"]]
 
     @rx.event
     async def select(self, lead_id: str):  # type: ignore[no-untyped-def]
+        if not self._tenant_id or not (str(lead_id).isascii() and str(lead_id).isdigit()) \
+                or int(lead_id) > 2**31 - 1:
+            return
         self.selected, self.result = int(lead_id), ""
         await self._detail()
 
     @rx.event
     def set_event(self, value: str):  # type: ignore[no-untyped-def]
-        self.event = value
+        if value in JOURNEY_STEPS or value in LIFECYCLE_EVENTS:
+            self.event = value
 
     @rx.event
     async def record(self):  # type: ignore[no-untyped-def]
-        if not self.selected:
+        if not self._tenant_id or not self.selected:
             return
         r = await asyncio.to_thread(journeys.record_lead_event, self._tenant_id, self.selected, self.event)
         self.result = OUTCOME_TEXT[r.outcome].format(at=when(r.scheduled_for), step=r.current_step)
@@ -96,13 +109,21 @@ def _intent_row(i: rx.Var) -> rx.Component:
         rx.table.cell(rx.text("#", i["id"])), rx.table.cell(i["step"]),
         rx.table.cell(rx.badge(i["status"], color_scheme=rx.match(
             i["status"], ("scheduled", "amber"), ("pending", "amber"), ("sent", "green"), "gray"))),
+        rx.table.cell(rx.text(i["why"], size="1", data_testid="intent-why")),
         rx.table.cell(rx.text(i["due"], size="1")), rx.table.cell(rx.text(i["created"], size="1")),
         data_testid="intent-row",
     )
 
 
+def _event_row(e: rx.Var) -> rx.Component:
+    return rx.table.row(rx.table.cell(rx.text(e["at"], size="1")), rx.table.cell(rx.text(e["event"], weight="medium")),
+                        rx.table.cell(rx.text(e["decision"], size="2")),
+                        rx.table.cell(rx.code(e["id"], size="1")), data_testid="event-row")
+
+
 def _message_row(n: rx.Var) -> rx.Component:
     return rx.table.row(
+        rx.table.cell(n["intent"]),
         rx.table.cell(n["channel"]), rx.table.cell(n["recipient"]), rx.table.cell(rx.text(n["template"], size="1")),
         rx.table.cell(rx.vstack(status_badge(n["status"]), rx.cond(n["reason"] != "", rx.text(
             n["reason"], size="1", color=rx.color("gray", 11))), spacing="1")),
@@ -138,10 +159,13 @@ def journeys_page() -> rx.Component:
             rx.cond(JourneysState.result != "", rx.callout(JourneysState.result, icon="info",
                                                            data_testid="journey-result")),
             rx.heading("Nudges", size="3", margin_top="12px"),
-            data_table(["#", "Step", "Status", "Due (UTC)", "Created (UTC)"], JourneysState.intents, _intent_row,
-                       "No nudges yet.", "intents-table"),
+            rx.heading("Events received", size="3", margin_top="12px"),
+            data_table(["Received (UTC)", "Event", "Decision", "Event id"], JourneysState.events, _event_row,
+                       "No events yet.", "events-table"),
+            data_table(["#", "Step", "Status", "Why", "Due (UTC)", "Created (UTC)"], JourneysState.intents,
+                       _intent_row, "No nudges yet.", "intents-table"),
             rx.heading("Messages", size="3", margin_top="12px"),
-            data_table(["Channel", "Recipient", "Template", "Status", "Attempts"], JourneysState.messages,
+            data_table(["Nudge", "Channel", "Recipient", "Template", "Status", "Attempts"], JourneysState.messages,
                        _message_row, "No messages yet."),
             margin_top="16px",
         )),

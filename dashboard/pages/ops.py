@@ -40,6 +40,7 @@ async def _snapshot(tenant_id: int) -> dict[str, Any]:
         asyncio.to_thread(queries.ops_series, tenant_id, 60), asyncio.to_thread(queries.refresh_stats, tenant_id))
     return {
         "slo": f"{s.oldest_owed_slo_seconds:.0f}s",
+        "bulk_rate": f"{s.bulk_rate_per_second:.0f}/s per channel",
         "dev_mode": s.dev_mode,
         "lanes": [{
             "lane": x["lane"], "depth": str(x["depth"]), "oldest": f"{x['oldest_owed_seconds']:.1f}s",
@@ -67,6 +68,7 @@ class OpsState(AuthState):
     push_p50: str = "—"
     push_p99: str = "—"
     slo: str = ""
+    bulk_rate: str = ""
     dev_mode: bool = False
     message: str = ""
 
@@ -198,7 +200,8 @@ def ops_page() -> rx.Component:
         rx.cond(OpsState.message != "", rx.callout(OpsState.message, icon="info", width="100%",
                                                     margin_bottom="12px", data_testid="ops-message")),
         rx.flex(
-            stat("Oldest-owed SLO", OpsState.slo),
+            stat("Oldest-due SLO", OpsState.slo),
+            stat("Bulk lane pace (OUTBOX_BULK_RATE)", OpsState.bulk_rate, "bulk-rate"),
             stat("Refresh pushes (1 h)", OpsState.pushes, "refresh-count"),
             stat("Push latency p50", OpsState.push_p50),
             stat("Push latency p99", OpsState.push_p99),

@@ -237,14 +237,56 @@ def bench(n: int = typer.Option(300, help="commands / deliveries per measurement
 
 
 @app.command()
+def storm(leads: int = typer.Option(20), per_lead: int = typer.Option(200, help="events per lead"),
+          clients: int = typer.Option(16, help="concurrent HTTP clients"),
+          seed: int = typer.Option(None, help="replay a storm (the seed is printed)")) -> None:
+    """The journey storm in its own database (time scale 600) → evidence/journeys.md."""
+    from domain.auth import create_api_key
+    from jobs.tools.dbadmin import ensure_database, isolated_environment
+    from jobs.tools.procs import ROOT, System, receiver_database_url
+    from jobs.tools.storm import report_markdown, run_storm
+
+    isolated_environment("outbox_storm", 5, OUTBOX_TIME_SCALE="600", OUTBOX_RECEIVER_URL="http://127.0.0.1:8091",
+                         OUTBOX_APP_URL="http://127.0.0.1:8089")
+    system = System(dict(os.environ), ROOT / ".run" / "storm-logs")
+    try:
+        system.receiver(8091, reset=True)
+        system.api(8089)
+        system.relay()
+        for lane in ("high", "normal"):
+            system.worker(lane)
+        report = run_storm("http://127.0.0.1:8089", create_api_key(42, "storm"), leads=leads, per_lead=per_lead,
+                           clients=clients, seed=seed)
+    finally:
+        system.stop_all()
+    path = ROOT / "evidence" / "journeys.md"
+    path.write_text(report_markdown(report, "`outbox storm`, its own database and workers"))
+    db_url = os.environ["OUTBOX_DATABASE_URL"]
+    ensure_database(db_url, reset=True)
+    ensure_database(receiver_database_url(db_url), reset=True)
+    out.print(path.read_text())
+    err.print(f"evidence written to {path}")
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
 def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int = 8090,
-       no_dashboard: bool = typer.Option(False, help="start everything but the dashboard")) -> None:
+       no_dashboard: bool = typer.Option(False, help="start everything but the dashboard"),
+       time_scale: float = typer.Option(60.0, help="journey delays divided by this (60: a 30-minute nudge fires "
+                                                   "in 30 s, so the journeys page is alive)")) -> None:
     """Migrate, seed, then start receiver, relay, four lane workers and the dashboard; Ctrl-C stops them."""
-    from domain.seed import DEMO_PASSWORD
+    from domain.seed import DEMO_PASSWORD, seed_journeys
+    from domain.settings import reload_settings
     from jobs.tools.procs import ROOT, System
 
+    os.environ["OUTBOX_TIME_SCALE"] = str(time_scale)
+    reload_settings()
     migrate()
     seed(0)
+    moved = seed_journeys()
+    if moved:
+        err.print(f"demo leads put mid-journey: {moved} events")
+    err.print(f"journey time scale {time_scale:g}: a 30-minute nudge fires after {30 * 60 / time_scale:.0f} s")
     env = {**os.environ, "OUTBOX_RECEIVER_URL": f"http://127.0.0.1:{receiver_port}",
            "OUTBOX_APP_URL": f"http://127.0.0.1:{port}"}
     system = System(env, Path(ROOT / ".run" / "logs"))

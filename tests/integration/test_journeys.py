@@ -137,3 +137,43 @@ async def test_api_other_tenants_lead_is_404(api):
     assert r.status_code == 404
     assert (await api.get(f"/api/v1/leads/{LEAD}", headers=key7)).status_code == 404
     assert state() == before
+
+
+async def test_same_event_id_is_a_duplicate_with_the_first_answer_and_writes_nothing(api):
+    """Idempotent events: a producer's retry (same event_id) gets the first decision back; nothing is written."""
+    key = {"Authorization": f"Bearer {create_api_key(42)}"}
+    first = await api.post(f"/api/v1/leads/{LEAD}/events", json={"event": "credit_check_done",
+                                                                  "event_id": "crm-77"}, headers=key)
+    before = state()
+    again = await api.post(f"/api/v1/leads/{LEAD}/events", json={"event": "credit_check_done",
+                                                                  "event_id": "crm-77"}, headers=key)
+    assert first.json()["outcome"] == "scheduled"
+    body = again.json()
+    assert body["outcome"] == "duplicate" and body["decision"] == "scheduled"
+    assert body["intent_id"] == first.json()["intent_id"] and body["notification_ids"] == first.json()[
+        "notification_ids"]
+    assert state() == before
+
+
+async def test_an_event_older_than_the_last_applied_step_is_dropped_as_late(api):
+    key = {"Authorization": f"Bearer {create_api_key(42)}"}
+    await api.post(f"/api/v1/leads/{LEAD}/events", json={"event": "phone_verified",
+                                                         "occurred_at": "2026-11-29T12:00:00+00:00"}, headers=key)
+    before = state()
+    late = await api.post(f"/api/v1/leads/{LEAD}/events", json={"event": "offers_viewed",
+                                                                "occurred_at": "2026-11-29T11:00:00+00:00"},
+                          headers=key)
+    assert (late.json()["outcome"], late.json()["reason"]) == ("dropped", "late")
+    assert state() == before
+
+
+async def test_lead_view_shows_the_live_intent_and_an_honest_history(api):
+    key = {"Authorization": f"Bearer {create_api_key(42)}"}
+    for event in ("initiated", "credit_check_done"):
+        await api.post(f"/api/v1/leads/{LEAD}/events", json={"event": event}, headers=key)
+    d = (await api.get(f"/api/v1/leads/{LEAD}", headers=key)).json()
+    assert d["live_intent"]["step"] == "credit_check_done" and d["live_intent"]["status"] == "scheduled"
+    (old, live) = d["history"]
+    assert old["status"] == "cancelled" and old["why"].startswith("superseded by credit_check_done at ")
+    assert live["why"].startswith("scheduled for ")
+    assert [e["event"] for e in d["events"]] == ["credit_check_done", "initiated"]

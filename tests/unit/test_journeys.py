@@ -30,3 +30,17 @@ def test_anything_else_is_unknown(event, current):
 def test_late_initiated_after_credit_check_is_dropped_and_offer_submitted_is_immediate():
     assert decide("initiated", "credit_check_done") == Drop("not_further")
     assert decide("offer_submitted", "offers_viewed") == Supersede("offer_submitted", None)
+
+
+@given(st.sampled_from(JOURNEY_STEPS), CURRENT, st.integers(1, 3600), st.floats(1, 1000))
+def test_a_step_older_than_the_last_applied_one_is_late_and_delays_follow_the_time_scale(step, current, back,
+                                                                                        scale):
+    """Late beats everything for a step: an event that happened before the last applied step is dropped, however
+    far along it claims to be; otherwise the nudge's delay is the rule's delay divided by the time scale."""
+    from datetime import UTC, datetime, timedelta
+
+    last = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    assert decide(step, current, last - timedelta(seconds=back), last) == Drop("late")
+    d = decide(step, current, last, last, scale)
+    if isinstance(d, Supersede) and NUDGE_DELAY[step] is not None:
+        assert d.delay == NUDGE_DELAY[step] / scale  # type: ignore[operator]
