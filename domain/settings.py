@@ -9,6 +9,7 @@ A bad value stops start-up with `SettingsError` naming the variable. Booleans ta
 from __future__ import annotations
 
 import functools
+from typing import Literal
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -23,15 +24,20 @@ class SettingsError(RuntimeError):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="ignore", populate_by_name=True)
 
+    # production (the default) refuses to start without its secrets and never offers fault switches; the demo and
+    # the tests ask for development explicitly.
+    env: Literal["development", "production"] = "production"
     database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/outbox"
     redis_url: str = "redis://127.0.0.1:6379/0"
     receiver_url: str = "http://127.0.0.1:8090"
     app_url: str = "http://127.0.0.1:3000"
-    # Standard Webhooks secrets ("whsec_" + base64). Demo defaults; production sets its own.
-    webhook_secret: str = "whsec_b3V0Ym94LWRlbW8td2ViaG9vay1zZWNyZXQtMDAwMQ=="
-    receipt_secret: str = "whsec_b3V0Ym94LWRlbW8tcmVjZWlwdC1zZWNyZXQtMDAwMg=="
+    # Standard Webhooks secrets ("whsec_" + base64): required in production; demo values in development only.
+    webhook_secret: str = ""
+    receipt_secret: str = ""
     # Derives one-time codes (never stored) and keys their check hashes.
-    otp_secret: str = "outbox-demo-otp-secret-0003"
+    otp_secret: str = ""
+    # Bearer token for /metrics: required in production (development leaves /metrics open).
+    metrics_token: str = ""
     lease_seconds: float = Field(30.0, gt=0)
     scan_interval: float = Field(5.0, gt=0)
     # Messages per second through the bulk lane per provider channel, shared by every bulk worker (token bucket).
@@ -44,7 +50,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(65536, ge=1024)
     # Journey delays are divided by this: 600 turns a 30-minute nudge into 3 seconds (demos and tests only).
     time_scale: float = Field(1.0, gt=0, le=100_000)
-    dev_mode: bool = True
+    # Fault switches on /ops and the receiver's /faults. Unset: on in development, off in production (where it
+    # cannot be turned on).
+    dev_mode: bool | None = None
     # Comma-separated fault points (domain/faults.py) at which this process dies: development and tests only.
     fault: str = ""
 
@@ -58,9 +66,36 @@ class Settings(BaseSettings):
         return out
 
 
+DEMO_SECRETS: dict[str, str] = {
+    "webhook_secret": "whsec_b3V0Ym94LWRlbW8td2ViaG9vay1zZWNyZXQtMDAwMQ==",
+    "receipt_secret": "whsec_b3V0Ym94LWRlbW8tcmVjZWlwdC1zZWNyZXQtMDAwMg==",
+    "otp_secret": "outbox-demo-otp-secret-0003",
+    "metrics_token": "",
+}
+
+
+def _fail_closed(s: Settings) -> Settings:
+    """Development fills in the demo secrets and turns the fault switches on unless told otherwise; production
+    refuses to start without real secrets, names each missing variable, and refuses development-only switches."""
+    names = Settings.env_names()
+    if s.env == "development":
+        fill = {k: v for k, v in DEMO_SECRETS.items() if not getattr(s, k)}
+        return s.model_copy(update={**fill, "dev_mode": True if s.dev_mode is None else s.dev_mode})
+    problems = [f"{names[k]} is not set" if not getattr(s, k) else f"{names[k]} is the published demo value"
+                for k, demo in DEMO_SECRETS.items() if not getattr(s, k) or getattr(s, k) == demo]
+    if s.dev_mode:
+        problems.append(f"{names['dev_mode']} needs OUTBOX_ENV=development (fault switches never run in production)")
+    if s.fault:
+        problems.append(f"{names['fault']} needs OUTBOX_ENV=development (no injected faults in production)")
+    if problems:
+        raise SettingsError("OUTBOX_ENV=production refuses to start: " + "; ".join(problems)
+                            + ". Set them, or OUTBOX_ENV=development for the demo and tests.")
+    return s.model_copy(update={"dev_mode": False})
+
+
 def _load() -> Settings:
     try:
-        return Settings()
+        return _fail_closed(Settings())
     except ValidationError as exc:
         names = Settings.env_names()
         lines = []

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+os.environ["OUTBOX_ENV"] = "development"  # demo secrets and the /ops fault switches the browser tests use
 E2E_DB_NAME, E2E_REDIS_DB = "outbox_e2e", 10
 APP_PORT, RECEIVER_PORT = 3117, 8117
 APP = f"http://127.0.0.1:{APP_PORT}"

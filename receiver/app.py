@@ -70,9 +70,11 @@ PROVIDER_POOLS = {p: ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"prov
 app = FastAPI(title="Outbox mock receiver", version="1.0", docs_url="/docs")
 
 
-@app.post("/faults")
-def set_faults(f: FaultRequest) -> dict[str, Any]:
-    """Replace every switch at once; `{}` clears them all."""
+@app.post("/faults", response_model=None)
+def set_faults(f: FaultRequest) -> dict[str, Any] | JSONResponse:
+    """Replace every switch at once; `{}` clears them all. Absent (404) unless RECEIVER_FAULTS is on."""
+    if not get_settings().faults:
+        return JSONResponse({"error": "not_found"}, status_code=404)
     with FAULTS.lock:
         FAULTS.config = f.model_copy()
     return f.model_dump()

@@ -17,6 +17,8 @@ class ReceiverSettings(BaseSettings):
     receipt_secret: str = "whsec_b3V0Ym94LWRlbW8tcmVjZWlwdC1zZWNyZXQtMDAwMg=="
     # The one place delivery receipts are posted to (`{app_url}/api/v1/receipts/{provider}`), whatever a caller asks.
     app_url: str = "http://127.0.0.1:3000"
+    # The /faults switch board (a test double's controls): off unless asked for.
+    faults: bool = False
 
 
 @functools.cache

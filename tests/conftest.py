@@ -13,6 +13,7 @@ TEST_DB_URL = f"{PG_BASE}/outbox_test"
 TEST_REDIS_URL = f"{REDIS_BASE}/9"
 # Every process the tests start inherits these: its own database, Redis db, short leases and scans.
 os.environ.update({
+    "OUTBOX_ENV": "development",  # production refuses demo secrets and fault switches; tests ask for development
     "OUTBOX_DATABASE_URL": TEST_DB_URL, "OUTBOX_REDIS_URL": TEST_REDIS_URL, "OUTBOX_LEASE_SECONDS": "2",
     "OUTBOX_SCAN_INTERVAL": "0.3", "OUTBOX_BACKOFF_BASE": "0.05", "OUTBOX_BACKOFF_CAP": "0.5", "OUTBOX_FAULT": "",
 })

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
+import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import sqlalchemy as sa
-from fastapi import APIRouter
+from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -16,6 +18,7 @@ from dashboard.api.deps import maybe_pool, redis_pool
 from domain import queries
 from domain.db import UnitOfWork
 from domain.queue import REFRESH_PUBLISHES
+from domain.settings import get_settings
 
 router = APIRouter(tags=["operations"])
 
@@ -42,10 +45,24 @@ async def healthz() -> JSONResponse:
     return JSONResponse({"status": "ok" if ok else "degraded", **checks}, status_code=200 if ok else 503)
 
 
-@router.get("/metrics")
-async def metrics() -> PlainTextResponse:
-    return PlainTextResponse(await asyncio.to_thread(render_metrics, await _publishes()),
-                             media_type="text/plain; version=0.0.4")
+METRICS_TTL_SECONDS = 5.0
+_cache: tuple[float, bytes] | None = None
+
+
+@router.get("/metrics", response_model=None)
+async def metrics(authorization: Annotated[str | None, Header()] = None) -> PlainTextResponse | JSONResponse:
+    """Prometheus text. Production: only with `Authorization: Bearer $OUTBOX_METRICS_TOKEN`. The figures are
+    computed from PostgreSQL at most every few seconds, however often it is scraped."""
+    global _cache
+    s = get_settings()
+    if s.env == "production" and not hmac.compare_digest((authorization or "").encode(),
+                                                         f"Bearer {s.metrics_token}".encode()):
+        return JSONResponse({"error": "unauthorized", "detail": "send Authorization: Bearer <metrics token>"},
+                            status_code=401)
+    now = time.monotonic()
+    if _cache is None or now - _cache[0] > METRICS_TTL_SECONDS:
+        _cache = (now, await asyncio.to_thread(render_metrics, await _publishes()))
+    return PlainTextResponse(_cache[1], media_type="text/plain; version=0.0.4")
 
 
 async def _publishes() -> int:

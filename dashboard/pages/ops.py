@@ -41,7 +41,7 @@ async def _snapshot(tenant_id: int) -> dict[str, Any]:
     return {
         "slo": f"{s.oldest_owed_slo_seconds:.0f}s",
         "bulk_rate": f"{s.bulk_rate_per_second:.0f}/s per channel",
-        "dev_mode": s.dev_mode,
+        "dev_mode": bool(s.dev_mode),
         "lanes": [{
             "lane": x["lane"], "depth": str(x["depth"]), "oldest": f"{x['oldest_owed_seconds']:.1f}s",
             "breach": "yes" if x["oldest_owed_seconds"] > s.oldest_owed_slo_seconds else "no",

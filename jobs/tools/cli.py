@@ -280,7 +280,11 @@ def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int
     from jobs.tools.procs import ROOT, System
 
     os.environ["OUTBOX_TIME_SCALE"] = str(time_scale)
-    reload_settings()
+    os.environ.setdefault("OUTBOX_ENV", "development")
+    s = reload_settings()
+    if s.env == "development":
+        err.print("[yellow]development mode (the demo):[/] demo secrets, fault switches on /ops, /metrics open. "
+                  "Production runs each process with OUTBOX_ENV=production and real secrets.")
     migrate()
     seed(0)
     moved = seed_journeys()

@@ -44,7 +44,8 @@ def isolated_environment(db_name: str, redis_db: int, **extra: str) -> str:
     base = os.environ.get("OUTBOX_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/outbox")
     db_url = base.rsplit("/", 1)[0] + "/" + db_name
     redis_url = os.environ.get("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0] + f"/{redis_db}"
-    os.environ.update({"OUTBOX_DATABASE_URL": db_url, "OUTBOX_REDIS_URL": redis_url, "OUTBOX_FAULT": "", **extra})
+    os.environ.update({"OUTBOX_ENV": "development", "OUTBOX_DATABASE_URL": db_url, "OUTBOX_REDIS_URL": redis_url,
+                       "OUTBOX_FAULT": "", **extra})
     reload_settings()
     ensure_database(db_url, reset=True)
     migrate(db_url)

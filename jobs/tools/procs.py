@@ -120,7 +120,9 @@ def receiver_env(env: dict[str, str]) -> dict[str, str]:
     out = {"RECEIVER_DATABASE_URL": receiver_database_url(env.get("OUTBOX_DATABASE_URL", s.database_url)),
            "RECEIVER_APP_URL": env.get("OUTBOX_APP_URL", s.app_url),
            "RECEIVER_WEBHOOK_SECRET": env.get("OUTBOX_WEBHOOK_SECRET", s.webhook_secret),
-           "RECEIVER_RECEIPT_SECRET": env.get("OUTBOX_RECEIPT_SECRET", s.receipt_secret)}
+           "RECEIVER_RECEIPT_SECRET": env.get("OUTBOX_RECEIPT_SECRET", s.receipt_secret),
+           # The receiver's fault switch board exists only when we run in development.
+           "RECEIVER_FAULTS": "1" if s.dev_mode else "0"}
     return {k: env.get(k, v) for k, v in out.items()}
 
 

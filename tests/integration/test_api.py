@@ -20,6 +20,9 @@ from domain.db import get_engine
 
 @pytest.fixture
 async def client(db, redis_db):
+    from dashboard.api import health
+
+    health._cache = None  # each test reads the database it just wrote, not the previous test's scrape
     transport = httpx.ASGITransport(app=build_api())
     async with httpx.AsyncClient(transport=transport, base_url="http://app") as c:
         yield c
@@ -149,3 +152,45 @@ async def test_metrics_expose_lane_gauges_from_the_database(client, key42):
     assert 'outbox_lane_depth{lane="high"} 1.0' in text
     assert 'outbox_lane_depth{lane="normal"} 1.0' in text
     assert "outbox_lane_oldest_owed_seconds" in text and "outbox_refresh_publishes_total" in text
+
+
+async def test_metrics_need_the_token_in_production_and_are_cached(db, redis_db, monkeypatch):
+    """Fail closed: in production /metrics answers 401 without its bearer token; scrapes are served from a cache
+    of a few seconds instead of running whole-table aggregates each time."""
+    from dashboard.api import health
+    from domain.settings import reload_settings
+
+    for var, value in {"OUTBOX_ENV": "production", "OUTBOX_METRICS_TOKEN": "m-token",
+                       "OUTBOX_WEBHOOK_SECRET": "whsec_cmVhbC1zZWNyZXQtZm9yLXRoZS10ZXN0LTAwMDE=",
+                       "OUTBOX_RECEIPT_SECRET": "whsec_cmVhbC1zZWNyZXQtZm9yLXRoZS10ZXN0LTAwMDI=",
+                       "OUTBOX_OTP_SECRET": "otp-test-secret", "OUTBOX_FAULT": "", "OUTBOX_DEV_MODE": "0"}.items():
+        monkeypatch.setenv(var, value)
+    reload_settings()
+    health._cache = None
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=build_api()), base_url="http://app") as c:
+            assert (await c.get("/metrics")).status_code == 401
+            assert (await c.get("/metrics", headers={"Authorization": "Bearer wrong"})).status_code == 401
+            ok = await c.get("/metrics", headers={"Authorization": "Bearer m-token"})
+            assert ok.status_code == 200 and "outbox_lane_depth" in ok.text
+            cached_at = health._cache[0] if health._cache else None
+            await c.get("/metrics", headers={"Authorization": "Bearer m-token"})
+            assert health._cache is not None and health._cache[0] == cached_at
+    finally:
+        monkeypatch.undo()
+        reload_settings()
+        health._cache = None
+
+
+def test_the_cli_refuses_to_run_in_production_without_secrets_and_names_them(db):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_SECRET")}
+    env["OUTBOX_ENV"] = "production"
+    r = subprocess.run([str(Path(sys.executable).parent / "outbox"), "status"], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert r.returncode != 0
+    assert "OUTBOX_WEBHOOK_SECRET is not set" in r.stderr and "OUTBOX_METRICS_TOKEN is not set" in r.stderr

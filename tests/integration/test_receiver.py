@@ -160,3 +160,11 @@ def test_provider_messages_are_idempotent_by_key_and_receipts_go_only_to_the_con
     receipts = [(path, json.loads(body)) for path, body in _Capture.seen if ref.encode() in body]
     assert [path for path, _ in receipts] == ["/api/v1/receipts/email"], "one receipt, to the configured app only"
     assert receipts[0][1]["client_reference"] == msg["idempotency_key"]
+
+
+def test_fault_switches_do_not_exist_unless_asked_for(receiver_app):
+    async def post() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=receiver_app), base_url="http://r") as c:
+            return await c.post("/faults", json={"fail_503": 3})
+
+    assert asyncio.run(post()).status_code == 404  # RECEIVER_FAULTS is off by default

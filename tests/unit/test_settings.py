@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from domain.settings import Settings, SettingsError, get_settings, reload_settings
+from domain.settings import DEMO_SECRETS, Settings, SettingsError, get_settings, reload_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -66,8 +66,11 @@ def test_readme_defaults_are_the_models_defaults():
     table = _readme_table()
     for name, field in Settings.model_fields.items():
         var = Settings.env_names()[name]
-        if "SECRET" in var:
-            assert table[var].strip() == "demo secret"
+        if name in DEMO_SECRETS:
+            assert table[var].strip() == "required in production", var
+            continue
+        if field.default is None:  # derived from OUTBOX_ENV
+            assert "development" in table[var], var
             continue
         shown = table[var].strip().strip("`")
         assert shown == (str(field.default) if field.default != "" else "(empty)"), var
@@ -81,3 +84,43 @@ def test_readme_layout_names_every_runtime_and_tool_module():
                 assert f"`{f.name}`" in layout or f"`{f.stem}`" in layout, f"{folder}/{f.name} not in README"
     for mentioned in re.findall(r"`([a-z_/]+\.py)`", layout):
         assert list(ROOT.glob(f"**/{mentioned}")), f"README names {mentioned}, which does not exist"
+
+
+def test_production_refuses_to_start_without_its_secrets_naming_each(env):
+    """Fail closed: no demo secret, no fault switch, no open metrics unless development is asked for."""
+    env.setenv("OUTBOX_ENV", "production")
+    for var in ("OUTBOX_WEBHOOK_SECRET", "OUTBOX_RECEIPT_SECRET", "OUTBOX_OTP_SECRET", "OUTBOX_METRICS_TOKEN"):
+        env.delenv(var, raising=False)
+    with pytest.raises(SettingsError) as missing:
+        reload_settings()
+    for var in ("OUTBOX_WEBHOOK_SECRET", "OUTBOX_RECEIPT_SECRET", "OUTBOX_OTP_SECRET", "OUTBOX_METRICS_TOKEN"):
+        assert f"{var} is not set" in str(missing.value)
+    env.setenv("OUTBOX_WEBHOOK_SECRET", DEMO_SECRETS["webhook_secret"])
+    with pytest.raises(SettingsError, match="OUTBOX_WEBHOOK_SECRET is the published demo value"):
+        reload_settings()
+
+
+def test_production_with_real_secrets_starts_without_fault_switches_and_refuses_them(env):
+    env.setenv("OUTBOX_ENV", "production")
+    for var in ("OUTBOX_WEBHOOK_SECRET", "OUTBOX_RECEIPT_SECRET"):
+        env.setenv(var, "whsec_cmVhbC1wcm9kdWN0aW9uLXNlY3JldC0wMDAwMDAwMQ==")
+    env.setenv("OUTBOX_OTP_SECRET", "a-real-otp-secret")
+    env.setenv("OUTBOX_METRICS_TOKEN", "a-real-metrics-token")
+    env.delenv("OUTBOX_FAULT", raising=False)
+    env.delenv("OUTBOX_DEV_MODE", raising=False)
+    assert reload_settings().dev_mode is False
+    env.setenv("OUTBOX_DEV_MODE", "1")
+    with pytest.raises(SettingsError, match="OUTBOX_DEV_MODE needs OUTBOX_ENV=development"):
+        reload_settings()
+    env.setenv("OUTBOX_DEV_MODE", "0")
+    env.setenv("OUTBOX_FAULT", "after_local_ack")
+    with pytest.raises(SettingsError, match="OUTBOX_FAULT needs OUTBOX_ENV=development"):
+        reload_settings()
+
+
+def test_development_fills_in_the_demo_secrets_and_turns_fault_switches_on(env):
+    env.setenv("OUTBOX_ENV", "development")
+    env.delenv("OUTBOX_WEBHOOK_SECRET", raising=False)
+    env.delenv("OUTBOX_DEV_MODE", raising=False)
+    s = reload_settings()
+    assert s.webhook_secret == DEMO_SECRETS["webhook_secret"] and s.dev_mode is True
