@@ -7,6 +7,18 @@ from typing import Any
 
 from domain.reasons import ledger_reason
 
+MAX_ID = 2**31 - 1
+
+
+def parse_id(raw: object) -> int | None:
+    """A row id from the browser: ASCII digits within PostgreSQL's integer, else None ("²" is a digit to Python's
+    `isdigit`, and 10**20 overflows the column — both must be a clean "not found", never a crash)."""
+    text = str(raw)
+    if not (0 < len(text) <= 10 and text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if 0 < value <= MAX_ID else None
+
 
 def money(cents: int | None, currency: str = "EUR") -> str:
     return f"{(cents or 0) / 100:,.2f} {currency}"

@@ -17,6 +17,11 @@ from domain.envelope import Envelope
 from domain.reasons import effect_text, intent_why, ledger_reason, message_answer
 
 
+def like_escape(text: str) -> str:
+    """A search term taken literally by LIKE/ILIKE: `%` and `_` match only themselves."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def _rows(result: Any) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in result]
 
@@ -102,7 +107,7 @@ def ledger(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -> dic
         "AND (CAST(:l AS text) IS NULL OR n.lane = :l) "
         "AND (CAST(:h AS int) IS NULL OR n.created_at > now() - make_interval(hours => CAST(:h AS int)))"
     )
-    p = {"t": tenant_id, "c": f.channel, "s": f.status, "r": f"%{f.recipient}%" if f.recipient else None,
+    p = {"t": tenant_id, "c": f.channel, "s": f.status, "r": f"%{like_escape(f.recipient)}%" if f.recipient else None,
          "l": f.lane, "h": f.since_hours, "lim": f.limit}
     with UnitOfWork(engine) as uow:
         rows = _rows(uow.execute(sa.text(
@@ -233,14 +238,16 @@ def refresh_stats(tenant_id: int | None = None, engine: Engine | None = None) ->
     return {"pushes": int(r.pushes), "p50_ms": float(r.p50 or 0), "p99_ms": float(r.p99 or 0)}
 
 
-def list_leads(tenant_id: int, engine: Engine | None = None) -> list[dict[str, Any]]:
+def list_leads(tenant_id: int, limit: int = 200, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """The first `limit` leads (a bounded list: the API reads one lead at a time)."""
     with UnitOfWork(engine) as uow:
         return _rows(uow.execute(sa.text(
             "SELECT l.id, l.recipient_ref, l.advisor_ref, l.current_step, i.step AS live_step, "
             "i.status AS live_status, i.scheduled_for AS live_scheduled_for, "
             "(SELECT count(*) FROM lead_notification_intents h WHERE h.lead_id = l.id) AS intents "
             "FROM leads l LEFT JOIN lead_notification_intents i ON i.lead_id = l.id "
-            "AND i.status IN ('pending', 'scheduled') WHERE l.tenant_id = :t ORDER BY l.id"), {"t": tenant_id}))
+            "AND i.status IN ('pending', 'scheduled') WHERE l.tenant_id = :t ORDER BY l.id LIMIT :lim"),
+            {"t": tenant_id, "lim": limit}))
 
 
 def lead_detail(tenant_id: int, lead_id: int, engine: Engine | None = None) -> dict[str, Any] | None:

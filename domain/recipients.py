@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 
 from domain.audience import PEOPLE_CHANNELS
 from domain.db import UnitOfWork
+from domain.queries import like_escape
 
 EDITABLE = ("display_name", "email", "phone", "timezone", "quiet_start", "quiet_end", "daily_cap",
             "opted_out_channels")
@@ -117,7 +118,7 @@ def find_by_ref(tenant_id: int | None, ref: str, engine: Engine | None = None) -
 
 def list_recipients(tenant_id: int, query: str = "", limit: int = 50, after_id: int = 0,
                     engine: Engine | None = None) -> list[dict[str, Any]]:
-    like = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    like = "%" + like_escape(query) + "%"
     with UnitOfWork(engine) as uow:
         return [_row(r) for r in uow.execute(sa.text(
             f"SELECT {_COLUMNS} FROM recipients WHERE tenant_id = :t AND id > :a "

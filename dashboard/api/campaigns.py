@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from dashboard.api.deps import Auth, maybe_pool, tenant_row
+from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
 from domain import campaigns
 from domain.ledger import SendRefused
@@ -50,12 +50,12 @@ async def list_campaigns(p: Auth) -> dict[str, Any]:
 
 
 @router.get("/{campaign_id}")
-async def get(campaign_id: int, p: Auth) -> dict[str, Any]:
+async def get(campaign_id: Id, p: Auth) -> dict[str, Any]:
     return await tenant_row(campaigns.status, p.tenant_id, campaign_id)
 
 
 @router.post("/{campaign_id}/cancel")
-async def cancel(campaign_id: int, p: Auth) -> dict[str, Any]:
+async def cancel(campaign_id: Id, p: Auth) -> dict[str, Any]:
     n = await asyncio.to_thread(campaigns.cancel, p.tenant_id, campaign_id)
     if n is None:
         raise ApiError(404, "not_found")

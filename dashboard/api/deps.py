@@ -6,7 +6,7 @@ import asyncio
 from typing import Annotated, Any
 
 from arq import ArqRedis
-from fastapi import Depends, Header
+from fastapi import Depends, Header, Path
 
 from dashboard.api.errors import ApiError
 from domain.auth import Principal, principal_for_key
@@ -44,6 +44,8 @@ async def principal(authorization: Annotated[str | None, Header()] = None) -> Pr
 
 
 Auth = Annotated[Principal, Depends(principal)]
+# A row id in a path: within PostgreSQL's integer (a larger one is a 422, never a database error).
+Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 
 async def tenant_row(query: Any, tenant_id: int, key: Any) -> dict[str, Any]:

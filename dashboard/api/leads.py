@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from dashboard.api.deps import Auth, tenant_row
+from dashboard.api.deps import Auth, Id, tenant_row
 from domain import journeys, queries
 from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
 
@@ -37,7 +37,7 @@ async def new_lead(body: LeadIn, p: Auth) -> JSONResponse:
 
 
 @router.post("/{lead_id}/events")
-async def lead_event(lead_id: int, body: LeadEventIn, p: Auth) -> JSONResponse:
+async def lead_event(lead_id: Id, body: LeadEventIn, p: Auth) -> JSONResponse:
     r = await asyncio.to_thread(lambda: journeys.record_lead_event(
         p.tenant_id, lead_id, body.event, event_id=body.event_id, occurred_at=body.occurred_at))
     if r.outcome == "not_found":
@@ -54,5 +54,5 @@ async def lead_event(lead_id: int, body: LeadEventIn, p: Auth) -> JSONResponse:
 
 
 @router.get("/{lead_id}")
-async def get_lead(lead_id: int, p: Auth) -> dict[str, Any]:
+async def get_lead(lead_id: Id, p: Auth) -> dict[str, Any]:
     return await tenant_row(queries.lead_detail, p.tenant_id, lead_id)

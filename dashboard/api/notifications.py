@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from dashboard.api.deps import Auth, maybe_pool, tenant_row
+from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
 from domain import ledger, queries
 from domain.commands import OwedRow
@@ -49,6 +49,6 @@ async def send(body: NotificationIn, p: Auth) -> JSONResponse:
 
 
 @router.get("/{notification_id}")
-async def get(notification_id: int, p: Auth) -> dict[str, Any]:
+async def get(notification_id: Id, p: Auth) -> dict[str, Any]:
     return await tenant_row(lambda t, i: queries.notification_detail(t, i, datetime.now(UTC)), p.tenant_id,
                             notification_id)

@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from dashboard.api.deps import Auth, maybe_pool, tenant_row
+from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
 from domain import queries
 from domain.auth import Principal
 from domain.commands import Committed, NotFound, Rejected, create_order, execute_order_command
@@ -60,7 +60,7 @@ async def _transition(p: Principal, order_id: int, command: str, body: Transitio
 
 
 def _command_route(command: str) -> Callable[[int, TransitionIn, Principal], Awaitable[JSONResponse]]:
-    async def route(order_id: int, body: TransitionIn, p: Auth) -> JSONResponse:
+    async def route(order_id: Id, body: TransitionIn, p: Auth) -> JSONResponse:
         return await _transition(p, order_id, command, body)
 
     route.__name__ = command
@@ -88,5 +88,5 @@ async def list_orders(
 
 
 @router.get("/{order_id}")
-async def get_order(order_id: int, p: Auth) -> dict[str, Any]:
+async def get_order(order_id: Id, p: Auth) -> dict[str, Any]:
     return await tenant_row(queries.get_order, p.tenant_id, order_id)

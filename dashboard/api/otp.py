@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from dashboard.api.deps import Auth, maybe_pool
+from dashboard.api.deps import Auth, Id, maybe_pool
 from dashboard.api.errors import ApiError
 from domain import otp
 from domain.commands import OwedRow
@@ -46,7 +46,7 @@ async def request_code(body: OtpIn, p: Auth) -> JSONResponse:
 
 
 @router.post("/{notification_id}/verify")
-async def verify(notification_id: int, body: VerifyIn, p: Auth) -> JSONResponse:
+async def verify(notification_id: Id, body: VerifyIn, p: Auth) -> JSONResponse:
     v = await asyncio.to_thread(otp.verify, p.tenant_id, notification_id, body.code, datetime.now(UTC))
     if v.outcome == "not_found":
         raise ApiError(404, "not_found")

@@ -12,7 +12,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from dashboard.api.deps import Auth, tenant_row
+from dashboard.api.deps import Auth, Id, tenant_row
 from dashboard.api.errors import ApiError
 from domain import queries, recipients
 
@@ -83,12 +83,12 @@ async def create(body: RecipientIn, p: Auth) -> JSONResponse:
 
 
 @router.get("/{recipient_id}")
-async def get(recipient_id: int, p: Auth) -> dict[str, Any]:
+async def get(recipient_id: Id, p: Auth) -> dict[str, Any]:
     return _public(await tenant_row(recipients.get, p.tenant_id, recipient_id))
 
 
 @router.patch("/{recipient_id}")
-async def patch(recipient_id: int, body: RecipientPatch, p: Auth) -> dict[str, Any]:
+async def patch(recipient_id: Id, body: RecipientPatch, p: Auth) -> dict[str, Any]:
     row = await _guard(recipients.update, p.tenant_id, recipient_id, _values(body), p.actor_ref)
     if row is None:
         raise ApiError(404, "not_found")
@@ -96,7 +96,7 @@ async def patch(recipient_id: int, body: RecipientPatch, p: Auth) -> dict[str, A
 
 
 @router.get("/{recipient_id}/messages")
-async def messages(recipient_id: int, p: Auth, limit: Annotated[int, Query(ge=1, le=500)] = 100,
+async def messages(recipient_id: Id, p: Auth, limit: Annotated[int, Query(ge=1, le=500)] = 100,
                    before_id: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
     out = await asyncio.to_thread(queries.recipient_messages, p.tenant_id, recipient_id, datetime.now(UTC), limit,
                                   before_id)

@@ -10,7 +10,7 @@ import reflex as rx
 
 from dashboard import live, routes
 from dashboard.components import card, data_table, error_callout, shell
-from dashboard.format import when
+from dashboard.format import parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import campaigns
@@ -84,9 +84,10 @@ class CampaignsState(AuthState):
     @rx.event
     async def cancel(self, cid: str):  # type: ignore[no-untyped-def]
         self.error = self.notice = ""
-        if not self._tenant_id or not (cid.isascii() and cid.isdigit()):
+        campaign_id = parse_id(cid)
+        if not self._tenant_id or campaign_id is None:
             return
-        n = await asyncio.to_thread(campaigns.cancel, self._tenant_id, int(cid))
+        n = await asyncio.to_thread(campaigns.cancel, self._tenant_id, campaign_id)
         self.notice = "No such campaign." if n is None else f"Campaign {cid} cancelled: {n} owed messages suppressed."
         self.rows = [_row(s) for s in await asyncio.to_thread(campaigns.list_campaigns, self._tenant_id)]
 

@@ -9,7 +9,7 @@ import reflex as rx
 
 from dashboard import routes
 from dashboard.components import card, data_table, shell, status_badge
-from dashboard.format import notification, when
+from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import journeys, queries
@@ -69,10 +69,10 @@ class JourneysState(AuthState):
 
     @rx.event
     async def select(self, lead_id: str):  # type: ignore[no-untyped-def]
-        if not self._tenant_id or not (str(lead_id).isascii() and str(lead_id).isdigit()) \
-                or int(lead_id) > 2**31 - 1:
+        lid = parse_id(lead_id)
+        if not self._tenant_id or lid is None:
             return
-        self.selected, self.result = int(lead_id), ""
+        self.selected, self.result = lid, ""
         await self._detail()
 
     @rx.event

@@ -11,7 +11,7 @@ import reflex as rx
 
 from dashboard import live, routes
 from dashboard.components import card, data_table, shell, stat, status_badge
-from dashboard.format import notification, when
+from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import queries
@@ -106,12 +106,16 @@ class OpsState(AuthState):
 
     @rx.event
     async def replay(self, nid: str):  # type: ignore[no-untyped-def]
+        if not self._tenant_id or parse_id(nid) is None:
+            return None
         ok = await asyncio.to_thread(review_actions.replay, self._tenant_id, int(nid))
         self.message = f"#{nid} queued again with the same event id." if ok else f"#{nid} is no longer FAILED."
         return OpsState.load
 
     @rx.event
     async def resolve(self, nid: str):  # type: ignore[no-untyped-def]
+        if not self._tenant_id or parse_id(nid) is None:
+            return None
         ok = await asyncio.to_thread(review_actions.resolve, self._tenant_id, int(nid))
         self.message = f"#{nid} marked resolved by hand." if ok else f"#{nid} could not be resolved."
         return OpsState.load

@@ -16,7 +16,7 @@ import reflex as rx
 
 from dashboard import live, routes
 from dashboard.components import card, data_table, empty_state, error_callout, shell, status_badge
-from dashboard.format import money, notification, when
+from dashboard.format import money, notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import queries, telemetry
@@ -83,13 +83,13 @@ class OrderState(AuthState):
         """Runs on every page load AND every websocket (re)connect: authoritative reload from PostgreSQL."""
         if not self._tenant_id:
             return None
-        raw = self.router.url.path.rstrip("/").rsplit("/", 1)[-1]
-        if not raw.isdigit():
+        oid = parse_id(self.router.url.path.rstrip("/").rsplit("/", 1)[-1])
+        if oid is None:
             self.found = False
             return None
-        if int(raw) != self.order_id:
+        if oid != self.order_id:
             self.missed, self.error, self.notice = "", "", ""
-        self.order_id = int(raw)
+        self.order_id = oid
         self._apply(*await asyncio.to_thread(_load, self._tenant_id, self.order_id))
         return OrderState.watch if self.found else None
 

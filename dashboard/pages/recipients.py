@@ -12,7 +12,7 @@ import reflex as rx
 
 from dashboard import routes
 from dashboard.components import card, data_table, empty_state, error_callout, shell, stat, status_badge
-from dashboard.format import money, when
+from dashboard.format import money, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import queries, recipients
@@ -97,12 +97,12 @@ class RecipientState(AuthState):
 
     @rx.event
     async def load(self):  # type: ignore[no-untyped-def]
-        raw = str(self.router.page.params.get("recipient_id", ""))
+        rid = parse_id(self.router.page.params.get("recipient_id", ""))
         self.notice = self.error = ""
-        if not self._tenant_id or not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
+        if not self._tenant_id or rid is None:
             self.found = False
             return
-        await self._reload(int(raw))
+        await self._reload(rid)
 
     async def _reload(self, rid: int) -> None:
         tenant, now = self._tenant_id, datetime.now(UTC)
