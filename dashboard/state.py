@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import reflex as rx
 
 from dashboard import routes
-from domain.auth import login_operator
+from domain.auth import LockedOut, login_operator
 
 
 class AuthState(rx.State):
@@ -30,8 +31,15 @@ class AuthState(rx.State):
         self.logging_in = True
         self.login_error = ""
         yield
-        p = await asyncio.to_thread(login_operator, form.get("login", "").strip(), form.get("password", ""))
+        client = str(getattr(self.router.session, "client_ip", "") or "unknown")
+        p = await asyncio.to_thread(login_operator, str(form.get("login", "")).strip(), str(form.get("password", "")),
+                                    client)
         self.logging_in = False
+        if isinstance(p, LockedOut):
+            wait = max(1, int((p.until - datetime.now(UTC)).total_seconds()) + 1)
+            self.login_error = (f"Too many failed attempts. Try again in {wait} seconds "
+                                f"(after {p.until:%H:%M:%S} UTC).")
+            return
         if p is None:
             self.login_error = "That login and password do not match an operator."
             return

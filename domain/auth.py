@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final
 
 import sqlalchemy as sa
 from argon2 import PasswordHasher
@@ -68,14 +71,66 @@ def principal_for_key(key: str, engine: Engine | None = None) -> Principal | Non
     return Principal(row.tenant_id, row.actor_ref) if row else None
 
 
-def login_operator(login: str, password: str, engine: Engine | None = None) -> Principal | None:
+MAX_PASSWORD_CHARS: Final[int] = 256
+MAX_LOGIN_CHARS: Final[int] = 100
+# Failures before a lockout, per login and per client address; the lockout doubles with each further failure.
+LOGIN_LIMIT: Final[int] = 5
+CLIENT_LIMIT: Final[int] = 20
+FIRST_LOCKOUT: Final[timedelta] = timedelta(seconds=30)
+LONGEST_LOCKOUT: Final[timedelta] = timedelta(minutes=15)
+# Argon2 is deliberately expensive: at most this many hashes at once per process, whatever arrives.
+_HASHING = threading.BoundedSemaphore(2)
+
+
+@dataclass(frozen=True)
+class LockedOut:
+    until: datetime
+
+
+def lockout_for(failures: int, limit: int) -> timedelta | None:
+    """Pure: no lockout below the limit; then 30 s, doubling with each further failure, at most 15 minutes."""
+    if failures < limit:
+        return None
+    doubled = timedelta(seconds=FIRST_LOCKOUT.total_seconds() * float(2 ** min(failures - limit, 16)))
+    return min(LONGEST_LOCKOUT, doubled)
+
+
+def login_operator(login: str, password: str, client: str = "unknown", now: datetime | None = None,
+                   engine: Engine | None = None) -> Principal | LockedOut | None:
+    """A principal, a lockout (with when it ends), or None for a wrong login or password."""
+    now = now or datetime.now(UTC)
+    if not login or len(login) > MAX_LOGIN_CHARS or len(password) > MAX_PASSWORD_CHARS:
+        return None  # refused before any hashing: a megabyte password costs us nothing
+    keys = {f"login:{login.lower()}": LOGIN_LIMIT, f"client:{client}": CLIENT_LIMIT}
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sa.text(
+        until = uow.execute(sa.text(
+            "SELECT max(locked_until) FROM login_throttle WHERE key = ANY(:k) AND locked_until > :now"),
+            {"k": list(keys), "now": now}).scalar()
+        row = None if until else uow.execute(sa.text(
             "SELECT id, tenant_id, login, display_name, password_hash, role FROM operators WHERE login = :l"
         ), {"l": login}).first()
-    if row is None:
-        _hasher.hash(password)  # same work either way: the timing says nothing about which logins exist
-        return None
-    if not verify_password(row.password_hash, password):
+    if until is not None:
+        return LockedOut(until)
+    with _HASHING:
+        if row is None:
+            _hasher.hash(password)  # same work either way: the timing says nothing about which logins exist
+            ok = False
+        else:
+            ok = verify_password(row.password_hash, password)
+    with UnitOfWork(engine) as uow:
+        if ok:
+            uow.execute(sa.text("DELETE FROM login_throttle WHERE key = :k"), {"k": f"login:{login.lower()}"})
+        else:
+            for key, limit in keys.items():
+                failures = uow.execute(sa.text(
+                    "INSERT INTO login_throttle (key, failures, updated_at) VALUES (:k, 1, :now) "
+                    "ON CONFLICT (key) DO UPDATE SET failures = login_throttle.failures + 1, updated_at = :now "
+                    "RETURNING failures"), {"k": key, "now": now}).scalar_one()
+                lock = lockout_for(int(failures), limit)
+                if lock is not None:
+                    uow.execute(sa.text("UPDATE login_throttle SET locked_until = :u WHERE key = :k"),
+                                {"u": now + lock, "k": key})
+        uow.commit()
+    if not ok or row is None:
         return None
     return Principal(row.tenant_id, f"operator:{row.login}", row.display_name, row.role == "oncall")

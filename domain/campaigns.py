@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 from domain import metering, sql
 from domain.audience import PEOPLE_CHANNELS, dedupe_key
 from domain.db import UnitOfWork
-from domain.ledger import SendRefused
+from domain.ledger import SendRefused, check_template
 from domain.queue import JOB_ID_SQL
 from domain.settings import get_settings
 
@@ -64,13 +64,7 @@ def create(*, tenant_id: int, name: str, segment: str, template: str, channel: s
     if channel not in PEOPLE_CHANNELS:
         raise SendRefused("unknown_channel", f"campaigns go by {', '.join(PEOPLE_CHANNELS)}, not {channel!r}")
     with UnitOfWork(engine) as uow:
-        channels = uow.execute(sa.text(
-            "SELECT channels FROM templates WHERE name = :n ORDER BY version DESC LIMIT 1"), {"n": template}).scalar()
-        if channels is None:
-            raise SendRefused("unknown_template", f"no template named {template!r}")
-        if channel not in channels:
-            raise SendRefused("channel_not_in_template",
-                              f"template {template!r} has no {channel} version; it has {', '.join(channels)}")
+        check_template(uow, template, channel)
         total = uow.execute(sa.text(
             f"SELECT count(*) FROM recipients r WHERE r.tenant_id = :t AND {SEGMENTS[segment](channel)}"),
             {"t": tenant_id, "channel": channel}).scalar_one()

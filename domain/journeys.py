@@ -128,7 +128,7 @@ def _messages(uow: UnitOfWork, *, tenant_id: int, lead: sa.Row[Any], template: s
     return tuple(ids)
 
 
-def _apply(tenant_id: int, lead_id: int, event: str, event_id: str, occurred_at: datetime, now: datetime,
+def _apply(tenant_id: int, lead_id: int, event: str, event_id: str, occurred_at: datetime | None, now: datetime,
            engine: Engine | None) -> LeadEventResult:
     with UnitOfWork(engine) as uow:
         lead = uow.execute(sa.text(
@@ -142,7 +142,7 @@ def _apply(tenant_id: int, lead_id: int, event: str, event_id: str, occurred_at:
         fresh = uow.execute(sa.text(
             "INSERT INTO lead_events (tenant_id, lead_id, event_id, event, occurred_at) VALUES (:t, :l, :e, :ev, :o) "
             "ON CONFLICT (tenant_id, event_id) DO NOTHING RETURNING id"),
-            {"t": tenant_id, "l": lead_id, "e": event_id, "ev": event, "o": occurred_at}).first()
+            {"t": tenant_id, "l": lead_id, "e": event_id, "ev": event, "o": occurred_at or now}).first()
         if fresh is None:
             prior = uow.execute(sa.text(
                 "SELECT lead_id, answer FROM lead_events WHERE tenant_id = :t AND event_id = :e"),
@@ -159,8 +159,10 @@ def _apply(tenant_id: int, lead_id: int, event: str, event_id: str, occurred_at:
     return result
 
 
-def _decide_and_write(uow: UnitOfWork, tenant_id: int, lead: sa.Row[Any], event: str, occurred_at: datetime,
+def _decide_and_write(uow: UnitOfWork, tenant_id: int, lead: sa.Row[Any], event: str, occurred_at: datetime | None,
                       now: datetime) -> LeadEventResult:
+    """Lateness is judged only on the producer's own clock (`occurred_at` given); events that say nothing of when
+    are ordered by the journey alone, never by which of two concurrent requests the server saw first."""
     lead_id = lead.id
     decision = decide(event, lead.current_step, occurred_at, lead.last_step_at, get_settings().time_scale)
     if isinstance(decision, UnknownEvent):  # checked before; kept for the type
@@ -173,9 +175,10 @@ def _decide_and_write(uow: UnitOfWork, tenant_id: int, lead: sa.Row[Any], event:
         return LeadEventResult("lifecycle", lead_id, notification_ids=ids, current_step=lead.current_step)
     # Forward step. Move the lead only if nobody moved it since we read it (optimistic guard) ...
     moved = uow.execute(sa.text(
-        "UPDATE leads SET current_step = :new, last_step_at = :at WHERE id = :l "
+        "UPDATE leads SET current_step = :new, last_step_at = greatest(last_step_at, CAST(:at AS timestamptz)) "
+        "WHERE id = :l "
         "AND current_step IS NOT DISTINCT FROM CAST(:old AS varchar) RETURNING id"),
-        {"new": decision.step, "at": occurred_at, "l": lead_id, "old": lead.current_step}).first()
+        {"new": decision.step, "at": occurred_at, "l": lead_id, "old": lead.current_step}).first()  # NULL: kept
     if moved is None:
         raise _LostRace()
     # ... tear down the live nudge and its owed messages ...
@@ -211,7 +214,6 @@ def record_lead_event(tenant_id: int, lead_id: int, event: str, now: datetime | 
     other event's outcome and decides again (drop or supersede)."""
     now = now or datetime.now(UTC)
     event_id = event_id or f"gen-{uuid.uuid4().hex}"
-    occurred_at = occurred_at or now
     for i in range(attempts):
         try:
             return _apply(tenant_id, lead_id, event, event_id, occurred_at, now, engine)

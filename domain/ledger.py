@@ -93,6 +93,24 @@ class SendRefused(ValueError):
         self.code = code
 
 
+def recipient_ref(uow: UnitOfWork, tenant_id: int, recipient_id: int) -> str | None:
+    """The ledger names people by ref; None when the id is not this tenant's (or does not exist)."""
+    ref = uow.execute(sa.text("SELECT ref FROM recipients WHERE tenant_id = :t AND id = :i"),
+                      {"t": tenant_id, "i": recipient_id}).scalar()
+    return str(ref) if ref is not None else None
+
+
+def check_template(uow: UnitOfWork, template: str, channel: str) -> None:
+    """The template exists and has a version for this channel (its newest version decides)."""
+    channels = uow.execute(sa.text(
+        "SELECT channels FROM templates WHERE name = :n ORDER BY version DESC LIMIT 1"), {"n": template}).scalar()
+    if channels is None:
+        raise SendRefused("unknown_template", f"no template named {template!r}")
+    if channel not in channels:
+        raise SendRefused("channel_not_in_template",
+                          f"template {template!r} has no {channel} version; it has {', '.join(channels)}")
+
+
 def send(*, tenant_id: int, recipient_id: int, channel: str, template: str, lane: str, data: dict[str, Any],
          subject_period: str, engine: Engine | None = None) -> Ledgered | None:
     """The send API's one transaction: validate, then ledger (existing key means skip). None: no such recipient
@@ -100,17 +118,10 @@ def send(*, tenant_id: int, recipient_id: int, channel: str, template: str, lane
     if not is_lane(lane):
         raise SendRefused("unknown_lane", f"unknown lane {lane!r}; lanes are {', '.join(LANES)}")
     with UnitOfWork(engine) as uow:
-        ref = uow.execute(sa.text("SELECT ref FROM recipients WHERE tenant_id = :t AND id = :i"),
-                          {"t": tenant_id, "i": recipient_id}).scalar()
+        ref = recipient_ref(uow, tenant_id, recipient_id)
         if ref is None:
             return None
-        channels = uow.execute(sa.text(
-            "SELECT channels FROM templates WHERE name = :n ORDER BY version DESC LIMIT 1"), {"n": template}).scalar()
-        if channels is None:
-            raise SendRefused("unknown_template", f"no template named {template!r}")
-        if channel not in channels:
-            raise SendRefused("channel_not_in_template",
-                              f"template {template!r} has no {channel} version; it has {', '.join(channels)}")
+        check_template(uow, template, channel)
         row = ledger_message(uow, NewMessage(tenant_id=tenant_id, recipient=ref, channel=channel, lane=lane,
                                              template=template, subject=subject_period, payload=data))
         uow.commit()

@@ -398,6 +398,16 @@ class OtpCode(SQLModel, table=True):
     verified_at: datetime | None = _ts(nullable=True, default=False)
 
 
+class LoginThrottle(SQLModel, table=True):
+    """Failed logins per login and per client address, and the lockout they earned."""
+
+    __tablename__ = "login_throttle"
+    key: str = Field(primary_key=True)  # "login:<login>" | "client:<address>"
+    failures: int = 0
+    locked_until: datetime | None = _ts(nullable=True, default=False)
+    updated_at: datetime | None = _ts()
+
+
 class LeadEvent(SQLModel, table=True):
     """Every journey or lifecycle event received for a lead, with the decision it got. The same `event_id` again
     is a duplicate: it gets the first answer and writes nothing."""

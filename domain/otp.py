@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
-from domain.ledger import Ledgered, NewMessage, SendRefused, ledger_message
+from domain.ledger import Ledgered, NewMessage, SendRefused, ledger_message, recipient_ref
 from domain.settings import get_settings
 
 TEMPLATE: Final[str] = "otp_code"
@@ -46,8 +46,7 @@ def request(tenant_id: int, recipient_id: int, channel: str, now: datetime,
     if channel not in CHANNELS:
         raise SendRefused("unknown_channel", f"one-time codes go by {' or '.join(CHANNELS)}, not {channel!r}")
     with UnitOfWork(engine) as uow:
-        ref = uow.execute(sa.text("SELECT ref FROM recipients WHERE tenant_id = :t AND id = :i"),
-                          {"t": tenant_id, "i": recipient_id}).scalar()
+        ref = recipient_ref(uow, tenant_id, recipient_id)
         if ref is None:
             return None
         row = ledger_message(uow, NewMessage(tenant_id=tenant_id, recipient=ref, channel=channel, lane=LANE,

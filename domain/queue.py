@@ -12,6 +12,7 @@ Lane = Literal["critical", "high", "normal", "bulk"]
 LANES: Final[tuple[Lane, ...]] = get_args(Lane)
 
 QUEUE_PREFIX: Final[str] = "outbox:queue:"
+API_RATE_KEY: Final[str] = "outbox:rate:api:"  # + a digest of the API key: one bucket per key
 RATE_KEY: Final[str] = "outbox:rate:bulk"  # + ":<channel>": one token bucket per provider channel
 REFRESH_PREFIX: Final[str] = "outbox:refresh:"
 REFRESH_PUBLISHES: Final[str] = "outbox:metrics:refresh_publishes"

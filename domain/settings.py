@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     backoff_base: float = Field(1.0, gt=0)
     backoff_cap: float = Field(300.0, gt=0)
     max_body_bytes: int = Field(65536, ge=1024)
+    # Requests per second per API key (bursts of twice that); above it the API answers 429 with Retry-After.
+    api_rate_per_second: float = Field(50.0, gt=0, validation_alias="OUTBOX_API_RATE")
     # Journey delays are divided by this: 600 turns a 30-minute nudge into 3 seconds (demos and tests only).
     time_scale: float = Field(1.0, gt=0, le=100_000)
     # Fault switches on /ops and the receiver's /faults. Unset: on in development, off in production (where it

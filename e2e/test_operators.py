@@ -323,3 +323,27 @@ def test_journey_nudges_supersede_and_late_events_are_dropped(new_operator):
     assert a.get_by_test_id("intent-row").count() == 2, "a late event changes nothing"
     shot(a, "journeys")
     assert invariant_counts()["3 two live intents for one lead"] == 0
+
+
+def failures(key: str) -> int:
+    with get_engine().connect() as c:
+        return int(c.execute(sa.text("SELECT coalesce(max(failures), 0) FROM login_throttle WHERE key = :k"),
+                             {"k": key}).scalar_one())
+
+
+def test_login_locks_out_after_repeated_failures_and_says_when_to_try_again(browser):
+    """Throttling in the page: after five wrong passwords for one login the page says plainly when to try again."""
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    page.goto(f"{APP}/login")
+    for attempt in range(6):
+        page.get_by_test_id("login-user").fill("mallory")
+        page.get_by_test_id("login-password").fill(f"guess-{attempt}")
+        page.get_by_test_id("login-submit").click()
+        page.get_by_test_id("login-error").wait_for()
+        if attempt < 5:  # each failure is counted before the next try (the sixth meets the lockout instead)
+            wait_until(lambda n=attempt: failures("login:mallory") >= n + 1, 20, "the failure to be counted")
+    page.wait_for_function("() => document.querySelector('[data-testid=login-error]').innerText"
+                           ".includes('Too many failed attempts. Try again in')")
+    shot(page, "login-locked-out")
+    ctx.close()

@@ -19,7 +19,7 @@ import httpx
 from arq import Retry
 from arq.worker import Worker, func
 
-from domain import campaigns, faults
+from domain import campaigns, faults, ratelimit
 from domain.delivery import claims, lanes
 from domain.delivery.claims import Claim
 from domain.envelope import canonical_json
@@ -33,31 +33,14 @@ from domain.wakeups import publish_refresh, redis_settings
 HTTP_TIMEOUT = httpx.Timeout(connect=2.0, read=5.0, write=5.0, pool=2.0)
 
 
-# A token bucket per provider channel, shared by every bulk worker: refilled continuously at `rate` per second up to
-# `burst`. One script call takes a token or says how long until one is due (server time, so workers on several
-# machines agree). Taken BEFORE the claim: waiting for a token never holds a lease.
-TOKEN_BUCKET = """
-local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(b[1]) or burst
-local ts = tonumber(b[2]) or now
-tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
-local wait = 0
-if tokens >= 1 then tokens = tokens - 1 else wait = (1 - tokens) / rate end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
-redis.call('EXPIRE', KEYS[1], 60)
-return tostring(wait)
-"""
-
-
+# A token bucket per provider channel, shared by every bulk worker (domain/ratelimit.py). Taken BEFORE the claim:
+# waiting for a token never holds a lease.
 async def take_bulk_token(redis: Any, channel: str, rate: float) -> float:
     """Wait for one token of the channel's bulk bucket; returns the seconds waited."""
     waited = 0.0
     burst = max(1.0, rate / 10)  # a tenth of a second's worth: smooth, never a thundering start
     while True:
-        wait = float(await redis.eval(TOKEN_BUCKET, 1, f"{RATE_KEY}:{channel}", rate, burst))
+        wait = await ratelimit.take(redis, f"{RATE_KEY}:{channel}", rate, burst)
         if wait <= 0:
             return waited
         await asyncio.sleep(wait)

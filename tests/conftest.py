@@ -14,6 +14,7 @@ TEST_REDIS_URL = f"{REDIS_BASE}/9"
 # Every process the tests start inherits these: its own database, Redis db, short leases and scans.
 os.environ.update({
     "OUTBOX_ENV": "development",  # production refuses demo secrets and fault switches; tests ask for development
+    "OUTBOX_API_RATE": "100000",  # the storm fires from one key; the rate-limit test sets its own
     "OUTBOX_DATABASE_URL": TEST_DB_URL, "OUTBOX_REDIS_URL": TEST_REDIS_URL, "OUTBOX_LEASE_SECONDS": "2",
     "OUTBOX_SCAN_INTERVAL": "0.3", "OUTBOX_BACKOFF_BASE": "0.05", "OUTBOX_BACKOFF_CAP": "0.5", "OUTBOX_FAULT": "",
 })
@@ -21,7 +22,7 @@ os.environ.update({
 TABLES = (
     "delivery_receipts, "
     "notification_attempts, balance_entries, lead_notification_intents, leads, notifications, outbox_events, "
-    "orders, recipients, api_keys, operators, balances, lane_controls, refresh_metrics, tenants"
+    "orders, recipients, api_keys, operators, balances, lane_controls, refresh_metrics, tenants, login_throttle"
 )
 
 

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import math
 from typing import Annotated, Any
 
 from arq import ArqRedis
 from fastapi import Depends, Header, Path
 
 from dashboard.api.errors import ApiError
+from domain import ratelimit
 from domain.auth import Principal, principal_for_key
+from domain.queue import API_RATE_KEY
+from domain.settings import get_settings
 from domain.wakeups import arq_pool
 
 _pool: ArqRedis | None = None
@@ -37,10 +42,28 @@ async def principal(authorization: Annotated[str | None, Header()] = None) -> Pr
     """Tenant and actor come from the bearer key, never from the body."""
     if not authorization or not authorization.lower().startswith("bearer "):
         raise ApiError(401, "unauthorized", detail="send Authorization: Bearer <api key>")
-    p = await asyncio.to_thread(principal_for_key, authorization[7:].strip())
+    key = authorization[7:].strip()
+    p = await asyncio.to_thread(principal_for_key, key)
     if p is None:
         raise ApiError(401, "unauthorized", detail="unknown or revoked api key")
+    await _rate_limit(key)
     return p
+
+
+async def _rate_limit(key: str) -> None:
+    """One token bucket per API key in Redis (every backend shares it). Redis down: let the request through —
+    PostgreSQL, not Redis, is what must stay consistent, and refusing every caller would be an outage."""
+    rate = get_settings().api_rate_per_second
+    pool = await maybe_pool()
+    if pool is None:
+        return
+    try:
+        wait = await ratelimit.take(pool, API_RATE_KEY + hashlib.sha256(key.encode()).hexdigest()[:24], rate, 2 * rate)
+    except Exception:
+        return
+    if wait > 0:
+        raise ApiError(429, "rate_limited", headers={"Retry-After": str(max(1, math.ceil(wait)))},
+                       detail=f"more than {rate:g} requests per second for this key; retry after the given seconds")
 
 
 Auth = Annotated[Principal, Depends(principal)]

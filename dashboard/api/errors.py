@@ -11,13 +11,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, error: str, **extra: Any) -> None:
-        self.status, self.body = status, {"error": error, **extra}
+    def __init__(self, status: int, error: str, headers: dict[str, str] | None = None, **extra: Any) -> None:
+        self.status, self.body, self.headers = status, {"error": error, **extra}, headers
 
 
 async def _api_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return JSONResponse(exc.body, status_code=exc.status)
+    return JSONResponse(exc.body, status_code=exc.status, headers=exc.headers)
 
 
 async def _invalid(_: Request, exc: Exception) -> JSONResponse:

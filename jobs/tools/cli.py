@@ -246,7 +246,8 @@ def storm(leads: int = typer.Option(20), per_lead: int = typer.Option(200, help=
     from jobs.tools.procs import ROOT, System, receiver_database_url
     from jobs.tools.storm import report_markdown, run_storm
 
-    isolated_environment("outbox_storm", 5, OUTBOX_TIME_SCALE="600", OUTBOX_RECEIVER_URL="http://127.0.0.1:8091",
+    isolated_environment("outbox_storm", 5, OUTBOX_TIME_SCALE="600", OUTBOX_API_RATE="100000",
+                         OUTBOX_RECEIVER_URL="http://127.0.0.1:8091",
                          OUTBOX_APP_URL="http://127.0.0.1:8089")
     system = System(dict(os.environ), ROOT / ".run" / "storm-logs")
     try:

@@ -83,10 +83,13 @@ def plan_events(lead_ids: list[int], per_lead: int, rng: random.Random) -> list[
             else:
                 rank = min(len(JOURNEY_STEPS) - 1, max(0, int(k / per_lead * len(JOURNEY_STEPS)) + rng.randint(-2, 1)))
                 event = JOURNEY_STEPS[rank]
-            # Most producers say nothing of when (the server's clock decides); one in ten replays an old event.
-            late = rng.random() < 0.1
+            # Half the producers stamp their events (in the lead's own order; shuffled arrival makes some late),
+            # one in ten replays an event an hour old, the rest say nothing of when.
+            clock = rng.random()
+            occurred = (now - timedelta(hours=1) if clock < 0.1 else
+                        now + timedelta(milliseconds=10 * k) if clock < 0.6 else None)
             e = {"lead": lead, "event": event, "event_id": f"storm-{lead}-{k}-{uuid.uuid4().hex[:6]}",
-                 "occurred_at": (now - timedelta(hours=1)).isoformat() if late else None, "duplicate": False}
+                 "occurred_at": occurred.isoformat() if occurred else None, "duplicate": False}
             sent.append(e)
             out.append(e)
     rng.shuffle(out)

@@ -66,3 +66,29 @@ def wait_for(pred: Any, timeout: float = 30, what: str = "condition") -> Any:
 
 def effects(event_id: Any) -> dict[str, Any]:
     return httpx.get(f"{RECEIVER}/effects/{event_id}").json()  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def client(db, redis_db):  # type: ignore[no-untyped-def]
+    """The real ASGI API in-process, on the test database and Redis db."""
+    from dashboard.api import health
+    from dashboard.api.app import build_api
+
+    health._cache = None  # each test reads the database it just wrote, not the previous test's scrape
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=build_api()), base_url="http://app") as c:
+        yield c
+
+
+@pytest.fixture
+def key42(db) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """Tenant 42's key, acting as support (change logs name this actor)."""
+    from domain.auth import create_api_key
+
+    return {"Authorization": f"Bearer {create_api_key(42, 'support:dana')}"}
+
+
+@pytest.fixture
+def key7(db) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    from domain.auth import create_api_key
+
+    return {"Authorization": f"Bearer {create_api_key(7)}"}

@@ -10,32 +10,10 @@ import json
 import uuid
 
 import httpx
-import pytest
 import sqlalchemy as sa
 
 from dashboard.api.app import build_api
-from domain.auth import create_api_key
 from domain.db import get_engine
-
-
-@pytest.fixture
-async def client(db, redis_db):
-    from dashboard.api import health
-
-    health._cache = None  # each test reads the database it just wrote, not the previous test's scrape
-    transport = httpx.ASGITransport(app=build_api())
-    async with httpx.AsyncClient(transport=transport, base_url="http://app") as c:
-        yield c
-
-
-@pytest.fixture
-def key42(db) -> dict[str, str]:
-    return {"Authorization": f"Bearer {create_api_key(42)}"}
-
-
-@pytest.fixture
-def key7(db) -> dict[str, str]:
-    return {"Authorization": f"Bearer {create_api_key(7)}"}
 
 
 def writes() -> tuple[int, int, int]:
@@ -194,3 +172,43 @@ def test_the_cli_refuses_to_run_in_production_without_secrets_and_names_them(db)
                        env=env, timeout=60)
     assert r.returncode != 0
     assert "OUTBOX_WEBHOOK_SECRET is not set" in r.stderr and "OUTBOX_METRICS_TOKEN is not set" in r.stderr
+
+
+def test_login_locks_out_after_five_failures_per_login_and_refuses_huge_passwords(db):
+    """Throttling: five wrong passwords lock that login (even the right password then waits); the lockout grows;
+    another login from elsewhere is unaffected; a password over the cap is refused before any hashing."""
+    from datetime import UTC, datetime, timedelta
+
+    from domain.auth import LockedOut, Principal, login_operator
+
+    now = datetime.now(UTC)
+    for _ in range(5):
+        assert login_operator("bob", "wrong", "10.0.0.1", now) is None
+    locked = login_operator("bob", "outbox-demo", "10.0.0.2", now)
+    assert isinstance(locked, LockedOut) and locked.until == now + timedelta(seconds=30)
+    assert isinstance(login_operator("alice", "outbox-demo", "10.0.0.3", now), Principal)
+    later = now + timedelta(seconds=31)
+    assert login_operator("bob", "wrong", "10.0.0.1", later) is None  # sixth failure: locked twice as long
+    again = login_operator("bob", "outbox-demo", "10.0.0.2", later)
+    assert isinstance(again, LockedOut) and again.until == later + timedelta(seconds=60)
+    assert isinstance(login_operator("bob", "outbox-demo", "10.0.0.2", later + timedelta(seconds=61)), Principal)
+    assert login_operator("carol", "x" * 10_000, "10.0.0.4", now) is None
+
+
+async def test_an_api_key_over_its_rate_gets_429_with_retry_after(db, redis_db, monkeypatch, key42, key7):
+    """Per-key rate limit: a burst beyond the bucket is refused with 429 and Retry-After; another key is unaffected."""
+    from domain.settings import reload_settings
+
+    monkeypatch.setenv("OUTBOX_API_RATE", "2")  # bursts of 4
+    reload_settings()
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=build_api()), base_url="http://app") as c:
+            codes = [(await c.get("/api/v1/orders/913", headers=key42)).status_code for _ in range(6)]
+            assert codes[:4] == [200] * 4 and codes[-1] == 429
+            refused = await c.get("/api/v1/orders/913", headers=key42)
+            assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+            assert refused.json()["error"] == "rate_limited"
+            assert (await c.get("/api/v1/orders/700", headers=key7)).status_code == 200
+    finally:
+        monkeypatch.undo()
+        reload_settings()

@@ -14,33 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-import httpx
-import pytest
 import sqlalchemy as sa
 
-from dashboard.api.app import build_api
 from domain import queries
 from domain.auth import create_api_key
 from domain.db import get_engine
 from domain.delivery import claims
 from domain.delivery.receipts import apply_receipt
 from domain.retry import Fail, Succeeded
-
-
-@pytest.fixture
-async def client(db, redis_db):
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=build_api()), base_url="http://app") as c:
-        yield c
-
-
-@pytest.fixture
-def key42(db) -> dict[str, str]:
-    return {"Authorization": f"Bearer {create_api_key(42, 'support:dana')}"}
-
-
-@pytest.fixture
-def key7(db) -> dict[str, str]:
-    return {"Authorization": f"Bearer {create_api_key(7)}"}
 
 
 def one(sql: str, **params):  # type: ignore[no-untyped-def]

@@ -23,3 +23,13 @@ def test_parse_id_never_crashes_and_only_accepts_what_fits(raw):
 def test_like_wildcards_are_taken_literally():
     assert like_escape("50%_off") == "50\\%\\_off"
     assert like_escape("a\\b") == "a\\\\b"
+
+
+def test_lockouts_start_at_the_limit_double_and_stop_growing_at_fifteen_minutes():
+    from datetime import timedelta
+
+    from domain.auth import lockout_for
+
+    assert [lockout_for(n, 5) for n in range(5)] == [None] * 5
+    assert lockout_for(5, 5) == timedelta(seconds=30) and lockout_for(6, 5) == timedelta(seconds=60)
+    assert lockout_for(50, 5) == timedelta(minutes=15)

@@ -1,0 +1,27 @@
+"""One token bucket in Redis, shared by every process that names the same key: refilled continuously at `rate` per
+second up to `burst`. One script call takes a token or says how long until one is due (the server's clock, so
+processes on several machines agree). The bulk lane paces each provider channel with it; the API limits each key."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+TOKEN_BUCKET: Final[str] = """
+local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(b[1]) or burst
+local ts = tonumber(b[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+local wait = 0
+if tokens >= 1 then tokens = tokens - 1 else wait = (1 - tokens) / rate end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('EXPIRE', KEYS[1], 60)
+return tostring(wait)
+"""
+
+
+async def take(redis: Any, key: str, rate: float, burst: float) -> float:
+    """Take one token now (returns 0.0) or return the seconds until one is due (nothing taken)."""
+    return float(await redis.eval(TOKEN_BUCKET, 1, key, rate, burst))
