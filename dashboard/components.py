@@ -97,6 +97,19 @@ def data_table(headers: Sequence[str], rows: rx.Var, render_row, empty: str, tes
     )
 
 
+def action_row(a: dict[str, object]) -> dict[str, str]:
+    """A privileged action (domain/actions.py) as a table row."""
+    at = a.get("at")
+    return {"at": at.strftime("%Y-%m-%d %H:%M:%S") if hasattr(at, "strftime") else "", "who": str(a["actor_ref"]),
+            "what": str(a["action"]), "target": str(a["target"]), "note": str(a.get("note") or "")}
+
+
+def action_table_row(a: rx.Var) -> rx.Component:
+    return rx.table.row(rx.table.cell(rx.text(a["at"], size="1")), rx.table.cell(a["who"]),
+                        rx.table.cell(rx.badge(a["what"], variant="soft")), rx.table.cell(a["target"]),
+                        rx.table.cell(rx.text(a["note"], size="1")), data_testid="action-row")
+
+
 def empty_state(text: str) -> rx.Component:
     return rx.center(
         rx.vstack(rx.icon("inbox", size=28, color=rx.color("gray", 9)), rx.text(text, color=rx.color("gray", 11)),

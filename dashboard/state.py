@@ -8,7 +8,13 @@ from datetime import UTC, datetime
 import reflex as rx
 
 from dashboard import routes
-from domain.auth import LockedOut, login_operator
+from domain.auth import LockedOut, login_operator, operator_now
+
+
+def _reset_tree(state: rx.State) -> None:
+    state.reset()
+    for sub in state.substates.values():
+        _reset_tree(sub)
 
 
 class AuthState(rx.State):
@@ -16,6 +22,7 @@ class AuthState(rx.State):
     _tenant_id: int = 0
     _actor_ref: str = ""
     _oncall: bool = False
+    _operator_id: int = 0
     display_name: str = ""
     tenant_label: str = ""
     oncall: bool = False  # display only; every handler re-checks the backend-only `_oncall`
@@ -44,14 +51,27 @@ class AuthState(rx.State):
             self.login_error = "That login and password do not match an operator."
             return
         self._tenant_id, self._actor_ref, self.display_name = p.tenant_id, p.actor_ref, p.display_name
+        self._operator_id = p.operator_id or 0
         self._oncall = self.oncall = p.oncall
         self.tenant_label = f"tenant {p.tenant_id}"
         yield rx.redirect(routes.ORDERS)
 
+    async def _fresh(self) -> bool:
+        """Re-read role and tenant before a privileged action; a removed operator is logged out on the spot."""
+        if not self._operator_id:
+            return False
+        p = await asyncio.to_thread(operator_now, self._operator_id)
+        if p is None:
+            self._tenant_id, self._oncall, self.oncall = 0, False, False
+            return False
+        self._tenant_id, self._actor_ref, self._oncall, self.oncall = p.tenant_id, p.actor_ref, p.oncall, p.oncall
+        return True
+
     @rx.event
     def logout(self):  # type: ignore[no-untyped-def]
-        self._tenant_id, self._actor_ref, self.display_name, self.tenant_label = 0, "", "", ""
-        self._oncall = self.oncall = False
+        """Forget the operator AND everything every page loaded for them: the next person at this tab starts from
+        an empty session."""
+        _reset_tree(self)
         return rx.redirect(routes.LOGIN)
 
     @rx.event

@@ -17,6 +17,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy.engine import Engine
 
+from domain import actions
 from domain.db import UnitOfWork
 from domain.models import ApiKey, table_of
 
@@ -30,6 +31,7 @@ class Principal:
     actor_ref: str
     display_name: str = ""
     oncall: bool = False
+    operator_id: int | None = None
 
 
 def hash_password(password: str) -> str:
@@ -47,7 +49,8 @@ def _key_hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def create_api_key(tenant_id: int, actor_ref: str | None = None, engine: Engine | None = None) -> str:
+def create_api_key(tenant_id: int, actor_ref: str | None = None, engine: Engine | None = None,
+                   created_by: str = "cli") -> str:
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     with UnitOfWork(engine) as uow:
         exists = uow.execute(sa.text("SELECT 1 FROM tenants WHERE id = :t"), {"t": tenant_id}).first()
@@ -57,6 +60,8 @@ def create_api_key(tenant_id: int, actor_ref: str | None = None, engine: Engine 
             tenant_id=tenant_id, key_hash=_key_hash(key), prefix=key[:8],
             actor_ref=actor_ref or f"apikey:{key[:8]}",
         ))
+        actions.record(uow, tenant_id=tenant_id, actor_ref=created_by, action="create API key",
+                       target=f"key {key[:8]}… acting as {actor_ref or 'apikey:' + key[:8]}")
         uow.commit()
     return key
 
@@ -133,4 +138,14 @@ def login_operator(login: str, password: str, client: str = "unknown", now: date
         uow.commit()
     if not ok or row is None:
         return None
-    return Principal(row.tenant_id, f"operator:{row.login}", row.display_name, row.role == "oncall")
+    return Principal(row.tenant_id, f"operator:{row.login}", row.display_name, row.role == "oncall", row.id)
+
+
+def operator_now(operator_id: int, engine: Engine | None = None) -> Principal | None:
+    """Tenant and role as they are NOW (a demoted or removed operator loses rights at their next action)."""
+    with UnitOfWork(engine) as uow:
+        row = uow.execute(sa.text(
+            "SELECT id, tenant_id, login, display_name, role FROM operators WHERE id = :i"), {"i": operator_id}).first()
+    if row is None:
+        return None
+    return Principal(row.tenant_id, f"operator:{row.login}", row.display_name, row.role == "oncall", row.id)

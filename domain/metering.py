@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from domain import actions
 from domain.db import UnitOfWork
 
 _RESERVE = sa.text(
@@ -94,6 +95,8 @@ def top_up(tenant_id: int, amount_cents: int, reference: str, actor_ref: str,
             {"t": tenant_id, "a": amount_cents, "r": f"top-up {reference}", "ref": reference,
              "who": actor_ref}).first()
         if inserted is not None:
+            actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="top-up",
+                           target=f"balance +{amount_cents / 100:.2f}", note=f"reference {reference}")
             uow.execute(sa.text(
                 "INSERT INTO balances (tenant_id, balance_cents) VALUES (:t, :a) "
                 "ON CONFLICT (tenant_id) DO UPDATE SET balance_cents = balances.balance_cents + :a"),

@@ -398,6 +398,19 @@ class OtpCode(SQLModel, table=True):
     verified_at: datetime | None = _ts(nullable=True, default=False)
 
 
+class OperatorAction(SQLModel, table=True):
+    """Every privileged action: who, what, on what, when, note (domain/actions.py). Lane controls have no tenant."""
+
+    __tablename__ = "operator_actions"
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int | None = Field(default=None, foreign_key="tenants.id", index=True)
+    actor_ref: str
+    action: str
+    target: str
+    note: str | None = None
+    at: datetime | None = _ts()
+
+
 class LoginThrottle(SQLModel, table=True):
     """Failed logins per login and per client address, and the lockout they earned."""
 

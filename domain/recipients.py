@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from domain import actions
 from domain.audience import PEOPLE_CHANNELS
 from domain.db import UnitOfWork
 from domain.queries import like_escape
@@ -167,6 +168,9 @@ def update(tenant_id: int, recipient_id: int, values: dict[str, Any], actor_ref:
             sets = ", ".join(f"{c.field} = :{c.field}" for c in changes)
             uow.execute(sa.text(f"UPDATE recipients SET {sets}, updated_at = now() WHERE id = :i"),
                         {"i": recipient_id, **{c.field: values[c.field] for c in changes}})
+            actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="preference change",
+                           target=f"recipient {current['ref']}",
+                           note="; ".join(f"{c.field}: {c.old or '—'} → {c.new or '—'}" for c in changes))
             for c in changes:
                 uow.execute(sa.text(
                     "INSERT INTO recipient_changes (tenant_id, recipient_id, actor_ref, field, old_value, new_value) "

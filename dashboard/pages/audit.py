@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import empty_state, shell
+from dashboard.components import action_row, action_table_row, data_table, empty_state, shell
 from dashboard.format import when
 from dashboard.pages import Page
 from dashboard.state import AuthState
+from domain import actions as operator_actions
 from domain import queries, recipients
 
 KIND_ICON = {"event": "file-text", "ledger": "mail", "attempt": "send", "effect": "circle-check",
@@ -24,6 +25,12 @@ class AuditState(AuthState):
     searched: bool = False
     # When the search is a recipient: the cross-channel answer first ("did we reach them at all?").
     who: list[dict[str, str]] = []
+    actions: list[dict[str, str]] = []
+
+    @rx.event
+    async def load_actions(self):  # type: ignore[no-untyped-def]
+        if self._tenant_id:
+            self.actions = [action_row(a) for a in await asyncio.to_thread(operator_actions.recent, self._tenant_id)]
 
     @rx.event
     async def load(self):  # type: ignore[no-untyped-def]
@@ -86,8 +93,12 @@ def audit_page() -> rx.Component:
                 rx.card(rx.foreach(AuditState.items, _item), width="100%"),
                 rx.cond(AuditState.searched, empty_state("Nothing found for that search in your tenant."),
                         empty_state("Search to see one timeline across event, attempts, receiver and receipts."))),
+        rx.heading("Privileged actions", size="4", margin_top="20px", margin_bottom="8px"),
+        data_table(["When (UTC)", "Who", "What", "On", "Note"], AuditState.actions, action_table_row,
+                   "No privileged actions yet.", "actions-table"),
     )
 
 
-PAGE = Page(routes.AUDIT, audit_page, "Audit · Outbox", [AuthState.require_login, AuditState.load],
+PAGE = Page(routes.AUDIT, audit_page, "Audit · Outbox", [AuthState.require_login, AuditState.load,
+                                                           AuditState.load_actions],
             ("Audit", "search"))

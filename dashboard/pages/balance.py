@@ -60,7 +60,7 @@ class BalanceState(AuthState):
     @rx.event
     async def top_up(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
         self.notice = self.error = ""
-        if not self._tenant_id or not self._oncall:
+        if not await self._fresh() or not self._oncall:
             self.error = "Only on-call operators can top up the balance."
             return
         try:

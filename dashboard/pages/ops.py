@@ -10,10 +10,11 @@ import httpx
 import reflex as rx
 
 from dashboard import live, routes
-from dashboard.components import card, data_table, shell, stat, status_badge
+from dashboard.components import action_row, action_table_row, card, data_table, shell, stat, status_badge
 from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
+from domain import actions as operator_actions
 from domain import queries
 from domain.delivery import lanes as lane_controls
 from domain.delivery import review as review_actions
@@ -35,9 +36,10 @@ REFRESH_SECONDS = 5.0
 
 async def _snapshot(tenant_id: int) -> dict[str, Any]:
     s = get_settings()
-    stats, review, series, refresh = await asyncio.gather(
+    stats, review, series, refresh, done = await asyncio.gather(
         asyncio.to_thread(queries.lane_stats, tenant_id), asyncio.to_thread(queries.review_items, tenant_id),
-        asyncio.to_thread(queries.ops_series, tenant_id, 60), asyncio.to_thread(queries.refresh_stats, tenant_id))
+        asyncio.to_thread(queries.ops_series, tenant_id, 60), asyncio.to_thread(queries.refresh_stats, tenant_id),
+        asyncio.to_thread(operator_actions.recent, tenant_id, 20))
     return {
         "slo": f"{s.oldest_owed_slo_seconds:.0f}s",
         "bulk_rate": f"{s.bulk_rate_per_second:.0f}/s per channel",
@@ -52,6 +54,7 @@ async def _snapshot(tenant_id: int) -> dict[str, Any]:
             "paused": "yes" if x["paused"] else "no",
         } for x in stats],
         "review": [notification(n) for n in review],
+        "actions": [action_row(a) for a in done],
         "series": [{"minute": r["minute"], "depth": int(r["depth"]), "oldest": round(float(r["oldest_seconds"]), 1),
                     "latency": round(float(r["latency_ms"]), 1)} for r in series],
         "pushes": str(refresh["pushes"]),
@@ -63,6 +66,7 @@ async def _snapshot(tenant_id: int) -> dict[str, Any]:
 class OpsState(AuthState):
     lanes: list[dict[str, str]] = []
     review: list[dict[str, str]] = []
+    actions: list[dict[str, str]] = []
     series: list[dict[str, Any]] = []
     pushes: str = "0"
     push_p50: str = "—"
@@ -97,32 +101,34 @@ class OpsState(AuthState):
 
     @rx.event
     async def toggle_lane(self, lane: str, paused: str):  # type: ignore[no-untyped-def]
-        if not self._oncall or lane not in LANES:  # a lane carries every tenant's messages
+        if not await self._fresh() or not self._oncall or lane not in LANES:  # a lane carries every tenant's messages
             self.message = "Only on-call engineers can pause or resume a lane."
             return None
-        await asyncio.to_thread(lane_controls.set_lane_paused, lane, paused != "yes")
+        await asyncio.to_thread(lambda: lane_controls.set_lane_paused(lane, paused != "yes", actor_ref=self._actor_ref))
         self.message = f"Lane {lane} {'resumed' if paused == 'yes' else 'paused'}."
         return OpsState.load
 
     @rx.event
     async def replay(self, nid: str):  # type: ignore[no-untyped-def]
-        if not self._tenant_id or parse_id(nid) is None:
+        if parse_id(nid) is None or not await self._fresh():
             return None
-        ok = await asyncio.to_thread(review_actions.replay, self._tenant_id, int(nid))
+        tenant, actor = self._tenant_id, self._actor_ref
+        ok = await asyncio.to_thread(lambda: review_actions.replay(tenant, int(nid), actor_ref=actor))
         self.message = f"#{nid} queued again with the same event id." if ok else f"#{nid} is no longer FAILED."
         return OpsState.load
 
     @rx.event
     async def resolve(self, nid: str):  # type: ignore[no-untyped-def]
-        if not self._tenant_id or parse_id(nid) is None:
+        if parse_id(nid) is None or not await self._fresh():
             return None
-        ok = await asyncio.to_thread(review_actions.resolve, self._tenant_id, int(nid))
+        tenant, actor = self._tenant_id, self._actor_ref
+        ok = await asyncio.to_thread(lambda: review_actions.resolve(tenant, int(nid), actor_ref=actor))
         self.message = f"#{nid} marked resolved by hand." if ok else f"#{nid} could not be resolved."
         return OpsState.load
 
     @rx.event
     async def arm_worker_crash(self, lane: str):  # type: ignore[no-untyped-def]
-        if not get_settings().dev_mode or not self._oncall or lane not in LANES:
+        if not get_settings().dev_mode or not await self._fresh() or not self._oncall or lane not in LANES:
             self.message = "Fault switches exist only in development mode, for on-call engineers."
             return
         await (await live.arq()).sadd(ARMED_FAULTS, f"{lane}:after_remote_accept_before_local_ack")
@@ -131,7 +137,7 @@ class OpsState(AuthState):
 
     @rx.event
     async def fault(self, name: str):  # type: ignore[no-untyped-def]
-        if not get_settings().dev_mode or not self._oncall or name not in FAULTS:
+        if not get_settings().dev_mode or not await self._fresh() or not self._oncall or name not in FAULTS:
             self.message = "Fault switches exist only in development mode, for on-call engineers."
             return
         try:
@@ -225,6 +231,9 @@ def ops_page() -> rx.Component:
                 size="2", color=rx.color("gray", 11), margin_bottom="8px"),
         data_table(["#", "Channel", "Recipient", "Status", "Why", "Attempts", "Event", ""], OpsState.review,
                    _review_row, "Nothing failed. Nothing waits for a human.", "review-table"),
+        rx.heading("Privileged actions", size="4", margin_top="16px", margin_bottom="8px"),
+        data_table(["When (UTC)", "Who", "What", "On", "Note"], OpsState.actions, action_table_row,
+                   "No privileged actions yet.", "actions-table"),
         rx.cond(OpsState.dev_mode & OpsState.oncall, rx.box(
             rx.heading("Receiver fault switches (development only)", size="4", margin_top="20px",
                        margin_bottom="8px"),

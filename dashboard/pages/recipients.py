@@ -131,7 +131,7 @@ class RecipientState(AuthState):
     async def set_channel(self, channel: str, accepts: bool):  # type: ignore[no-untyped-def]
         """Any operator of this tenant may honour "stop messaging me on X"; login, tenant and channel are checked
         here, in the handler, whatever the browser sends."""
-        if not self._tenant_id or not self.rid:
+        if not self.rid or not await self._fresh():
             return
         opted_out = not bool(accepts)
         if channel not in PEOPLE_CHANNELS:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import sql
+from domain import actions, sql
 from domain.db import UnitOfWork
 
 
@@ -14,8 +14,12 @@ def lane_paused(lane: str, engine: Engine | None = None) -> bool:
         return bool(uow.execute(sa.text("SELECT paused FROM lane_controls WHERE lane = :l"), {"l": lane}).scalar())
 
 
-def set_lane_paused(lane: str, paused: bool, engine: Engine | None = None) -> None:
+def set_lane_paused(lane: str, paused: bool, engine: Engine | None = None, *, actor_ref: str = "system",
+                    note: str = "") -> None:
+    """Durable and audited: a lane carries every tenant's messages, so the action is recorded without a tenant."""
     with UnitOfWork(engine) as uow:
+        actions.record(uow, tenant_id=None, actor_ref=actor_ref, action="pause" if paused else "resume",
+                       target=f"lane {lane}", note=note)
         uow.execute(sa.text(
             "INSERT INTO lane_controls (lane, paused) VALUES (:l, :p) "
             "ON CONFLICT (lane) DO UPDATE SET paused = :p, updated_at = now()"), {"l": lane, "p": paused})

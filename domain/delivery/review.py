@@ -5,12 +5,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import sql
+from domain import actions, sql
 from domain.db import UnitOfWork
 from domain.settings import get_settings
 
 
-def replay(tenant_id: int, notification_id: int, engine: Engine | None = None) -> bool:
+def replay(tenant_id: int, notification_id: int, engine: Engine | None = None, *, actor_ref: str = "system",
+           note: str = "") -> bool:
     """FAILED -> QUEUED with the same row, dedupe key and event id: the receiver recognises it."""
     with UnitOfWork(engine) as uow:
         r = uow.execute(sa.text(
@@ -19,15 +20,21 @@ def replay(tenant_id: int, notification_id: int, engine: Engine | None = None) -
             "AND status = 'FAILED' RETURNING lane"), {"id": notification_id, "t": tenant_id, "m": get_settings().max_attempts}).first()
         if r:
             uow.execute(sql.NOTIFY_OWED, {"lane": r.lane})
+            actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="replay",
+                           target=f"notification {notification_id}", note=note)
         uow.commit()
     return r is not None
 
 
-def resolve(tenant_id: int, notification_id: int, engine: Engine | None = None) -> bool:
+def resolve(tenant_id: int, notification_id: int, engine: Engine | None = None, *, actor_ref: str = "system",
+            note: str = "") -> bool:
     with UnitOfWork(engine) as uow:
         r = uow.execute(sa.text(
             "UPDATE notifications SET review = 'resolved' WHERE id = :id AND tenant_id = :t AND status = 'FAILED' "
             "RETURNING id"), {"id": notification_id, "t": tenant_id}).first()
+        if r:
+            actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="resolve",
+                           target=f"notification {notification_id}", note=note)
         uow.commit()
     return r is not None
 

@@ -168,7 +168,7 @@ def pause(lane: str) -> None:
     from domain.delivery.lanes import set_lane_paused
 
     _lane(lane)
-    set_lane_paused(lane, True)
+    set_lane_paused(lane, True, actor_ref=_cli_actor())
     err.print(f"lane {lane} paused")
 
 
@@ -177,8 +177,12 @@ def resume(lane: str) -> None:
     from domain.delivery.lanes import set_lane_paused
 
     _lane(lane)
-    set_lane_paused(lane, False)
+    set_lane_paused(lane, False, actor_ref=_cli_actor())
     err.print(f"lane {lane} resumed")
+
+
+def _cli_actor() -> str:
+    return f"cli:{os.environ.get('USER') or os.environ.get('LOGNAME') or 'unknown'}"
 
 
 def _lane(lane: str) -> None:
