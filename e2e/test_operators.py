@@ -36,8 +36,11 @@ pytestmark = pytest.mark.e2e
 
 
 def open_order(page, order_id: int) -> None:  # type: ignore[no-untyped-def]
+    """Open an order and wait until the page shows THAT order (the previous one may still be on screen while the
+    new one loads)."""
     page.goto(f"{APP}/orders/{order_id}")
     page.get_by_test_id("order-revision").wait_for()
+    page.wait_for_function("([id]) => document.body.innerText.includes(`Order #${id}`)", arg=[order_id])
 
 
 def revision(page) -> str:  # type: ignore[no-untyped-def]
