@@ -141,10 +141,6 @@ async def fan_out_campaign(ctx: dict[str, Any], campaign_id: int) -> int:
 
 def settings_for(lane: str) -> dict[str, Any]:
     async def startup(ctx: dict[str, Any]) -> None:
-        if lane == "bulk":
-            # On a shared machine the kernel should prefer every other lane's process: a campaign may wait a
-            # little, a one-time code should not.
-            os.nice(10)
         ctx["lane"] = lane
         ctx["http"] = httpx.AsyncClient(timeout=HTTP_TIMEOUT)
         ctx["worker_name"] = f"{socket.gethostname()}:{os.getpid()}:{lane}"
