@@ -76,6 +76,17 @@ async def enqueue_fan_out(redis: ArqRedis, campaign_id: int) -> bool:
     return job is not None
 
 
+async def wake_fan_out(redis: ArqRedis | None, campaign_id: int) -> bool:
+    """Best-effort: the relay's scan resumes any campaign still ledgering if this wake-up is lost."""
+    if redis is None:
+        return False
+    try:
+        return await enqueue_fan_out(redis, campaign_id)
+    except Exception as exc:
+        log.warning("fan-out wake-up failed: %s", type(exc).__name__)
+        return False
+
+
 async def enqueue_after_commit(redis: ArqRedis | None, rows: Iterable[OwedRow]) -> int:
     """Best-effort wake-ups for rows a transaction just ledgered: the relay's scan catches anything lost."""
     if redis is None:
@@ -98,8 +109,5 @@ async def after_commit(redis: ArqRedis | None, result: Committed) -> dict[str, i
     except Exception as exc:  # best-effort: the views reload on reconnect / revision gap
         log.warning("refresh publish failed: %s", type(exc).__name__)
     faults.hit("after_publish_before_enqueue")
-    try:
-        out["enqueued"] = await enqueue(redis, result.owed)
-    except Exception as exc:  # best-effort: the recovery scan re-enqueues from PostgreSQL
-        log.warning("wake-up enqueue failed: %s", type(exc).__name__)
+    out["enqueued"] = await enqueue_after_commit(redis, result.owed)
     return out

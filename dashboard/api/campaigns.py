@@ -14,7 +14,7 @@ from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
 from domain import campaigns
 from domain.ledger import SendRefused
-from domain.wakeups import enqueue_fan_out
+from domain.wakeups import wake_fan_out
 
 router = APIRouter(prefix="/api/v1/campaigns", tags=["campaigns"])
 
@@ -35,12 +35,7 @@ async def create(body: CampaignIn, p: Auth) -> JSONResponse:
             channel=body.channel, actor_ref=p.actor_ref))
     except SendRefused as exc:
         raise ApiError(422, exc.code, detail=str(exc)) from None
-    pool = await maybe_pool()
-    if pool is not None:  # the relay's scan starts it anyway if this wake-up is lost
-        try:
-            await enqueue_fan_out(pool, cid)
-        except Exception:
-            pass
+    await wake_fan_out(await maybe_pool(), cid)
     return JSONResponse({"campaign_id": cid, "status": "ledgering"}, status_code=202)
 
 

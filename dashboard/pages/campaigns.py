@@ -16,6 +16,7 @@ from dashboard.state import AuthState
 from domain import campaigns
 from domain.audience import PEOPLE_CHANNELS
 from domain.ledger import SendRefused
+from domain.wakeups import wake_fan_out
 
 REFRESH_SECONDS = 2.0
 
@@ -72,12 +73,7 @@ class CampaignsState(AuthState):
         except SendRefused as exc:
             self.error = str(exc)
             return
-        from domain.wakeups import enqueue_fan_out
-
-        try:
-            await enqueue_fan_out(await live.arq(), cid)
-        except Exception:
-            pass  # the relay's scan starts it
+        await wake_fan_out(await live.arq(), cid)
         self.notice = f"Campaign {cid} started: its messages are being written to the ledger."
         self.rows = [_row(s) for s in await asyncio.to_thread(campaigns.list_campaigns, self._tenant_id)]
 
