@@ -26,11 +26,13 @@ NAV: list[tuple[str, str, str]] = []  # (label, route, icon) filled by the page 
 
 
 def nav_link(label: str, route: str, icon: str) -> rx.Component:
-    return rx.link(
+    link = rx.link(
         rx.hstack(rx.icon(icon, size=16), rx.text(label, size="2", weight="medium"), spacing="2", align="center"),
         href=route, underline="none", color_scheme="gray", high_contrast=True,
         padding_x="10px", padding_y="6px", border_radius="6px", _hover={"background": rx.color("gray", 3)},
     )
+    # Platform on-call belongs to no tenant: only the Ops page (the server redirects the others anyway).
+    return link if route == "/ops" else rx.cond(AuthState.platform, rx.fragment(), link)
 
 
 def shell(title: str, *children: rx.Component, actions: rx.Component | None = None) -> rx.Component:
@@ -47,6 +49,7 @@ def shell(title: str, *children: rx.Component, actions: rx.Component | None = No
                 AuthState.logged_in,
                 rx.hstack(
                     rx.badge(AuthState.tenant_label, variant="outline", data_testid="tenant-label"),
+                    rx.badge(AuthState.role, variant="soft", color_scheme="gray", data_testid="operator-role"),
                     rx.text(AuthState.display_name, size="2", data_testid="operator-name",
                             display=["none", "inline"]),
                     rx.button("Log out", on_click=AuthState.logout, variant="ghost", size="1",

@@ -36,6 +36,7 @@ def notification(n: dict[str, Any]) -> dict[str, str]:
     reason = ledger_reason(n)
     return {
         "id": str(n["id"]),
+        "tenant": str(n.get("tenant_id") or ""),
         "event_id": str(n.get("event_id") or ""),
         "event_short": str(n.get("event_id") or "")[:8],
         "job_id": n.get("job_id") or "",

@@ -1,19 +1,37 @@
-"""Redis pub/sub for the pages: subscribe per open tab, hand each message to the page, stop when told.
+"""Live pages: ONE Redis subscription per backend process, fanned out to the open tabs that want each channel.
 
-The message carries identity and revision only; the page reloads authorized state from PostgreSQL.
+A tab's live task (a Reflex background event) registers a small queue for one channel and reads hints from it; the
+hub holds a single pattern subscription (`outbox:refresh:*`) for the whole process and hands each message to the
+queues registered for its channel. 200 page loads therefore leave one Redis subscription, not 200, and a tab that
+disconnects (Reflex cancels its background tasks) or logs out (`end_watch`) unregisters at once.
+
+The message carries identity and revision only; the page reloads authorized state from PostgreSQL. If the hub loses
+Redis it reconnects with a backoff and tells every view to reload (`{"kind": "resync"}`): a push missed while Redis
+was away is never silently lost. Views per process are capped (`OUTBOX_LIVE_VIEWS_MAX`): beyond the cap a page
+still works, it just is not live until a view closes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
+import os
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
+from domain.queue import LIVE_VIEWS_KEY, REFRESH_PREFIX
 from domain.settings import get_settings
+
+log = logging.getLogger("outbox.live")
+QUEUE_SIZE = 64  # hints per view; a full queue drops its oldest hint (each one only says "reload")
 
 
 async def arq() -> Any:
@@ -33,21 +51,135 @@ def take_over_watch(client_token: str) -> Callable[[], bool]:
     return lambda: _WATCHERS.get(client_token) == me
 
 
-async def messages(channel: str, still_wanted: Callable[[], bool]) -> AsyncIterator[dict[str, Any]]:
-    client = aioredis.Redis.from_url(get_settings().redis_url)
-    pubsub = client.pubsub()
-    try:
-        await pubsub.subscribe(channel)
-        while still_wanted():
-            msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            if msg is None:
-                continue
+def end_watch(client_token: str) -> None:
+    """Logout: the tab's live task stops at its next check, before it could push anything more."""
+    _WATCHERS.pop(client_token, None)
+
+
+class Hub:
+    """The process's one subscription and the views registered on it (all on the backend's event loop)."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._counter: asyncio.Task[None] | None = None
+        self._dirty = asyncio.Event()
+        self.connected = asyncio.Event()
+        self.where = f"{socket.gethostname()}:{os.getpid()}"
+
+    @property
+    def view_count(self) -> int:
+        return sum(len(v) for v in self._views.values())
+
+    def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run(), name="outbox-live-hub")
+        if self._counter is None or self._counter.done():
+            self._counter = loop.create_task(self._publish_counts(), name="outbox-live-counts")
+
+    async def _run(self) -> None:
+        delay, first = 0.5, True
+        while True:
+            client = aioredis.Redis.from_url(get_settings().redis_url)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
-                data = json.loads(msg["data"])
-            except (ValueError, TypeError):
-                continue
-            data["received_at"] = time.time()
-            yield data
-    finally:
-        await pubsub.aclose()
-        await client.aclose()
+                await pubsub.psubscribe(f"{REFRESH_PREFIX}*")
+                self.connected.set()
+                if not first:  # anything published while we were away was missed: every view reloads
+                    self._fan_out_all({"kind": "resync"})
+                first, delay = False, 0.5
+                while True:
+                    msg = await pubsub.get_message(timeout=5.0)
+                    if msg is not None and msg.get("type") == "pmessage":
+                        self._dispatch(msg["channel"], msg["data"])
+            except (RedisError, OSError) as e:
+                self.connected.clear()
+                log.warning("live hub lost Redis (%s); reconnecting in %.1f s", type(e).__name__, delay)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+                    await client.aclose()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+    def _dispatch(self, channel: bytes | str, raw: bytes | str) -> None:
+        name = channel.decode() if isinstance(channel, bytes) else channel
+        queues = self._views.get(name)
+        if not queues:
+            return
+        try:
+            data = json.loads(raw)
+        except (ValueError, TypeError):
+            return
+        if not isinstance(data, dict):
+            return
+        data["received_at"] = time.time()
+        for q in list(queues):
+            _offer(q, dict(data))
+
+    def _fan_out_all(self, data: dict[str, Any]) -> None:
+        for queues in self._views.values():
+            for q in list(queues):
+                _offer(q, dict(data))
+
+    async def _publish_counts(self) -> None:
+        """This process's views per channel, written whole to `outbox:live:views:<host>:<pid>` whenever they change
+        (and every 20 s, with a 60 s expiry, so a dead process's figures vanish). Absolute figures written by the
+        hub, never increments from the views: a view cancelled mid-registration cannot leave a count behind."""
+        key = f"{LIVE_VIEWS_KEY}:{self.where}"
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._dirty.wait(), timeout=20.0)
+            self._dirty.clear()
+            counts = {c: len(q) for c, q in self._views.items() if q}
+            try:
+                pipe = (await arq()).pipeline(transaction=True)
+                pipe.delete(key)
+                if counts:
+                    pipe.hset(key, mapping=counts)
+                    pipe.expire(key, 60)
+                await pipe.execute()
+            except Exception as e:  # best effort: figures for readiness checks, not for delivery
+                log.warning("live view counts not written (%s)", type(e).__name__)
+                await asyncio.sleep(1.0)
+                self._dirty.set()
+
+    async def views(self, channel: str, still_wanted: Callable[[], bool]) -> AsyncIterator[dict[str, Any]]:
+        if self.view_count >= get_settings().live_views_max:
+            log.warning("live views cap reached (%d): %s opens without live updates", self.view_count, channel)
+            return
+        self._start()
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=QUEUE_SIZE)
+        self._views.setdefault(channel, set()).add(q)  # no await between registering and `try`: a cancelled
+        self._dirty.set()  # view always unregisters
+        try:
+            while still_wanted():
+                try:
+                    data = await asyncio.wait_for(q.get(), timeout=1.0)
+                except TimeoutError:
+                    continue
+                if still_wanted():
+                    yield data
+        finally:
+            queues = self._views.get(channel)
+            if queues is not None:
+                queues.discard(q)
+                if not queues:
+                    del self._views[channel]
+            self._dirty.set()
+
+
+def _offer(q: asyncio.Queue[dict[str, Any]], data: dict[str, Any]) -> None:
+    if q.full():
+        with contextlib.suppress(asyncio.QueueEmpty):
+            q.get_nowait()
+    q.put_nowait(data)
+
+
+HUB = Hub()
+
+
+def messages(channel: str, still_wanted: Callable[[], bool]) -> AsyncIterator[dict[str, Any]]:
+    """Hints for one channel while the view is wanted; ends when the tab's watch is superseded or ended."""
+    return HUB.views(channel, still_wanted)

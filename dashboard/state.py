@@ -7,31 +7,44 @@ from datetime import UTC, datetime
 
 import reflex as rx
 
-from dashboard import routes
+from dashboard import live, routes
+from domain import roles
 from domain.auth import LockedOut, login_operator, operator_now
-
-
-def _reset_tree(state: rx.State) -> None:
-    state.reset()
-    for sub in state.substates.values():
-        _reset_tree(sub)
+from domain.roles import Act
 
 
 class AuthState(rx.State):
     # Backend-only (leading underscore): never sent to the browser, never settable from it.
-    _tenant_id: int = 0
+    _tenant_id: int = 0  # 0 = no tenant: nobody logged in, or a platform operator (roles.NO_TENANT)
     _actor_ref: str = ""
-    _oncall: bool = False
+    _role: str = ""
     _operator_id: int = 0
     display_name: str = ""
     tenant_label: str = ""
-    oncall: bool = False  # display only; every handler re-checks the backend-only `_oncall`
+    role: str = ""  # display only (which buttons to show); every handler asks `_allowed`, which re-reads the role
     login_error: str = ""
     logging_in: bool = False
 
     @rx.var
     def logged_in(self) -> bool:
         return bool(self.display_name)
+
+    @rx.var
+    def oncall(self) -> bool:
+        return self.role == roles.ONCALL
+
+    @rx.var
+    def platform(self) -> bool:
+        return self.role == roles.PLATFORM
+
+    @rx.var
+    def may_replay(self) -> bool:
+        return roles.may(self.role, Act.REPLAY)
+
+    @rx.var
+    def may_change(self) -> bool:
+        """Orders and preferences: everyone of a tenant but support (display only, like `role`)."""
+        return roles.may(self.role, Act.ORDERS)
 
     @rx.event
     async def login(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
@@ -52,34 +65,49 @@ class AuthState(rx.State):
             return
         self._tenant_id, self._actor_ref, self.display_name = p.tenant_id, p.actor_ref, p.display_name
         self._operator_id = p.operator_id or 0
-        self._oncall = self.oncall = p.oncall
-        self.tenant_label = f"tenant {p.tenant_id}"
-        yield rx.redirect(routes.ORDERS)
+        self._role = self.role = p.role
+        self.tenant_label = f"tenant {p.tenant_id}" if roles.has_tenant(p.role) else "platform on-call"
+        yield rx.redirect(self._home())
+
+    def _home(self) -> str:
+        if not self._operator_id:
+            return routes.LOGIN
+        return routes.ORDERS if roles.has_tenant(self._role) else routes.OPS
 
     async def _fresh(self) -> bool:
-        """Re-read role and tenant before a privileged action; a removed operator is logged out on the spot."""
+        """Re-read role and tenant from the database; a removed operator loses every right on the spot."""
         if not self._operator_id:
             return False
         p = await asyncio.to_thread(operator_now, self._operator_id)
         if p is None:
-            self._tenant_id, self._oncall, self.oncall = 0, False, False
+            self._tenant_id, self._role, self.role, self._operator_id = 0, "", "", 0
             return False
-        self._tenant_id, self._actor_ref, self._oncall, self.oncall = p.tenant_id, p.actor_ref, p.oncall, p.oncall
+        self._tenant_id, self._actor_ref, self._role, self.role = p.tenant_id, p.actor_ref, p.role, p.role
         return True
+
+    async def _allowed(self, act: Act) -> bool:
+        """The one gate for a privileged action, asked inside the handler every time (the browser can send any
+        event with any arguments; hiding a button proves nothing)."""
+        return await self._fresh() and roles.may(self._role, act)
 
     @rx.event
     def logout(self):  # type: ignore[no-untyped-def]
         """Forget the operator AND everything every page loaded for them: the next person at this tab starts from
         an empty session."""
-        _reset_tree(self)
+        live.end_watch(self.router.session.client_token)  # this tab's live task stops before it pushes again
+        self.reset()  # Reflex resets substates too, and every page's state derives from this one
         return rx.redirect(routes.LOGIN)
 
     @rx.event
     def require_login(self):  # type: ignore[no-untyped-def]
-        if not self._tenant_id:
+        """First on_load of every page: no operator → the login page; a platform operator (no tenant) has only
+        the Ops page."""
+        if not self._operator_id:
             return rx.redirect(routes.LOGIN)
+        if not roles.has_tenant(self._role) and self.router.url.path.rstrip("/") != routes.OPS:
+            return rx.redirect(routes.OPS)
         return None
 
     @rx.event
     def go_home(self):  # type: ignore[no-untyped-def]
-        return rx.redirect(routes.ORDERS if self._tenant_id else routes.LOGIN)
+        return rx.redirect(self._home())

@@ -20,9 +20,11 @@ def record(uow: UnitOfWork, *, tenant_id: int | None, actor_ref: str, action: st
     uow.execute(_INSERT, {"t": tenant_id, "a": actor_ref, "w": action, "g": target, "n": note or None})
 
 
-def recent(tenant_id: int, limit: int = 50, engine: Engine | None = None) -> list[dict[str, Any]]:
-    """This tenant's actions and the platform-wide ones (lane controls act on every tenant), newest first."""
+def recent(tenant_id: int | None, limit: int = 50, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """This tenant's actions and the platform-wide ones (lane controls act on every tenant), newest first;
+    tenant_id None (platform on-call): every tenant's."""
     with UnitOfWork(engine) as uow:
         return [dict(r._mapping) for r in uow.execute(sa.text(
             "SELECT at, actor_ref, action, target, note, tenant_id FROM operator_actions "
-            "WHERE tenant_id = :t OR tenant_id IS NULL ORDER BY id DESC LIMIT :l"), {"t": tenant_id, "l": limit})]
+            "WHERE CAST(:t AS integer) IS NULL OR tenant_id = :t OR tenant_id IS NULL ORDER BY id DESC LIMIT :l"),
+            {"t": tenant_id, "l": limit})]

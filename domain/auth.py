@@ -10,14 +10,14 @@ import secrets
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 import sqlalchemy as sa
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy.engine import Engine
 
-from domain import actions
+from domain import actions, roles
 from domain.db import UnitOfWork
 from domain.models import ApiKey, table_of
 
@@ -27,11 +27,25 @@ KEY_PREFIX = "obx_"
 
 @dataclass(frozen=True)
 class Principal:
+    """An API key (role "api") or an operator. A platform operator has no tenant: tenant_id is roles.NO_TENANT."""
+
     tenant_id: int
     actor_ref: str
     display_name: str = ""
-    oncall: bool = False
+    role: str = "api"
     operator_id: int | None = None
+
+    @property
+    def oncall(self) -> bool:
+        return self.role == roles.ONCALL
+
+    def may(self, act: roles.Act) -> bool:
+        return roles.may(self.role, act)
+
+
+def _operator(row: sa.Row[Any]) -> Principal:
+    tenant = row.tenant_id if row.tenant_id is not None else roles.NO_TENANT
+    return Principal(tenant, f"operator:{row.login}", row.display_name, row.role, row.id)
 
 
 def hash_password(password: str) -> str:
@@ -138,7 +152,7 @@ def login_operator(login: str, password: str, client: str = "unknown", now: date
         uow.commit()
     if not ok or row is None:
         return None
-    return Principal(row.tenant_id, f"operator:{row.login}", row.display_name, row.role == "oncall", row.id)
+    return _operator(row)
 
 
 def operator_now(operator_id: int, engine: Engine | None = None) -> Principal | None:
@@ -148,4 +162,4 @@ def operator_now(operator_id: int, engine: Engine | None = None) -> Principal | 
             "SELECT id, tenant_id, login, display_name, role FROM operators WHERE id = :i"), {"i": operator_id}).first()
     if row is None:
         return None
-    return Principal(row.tenant_id, f"operator:{row.login}", row.display_name, row.role == "oncall", row.id)
+    return _operator(row)

@@ -39,13 +39,16 @@ class Tenant(SQLModel, table=True):
 
 class Operator(SQLModel, table=True):
     __tablename__ = "operators"
-    __table_args__ = (sa.CheckConstraint("role IN ('operator','oncall')", name="operators_role_known"),)
+    __table_args__ = (
+        sa.CheckConstraint("role IN ('support','operator','oncall','platform')", name="operators_role_known"),
+        sa.CheckConstraint("(role = 'platform') = (tenant_id IS NULL)", name="operators_platform_has_no_tenant"),
+    )
     id: int | None = Field(default=None, primary_key=True)
-    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    tenant_id: int | None = Field(default=None, foreign_key="tenants.id", index=True)
     login: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
     display_name: str
     password_hash: str
-    # 'oncall' may pause lanes and flip fault switches: those act on every tenant's deliveries.
+    # What each role may do: domain/roles.py. 'platform' has no tenant and owns lanes and fault switches.
     role: str = Field(default="operator", sa_column=sa.Column(sa.Text, nullable=False, server_default="operator"))
 
 

@@ -45,7 +45,7 @@ def list_orders(
 
 
 NOTIFICATION_COLUMNS = (
-    "n.id, n.recipient, n.channel, n.lane, n.template, n.status, n.suppressed_reason, n.review, "
+    "n.id, n.tenant_id, n.recipient, n.channel, n.lane, n.template, n.status, n.suppressed_reason, n.review, "
     "n.provider_reference, n.cost_cents, n.attempts, n.last_error_class, n.event_id, n.order_id, n.job_id, "
     "n.created_at, n.sent_at, n.settled_at, n.next_attempt_at, n.reason_detail, "
     # What the receiver told the worker, as the worker recorded it: the effect reference (a webhook's 2xx
@@ -214,10 +214,12 @@ def invariant_counts(engine: Engine | None = None) -> dict[str, int]:
         return {name: int(uow.execute(sa.text(q)).scalar_one()) for name, q in sql.INVARIANTS.items()}
 
 
-def review_items(tenant_id: int, engine: Engine | None = None) -> list[dict[str, Any]]:
+def review_items(tenant_id: int | None, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """Failed rows waiting for a human: one tenant's, or every tenant's (None: platform on-call)."""
     with UnitOfWork(engine) as uow:
         return _rows(uow.execute(sa.text(
-            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE n.tenant_id = :t AND n.status = 'FAILED' "
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE (CAST(:t AS integer) IS NULL "
+            "OR n.tenant_id = :t) AND n.status = 'FAILED' "
             "AND coalesce(n.review, 'needs_review') <> 'resolved' ORDER BY n.id DESC LIMIT 50"), {"t": tenant_id}))
 
 

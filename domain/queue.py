@@ -16,6 +16,8 @@ API_RATE_KEY: Final[str] = "outbox:rate:api:"  # + a digest of the API key: one 
 RATE_KEY: Final[str] = "outbox:rate:bulk"  # + ":<channel>": one token bucket per provider channel
 REFRESH_PREFIX: Final[str] = "outbox:refresh:"
 REFRESH_PUBLISHES: Final[str] = "outbox:metrics:refresh_publishes"
+# + ":<host>:<pid>": a hash, refresh channel -> live views one dashboard process has open (dashboard/live.py).
+LIVE_VIEWS_KEY: Final[str] = "outbox:live:views"
 # Development-only one-shot process faults armed from /ops: members are "<lane>:<fault point>".
 ARMED_FAULTS: Final[str] = "outbox:faults:armed"
 # PostgreSQL LISTEN/NOTIFY channel: a commit that owes work wakes the relay (payload: the lane).

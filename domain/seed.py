@@ -1,4 +1,5 @@
-"""Demo data: tenant 42 (order 913 authorized at revision 17, two dozen more, two operators) and tenant 7."""
+"""Demo data: tenant 42 (order 913 authorized at revision 17, two dozen more, on-call, operator, support), tenant 7,
+and a platform on-call operator who belongs to no tenant."""
 
 from __future__ import annotations
 
@@ -26,9 +27,11 @@ TEMPLATES: tuple[tuple[str, tuple[str, ...], str], ...] = (
       for step in JOURNEY_STEPS),
     *((event, ("whatsapp", "email"), f"Good news: {event.replace('_', ' ')}.") for event in LIFECYCLE_EVENTS),
 )
-OPERATORS = (
+OPERATORS: tuple[tuple[int | None, str, str, str], ...] = (
+    (None, "pat", "Pat Rivera", "platform"),  # platform on-call: lanes and fault switches, no tenant
     (42, "alice", "Alice Moreau", "oncall"),
     (42, "bob", "Bob Okafor", "operator"),
+    (42, "sam", "Sam Ito", "support"),  # support: reads everything of tenant 42, changes nothing
     (7, "carol", "Carol Lindqvist", "operator"),
 )
 
@@ -57,12 +60,12 @@ def seed(engine: Engine | None = None, *, seed_value: int = 42) -> dict[str, int
             for channel, price in DEFAULT_PRICE_CENTS.items():
                 x(sa.text("INSERT INTO channel_prices (tenant_id, channel, price_cents) VALUES (:t, :c, :p) "
                           "ON CONFLICT DO NOTHING"), {"t": tid, "c": channel, "p": price})
-        for tid, login, display, role in OPERATORS:
+        for home, login, display, role in OPERATORS:
             created["operators"] += _inserted(x(sa.text(
                 "INSERT INTO operators (tenant_id, login, display_name, password_hash, role) "
-                "VALUES (:t, :l, :d, :p, :r) ON CONFLICT (login) DO UPDATE SET role = EXCLUDED.role "
-                "WHERE operators.role <> EXCLUDED.role"),
-                {"t": tid, "l": login, "d": display, "p": pw, "r": role}))
+                "VALUES (:t, :l, :d, :p, :r) ON CONFLICT (login) DO UPDATE SET role = EXCLUDED.role, "
+                "tenant_id = EXCLUDED.tenant_id WHERE operators.role <> EXCLUDED.role"),
+                {"t": home, "l": login, "d": display, "p": pw, "r": role}))
         for name, channels, body in TEMPLATES:
             x(sa.text("INSERT INTO templates (name, version, channels, body) VALUES (:n, 1, :c, :b) "
                       "ON CONFLICT (name, version) DO NOTHING"), {"n": name, "c": list(channels), "b": body})

@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(65536, ge=1024)
     # Requests per second per API key (bursts of twice that); above it the API answers 429 with Retry-After.
     api_rate_per_second: float = Field(50.0, gt=0, validation_alias="OUTBOX_API_RATE")
+    # Live views (open tabs) one dashboard process fans its one Redis subscription out to; beyond it, not live.
+    live_views_max: int = Field(2000, ge=1, validation_alias="OUTBOX_LIVE_VIEWS_MAX")
     # Journey delays are divided by this: 600 turns a 30-minute nudge into 3 seconds (demos and tests only).
     time_scale: float = Field(1.0, gt=0, le=100_000)
     # Fault switches on /ops and the receiver's /faults. Unset: on in development, off in production (where it

@@ -54,9 +54,22 @@ def redis_client():  # type: ignore[no-untyped-def]
 
 
 def listeners(channel: str) -> int:
+    """Live views registered on `channel` in the dashboard (its one subscription fans out to them)."""
+    from domain.queue import LIVE_VIEWS_KEY
+
     r = redis_client()
     try:
-        return int(dict(r.pubsub_numsub(channel)).get(channel.encode(), 0))
+        return sum(int(r.hget(k, channel) or 0) for k in r.scan_iter(f"{LIVE_VIEWS_KEY}:*"))
+    finally:
+        r.close()
+
+
+def pubsub_connections() -> int:
+    """Redis connections in subscriber mode opened by the e2e system (its Redis db)."""
+    r = redis_client()
+    try:
+        db = r.connection_pool.connection_kwargs.get("db", 0)
+        return sum(1 for c in r.client_list(_type="pubsub") if int(c.get("db", -1)) == db)
     finally:
         r.close()
 
@@ -150,7 +163,7 @@ def new_operator(browser) -> Iterator:
         page.get_by_test_id("login-user").fill(user)
         page.get_by_test_id("login-password").fill("outbox-demo")
         page.get_by_test_id("login-submit").click()
-        page.wait_for_url("**/orders")
+        page.wait_for_url("**/ops" if user == "pat" else "**/orders")
         return page
 
     yield login

@@ -16,6 +16,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from domain.auth import create_api_key
 from domain.commands import create_order
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
@@ -131,13 +132,14 @@ def test_paused_lane_leaves_card_pending_and_resume_completes_it(new_operator):
 
 
 def test_post_effect_crash_armed_from_ops_shows_two_attempts_one_effect(new_operator, app_system):
-    """On-call arms the dangerous fault on /ops; the high worker dies right after the receiver applied the effect;
-    once it is back, the retry finds `already_processed`: two attempts, one effect, one event id."""
+    """Platform on-call arms the dangerous fault on /ops; the high worker dies right after the receiver applied the
+    effect; once it is back, the retry finds `already_processed`: two attempts, one effect, one event id."""
     oid = fresh_order()
+    p = new_operator("pat")
+    p.get_by_test_id("arm-crash-high").click()
+    p.get_by_test_id("ops-message").wait_for()
+    assert "Armed" in p.get_by_test_id("ops-message").inner_text()
     a = new_operator("alice")
-    a.goto(f"{APP}/ops")
-    a.get_by_test_id("arm-crash-high").click()
-    a.get_by_test_id("ops-message").wait_for()
     open_order(a, oid)
     a.get_by_test_id("approve").click()
     worker = app_system.procs["worker-high"]
@@ -221,6 +223,23 @@ def test_tenant_7_operator_cannot_open_tenant_42_order(new_operator):
     shot(c, "tenant-7-cannot-see-913")
 
 
+def test_ids_that_are_not_plain_digits_are_a_clean_not_found(new_operator, app_system):
+    """`"²".isdigit()` is True in Python: such ids once crashed the handler. Now the page says "not found" like
+    for any missing order, and the API answers 404/422 with its JSON error."""
+    a = new_operator("alice")
+    for raw in ("²", "١٢٣", "99999999999"):
+        a.goto(f"{APP}/orders/{raw}")
+        a.get_by_test_id("empty-state").wait_for()
+        assert a.get_by_test_id("order-revision").count() == 0
+    a.goto(f"{APP}/audit?q=²")
+    a.get_by_test_id("audit-query").wait_for()
+    assert a.get_by_test_id("audit-item").count() == 0
+    key = create_api_key(42, "e2e-ids", created_by="e2e")
+    for raw in ("²", "99999999999"):
+        r = httpx.get(f"{APP}/api/v1/orders/{raw}", headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code in (404, 422) and r.headers["content-type"].startswith("application/json"), r.text
+
+
 def test_wrong_password_is_refused(browser):
     ctx = browser.new_context()
     page = ctx.new_page()
@@ -292,16 +311,20 @@ def test_on_call_replays_a_failed_webhook_from_ops(new_operator):
     assert n == 1, "a replay reuses the event id; it never mints a new one"
 
 
-def test_only_on_call_sees_lane_controls(new_operator):
-    """A lane carries every tenant's messages: an ordinary operator sees its state but cannot pause it."""
-    b = new_operator("bob")
-    b.goto(f"{APP}/ops")
-    b.get_by_test_id("lane-row").first.wait_for()
-    assert b.get_by_test_id("lane-toggle").count() == 0
-    a = new_operator("alice")
-    a.goto(f"{APP}/ops")
-    a.get_by_test_id("lane-toggle").first.wait_for()
-    assert a.get_by_test_id("lane-toggle").count() == 4
+def test_only_platform_on_call_sees_lane_controls_and_has_only_the_ops_page(new_operator):
+    """A lane carries every tenant's messages: a tenant's operator, even its on-call, sees the lane's state but is
+    not offered Pause; platform on-call (no tenant) is, and is sent back to /ops from any tenant page."""
+    for login in ("bob", "alice"):
+        t = new_operator(login)
+        t.goto(f"{APP}/ops")
+        t.get_by_test_id("lane-row").first.wait_for()
+        assert t.get_by_test_id("lane-toggle").count() == 0, f"{login} must not be offered lane controls"
+    p = new_operator("pat")
+    p.get_by_test_id("lane-toggle").first.wait_for()
+    assert p.get_by_test_id("lane-toggle").count() == 4
+    assert p.get_by_test_id("tenant-label").inner_text() == "platform on-call"
+    p.goto(f"{APP}/orders/913")
+    p.wait_for_url("**/ops")
 
 
 def test_journey_nudges_supersede_and_late_events_are_dropped(new_operator):

@@ -15,6 +15,7 @@ from dashboard.format import money, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import metering
+from domain.roles import Act, refusal
 
 PAGE_SIZE = 50
 KIND_TEXT = {"opening": "opening balance", "top_up": "top-up", "reserve": "message charged",
@@ -60,8 +61,8 @@ class BalanceState(AuthState):
     @rx.event
     async def top_up(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
         self.notice = self.error = ""
-        if not await self._fresh() or not self._oncall:
-            self.error = "Only on-call operators can top up the balance."
+        if not await self._allowed(Act.TOP_UP):
+            self.error = refusal(Act.TOP_UP)
             return
         try:
             cents = round(float(str(form.get("amount", "")).replace(",", "")) * 100)

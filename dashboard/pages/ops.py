@@ -15,10 +15,11 @@ from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import actions as operator_actions
-from domain import queries
+from domain import queries, roles
 from domain.delivery import lanes as lane_controls
 from domain.delivery import review as review_actions
 from domain.queue import ARMED_FAULTS, LANES
+from domain.roles import Act, refusal
 from domain.settings import get_settings
 
 FAULTS = {
@@ -34,7 +35,8 @@ FAULTS = {
 REFRESH_SECONDS = 5.0
 
 
-async def _snapshot(tenant_id: int) -> dict[str, Any]:
+async def _snapshot(tenant_id: int | None) -> dict[str, Any]:
+    """One tenant's view, or every tenant's (tenant_id None: platform on-call)."""
     s = get_settings()
     stats, review, series, refresh, done = await asyncio.gather(
         asyncio.to_thread(queries.lane_stats, tenant_id), asyncio.to_thread(queries.review_items, tenant_id),
@@ -78,9 +80,9 @@ class OpsState(AuthState):
 
     @rx.event
     async def load(self):  # type: ignore[no-untyped-def]
-        if not self._tenant_id:
+        if not self._operator_id:
             return None
-        for k, v in (await _snapshot(self._tenant_id)).items():
+        for k, v in (await _snapshot(self._scope())).items():
             setattr(self, k, v)
         return OpsState.follow
 
@@ -89,20 +91,28 @@ class OpsState(AuthState):
         """On-call leaves this page open: refresh every few seconds, reading outside the state lock."""
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            tenant = self._tenant_id
+            scope, who = self._scope(), self._operator_id
+        if not who:
+            return
         while still_wanted():
             await asyncio.sleep(REFRESH_SECONDS)
             if not still_wanted():
                 return
-            snap = await _snapshot(tenant)
+            snap = await _snapshot(scope)
             async with self:
+                if self._operator_id != who or self._scope() != scope:
+                    return  # logged out (or another operator logged in) in this tab: push nothing more
                 for k, v in snap.items():
                     setattr(self, k, v)
 
+    def _scope(self) -> int | None:
+        """The tenant whose rows this operator acts on; None = every tenant (platform on-call)."""
+        return self._tenant_id if roles.has_tenant(self._role) else None
+
     @rx.event
     async def toggle_lane(self, lane: str, paused: str):  # type: ignore[no-untyped-def]
-        if not await self._fresh() or not self._oncall or lane not in LANES:  # a lane carries every tenant's messages
-            self.message = "Only on-call engineers can pause or resume a lane."
+        if lane not in LANES or not await self._allowed(Act.PAUSE):  # a lane carries every tenant's messages
+            self.message = refusal(Act.PAUSE)
             return None
         await asyncio.to_thread(lambda: lane_controls.set_lane_paused(lane, paused != "yes", actor_ref=self._actor_ref))
         self.message = f"Lane {lane} {'resumed' if paused == 'yes' else 'paused'}."
@@ -110,26 +120,32 @@ class OpsState(AuthState):
 
     @rx.event
     async def replay(self, nid: str):  # type: ignore[no-untyped-def]
-        if parse_id(nid) is None or not await self._fresh():
+        if parse_id(nid) is None:
             return None
-        tenant, actor = self._tenant_id, self._actor_ref
-        ok = await asyncio.to_thread(lambda: review_actions.replay(tenant, int(nid), actor_ref=actor))
+        if not await self._allowed(Act.REPLAY):
+            self.message = refusal(Act.REPLAY)
+            return None
+        scope, actor = self._scope(), self._actor_ref
+        ok = await asyncio.to_thread(lambda: review_actions.replay(scope, int(nid), actor_ref=actor))
         self.message = f"#{nid} queued again with the same event id." if ok else f"#{nid} is no longer FAILED."
         return OpsState.load
 
     @rx.event
     async def resolve(self, nid: str):  # type: ignore[no-untyped-def]
-        if parse_id(nid) is None or not await self._fresh():
+        if parse_id(nid) is None:
             return None
-        tenant, actor = self._tenant_id, self._actor_ref
-        ok = await asyncio.to_thread(lambda: review_actions.resolve(tenant, int(nid), actor_ref=actor))
+        if not await self._allowed(Act.RESOLVE):
+            self.message = refusal(Act.RESOLVE)
+            return None
+        scope, actor = self._scope(), self._actor_ref
+        ok = await asyncio.to_thread(lambda: review_actions.resolve(scope, int(nid), actor_ref=actor))
         self.message = f"#{nid} marked resolved by hand." if ok else f"#{nid} could not be resolved."
         return OpsState.load
 
     @rx.event
     async def arm_worker_crash(self, lane: str):  # type: ignore[no-untyped-def]
-        if not get_settings().dev_mode or not await self._fresh() or not self._oncall or lane not in LANES:
-            self.message = "Fault switches exist only in development mode, for on-call engineers."
+        if not get_settings().dev_mode or lane not in LANES or not await self._allowed(Act.FAULTS):
+            self.message = refusal(Act.FAULTS)
             return
         await (await live.arq()).sadd(ARMED_FAULTS, f"{lane}:after_remote_accept_before_local_ack")
         self.message = (f"Armed: the next {lane} worker to get an accepted response dies before recording it. "
@@ -137,8 +153,8 @@ class OpsState(AuthState):
 
     @rx.event
     async def fault(self, name: str):  # type: ignore[no-untyped-def]
-        if not get_settings().dev_mode or not await self._fresh() or not self._oncall or name not in FAULTS:
-            self.message = "Fault switches exist only in development mode, for on-call engineers."
+        if not get_settings().dev_mode or name not in FAULTS or not await self._allowed(Act.FAULTS):
+            self.message = refusal(Act.FAULTS)
             return
         try:
             async with httpx.AsyncClient(timeout=3) as c:
@@ -162,7 +178,7 @@ def _lane_row(x: rx.Var) -> rx.Component:
         rx.table.cell(x["p50"]),
         rx.table.cell(x["p99"]),
         rx.table.cell(rx.cond(
-            OpsState.oncall,
+            OpsState.platform,
             rx.button(rx.cond(x["paused"] == "yes", "Resume", "Pause"), size="1",
                       color_scheme=rx.cond(x["paused"] == "yes", "green", "amber"), variant="soft",
                       on_click=OpsState.toggle_lane(x["lane"], x["paused"]), data_testid="lane-toggle"),
@@ -175,16 +191,17 @@ def _lane_row(x: rx.Var) -> rx.Component:
 def _review_row(n: rx.Var) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.text("#", n["id"])),
+        rx.table.cell(n["tenant"]),
         rx.table.cell(n["channel"]),
         rx.table.cell(n["recipient"]),
         rx.table.cell(status_badge(n["status"])),
         rx.table.cell(rx.text(n["reason"], size="1")),
         rx.table.cell(n["attempts"]),
         rx.table.cell(rx.link(rx.code(n["event_short"]), href=f"/audit?q={n['event_id']}")),
-        rx.table.cell(rx.hstack(
+        rx.table.cell(rx.cond(OpsState.may_replay, rx.hstack(
             rx.button("Replay", size="1", on_click=OpsState.replay(n["id"]), data_testid="replay"),
             rx.button("Resolve", size="1", variant="soft", color_scheme="gray", on_click=OpsState.resolve(n["id"]),
-                      data_testid="resolve"), spacing="2")),
+                      data_testid="resolve"), spacing="2"), rx.text("read-only", size="1", color=rx.color("gray", 10)))),
     )
 
 
@@ -229,12 +246,12 @@ def ops_page() -> rx.Component:
         rx.text("Replay re-queues the same row with the same event id — the receiver recognises it, so a replay "
                 "can never double an effect. Resolve records that a human settled it outside the system.",
                 size="2", color=rx.color("gray", 11), margin_bottom="8px"),
-        data_table(["#", "Channel", "Recipient", "Status", "Why", "Attempts", "Event", ""], OpsState.review,
+        data_table(["#", "Tenant", "Channel", "Recipient", "Status", "Why", "Attempts", "Event", ""], OpsState.review,
                    _review_row, "Nothing failed. Nothing waits for a human.", "review-table"),
         rx.heading("Privileged actions", size="4", margin_top="16px", margin_bottom="8px"),
         data_table(["When (UTC)", "Who", "What", "On", "Note"], OpsState.actions, action_table_row,
                    "No privileged actions yet.", "actions-table"),
-        rx.cond(OpsState.dev_mode & OpsState.oncall, rx.box(
+        rx.cond(OpsState.dev_mode & OpsState.platform, rx.box(
             rx.heading("Receiver fault switches (development only)", size="4", margin_top="20px",
                        margin_bottom="8px"),
             rx.hstack(*[rx.button(name, size="1", variant="outline", color_scheme="red",

@@ -1,13 +1,14 @@
 """One order: status, revision, approve/cancel with the revision the operator saw, and its notifications.
 
-Live: a background task per open tab subscribes to the order's channel and reloads from PostgreSQL outside the
-state lock. `seen` lives in the browser's sessionStorage, so after a reconnect the page knows which revision the
+Live: a background task per open tab registers with the process's one Redis subscription (dashboard/live.py) for
+the order's channel and, per hint, reloads from PostgreSQL outside the state lock. `seen` lives in the browser's sessionStorage, so after a reconnect the page knows which revision the
 browser last displayed — a jump of more than one shows the missed-refresh badge.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -23,6 +24,7 @@ from domain import queries, telemetry
 from domain.commands import Committed, NotFound, Rejected, execute_order_command
 from domain.policy import allowed_commands
 from domain.queue import order_channel
+from domain.roles import Act, refusal
 from domain.wakeups import after_commit
 
 PAST = {"approve": "approved", "cancel": "cancelled", "fulfill": "fulfilled"}
@@ -96,6 +98,9 @@ class OrderState(AuthState):
     async def _command(self, command: str):  # type: ignore[no-untyped-def]
         self.busy, self.error, self.notice = True, "", ""
         yield
+        if not self.order_id or not await self._allowed(Act.ORDERS):
+            self.busy, self.error = False, refusal(Act.ORDERS)
+            return
         result = await asyncio.to_thread(
             execute_order_command, tenant_id=self._tenant_id, order_id=self.order_id, command=command,
             expected_revision=self.revision, actor_ref=self._actor_ref, request_id=f"ui-{uuid.uuid4().hex[:12]}")
@@ -136,20 +141,24 @@ class OrderState(AuthState):
     async def watch(self):  # type: ignore[no-untyped-def]
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            tenant, order_id = self._tenant_id, self.order_id
-        async for msg in live.messages(order_channel(tenant, order_id), still_wanted):
-            # The message is only a hint: reload authorized state outside the lock, then assign.
-            loaded = await asyncio.to_thread(_load, tenant, order_id)
-            async with self:
-                if self.order_id != order_id:
-                    return
-                rev = msg.get("revision", -1)
-                if msg.get("kind") == "order" and rev > self.revision + 1:
-                    self.missed = f"refresh missed — reloaded at revision {loaded[0]['revision'] if loaded[0] else rev}"
-                self._apply(*loaded)
-            if msg.get("kind") == "order" and msg.get("published_at"):
-                latency = (time.time() - float(msg["published_at"])) * 1000
-                await asyncio.to_thread(telemetry.record_push_latency, tenant, latency)
+            tenant, order_id, who = self._tenant_id, self.order_id, self._operator_id
+        if not tenant or not order_id:
+            return  # a live task needs a logged-in operator of a tenant
+        async with contextlib.aclosing(live.messages(order_channel(tenant, order_id), still_wanted)) as hints:
+            async for msg in hints:
+                # The message is only a hint: reload authorized state outside the lock, then assign.
+                loaded = await asyncio.to_thread(_load, tenant, order_id)
+                async with self:
+                    if self.order_id != order_id or (self._tenant_id, self._operator_id) != (tenant, who):
+                        return  # another order, or logged out in this tab: push nothing more
+                    rev = msg.get("revision", -1)
+                    if msg.get("kind") == "order" and rev > self.revision + 1:
+                        self.missed = ("refresh missed — reloaded at revision "
+                                       f"{loaded[0]['revision'] if loaded[0] else rev}")
+                    self._apply(*loaded)
+                if msg.get("kind") == "order" and msg.get("published_at"):
+                    latency = (time.time() - float(msg["published_at"])) * 1000
+                    await asyncio.to_thread(telemetry.record_push_latency, tenant, latency)
 
 
 def _note_row(n: rx.Var) -> rx.Component:
@@ -201,7 +210,9 @@ def order_page() -> rx.Component:
                         rx.vstack(rx.text("Updated (UTC)", size="1", color=rx.color("gray", 11)),
                                   rx.text(OrderState.updated, size="2"), spacing="1"),
                         rx.spacer(),
-                        rx.hstack(
+                        rx.cond(~OrderState.may_change, rx.badge("read-only (support)", variant="soft",
+                                                                  color_scheme="gray", data_testid="read-only")),
+                        rx.cond(OrderState.may_change, rx.hstack(
                             rx.button(rx.icon("check", size=16), "Approve", on_click=OrderState.approve,
                                       disabled=~OrderState.can_approve, loading=OrderState.busy,
                                       data_testid="approve", color_scheme="green"),
@@ -212,7 +223,7 @@ def order_page() -> rx.Component:
                                       loading=OrderState.busy, data_testid="cancel", color_scheme="red",
                                       variant="soft"),
                             spacing="2",
-                        ),
+                        )),
                         gap="24px", wrap="wrap", align="center", width="100%",
                     ),
                 ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import reflex as rx
 
@@ -37,13 +38,20 @@ class OrdersState(AuthState):
     async def watch(self):  # type: ignore[no-untyped-def]
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            tenant = self._tenant_id
-        async for _ in live.messages(tenant_channel(tenant), still_wanted):
-            async with self:
-                status_filter_snapshot = self.status_filter
-            rows = await asyncio.to_thread(self._fetch_for, tenant, status_filter_snapshot)
-            async with self:
-                self.rows = rows
+            tenant, who = self._tenant_id, self._operator_id
+        if not tenant:
+            return  # a live task needs a logged-in operator of a tenant
+        async with contextlib.aclosing(live.messages(tenant_channel(tenant), still_wanted)) as hints:
+            async for _ in hints:
+                async with self:
+                    if (self._tenant_id, self._operator_id) != (tenant, who):
+                        return  # logged out (or someone else logged in) in this tab: push nothing more
+                    status_filter_snapshot = self.status_filter
+                rows = await asyncio.to_thread(self._fetch_for, tenant, status_filter_snapshot)
+                async with self:
+                    if (self._tenant_id, self._operator_id) != (tenant, who):
+                        return
+                    self.rows = rows
 
     @staticmethod
     def _fetch_for(tenant: int, status_filter: str) -> list[dict[str, str]]:

@@ -18,6 +18,7 @@ from dashboard.state import AuthState
 from domain import queries, recipients
 from domain.audience import PEOPLE_CHANNELS
 from domain.reasons import CHANNEL_NAME
+from domain.roles import Act, refusal
 
 PAGE_SIZE = 50
 
@@ -129,9 +130,12 @@ class RecipientState(AuthState):
 
     @rx.event
     async def set_channel(self, channel: str, accepts: bool):  # type: ignore[no-untyped-def]
-        """Any operator of this tenant may honour "stop messaging me on X"; login, tenant and channel are checked
-        here, in the handler, whatever the browser sends."""
-        if not self.rid or not await self._fresh():
+        """An operator of this tenant may honour "stop messaging me on X"; login, role, tenant and channel are
+        checked here, in the handler, whatever the browser sends."""
+        if not self.rid:
+            return
+        if not await self._allowed(Act.PREFERENCES):
+            self.error = refusal(Act.PREFERENCES)
             return
         opted_out = not bool(accepts)
         if channel not in PEOPLE_CHANNELS:
@@ -174,7 +178,7 @@ def _opt_out_switch(channel: str) -> rx.Component:
     on = RecipientState.opted_out.contains(channel)
     return rx.hstack(
         rx.switch(checked=~on, on_change=lambda accepts: RecipientState.set_channel(channel, accepts),
-                  data_testid=f"channel-{channel}"),
+                  disabled=~RecipientState.may_change, data_testid=f"channel-{channel}"),
         rx.text(CHANNEL_NAME[channel], size="2"),
         rx.badge(rx.cond(on, "opted out", "allowed"), color_scheme=rx.cond(on, "red", "green"), variant="soft"),
         spacing="2", align="center")

@@ -50,7 +50,7 @@ def seed(recipients: int = typer.Option(0, "--recipients", help="also add this m
     if recipients:
         created["campaign recipients"] = seed_recipients(recipients)
     err.print(f"[green]seeded[/] {created}; operators: "
-              + ", ".join(f"{login} (tenant {t}, {role})" for t, login, _, role in OPERATORS) + f", password {DEMO_PASSWORD!r}")
+              + ", ".join(f"{login} (tenant {t or 'none'}, {role})" for t, login, _, role in OPERATORS) + f", password {DEMO_PASSWORD!r}")
 
 
 @apikey.command("create")
@@ -313,7 +313,7 @@ def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int
             err.print("starting dashboard (first build takes a minute) …")
             system.dashboard(port)
         err.print(f"\n[bold green]Outbox is up[/]: open http://127.0.0.1:{port}/login  "
-                  f"(alice / {DEMO_PASSWORD}, bob / {DEMO_PASSWORD}; tenant 7: carol)\n"
+                  f"(alice, bob, sam — tenant 42; carol — tenant 7; pat — platform on-call; password {DEMO_PASSWORD})\n"
                   f"API docs http://127.0.0.1:{port}/api/docs · metrics http://127.0.0.1:{port}/metrics · "
                   f"logs {system.logdir}\nCtrl-C stops everything.")
         while True:

@@ -1,0 +1,253 @@
+"""Sessions and roles, checked where an attacker would act: on the tab's own websocket.
+
+Invariants: a privileged Reflex event sent by an operator without the role changes nothing and is refused, whatever
+the page shows (the forge goes through the tab's own connection, so the server sees that tab's session); a tenant's
+on-call cannot pause a lane (lanes carry every tenant's messages); after logout and a new login in the same tab, no
+frame carries anything of the previous operator; page loads do not multiply Redis subscriptions, and a closed tab's
+live view is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from dashboard.pages.ops import OpsState
+from domain.commands import Committed, create_order, execute_order_command
+from domain.db import get_engine
+from domain.delivery.lanes import set_lane_paused
+from domain.queue import ARMED_FAULTS, tenant_channel
+from domain.wakeups import after_commit, arq_pool
+from e2e.conftest import APP, RECEIVER, listeners, pubsub_connections, redis_client
+from jobs.tools.procs import wait_until
+
+pytestmark = pytest.mark.e2e
+EVENT_SOCKET = re.compile(r".*/_event/.*")
+
+
+class Tap:
+    """A tab whose websocket to the backend passes through the test: every frame each way is kept, and the test can
+    send its own event on the tab's own connection, exactly as the page's JavaScript would."""
+
+    def __init__(self, page) -> None:  # type: ignore[no-untyped-def]
+        self.page = page
+        self.sent: list[str] = []
+        self.received: list[str] = []
+        self.server = None
+        page.route_web_socket(EVENT_SOCKET, self._route)
+
+    def _route(self, ws) -> None:  # type: ignore[no-untyped-def]
+        server = ws.connect_to_server()
+        self.server = server
+
+        def up(m: str | bytes) -> None:
+            self.sent.append(m if isinstance(m, str) else m.decode(errors="replace"))
+            server.send(m)
+
+        def down(m: str | bytes) -> None:
+            self.received.append(m if isinstance(m, str) else m.decode(errors="replace"))
+            ws.send(m)
+
+        ws.on_message(up)
+        server.on_message(down)
+
+    def forge(self, state: type, handler: str, payload: dict[str, object]) -> None:
+        """Send `<state>.<handler>(payload)` on the tab's socket, framed exactly as the page's JavaScript frames
+        an event (socket.io `42/_event,["event", {...}]`): same connection, same session token, only the call is
+        ours."""
+        assert self.server is not None, "the tab has no websocket yet"
+        path = self.page.url.split("//", 1)[-1].split("/", 1)[-1].split("?", 1)[0]
+        event = {"name": f"{state.get_full_name()}.{handler}", "payload": payload,  # type: ignore[attr-defined]
+                 "router_data": {"pathname": f"/{path}", "asPath": f"/{path}"}}
+        self.server.send("42/_event," + json.dumps(["event", event]))
+
+
+def tapped_login(browser, user: str) -> Tap:  # type: ignore[no-untyped-def]
+    ctx = browser.new_context(viewport={"width": 1280, "height": 860})
+    page = ctx.new_page()
+    page.set_default_timeout(20_000)
+    tap = Tap(page)
+    login(page, user)
+    return tap
+
+
+def login(page, user: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{APP}/login")
+    page.get_by_test_id("login-user").fill(user)
+    page.get_by_test_id("login-password").fill("outbox-demo")
+    page.get_by_test_id("login-submit").click()
+    page.wait_for_url("**/ops" if user == "pat" else "**/orders")
+
+
+def lane_paused(lane: str) -> bool:
+    with get_engine().connect() as c:
+        return bool(c.execute(sa.text("SELECT paused FROM lane_controls WHERE lane = :l"), {"l": lane}).scalar_one())
+
+
+def failed_webhook() -> int:
+    """A tenant-42 webhook row that failed for good (the receiver answers 422 once): something to replay."""
+    httpx.post(f"{RECEIVER}/faults", json={"fail_422": 1}).raise_for_status()
+    oid = create_order(tenant_id=42, customer_ref="cust-003", amount_cents=1800, currency="EUR")
+    result = execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
+                                   actor_ref="operator:bob", request_id=f"req-forge-{oid}")
+    assert isinstance(result, Committed)
+
+    def failed() -> int | None:
+        with get_engine().connect() as c:
+            return c.execute(sa.text("SELECT id FROM notifications WHERE order_id = :o AND channel = 'webhook' "
+                                     "AND status = 'FAILED'"), {"o": oid}).scalar()
+
+    wait_until(lambda: failed() is not None, 30, "the webhook to fail on the receiver's 422")
+    nid = failed()
+    assert nid is not None
+    return nid
+
+
+def row_state(nid: int) -> tuple[str, str | None, int]:
+    with get_engine().connect() as c:
+        r = c.execute(sa.text("SELECT status, review, max_attempts FROM notifications WHERE id = :i"),
+                      {"i": nid}).one()
+    return r.status, r.review, r.max_attempts
+
+
+def actions_since(start: datetime) -> list[tuple[str, str]]:
+    with get_engine().connect() as c:
+        return [(r.actor_ref, r.action) for r in c.execute(sa.text(
+            "SELECT actor_ref, action FROM operator_actions WHERE at >= :s ORDER BY id"), {"s": start})]
+
+
+def refused(tap: Tap, words: str) -> None:
+    tap.page.wait_for_function(
+        "([w]) => { const e = document.querySelector('[data-testid=ops-message]'); return e && e.innerText.includes(w) }",
+        arg=[words])
+
+
+def test_forged_privileged_events_without_the_role_change_nothing(browser):
+    """Drive the Reflex events themselves. Platform on-call's forged pause works (the forge is real); support's
+    forged replay/resolve/pause, and tenant 42's on-call's forged pause and fault switches, change nothing, leave
+    no audit row, and say why."""
+    set_lane_paused("bulk", False)
+    nid = failed_webhook()
+    before = row_state(nid)
+    start = datetime.now(UTC)
+
+    pat = tapped_login(browser, "pat")  # positive control: the same forge path does act for the right role
+    pat.page.get_by_test_id("lane-row").first.wait_for()
+    pat.forge(OpsState, "toggle_lane", {"lane": "bulk", "paused": "no"})
+    wait_until(lambda: lane_paused("bulk"), 15, "platform on-call's forged pause to take effect")
+    pat.forge(OpsState, "toggle_lane", {"lane": "bulk", "paused": "yes"})
+    wait_until(lambda: not lane_paused("bulk"), 15, "platform on-call's forged resume to take effect")
+    assert actions_since(start) == [("operator:pat", "pause"), ("operator:pat", "resume")]
+    pat.page.context.close()
+
+    sam = tapped_login(browser, "sam")  # support: reads tenant 42, may change nothing
+    sam.page.goto(f"{APP}/ops")
+    sam.page.get_by_test_id("lane-row").first.wait_for()
+    assert sam.page.get_by_test_id("replay").count() == 0 and sam.page.get_by_test_id("lane-toggle").count() == 0
+    sam.forge(OpsState, "replay", {"nid": str(nid)})
+    refused(sam, "Only operators of this tenant (or platform on-call) can replay")
+    sam.forge(OpsState, "resolve", {"nid": str(nid)})
+    refused(sam, "can resolve")
+    sam.forge(OpsState, "toggle_lane", {"lane": "bulk", "paused": "no"})
+    refused(sam, "Only platform on-call can pause or resume a lane")
+    sam.page.context.close()
+
+    alice = tapped_login(browser, "alice")  # tenant 42's on-call: her tenant's money, not every tenant's lanes
+    alice.page.goto(f"{APP}/ops")
+    alice.page.get_by_test_id("lane-row").first.wait_for()
+    alice.forge(OpsState, "toggle_lane", {"lane": "critical", "paused": "no"})
+    refused(alice, "Only platform on-call can pause or resume a lane")
+    alice.forge(OpsState, "arm_worker_crash", {"lane": "high"})
+    refused(alice, "Fault switches exist only in development mode, for platform on-call")
+    alice.page.context.close()
+
+    assert not lane_paused("bulk") and not lane_paused("critical"), "a refused pause paused nothing"
+    assert row_state(nid) == before, "a refused replay/resolve left the row as it was"
+    assert redis_client().smembers(ARMED_FAULTS) == set(), "a refused fault switch armed nothing"
+    assert actions_since(start) == [("operator:pat", "pause"), ("operator:pat", "resume")], \
+        "refused actions leave no audit row (nothing happened)"
+
+
+async def _publish_and_wake(result: Committed) -> None:
+    """What the dashboard does after its own commit: push the hint to open views and wake the lane workers."""
+    pool = await arq_pool()
+    try:
+        assert (await after_commit(pool, result))["views"] >= 0
+    finally:
+        await pool.aclose()
+
+
+TENANT_42_ONLY = ("Alice Moreau", "Northwind", "cust-", "advisor-anna", "operator:alice")
+
+
+def test_after_logout_a_new_login_in_the_same_tab_is_sent_nothing_of_the_previous_operator(browser):
+    """Alice (tenant 42) walks through every page, logs out; Carol (tenant 7) logs in on the same tab and walks the
+    same pages while tenant 42's orders keep changing. No frame the tab receives after the logout carries tenant
+    42's names, customers or operators."""
+    tap = tapped_login(browser, "alice")
+    page = tap.page
+    for path, ready in (("/orders/913", "order-revision"), ("/ledger", "ledger-total"), ("/recipients", None),
+                        ("/audit?q=cust-001", None), ("/journeys", None), ("/balance", "balance"),
+                        ("/ops", "lane-row"), ("/orders", "order-link")):
+        page.goto(f"{APP}{path}")
+        if ready:
+            page.get_by_test_id(ready).first.wait_for()
+        else:
+            page.wait_for_load_state("networkidle")
+    seen_before = "".join(tap.received)
+    assert "Alice Moreau" in seen_before and "cust-" in seen_before, "the tap saw alice's data (it works)"
+
+    assert listeners(tenant_channel(42)) >= 1, "alice's orders page is live"
+    mark = len(tap.received)
+    page.get_by_test_id("logout").click()
+    page.wait_for_url("**/login")
+    wait_until(lambda: listeners(tenant_channel(42)) == 0, 10, "alice's live view to end at logout")
+    # Tenant 42 changes while the tab sits logged out, and again once carol is in: nothing of it may reach the tab.
+    for step in (1, 2):
+        oid = create_order(tenant_id=42, customer_ref="cust-004", amount_cents=900, currency="EUR")
+        r = execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
+                                  actor_ref="operator:bob", request_id=f"req-logout-{oid}")
+        assert isinstance(r, Committed)
+        with ThreadPoolExecutor(1) as ex:  # Playwright's sync API owns this thread's event loop
+            ex.submit(asyncio.run, _publish_and_wake(r)).result()
+        if step == 1:
+            login(page, "carol")
+            page.get_by_test_id("order-link").first.wait_for()
+    for path, ready in (("/ledger", "ledger-total"), ("/recipients", None), ("/audit?q=c7-001", None),
+                        ("/balance", "balance"), ("/ops", "lane-row"), ("/orders", "order-link")):
+        page.goto(f"{APP}{path}")
+        if ready:
+            page.get_by_test_id(ready).first.wait_for()
+        else:
+            page.wait_for_load_state("networkidle")
+    after = tap.received[mark:]
+    assert after, "the tab received frames after the logout"
+    assert "Carol Lindqvist" in "".join(after), "carol's session is what the tab now shows"
+    leaks = [(word, f[:200]) for f in after for word in TENANT_42_ONLY if word in f]
+    assert not leaks, f"frames after logout carried the previous operator's data: {leaks[:3]}"
+    page.context.close()
+
+
+def test_two_hundred_page_loads_leave_one_redis_subscription_and_a_closed_tab_no_view(browser):
+    """Each load starts the page's live view; the backend fans ONE subscription out to them. A superseded view
+    ends, and closing the tab ends the last one."""
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    page.set_default_timeout(20_000)
+    login(page, "alice")
+    channel = tenant_channel(42)
+    for _ in range(200):
+        page.reload()
+        page.get_by_test_id("order-link").first.wait_for()
+    wait_until(lambda: listeners(channel) == 1, 20, "only the latest load's live view to remain")
+    assert pubsub_connections() == 1, "the dashboard holds one Redis subscription, whatever the number of loads"
+    ctx.close()
+    wait_until(lambda: listeners(channel) == 0, 20, "the closed tab's live view to end")
+    assert pubsub_connections() == 1
