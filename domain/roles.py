@@ -6,7 +6,7 @@ the platform role belongs to NO tenant and owns what acts on every tenant at onc
 | role      | tenant | may                                                                   |
 |-----------|--------|-----------------------------------------------------------------------|
 | support   | one    | read: orders, ledger, audit, recipients, journeys (answer customers)  |
-| operator  | one    | + approve orders, replay/resolve failures, change preferences         |
+| operator  | one    | + orders, campaigns, journey events, replay/resolve, preferences      |
 | oncall    | one    | + top up the balance                                                  |
 | platform  | none   | pause/resume lanes, fault switches (development), replay/resolve any  |
 """
@@ -24,6 +24,7 @@ NO_TENANT: Final = 0  # a platform operator's tenant id in a session (real tenan
 
 class Act(StrEnum):
     ORDERS = "order command"
+    MESSAGES = "start or stop messages"  # campaigns, journey events
     REPLAY = "replay"
     RESOLVE = "resolve"
     PREFERENCES = "preferences"
@@ -34,6 +35,7 @@ class Act(StrEnum):
 
 _MAY: Final[dict[Act, frozenset[str]]] = {
     Act.ORDERS: frozenset({OPERATOR, ONCALL}),
+    Act.MESSAGES: frozenset({OPERATOR, ONCALL}),
     Act.REPLAY: frozenset({OPERATOR, ONCALL, PLATFORM}),
     Act.RESOLVE: frozenset({OPERATOR, ONCALL, PLATFORM}),
     Act.PREFERENCES: frozenset({OPERATOR, ONCALL}),
@@ -44,6 +46,7 @@ _MAY: Final[dict[Act, frozenset[str]]] = {
 
 _REFUSAL: Final[dict[Act, str]] = {
     Act.ORDERS: "Only operators of this tenant can approve, cancel or fulfil orders.",
+    Act.MESSAGES: "Only operators of this tenant can start or cancel campaigns and record journey events.",
     Act.REPLAY: "Only operators of this tenant (or platform on-call) can replay a message.",
     Act.RESOLVE: "Only operators of this tenant (or platform on-call) can resolve a message.",
     Act.PREFERENCES: "Only operators of this tenant can change a recipient's preferences.",

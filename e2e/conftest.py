@@ -150,6 +150,15 @@ def browser(app_system):
         b.close()
 
 
+def log_in(page, user: str) -> None:  # type: ignore[no-untyped-def]
+    """Log in on the login page; platform on-call lands on /ops, everyone else on /orders."""
+    page.goto(f"{APP}/login")
+    page.get_by_test_id("login-user").fill(user)
+    page.get_by_test_id("login-password").fill("outbox-demo")
+    page.get_by_test_id("login-submit").click()
+    page.wait_for_url("**/ops" if user == "pat" else "**/orders")
+
+
 @pytest.fixture
 def new_operator(browser) -> Iterator:
     contexts = []
@@ -159,11 +168,7 @@ def new_operator(browser) -> Iterator:
         contexts.append(ctx)
         page = ctx.new_page()
         page.set_default_timeout(20_000)
-        page.goto(f"{APP}/login")
-        page.get_by_test_id("login-user").fill(user)
-        page.get_by_test_id("login-password").fill("outbox-demo")
-        page.get_by_test_id("login-submit").click()
-        page.wait_for_url("**/ops" if user == "pat" else "**/orders")
+        log_in(page, user)
         return page
 
     yield login

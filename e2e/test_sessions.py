@@ -19,13 +19,14 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from dashboard.pages.campaigns import CampaignsState
 from dashboard.pages.ops import OpsState
 from domain.commands import Committed, create_order, execute_order_command
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
 from domain.queue import ARMED_FAULTS, tenant_channel
 from domain.wakeups import after_commit, arq_pool
-from e2e.conftest import APP, RECEIVER, listeners, pubsub_connections, redis_client
+from e2e.conftest import APP, RECEIVER, listeners, log_in, pubsub_connections, redis_client
 from jobs.tools.procs import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -74,16 +75,8 @@ def tapped_login(browser, user: str) -> Tap:  # type: ignore[no-untyped-def]
     page = ctx.new_page()
     page.set_default_timeout(20_000)
     tap = Tap(page)
-    login(page, user)
+    log_in(page, user)
     return tap
-
-
-def login(page, user: str) -> None:  # type: ignore[no-untyped-def]
-    page.goto(f"{APP}/login")
-    page.get_by_test_id("login-user").fill(user)
-    page.get_by_test_id("login-password").fill("outbox-demo")
-    page.get_by_test_id("login-submit").click()
-    page.wait_for_url("**/ops" if user == "pat" else "**/orders")
 
 
 def lane_paused(lane: str) -> bool:
@@ -157,6 +150,12 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
     refused(sam, "can resolve")
     sam.forge(OpsState, "toggle_lane", {"lane": "bulk", "paused": "no"})
     refused(sam, "Only platform on-call can pause or resume a lane")
+    sam.page.goto(f"{APP}/campaigns")
+    sam.page.get_by_test_id("campaign-start").wait_for()
+    assert sam.page.get_by_test_id("campaign-start").is_disabled()
+    sam.forge(CampaignsState, "create", {"form": {"name": "forged", "segment": "all_reachable",
+                                                  "template": "offer", "channel": "email"}})
+    sam.page.wait_for_function("() => document.body.innerText.includes('Only operators of this tenant can start')")
     sam.page.context.close()
 
     alice = tapped_login(browser, "alice")  # tenant 42's on-call: her tenant's money, not every tenant's lanes
@@ -173,6 +172,8 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
     assert redis_client().smembers(ARMED_FAULTS) == set(), "a refused fault switch armed nothing"
     assert actions_since(start) == [("operator:pat", "pause"), ("operator:pat", "resume")], \
         "refused actions leave no audit row (nothing happened)"
+    with get_engine().connect() as c:
+        assert c.execute(sa.text("SELECT count(*) FROM campaigns WHERE name = 'forged'")).scalar() == 0
 
 
 async def _publish_and_wake(result: Committed) -> None:
@@ -218,7 +219,7 @@ def test_after_logout_a_new_login_in_the_same_tab_is_sent_nothing_of_the_previou
         with ThreadPoolExecutor(1) as ex:  # Playwright's sync API owns this thread's event loop
             ex.submit(asyncio.run, _publish_and_wake(r)).result()
         if step == 1:
-            login(page, "carol")
+            log_in(page, "carol")
             page.get_by_test_id("order-link").first.wait_for()
     for path, ready in (("/ledger", "ledger-total"), ("/recipients", None), ("/audit?q=c7-001", None),
                         ("/balance", "balance"), ("/ops", "lane-row"), ("/orders", "order-link")):
@@ -241,7 +242,7 @@ def test_two_hundred_page_loads_leave_one_redis_subscription_and_a_closed_tab_no
     ctx = browser.new_context()
     page = ctx.new_page()
     page.set_default_timeout(20_000)
-    login(page, "alice")
+    log_in(page, "alice")
     channel = tenant_channel(42)
     for _ in range(200):
         page.reload()

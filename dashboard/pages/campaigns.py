@@ -16,6 +16,7 @@ from dashboard.state import AuthState
 from domain import campaigns
 from domain.audience import PEOPLE_CHANNELS
 from domain.ledger import SendRefused
+from domain.roles import Act, refusal
 from domain.wakeups import wake_fan_out
 
 REFRESH_SECONDS = 2.0
@@ -63,7 +64,8 @@ class CampaignsState(AuthState):
     @rx.event
     async def create(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
         self.error = self.notice = ""
-        if not self._tenant_id:
+        if not await self._allowed(Act.MESSAGES):
+            self.error = refusal(Act.MESSAGES)
             return
         name = str(form.get("name", "")).strip()[:100]
         if not name:
@@ -85,7 +87,10 @@ class CampaignsState(AuthState):
     async def cancel(self, cid: str):  # type: ignore[no-untyped-def]
         self.error = self.notice = ""
         campaign_id = parse_id(cid)
-        if not self._tenant_id or campaign_id is None:
+        if campaign_id is None:
+            return
+        if not await self._allowed(Act.MESSAGES):
+            self.error = refusal(Act.MESSAGES)
             return
         n = await asyncio.to_thread(campaigns.cancel, self._tenant_id, campaign_id)
         self.notice = "No such campaign." if n is None else f"Campaign {cid} cancelled: {n} owed messages suppressed."
@@ -108,7 +113,7 @@ def _campaign_row(c: rx.Var) -> rx.Component:
         rx.table.cell(c["delivered"]), rx.table.cell(c["deferred"]),
         rx.table.cell(rx.text(c["suppressed"], size="1")), rx.table.cell(c["failed"]),
         rx.table.cell(rx.text(c["started"], size="1")),
-        rx.table.cell(rx.cond(c["active"] == "yes", rx.button("Cancel", size="1", color_scheme="red",
+        rx.table.cell(rx.cond((c["active"] == "yes") & CampaignsState.may_change, rx.button("Cancel", size="1", color_scheme="red",
                                                               variant="soft", on_click=CampaignsState.cancel(c["id"])))),
         data_testid="campaign-row")
 
@@ -125,7 +130,8 @@ def campaigns_page() -> rx.Component:
                                                                default_value="offer"), spacing="1"),
             rx.vstack(rx.text("Channel", size="1"), rx.select(list(PEOPLE_CHANNELS), name="channel",
                                                               default_value="email"), spacing="1"),
-            rx.button("Start campaign", type="submit", data_testid="campaign-start"),
+            rx.button("Start campaign", type="submit", disabled=~CampaignsState.may_change,
+                      data_testid="campaign-start"),
             gap="12px", align="end", wrap="wrap"), on_submit=CampaignsState.create, reset_on_submit=True),
             margin_bottom="12px"),
         rx.text("Campaigns ride the bulk lane, paced by its token bucket: they never delay a one-time code on the "

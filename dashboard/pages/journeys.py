@@ -13,6 +13,7 @@ from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain import journeys, queries
+from domain.roles import Act, refusal
 from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
 
 DECISION_TEXT = {"scheduled": "nudge scheduled", "sent_now": "sent now", "dropped": "dropped",
@@ -82,7 +83,10 @@ class JourneysState(AuthState):
 
     @rx.event
     async def record(self):  # type: ignore[no-untyped-def]
-        if not self._tenant_id or not self.selected:
+        if not self.selected:
+            return
+        if not await self._allowed(Act.MESSAGES):
+            self.result = refusal(Act.MESSAGES)
             return
         r = await asyncio.to_thread(journeys.record_lead_event, self._tenant_id, self.selected, self.event)
         self.result = OUTCOME_TEXT[r.outcome].format(at=when(r.scheduled_for), step=r.current_step)
@@ -153,7 +157,8 @@ def journeys_page() -> rx.Component:
                     ),
                     value=JourneysState.event, on_change=JourneysState.set_event,
                 ),
-                rx.button("Record event", on_click=JourneysState.record, data_testid="record-event"),
+                rx.button("Record event", on_click=JourneysState.record, disabled=~JourneysState.may_change,
+                          data_testid="record-event"),
                 spacing="2", margin_y="8px",
             ),
             rx.cond(JourneysState.result != "", rx.callout(JourneysState.result, icon="info",
