@@ -24,7 +24,7 @@ from dashboard.pages.ops import OpsState
 from domain.commands import Committed, create_order, execute_order_command
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
-from domain.queue import ARMED_FAULTS, tenant_channel
+from domain.queue import ARMED_FAULTS, order_channel, tenant_channel
 from domain.wakeups import after_commit, arq_pool
 from e2e.conftest import APP, RECEIVER, listeners, log_in, pubsub_connections, redis_client
 from jobs.tools.procs import wait_until
@@ -252,3 +252,27 @@ def test_two_hundred_page_loads_leave_one_redis_subscription_and_a_closed_tab_no
     ctx.close()
     wait_until(lambda: listeners(channel) == 0, 20, "the closed tab's live view to end")
     assert pubsub_connections() == 1
+
+
+def test_a_killed_subscription_comes_back_and_open_views_stay_live(browser):
+    """Redis drops the dashboard's one subscription (restart, failover, `CLIENT KILL`): the hub reconnects by itself
+    and the views that were open keep receiving pushes, without a reload."""
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    page.set_default_timeout(20_000)
+    log_in(page, "alice")
+    oid = create_order(tenant_id=42, customer_ref="cust-005", amount_cents=700, currency="EUR")
+    page.goto(f"{APP}/orders/{oid}")
+    page.get_by_test_id("order-revision").wait_for()
+    wait_until(lambda: listeners(order_channel(42, oid)) == 1, 20, "the order view to be live")
+    r = redis_client()
+    assert r.client_kill_filter(_type="pubsub") >= 1
+    wait_until(lambda: pubsub_connections() == 1, 20, "the hub to subscribe again")
+    result = execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
+                                   actor_ref="operator:bob", request_id=f"req-kill-{oid}")
+    assert isinstance(result, Committed)
+    with ThreadPoolExecutor(1) as ex:
+        ex.submit(asyncio.run, _publish_and_wake(result)).result()
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=order-revision]').innerText.trim() === '2'", timeout=20_000)
+    ctx.close()
