@@ -21,9 +21,16 @@ from sqlalchemy.engine import Engine
 from domain import actions
 from domain.db import UnitOfWork
 
+# One statement: the guarded debit, its entry and the row's hold. The tenant's balance row is the one row every
+# send of that tenant locks, so the claim takes money LAST and in one round trip, and commits right after: the lock
+# is held for a statement and a commit, not for the rest of the claim (a code waits behind bulk claims' locks).
 _RESERVE = sa.text(
-    "UPDATE balances SET balance_cents = balance_cents - :c WHERE tenant_id = :t AND balance_cents >= :c "
-    "RETURNING balance_cents")
+    "WITH b AS (UPDATE balances SET balance_cents = balance_cents - :c WHERE tenant_id = :t AND balance_cents >= :c "
+    "RETURNING tenant_id), "
+    "e AS (INSERT INTO balance_entries (tenant_id, notification_id, kind, amount_cents, reason) "
+    "SELECT tenant_id, :n, 'reserve', -:c, :r FROM b), "
+    "u AS (UPDATE notifications SET reserved_cents = :c WHERE id = :n AND EXISTS (SELECT 1 FROM b)) "
+    "SELECT count(*) FROM b")
 _ENTRY = sa.text(
     "INSERT INTO balance_entries (tenant_id, notification_id, kind, amount_cents, reason) "
     "VALUES (:t, :n, :k, :a, :r)")
@@ -33,12 +40,7 @@ def reserve(uow: UnitOfWork, *, tenant_id: int, notification_id: int, cost_cents
     """Hold the price of one message. False: the balance cannot cover it (nothing changed)."""
     if cost_cents <= 0:
         return True
-    if uow.execute(_RESERVE, {"c": cost_cents, "t": tenant_id}).first() is None:
-        return False
-    uow.execute(_ENTRY, {"t": tenant_id, "n": notification_id, "k": "reserve", "a": -cost_cents, "r": reason})
-    uow.execute(sa.text("UPDATE notifications SET reserved_cents = :c WHERE id = :n"),
-                {"c": cost_cents, "n": notification_id})
-    return True
+    return bool(uow.execute(_RESERVE, {"c": cost_cents, "t": tenant_id, "n": notification_id, "r": reason}).scalar())
 
 
 def take_cap_slot(uow: UnitOfWork, *, tenant_id: int, recipient: str, day: date, cap: int,

@@ -199,6 +199,8 @@ class Notification(SQLModel, table=True):
         sa.Index(
             "notifications_owed", "id", "next_attempt_at", postgresql_where=sa.text("status = 'QUEUED'")
         ),
+        # The relay's per-lane window (its oldest owed rows of one lane).
+        sa.Index("notifications_owed_by_lane", "lane", "id", postgresql_where=sa.text("status = 'QUEUED'")),
         sa.Index("notifications_recipient_created", "tenant_id", "recipient", "created_at"),
         sa.Index("notifications_provider_reference", "provider_reference"),
     )

@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     metrics_token: str = ""
     lease_seconds: float = Field(30.0, gt=0)
     scan_interval: float = Field(5.0, gt=0)
+    # Wake-ups the relay keeps in Redis per lane (its oldest owed rows); the rest wait in PostgreSQL, in order.
+    relay_window: int = Field(2000, ge=10, validation_alias="OUTBOX_RELAY_WINDOW")
     # Messages per second through the bulk lane per provider channel, shared by every bulk worker (token bucket).
     # Default measured (evidence/bench.md): the mock provider takes ~150 posts/s on 2 cores; leave it headroom.
     bulk_rate_per_second: float = Field(100.0, gt=0, validation_alias="OUTBOX_BULK_RATE")

@@ -46,16 +46,20 @@ CLAIM_NOTIFICATION = sa.text(
 )
 
 # ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------
-SCAN_OWED = sa.text(
+_SCAN_OWED = (
     "SELECT n.id, n.lane, n.next_attempt_at, n.leased_until IS NOT NULL AS lease_expired, "
     "(n.leased_until IS NULL AND n.next_attempt_at < now() - make_interval(secs => :lease)) AS overdue "
     "FROM notifications n "
     "WHERE n.status = 'QUEUED' AND n.id > :after AND n.next_attempt_at <= now() + make_interval(secs => :horizon) "
     "AND (n.leased_until IS NULL OR n.leased_until < now()) "
     # A paused lane needs no wake-ups; resuming it NOTIFYs the relay.
-    "AND NOT EXISTS (SELECT 1 FROM lane_controls c WHERE c.lane = n.lane AND c.paused) "
+    "AND NOT EXISTS (SELECT 1 FROM lane_controls c WHERE c.lane = n.lane AND c.paused) {lane}"
     "ORDER BY n.id LIMIT :limit FOR UPDATE OF n SKIP LOCKED"
 )
+SCAN_OWED = sa.text(_SCAN_OWED.format(lane=""))
+# One lane's oldest owed rows, through the partial index notifications_owed_by_lane (lane, id): the relay keeps
+# at most a window of each lane's wake-ups in Redis, so a 40,000-message campaign costs it a window, not 40,000.
+SCAN_OWED_LANE = sa.text(_SCAN_OWED.format(lane="AND n.lane = :lane "))
 
 NOTIFY_OWED = sa.text(f"SELECT pg_notify('{NOTIFY_CHANNEL}', :lane)")
 

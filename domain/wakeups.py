@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
+from arq.constants import job_key_prefix
 
 from domain import faults
 from domain.commands import Committed, OwedRow
@@ -67,6 +68,18 @@ async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
                                       _queue_name=queue_name(row.lane))
         n += job is not None
     return n
+
+
+async def enqueue_missing(redis: ArqRedis, rows: list[OwedRow]) -> int:
+    """The relay's enqueue: one pipelined EXISTS for the whole page first, then `enqueue` only the rows whose job
+    is gone (lost with Redis, or finished) — a scan over rows that all have live jobs costs one round trip."""
+    if not rows:
+        return 0
+    async with redis.pipeline(transaction=False) as pipe:
+        for row in rows:
+            pipe.exists(job_key_prefix + job_id(row.notification_id))
+        live = await pipe.execute()
+    return await enqueue(redis, [row for row, exists in zip(rows, live, strict=True) if not exists])
 
 
 async def enqueue_fan_out(redis: ArqRedis, campaign_id: int) -> bool:

@@ -19,17 +19,22 @@ from arq.constants import in_progress_key_prefix, job_key_prefix
 from domain import campaigns, sql
 from domain.commands import OwedRow
 from domain.db import UnitOfWork
-from domain.queue import NOTIFY_CHANNEL, job_id, job_timeout_seconds
+from domain.queue import LANES, NOTIFY_CHANNEL, job_id, job_timeout_seconds
 from domain.settings import get_settings
-from domain.wakeups import arq_pool, enqueue, enqueue_fan_out
+from domain.wakeups import arq_pool, enqueue_fan_out, enqueue_missing
 
 log = logging.getLogger("outbox.relay")
 
 
-def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0) -> list[ScannedRow]:
+def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0,
+               lane: str | None = None) -> list[ScannedRow]:
+    """A keyset page of owed, due rows: of one lane (the relay), or of every lane in id order (the benchmark)."""
+    params = {"after": after, "limit": limit, "horizon": horizon_seconds, "lease": get_settings().lease_seconds}
     with UnitOfWork() as uow:
-        rows = uow.execute(sql.SCAN_OWED, {"after": after, "limit": limit, "horizon": horizon_seconds,
-                                           "lease": get_settings().lease_seconds}).all()
+        if lane is None:
+            rows = uow.execute(sql.SCAN_OWED, params).all()
+        else:
+            rows = uow.execute(sql.SCAN_OWED_LANE, {**params, "lane": lane}).all()
         uow.commit()  # the SKIP LOCKED claim only needs to last while we read; enqueue is idempotent
     return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id)), r.lease_expired, r.overdue) for r in rows]
 
@@ -62,19 +67,29 @@ async def forget_dead_jobs(redis: ArqRedis, scanned: list[ScannedRow]) -> int:
     return len(dead)
 
 
-async def scan_once(redis: ArqRedis, limit: int = 500) -> tuple[int, int]:
-    """Returns (rows owed and due, wake-ups actually enqueued)."""
-    seen = enq = after = 0
-    while True:  # keyset pages over the partial index: every owed row is visited once per scan
-        rows = await asyncio.to_thread(claim_owed, after, limit)
-        if not rows:
-            break
-        seen += len(rows)
-        await forget_dead_jobs(redis, rows)
-        enq += await enqueue(redis, [s.row for s in rows])
-        after = rows[-1].row.notification_id
-        if len(rows) < limit:
-            break
+async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None) -> tuple[int, int]:
+    """Returns (owed rows visited, wake-ups actually enqueued).
+
+    Per lane, the scan visits that lane's oldest owed rows up to the window (`OUTBOX_RELAY_WINDOW`): Redis holds at
+    most a window of wake-ups per lane, and a campaign of 40,000 rows costs each scan a window's worth of work, not
+    40,000 enqueue calls. Rows past the window are not lost: they are owed in PostgreSQL, in id order, and enter
+    the window as the rows before them are sent."""
+    window = window or get_settings().relay_window
+    seen = enq = 0
+    for lane in LANES:
+        after = visited = 0
+        while visited < window:  # keyset pages over the partial index (lane, id)
+            page = min(limit, window - visited)
+            rows = await asyncio.to_thread(claim_owed, after, page, 1.0, lane)
+            if not rows:
+                break
+            visited += len(rows)
+            await forget_dead_jobs(redis, rows)
+            enq += await enqueue_missing(redis, [s.row for s in rows])
+            after = rows[-1].row.notification_id
+            if len(rows) < page:
+                break
+        seen += visited
     # A campaign whose fan-out stopped half way (its job lost with Redis, or its worker killed) is resumed.
     for campaign_id in await asyncio.to_thread(campaigns.unfinished):
         await enqueue_fan_out(redis, campaign_id)

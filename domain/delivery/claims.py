@@ -183,9 +183,10 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, now: datetime, worker: str) -> C
     if rcp.daily_cap is not None and c.lane != "critical" and not holds_slot and not metering.take_cap_slot(
             uow, tenant_id=c.tenant_id, recipient=c.recipient, day=day, cap=rcp.daily_cap, notification_id=c.id):
         return _suppress(uow, c, worker, "daily_cap", now)
-    if not _take_money(uow, c):
+    body = _render(uow, c)
+    if not _take_money(uow, c):  # last: see metering._RESERVE
         return _suppress(uow, c, worker, "insufficient_balance", now)
-    return Ready(c, contact, _render(uow, c))
+    return Ready(c, contact, body)
 
 
 def local_day(now: datetime, tz: str) -> date:
