@@ -104,13 +104,19 @@ def action_row(a: dict[str, object]) -> dict[str, str]:
     """A privileged action (domain/actions.py) as a table row."""
     at = a.get("at")
     return {"at": at.strftime("%Y-%m-%d %H:%M:%S") if hasattr(at, "strftime") else "", "who": str(a["actor_ref"]),
-            "what": str(a["action"]), "target": str(a["target"]), "note": str(a.get("note") or "")}
+            "what": str(a["action"]), "target": str(a["target"]), "note": str(a.get("note") or ""),
+            # Lane controls act on every tenant: they belong to none.
+            "tenant": str(a["tenant_id"]) if a.get("tenant_id") else "all"}
+
+
+ACTION_HEADERS = ("When (UTC)", "Tenant", "Who", "What", "On", "Note")
 
 
 def action_table_row(a: rx.Var) -> rx.Component:
-    return rx.table.row(rx.table.cell(rx.text(a["at"], size="1")), rx.table.cell(a["who"]),
-                        rx.table.cell(rx.badge(a["what"], variant="soft")), rx.table.cell(a["target"]),
-                        rx.table.cell(rx.text(a["note"], size="1")), data_testid="action-row")
+    return rx.table.row(rx.table.cell(rx.text(a["at"], size="1")), rx.table.cell(rx.text(a["tenant"], size="1")),
+                        rx.table.cell(a["who"]), rx.table.cell(rx.badge(a["what"], variant="soft")),
+                        rx.table.cell(a["target"]), rx.table.cell(rx.text(a["note"], size="1")),
+                        data_testid="action-row")
 
 
 def empty_state(text: str) -> rx.Component:

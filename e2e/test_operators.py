@@ -323,6 +323,7 @@ def test_only_platform_on_call_sees_lane_controls_and_has_only_the_ops_page(new_
     p.get_by_test_id("lane-toggle").first.wait_for()
     assert p.get_by_test_id("lane-toggle").count() == 4
     assert p.get_by_test_id("tenant-label").inner_text() == "platform on-call"
+    shot(p, "ops-platform-on-call")
     p.goto(f"{APP}/orders/913")
     p.wait_for_url("**/ops")
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import action_row, action_table_row, data_table, empty_state, shell
+from dashboard.components import ACTION_HEADERS, action_row, action_table_row, data_table, empty_state, shell
 from dashboard.format import when
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -94,7 +94,7 @@ def audit_page() -> rx.Component:
                 rx.cond(AuditState.searched, empty_state("Nothing found for that search in your tenant."),
                         empty_state("Search to see one timeline across event, attempts, receiver and receipts."))),
         rx.heading("Privileged actions", size="4", margin_top="20px", margin_bottom="8px"),
-        data_table(["When (UTC)", "Who", "What", "On", "Note"], AuditState.actions, action_table_row,
+        data_table(ACTION_HEADERS, AuditState.actions, action_table_row,
                    "No privileged actions yet.", "actions-table"),
     )
 

@@ -10,7 +10,16 @@ import httpx
 import reflex as rx
 
 from dashboard import live, routes
-from dashboard.components import action_row, action_table_row, card, data_table, shell, stat, status_badge
+from dashboard.components import (
+    ACTION_HEADERS,
+    action_row,
+    action_table_row,
+    card,
+    data_table,
+    shell,
+    stat,
+    status_badge,
+)
 from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -249,7 +258,7 @@ def ops_page() -> rx.Component:
         data_table(["#", "Tenant", "Channel", "Recipient", "Status", "Why", "Attempts", "Event", ""], OpsState.review,
                    _review_row, "Nothing failed. Nothing waits for a human.", "review-table"),
         rx.heading("Privileged actions", size="4", margin_top="16px", margin_bottom="8px"),
-        data_table(["When (UTC)", "Who", "What", "On", "Note"], OpsState.actions, action_table_row,
+        data_table(ACTION_HEADERS, OpsState.actions, action_table_row,
                    "No privileged actions yet.", "actions-table"),
         rx.cond(OpsState.dev_mode & OpsState.platform, rx.box(
             rx.heading("Receiver fault switches (development only)", size="4", margin_top="20px",
