@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     # Fault switches on /ops and the receiver's /faults. Unset: on in development, off in production (where it
     # cannot be turned on).
     dev_mode: bool | None = None
+    # The API's interactive docs and OpenAPI schema (/api/docs, /api/openapi.json). Unset: served in development,
+    # not in production (an attacker's map of the API); production may opt in.
+    api_docs: bool | None = Field(None, validation_alias="OUTBOX_API_DOCS")
     # Comma-separated fault points (domain/faults.py) at which this process dies: development and tests only.
     fault: str = ""
 
@@ -86,7 +89,8 @@ def _fail_closed(s: Settings) -> Settings:
     names = Settings.env_names()
     if s.env == "development":
         fill = {k: v for k, v in DEMO_SECRETS.items() if not getattr(s, k)}
-        return s.model_copy(update={**fill, "dev_mode": True if s.dev_mode is None else s.dev_mode})
+        return s.model_copy(update={**fill, "dev_mode": True if s.dev_mode is None else s.dev_mode,
+                                    "api_docs": True if s.api_docs is None else s.api_docs})
     problems = [f"{names[k]} is not set" if not getattr(s, k) else f"{names[k]} is the published demo value"
                 for k, demo in DEMO_SECRETS.items() if not getattr(s, k) or getattr(s, k) == demo]
     if s.dev_mode:
@@ -96,7 +100,7 @@ def _fail_closed(s: Settings) -> Settings:
     if problems:
         raise SettingsError("OUTBOX_ENV=production refuses to start: " + "; ".join(problems)
                             + ". Set them, or OUTBOX_ENV=development for the demo and tests.")
-    return s.model_copy(update={"dev_mode": False})
+    return s.model_copy(update={"dev_mode": False, "api_docs": bool(s.api_docs)})
 
 
 def _load() -> Settings:

@@ -37,8 +37,9 @@ async def api_not_found(rest: str) -> JSONResponse:
 
 
 def build_api() -> FastAPI:
-    api = FastAPI(title="Outbox API", version="1.0", openapi_url="/api/openapi.json", docs_url="/api/docs",
-                  redoc_url=None)
+    docs = bool(get_settings().api_docs)  # production: off unless OUTBOX_API_DOCS=1
+    api = FastAPI(title="Outbox API", version="1.0", openapi_url="/api/openapi.json" if docs else None,
+                  docs_url="/api/docs" if docs else None, redoc_url=None)
     api.add_middleware(BodyLimit, max_bytes=get_settings().max_body_bytes)
     errors.install(api)
     for router in (*ROUTERS, not_found):
