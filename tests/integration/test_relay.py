@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import sqlalchemy as sa
 from arq import ArqRedis
 
@@ -44,7 +45,17 @@ async def _finish(pool: ArqRedis, ids: list[int]) -> None:
     await pool.zrem(queue_name("bulk"), *[job_id(i) for i in ids])
 
 
-def test_relay_keeps_a_window_of_wake_ups_per_lane_in_id_order_and_loses_none(db, redis_db):
+@pytest.fixture
+def only_this_relay(services):  # type: ignore[no-untyped-def]
+    """The test drives the relay's scan itself: the session's relay process must not scan beside it."""
+    relay = services.procs.get("relay")
+    if relay is not None and relay.alive():
+        relay.stop()
+    yield
+    services.relay()
+
+
+def test_relay_keeps_a_window_of_wake_ups_per_lane_in_id_order_and_loses_none(only_this_relay, db, redis_db):
     bulk = _owed("bulk", 3 * WINDOW, "win-b-")
     codes = _owed("critical", 3, "win-c-")  # created after the whole bulk backlog: higher ids
 
