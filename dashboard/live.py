@@ -31,7 +31,7 @@ from domain.queue import LIVE_VIEWS_KEY, REFRESH_PREFIX
 from domain.settings import get_settings
 
 log = logging.getLogger("outbox.live")
-QUEUE_SIZE = 64  # hints per view; a full queue drops its oldest hint (each one only says "reload")
+QUEUE_SIZE = 64  # hints per view (see _fan_out)
 
 
 async def arq() -> Any:
@@ -64,7 +64,6 @@ class Hub:
         self._task: asyncio.Task[None] | None = None
         self._counter: asyncio.Task[None] | None = None
         self._dirty = asyncio.Event()
-        self.connected = asyncio.Event()
         self.where = f"{socket.gethostname()}:{os.getpid()}"
 
     @property
@@ -85,16 +84,15 @@ class Hub:
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.psubscribe(f"{REFRESH_PREFIX}*")
-                self.connected.set()
                 if not first:  # anything published while we were away was missed: every view reloads
-                    self._fan_out_all({"kind": "resync"})
+                    for queues in self._views.values():
+                        _fan_out(queues, {"kind": "resync"})
                 first, delay = False, 0.5
                 while True:
                     msg = await pubsub.get_message(timeout=5.0)
                     if msg is not None and msg.get("type") == "pmessage":
                         self._dispatch(msg["channel"], msg["data"])
             except (RedisError, OSError) as e:
-                self.connected.clear()
                 log.warning("live hub lost Redis (%s); reconnecting in %.1f s", type(e).__name__, delay)
             finally:
                 with contextlib.suppress(Exception):
@@ -115,13 +113,7 @@ class Hub:
         if not isinstance(data, dict):
             return
         data["received_at"] = time.time()
-        for q in list(queues):
-            _offer(q, dict(data))
-
-    def _fan_out_all(self, data: dict[str, Any]) -> None:
-        for queues in self._views.values():
-            for q in list(queues):
-                _offer(q, dict(data))
+        _fan_out(queues, data)
 
     async def _publish_counts(self) -> None:
         """This process's views per channel, written whole to `outbox:live:views:<host>:<pid>` whenever they change
@@ -170,11 +162,13 @@ class Hub:
             self._dirty.set()
 
 
-def _offer(q: asyncio.Queue[dict[str, Any]], data: dict[str, Any]) -> None:
-    if q.full():
-        with contextlib.suppress(asyncio.QueueEmpty):
-            q.get_nowait()
-    q.put_nowait(data)
+def _fan_out(queues: set[asyncio.Queue[dict[str, Any]]], data: dict[str, Any]) -> None:
+    """A copy of the hint to each view; a full queue drops its oldest hint (each one only says "reload")."""
+    for q in list(queues):
+        if q.full():
+            with contextlib.suppress(asyncio.QueueEmpty):
+                q.get_nowait()
+        q.put_nowait(dict(data))
 
 
 HUB = Hub()

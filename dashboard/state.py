@@ -85,6 +85,11 @@ class AuthState(rx.State):
         self._tenant_id, self._actor_ref, self._role, self.role = p.tenant_id, p.actor_ref, p.role, p.role
         return True
 
+    def _session(self) -> tuple[int, int]:
+        """Who this tab is logged in as. A live task takes it when it starts and compares before it assigns
+        anything: after a logout or another login in the tab, it pushes nothing more."""
+        return self._tenant_id, self._operator_id
+
     async def _allowed(self, act: Act) -> bool:
         """The one gate for a privileged action, asked inside the handler every time (the browser can send any
         event with any arguments; hiding a button proves nothing)."""

@@ -176,13 +176,18 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
         assert c.execute(sa.text("SELECT count(*) FROM campaigns WHERE name = 'forged'")).scalar() == 0
 
 
-async def _publish_and_wake(result: Committed) -> None:
-    """What the dashboard does after its own commit: push the hint to open views and wake the lane workers."""
-    pool = await arq_pool()
-    try:
-        assert (await after_commit(pool, result))["views"] >= 0
-    finally:
-        await pool.aclose()
+def publish_and_wake(result: Committed) -> None:
+    """What the dashboard does after its own commit: push the hint to open views and wake the lane workers. Run
+    on a thread of its own: Playwright's sync API owns this thread's event loop."""
+    async def run() -> None:
+        pool = await arq_pool()
+        try:
+            assert (await after_commit(pool, result))["views"] >= 0
+        finally:
+            await pool.aclose()
+
+    with ThreadPoolExecutor(1) as ex:
+        ex.submit(asyncio.run, run()).result()
 
 
 TENANT_42_ONLY = ("Alice Moreau", "Northwind", "cust-", "advisor-anna", "operator:alice")
@@ -216,8 +221,7 @@ def test_after_logout_a_new_login_in_the_same_tab_is_sent_nothing_of_the_previou
         r = execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
                                   actor_ref="operator:bob", request_id=f"req-logout-{oid}")
         assert isinstance(r, Committed)
-        with ThreadPoolExecutor(1) as ex:  # Playwright's sync API owns this thread's event loop
-            ex.submit(asyncio.run, _publish_and_wake(r)).result()
+        publish_and_wake(r)
         if step == 1:
             log_in(page, "carol")
             page.get_by_test_id("order-link").first.wait_for()
@@ -271,8 +275,7 @@ def test_a_killed_subscription_comes_back_and_open_views_stay_live(browser):
     result = execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
                                    actor_ref="operator:bob", request_id=f"req-kill-{oid}")
     assert isinstance(result, Committed)
-    with ThreadPoolExecutor(1) as ex:
-        ex.submit(asyncio.run, _publish_and_wake(result)).result()
+    publish_and_wake(result)
     page.wait_for_function(
         "() => document.querySelector('[data-testid=order-revision]').innerText.trim() === '2'", timeout=20_000)
     ctx.close()

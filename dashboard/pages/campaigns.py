@@ -50,15 +50,16 @@ class CampaignsState(AuthState):
     async def follow(self):  # type: ignore[no-untyped-def]
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            tenant, who = self._tenant_id, self._operator_id
+            session = self._session()
+        tenant = session[0]
         while still_wanted() and tenant:
             await asyncio.sleep(REFRESH_SECONDS)  # the page's refresh period while it is open
             if not still_wanted():
                 return
             rows = [_row(s) for s in await asyncio.to_thread(campaigns.list_campaigns, tenant)]
             async with self:
-                if (self._tenant_id, self._operator_id) != (tenant, who):
-                    return  # logged out in this tab: push nothing more
+                if self._session() != session:
+                    return
                 self.rows = rows
 
     @rx.event

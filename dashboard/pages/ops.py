@@ -100,8 +100,8 @@ class OpsState(AuthState):
         """On-call leaves this page open: refresh every few seconds, reading outside the state lock."""
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            scope, who = self._scope(), self._operator_id
-        if not who:
+            scope, session = self._scope(), self._session()
+        if not session[1]:
             return
         while still_wanted():
             await asyncio.sleep(REFRESH_SECONDS)
@@ -109,8 +109,8 @@ class OpsState(AuthState):
                 return
             snap = await _snapshot(scope)
             async with self:
-                if self._operator_id != who or self._scope() != scope:
-                    return  # logged out (or another operator logged in) in this tab: push nothing more
+                if self._session() != session:
+                    return
                 for k, v in snap.items():
                     setattr(self, k, v)
 

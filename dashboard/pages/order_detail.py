@@ -1,8 +1,9 @@
 """One order: status, revision, approve/cancel with the revision the operator saw, and its notifications.
 
 Live: a background task per open tab registers with the process's one Redis subscription (dashboard/live.py) for
-the order's channel and, per hint, reloads from PostgreSQL outside the state lock. `seen` lives in the browser's sessionStorage, so after a reconnect the page knows which revision the
-browser last displayed — a jump of more than one shows the missed-refresh badge.
+the order's channel and, per hint, reloads from PostgreSQL outside the state lock. `seen` lives in the browser's
+sessionStorage, so after a reconnect the page knows which revision the browser last displayed — a jump of more than
+one shows the missed-refresh badge.
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ class OrderState(AuthState):
     async def watch(self):  # type: ignore[no-untyped-def]
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            tenant, order_id, who = self._tenant_id, self.order_id, self._operator_id
+            session, order_id = self._session(), self.order_id
+        tenant = session[0]
         if not tenant or not order_id:
             return  # a live task needs a logged-in operator of a tenant
         async with contextlib.aclosing(live.messages(order_channel(tenant, order_id), still_wanted)) as hints:
@@ -149,8 +151,8 @@ class OrderState(AuthState):
                 # The message is only a hint: reload authorized state outside the lock, then assign.
                 loaded = await asyncio.to_thread(_load, tenant, order_id)
                 async with self:
-                    if self.order_id != order_id or (self._tenant_id, self._operator_id) != (tenant, who):
-                        return  # another order, or logged out in this tab: push nothing more
+                    if self.order_id != order_id or self._session() != session:
+                        return  # another order, or logged out in this tab
                     rev = msg.get("revision", -1)
                     if msg.get("kind") == "order" and rev > self.revision + 1:
                         self.missed = ("refresh missed — reloaded at revision "

@@ -38,18 +38,19 @@ class OrdersState(AuthState):
     async def watch(self):  # type: ignore[no-untyped-def]
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            tenant, who = self._tenant_id, self._operator_id
+            session = self._session()
+        tenant = session[0]
         if not tenant:
             return  # a live task needs a logged-in operator of a tenant
         async with contextlib.aclosing(live.messages(tenant_channel(tenant), still_wanted)) as hints:
             async for _ in hints:
                 async with self:
-                    if (self._tenant_id, self._operator_id) != (tenant, who):
-                        return  # logged out (or someone else logged in) in this tab: push nothing more
+                    if self._session() != session:
+                        return
                     status_filter_snapshot = self.status_filter
                 rows = await asyncio.to_thread(self._fetch_for, tenant, status_filter_snapshot)
                 async with self:
-                    if (self._tenant_id, self._operator_id) != (tenant, who):
+                    if self._session() != session:
                         return
                     self.rows = rows
 
