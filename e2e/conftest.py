@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 os.environ["OUTBOX_ENV"] = "development"  # demo secrets and the /ops fault switches the browser tests use
-E2E_DB_NAME, E2E_REDIS_DB = "outbox_e2e", 10
-APP_PORT, RECEIVER_PORT = 3117, 8117
+_SLOT = int(os.environ.get("OUTBOX_TEST_SLOT", "0") or 0)  # see tests/conftest.py
+_SUFFIX = f"_s{_SLOT}" if _SLOT else ""
+E2E_DB_NAME, E2E_REDIS_DB = f"outbox_e2e{_SUFFIX}", 10
+APP_PORT, RECEIVER_PORT = 3117 + 100 * _SLOT, 8117 + 100 * _SLOT
 APP = f"http://127.0.0.1:{APP_PORT}"
 CHROMIUM = "/usr/bin/chromium"
 EVIDENCE = Path(__file__).resolve().parent.parent / "evidence"
@@ -127,7 +129,7 @@ def app_system():
                          OUTBOX_APP_URL=APP, OUTBOX_LEASE_SECONDS="2", OUTBOX_SCAN_INTERVAL="0.5")
     # A silent drop must be noticed in seconds, not minutes, for the reconnect test.
     env = {**os.environ, "REFLEX_SOCKET_INTERVAL": "2", "REFLEX_SOCKET_TIMEOUT": "3"}
-    system = System(env, ROOT / ".run" / "e2e-logs")
+    system = System(env, ROOT / ".run" / f"e2e-logs{_SUFFIX}")
     try:
         system.receiver(RECEIVER_PORT, reset=True)
         system.relay()

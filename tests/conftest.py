@@ -9,7 +9,12 @@ import pytest
 
 PG_BASE = os.environ.get("OUTBOX_PG_BASE", "postgresql+psycopg://postgres@127.0.0.1:5432")
 REDIS_BASE = os.environ.get("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0]
-TEST_DB_URL = f"{PG_BASE}/outbox_test"
+# OUTBOX_TEST_SLOT=N (N > 0) gives a second checkout or a parallel run its own databases and ports; pair it with
+# its own Redis server (OUTBOX_REDIS_URL) since the Redis db indexes are fixed.
+SLOT = int(os.environ.get("OUTBOX_TEST_SLOT", "0") or 0)
+SLOT_SUFFIX = f"_s{SLOT}" if SLOT else ""
+PORT_OFFSET = 100 * SLOT
+TEST_DB_URL = f"{PG_BASE}/outbox_test{SLOT_SUFFIX}"
 TEST_REDIS_URL = f"{REDIS_BASE}/9"
 # Every process the tests start inherits these: its own database, Redis db, short leases and scans.
 os.environ.update({

@@ -16,8 +16,9 @@ from domain.db import get_engine
 from domain.settings import reload_settings
 from jobs.tools.checks import all_invariants
 from jobs.tools.procs import ROOT, System, wait_until
+from tests.conftest import PORT_OFFSET, SLOT_SUFFIX
 
-RECEIVER_PORT, API_PORT = 8098, 8099
+RECEIVER_PORT, API_PORT = 8098 + PORT_OFFSET, 8099 + PORT_OFFSET
 RECEIVER = f"http://127.0.0.1:{RECEIVER_PORT}"
 API = f"http://127.0.0.1:{API_PORT}"
 
@@ -27,7 +28,7 @@ def services(migrated_db):  # type: ignore[no-untyped-def]
     os.environ["OUTBOX_RECEIVER_URL"] = RECEIVER
     os.environ["OUTBOX_APP_URL"] = API
     reload_settings()
-    system = System(dict(os.environ), ROOT / ".run" / "test-logs")
+    system = System(dict(os.environ), ROOT / ".run" / f"test-logs{SLOT_SUFFIX}")
     system.receiver(RECEIVER_PORT, reset=True)
     system.api(API_PORT)
     system.relay()

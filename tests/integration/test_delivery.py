@@ -27,6 +27,7 @@ from domain.settings import get_settings
 from domain.signing import signed_headers
 from domain.wakeups import arq_pool, enqueue
 from jobs.tools.procs import ROOT, job_tries, wait_worker_ready
+from tests.conftest import SLOT_SUFFIX
 from tests.integration.conftest import API_PORT, RECEIVER, effects, rows, wait_for
 
 
@@ -244,7 +245,7 @@ def test_no_contact_point_or_secret_reaches_job_args_payloads_or_logs(sys_, redi
             "SELECT payload::text FROM notifications UNION ALL SELECT payload::text FROM outbox_events")).scalars()
         text = " ".join(payloads)
     assert "@" not in text and "amount" not in text and "+1555" not in text
-    logs = " ".join(p.read_text(errors="replace") for p in (ROOT / ".run" / "test-logs").glob("*.log"))
+    logs = " ".join(p.read_text(errors="replace") for p in (ROOT / ".run" / f"test-logs{SLOT_SUFFIX}").glob("*.log"))
     s = get_settings()
     for secret in (s.webhook_secret, s.receipt_secret, "@example.test"):
         assert secret not in logs

@@ -29,6 +29,7 @@ from domain.delivery.lanes import set_lane_paused
 from domain.recipients import find_by_ref, update
 from domain.seed import seed_recipients
 from jobs.tools.procs import ROOT, receiver_database_url
+from tests.conftest import SLOT_SUFFIX
 from tests.integration.conftest import API, rows, wait_for
 
 
@@ -91,7 +92,7 @@ def test_one_time_code_is_delivered_verified_once_and_never_stored_or_shown(sys_
     with receiver_engine.connect() as c:
         receiver_text = " ".join(str(tuple(r)) for r in c.execute(sa.text("SELECT * FROM provider_messages")))
     receiver_engine.dispose()
-    logs = " ".join(p.read_text(errors="replace") for p in (ROOT / ".run" / "test-logs").glob("*.log"))
+    logs = " ".join(p.read_text(errors="replace") for p in (ROOT / ".run" / f"test-logs{SLOT_SUFFIX}").glob("*.log"))
     metrics = httpx.get(f"{API}/metrics").text
     shown = str(notification(dict(row._mapping)))
     assert job_keys
