@@ -20,6 +20,9 @@ REFRESH_PUBLISHES: Final[str] = "outbox:metrics:refresh_publishes"
 LIVE_VIEWS_KEY: Final[str] = "outbox:live:views"
 # Development-only one-shot process faults armed from /ops: members are "<lane>:<fault point>".
 ARMED_FAULTS: Final[str] = "outbox:faults:armed"
+# Development-only switches a test or drill flips at runtime, read by every process of the system: members are
+# "refresh_publish" (no pub/sub refresh hints) and "view_check" (no periodic revision checks of open views).
+SWITCHED_OFF: Final[str] = "outbox:dev:switched_off"
 # PostgreSQL LISTEN/NOTIFY channel: a commit that owes work wakes the relay (payload: the lane).
 NOTIFY_CHANNEL: Final[str] = "outbox_owed"
 # The one arq task every lane runs, and the bulk lane's campaign fan-out.

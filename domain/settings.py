@@ -64,6 +64,14 @@ class Settings(BaseSettings):
     api_docs: bool | None = Field(None, validation_alias="OUTBOX_API_DOCS")
     # Comma-separated fault points (domain/faults.py) at which this process dies: development and tests only.
     fault: str = ""
+    # The two fast paths, on unless a test or drill turns one off (development only): the transient refresh hint on
+    # Redis pub/sub after a commit, and the wake-up enqueued after a commit. Off, the system still converges: open
+    # views by their periodic check, owed messages by the relay's scan.
+    refresh_publish: bool = True
+    wake_after_commit: bool = True
+    # Seconds between an open view's revision checks (one small indexed read per watched order or order list): the
+    # safety net that reloads a view whose hint was lost. At most the relay's default scan interval.
+    view_check_interval: float = Field(2.0, gt=0, le=60)
 
     @classmethod
     def env_names(cls) -> dict[str, str]:
@@ -97,6 +105,8 @@ def _fail_closed(s: Settings) -> Settings:
         problems.append(f"{names['dev_mode']} needs OUTBOX_ENV=development (fault switches never run in production)")
     if s.fault:
         problems.append(f"{names['fault']} needs OUTBOX_ENV=development (no injected faults in production)")
+    problems += [f"{names[k]}=0 needs OUTBOX_ENV=development (production runs with both fast paths)"
+                 for k in ("refresh_publish", "wake_after_commit") if not getattr(s, k)]
     if problems:
         raise SettingsError("OUTBOX_ENV=production refuses to start: " + "; ".join(problems)
                             + ". Set them, or OUTBOX_ENV=development for the demo and tests.")

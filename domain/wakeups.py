@@ -3,6 +3,11 @@ Both best-effort. Used by every process that commits owed work (dashboard, API, 
 
 Nothing here can lose a fact: PostgreSQL already holds the ledger rows, and the relay's recovery scan re-enqueues
 any row whose wake-up never reached Redis.
+
+Both are fast paths, and each can be switched off for a test or drill (development only): `OUTBOX_REFRESH_PUBLISH=0`
+(or, at runtime, "refresh_publish" in the `SWITCHED_OFF` set) publishes no hint, and open views converge by their
+periodic revision check (dashboard/live.py); `OUTBOX_WAKE_AFTER_COMMIT=0` enqueues no wake-up after a commit, and
+the relay's scan delivers every owed row.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from domain.queue import (
     DELIVER_TASK,
     FAN_OUT_TASK,
     REFRESH_PUBLISHES,
+    SWITCHED_OFF,
     fan_out_job_id,
     job_id,
     order_channel,
@@ -47,10 +53,17 @@ def refresh_message(tenant_id: int, order_id: int, revision: int, event_id: str 
                        "event_id": event_id, "kind": kind, "published_at": time.time()})
 
 
+async def switched_off(redis: ArqRedis, name: str) -> bool:
+    """A development-only runtime switch (`SWITCHED_OFF`); production never reads it, so costs nothing there."""
+    return get_settings().dev_mode is True and bool(await redis.sismember(SWITCHED_OFF, name))  # type: ignore[misc]
+
+
 async def publish_refresh(
     redis: ArqRedis, tenant_id: int, order_id: int, revision: int, event_id: str | None, kind: str = "order"
 ) -> int:
-    """Returns how many views listen on this order's channel."""
+    """Returns how many views listen on this order's channel (0 when the fast path is switched off)."""
+    if not get_settings().refresh_publish or await switched_off(redis, "refresh_publish"):
+        return 0
     msg = refresh_message(tenant_id, order_id, revision, event_id, kind)
     async with redis.pipeline(transaction=False) as pipe:  # one round trip for all three
         pipe.publish(order_channel(tenant_id, order_id), msg)
@@ -91,7 +104,7 @@ async def enqueue_fan_out(redis: ArqRedis, campaign_id: int) -> bool:
 
 async def wake_fan_out(redis: ArqRedis | None, campaign_id: int) -> bool:
     """Best-effort: the relay's scan resumes any campaign still ledgering if this wake-up is lost."""
-    if redis is None:
+    if redis is None or not get_settings().wake_after_commit:
         return False
     try:
         return await enqueue_fan_out(redis, campaign_id)
@@ -102,7 +115,7 @@ async def wake_fan_out(redis: ArqRedis | None, campaign_id: int) -> bool:
 
 async def enqueue_after_commit(redis: ArqRedis | None, rows: Iterable[OwedRow]) -> int:
     """Best-effort wake-ups for rows a transaction just ledgered: the relay's scan catches anything lost."""
-    if redis is None:
+    if redis is None or not get_settings().wake_after_commit:
         return 0
     try:
         return await enqueue(redis, rows)

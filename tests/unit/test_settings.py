@@ -131,3 +131,18 @@ def test_development_fills_in_the_demo_secrets_and_turns_fault_switches_on(env):
     env.delenv("OUTBOX_DEV_MODE", raising=False)
     s = reload_settings()
     assert s.webhook_secret == DEMO_SECRETS["webhook_secret"] and s.dev_mode is True
+
+
+@pytest.mark.parametrize("var", ["OUTBOX_REFRESH_PUBLISH", "OUTBOX_WAKE_AFTER_COMMIT"])
+def test_production_refuses_to_run_without_a_fast_path(env, var):
+    """Fail closed: switching a fast path off is for tests and drills; production always runs with both."""
+    env.setenv("OUTBOX_ENV", "development")
+    env.setenv(var, "0")
+    assert reload_settings().model_dump()[var.removeprefix("OUTBOX_").lower()] is False
+    env.setenv("OUTBOX_ENV", "production")
+    with pytest.raises(SettingsError, match=f"{var}=0 needs OUTBOX_ENV=development"):
+        reload_settings()
+    env.delenv(var)
+    with pytest.raises(SettingsError) as still_refused:  # the demo secrets, not the fast paths, stop it now
+        reload_settings()
+    assert var not in str(still_refused.value)
