@@ -34,6 +34,27 @@ def get_order(tenant_id: int, order_id: int, engine: Engine | None = None) -> di
     return dict(r._mapping) if r else None
 
 
+def order_version(tenant_id: int, order_id: int, engine: Engine | None = None) -> str | None:
+    """What the order page shows, in one short value that moves whenever any of it changes: the order's revision
+    and a digest of its ledger rows (a handful, by the `order_id` index). None: no such order for this tenant.
+    Open views compare it with what they rendered (dashboard/live.py); read it BEFORE the data it stands for."""
+    with UnitOfWork(engine) as uow:
+        return uow.execute(sa.text(
+            "SELECT o.revision || ':' || coalesce((SELECT md5(string_agg(n::text, ',' ORDER BY n.id)) "
+            "FROM notifications n WHERE n.tenant_id = o.tenant_id AND n.order_id = o.id), '') "
+            "FROM orders o WHERE o.tenant_id = :t AND o.id = :o"), {"t": tenant_id, "o": order_id}).scalar()
+
+
+def orders_version(tenant_id: int, engine: Engine | None = None) -> str:
+    """The tenant's orders list in one value: how many orders, and the sum of their revisions (a revision only
+    grows, so any command moves it; a new order moves the count). One pass over the tenant's entries of the
+    (tenant_id, id) index; timestamps would not do (two commits can land out of `now()` order)."""
+    with UnitOfWork(engine) as uow:
+        return str(uow.execute(sa.text(
+            "SELECT count(*) || ':' || coalesce(sum(revision), 0) FROM orders WHERE tenant_id = :t"),
+            {"t": tenant_id}).scalar_one())
+
+
 def list_orders(
     tenant_id: int, status: str | None = None, limit: int = 50, engine: Engine | None = None
 ) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """One order: status, revision, approve/cancel with the revision the operator saw, and its notifications.
 
 Live: a background task per open tab registers with the process's one Redis subscription (dashboard/live.py) for
-the order's channel and, per hint, reloads from PostgreSQL outside the state lock. `seen` lives in the browser's
+the order's channel and, per hint, reloads from PostgreSQL outside the state lock; the hub's periodic check of
+`queries.order_version` reloads it too if a hint was lost. `seen` lives in the browser's
 sessionStorage, so after a reconnect the page knows which revision the browser last displayed — a jump of more than
 one shows the missed-refresh badge.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from typing import Any
@@ -38,11 +40,13 @@ ERROR_TEXT = {
 }
 
 
-def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[str, str]]]:
+def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[str, str]], str | None]:
+    """The version first, then the data: what is shown is at least as new as the version kept with it."""
+    version = queries.order_version(tenant, order_id)
     order = queries.get_order(tenant, order_id)
     if order is None:
-        return None, []
-    return order, [notification(n) for n in queries.order_notifications(tenant, order_id)]
+        return None, [], version
+    return order, [notification(n) for n in queries.order_notifications(tenant, order_id)], version
 
 
 class OrderState(AuthState):
@@ -62,8 +66,10 @@ class OrderState(AuthState):
     busy: bool = False
     # "<order_id>:<revision>" last delivered to this browser tab (client-side storage).
     seen: str = rx.SessionStorage("", name="outbox_seen_revision")
+    _version: str | None = None  # backend-only: `queries.order_version` read just before what is shown
 
-    def _apply(self, order: dict[str, Any] | None, notes: list[dict[str, str]]) -> None:
+    def _apply(self, order: dict[str, Any] | None, notes: list[dict[str, str]], version: str | None) -> None:
+        self._version = version
         if order is None:
             self.found = False
             return
@@ -113,10 +119,10 @@ class OrderState(AuthState):
                                                          requested=PAST[command])
         elif isinstance(result, NotFound):
             self.error = "This order no longer exists for your tenant."
-        order, notes = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
+        loaded = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
         if isinstance(result, Rejected):
             self.seen = ""  # a conflict reload is expected, not a missed refresh
-        self._apply(order, notes)
+        self._apply(*loaded)
         self.busy = False
 
     @rx.event
@@ -142,11 +148,13 @@ class OrderState(AuthState):
     async def watch(self):  # type: ignore[no-untyped-def]
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            session, order_id = self._session(), self.order_id
+            session, order_id, seen = self._session(), self.order_id, self._version
         tenant = session[0]
         if not tenant or not order_id:
             return  # a live task needs a logged-in operator of a tenant
-        async with contextlib.aclosing(live.messages(order_channel(tenant, order_id), still_wanted)) as hints:
+        view = live.view(order_channel(tenant, order_id), still_wanted,
+                         functools.partial(queries.order_version, tenant, order_id), seen)
+        async with contextlib.aclosing(view.hints()) as hints:
             async for msg in hints:
                 # The message is only a hint: reload authorized state outside the lock, then assign.
                 loaded = await asyncio.to_thread(_load, tenant, order_id)
@@ -158,6 +166,7 @@ class OrderState(AuthState):
                         self.missed = ("refresh missed — reloaded at revision "
                                        f"{loaded[0]['revision'] if loaded[0] else rev}")
                     self._apply(*loaded)
+                view.seen = loaded[2]
                 if msg.get("kind") == "order" and msg.get("published_at"):
                     latency = (time.time() - float(msg["published_at"])) * 1000
                     await asyncio.to_thread(telemetry.record_push_latency, tenant, latency)

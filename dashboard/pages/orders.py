@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 
 import reflex as rx
 
@@ -20,47 +21,52 @@ class OrdersState(AuthState):
     rows: list[dict[str, str]] = []
     status_filter: str = "all"
     is_loading: bool = True
+    _version: str = ""  # backend-only: `queries.orders_version` read just before `rows`
 
     @rx.event
     async def load(self):  # type: ignore[no-untyped-def]
         if not self._tenant_id:
             return
-        self.rows = await asyncio.to_thread(self._fetch_for, self._tenant_id, self.status_filter)
+        self._version, self.rows = await asyncio.to_thread(self._fetch_for, self._tenant_id, self.status_filter)
         self.is_loading = False
         return OrdersState.watch
 
     @rx.event
     async def set_status_filter(self, value: str):  # type: ignore[no-untyped-def]
         self.status_filter = value
-        self.rows = await asyncio.to_thread(self._fetch_for, self._tenant_id, self.status_filter)
+        self._version, self.rows = await asyncio.to_thread(self._fetch_for, self._tenant_id, self.status_filter)
 
     @rx.event(background=True)
     async def watch(self):  # type: ignore[no-untyped-def]
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            session = self._session()
+            session, seen = self._session(), self._version
         tenant = session[0]
         if not tenant:
             return  # a live task needs a logged-in operator of a tenant
-        async with contextlib.aclosing(live.messages(tenant_channel(tenant), still_wanted)) as hints:
+        view = live.view(tenant_channel(tenant), still_wanted, functools.partial(queries.orders_version, tenant), seen)
+        async with contextlib.aclosing(view.hints()) as hints:
             async for _ in hints:
                 async with self:
                     if self._session() != session:
                         return
                     status_filter_snapshot = self.status_filter
-                rows = await asyncio.to_thread(self._fetch_for, tenant, status_filter_snapshot)
+                version, rows = await asyncio.to_thread(self._fetch_for, tenant, status_filter_snapshot)
                 async with self:
                     if self._session() != session:
                         return
-                    self.rows = rows
+                    self._version, self.rows = version, rows
+                view.seen = version
 
     @staticmethod
-    def _fetch_for(tenant: int, status_filter: str) -> list[dict[str, str]]:
+    def _fetch_for(tenant: int, status_filter: str) -> tuple[str, list[dict[str, str]]]:
+        """The version first, then the rows: the rows are at least as new as the version they are shown with."""
+        version = queries.orders_version(tenant)
         status = None if status_filter == "all" else status_filter
-        return [{"id": str(o["id"]), "status": o["status"], "revision": str(o["revision"]),
-                 "customer": o["customer_ref"], "amount": money(o["amount_cents"], o["currency"]),
-                 "updated": when(o["updated_at"])}
-                for o in queries.list_orders(tenant, status, 200)]
+        return version, [{"id": str(o["id"]), "status": o["status"], "revision": str(o["revision"]),
+                          "customer": o["customer_ref"], "amount": money(o["amount_cents"], o["currency"]),
+                          "updated": when(o["updated_at"])}
+                         for o in queries.list_orders(tenant, status, 200)]
 
 
 def _row(o: rx.Var) -> rx.Component:
