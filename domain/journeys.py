@@ -181,20 +181,22 @@ def _decide_and_write(uow: UnitOfWork, tenant_id: int, lead: sa.Row[Any], event:
         {"new": decision.step, "at": occurred_at, "l": lead_id, "old": lead.current_step}).first()  # NULL: kept
     if moved is None:
         raise _LostRace()
-    # ... tear down the live nudge and its owed messages ...
+    # ... tear down the live nudge and its owed messages. The messages first, then the intent: the same order
+    # as a worker settling one of them (row, then intent), so the two never wait on each other in a cycle.
+    # Only rows no live lease holds: a message handed to a worker is recorded truthfully (sent or not) by that
+    # worker, and a later claim suppresses it as superseded. A send still in flight after its lease ran out is
+    # settled here; if it was accepted after all, the worker records the late truth (settle.accept_truth).
+    released = uow.execute(sa.text(
+        "UPDATE notifications SET status = 'SUPPRESSED', suppressed_reason = 'superseded', "
+        "settled_at = now(), leased_until = NULL WHERE intent_id IN (SELECT id FROM lead_notification_intents "
+        "  WHERE lead_id = :l AND status IN ('pending', 'scheduled')) AND status = 'QUEUED' "
+        "AND (leased_until IS NULL OR leased_until < now()) RETURNING id"), {"l": lead_id}).scalars().all()
+    for nid in released:
+        metering.release(uow, nid)
     cancelled = uow.execute(sa.text(
         "UPDATE lead_notification_intents SET status = 'cancelled', updated_at = now(), "
         "final_reason = :why WHERE lead_id = :l AND status IN ('pending', 'scheduled') RETURNING id"),
         {"l": lead_id, "why": f"superseded by {decision.step} at {now:%Y-%m-%d %H:%M:%S} UTC"}).scalar()
-    if cancelled is not None:
-        # Only rows no worker holds: a message already handed to a worker is recorded truthfully (sent or
-        # not) by that worker, and a later claim suppresses it as superseded.
-        released = uow.execute(sa.text(
-            "UPDATE notifications SET status = 'SUPPRESSED', suppressed_reason = 'superseded', "
-            "settled_at = now() WHERE intent_id = :i AND status = 'QUEUED' "
-            "AND (leased_until IS NULL OR leased_until < now()) RETURNING id"), {"i": cancelled}).scalars().all()
-        for nid in released:
-            metering.release(uow, nid)
     # ... and put the new one in place (the partial unique index is the backstop if we still raced).
     at = now + decision.delay if decision.delay is not None else now
     intent_id = uow.execute(sa.insert(table_of(LeadNotificationIntent)).values(

@@ -203,6 +203,8 @@ class Notification(SQLModel, table=True):
         sa.Index("notifications_owed_by_lane", "lane", "id", postgresql_where=sa.text("status = 'QUEUED'")),
         sa.Index("notifications_recipient_created", "tenant_id", "recipient", "created_at"),
         sa.Index("notifications_provider_reference", "provider_reference"),
+        sa.Index("notifications_provider_key", "provider_key", unique=True,
+                 postgresql_where=sa.text("provider_key IS NOT NULL")),
     )
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenants.id", index=True)
@@ -247,18 +249,30 @@ class Notification(SQLModel, table=True):
     leased_until: datetime | None = _ts(nullable=True, default=False)
     # When the last claim decided (send-time eligibility was judged on what was committed then).
     claimed_at: datetime | None = _ts(nullable=True, default=False)
+    # The fence: every claim takes the next token, and every write that follows a claim is guarded by it, so a
+    # worker whose lease ran out can no longer change the row or move money (domain/delivery/claims.py).
+    claim_token: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
+    # The idempotency key sent to a provider when it is not `dedupe_key`: set when a bounced message is replayed,
+    # so the provider sends it again instead of answering `already_processed`.
+    provider_key: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    replayed_at: datetime | None = _ts(nullable=True, default=False)
 
 
 class NotificationAttempt(SQLModel, table=True):
     __tablename__ = "notification_attempts"
-    __table_args__ = (sa.UniqueConstraint("notification_id", "attempt_no", name="notification_attempts_once"),)
+    __table_args__ = (
+        sa.UniqueConstraint("notification_id", "attempt_no", name="notification_attempts_once"),
+        sa.Index("notification_attempts_fenced", "outcome",
+                 postgresql_where=sa.text("outcome IN ('late_accept', 'stale')")),
+    )
     id: int | None = Field(default=None, primary_key=True)
     notification_id: int = Field(foreign_key="notifications.id", index=True)
     attempt_no: int
     worker: str
     started_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
     finished_at: datetime | None = _ts(nullable=True, default=False)
-    outcome: str  # sent | already_processed | retry | failed | suppressed | deferred
+    # sent | already_processed | late_accept | already_recorded | retry | failed | suppressed | stale
+    outcome: str
     status_code: int | None = None
     error_class: str | None = None
     latency_ms: float | None = None
@@ -267,12 +281,19 @@ class NotificationAttempt(SQLModel, table=True):
 
 class Receipt(SQLModel, table=True):
     __tablename__ = "delivery_receipts"
+    __table_args__ = (
+        sa.Index("delivery_receipts_pending", "notification_id",
+                 postgresql_where=sa.text("applied_at IS NULL AND notification_id IS NOT NULL")),
+    )
     id: int | None = Field(default=None, primary_key=True)
     receipt_id: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
     provider: str
     provider_reference: str = Field(index=True)
     outcome: str  # delivered | failed
     received_at: datetime | None = _ts()
+    # Kept before it can be applied (the send not recorded yet): applied_at NULL until the worker records it.
+    notification_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
+    applied_at: datetime | None = _ts(nullable=True, default=False)
 
 
 class Lead(SQLModel, table=True):

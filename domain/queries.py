@@ -235,6 +235,15 @@ def invariant_counts(engine: Engine | None = None) -> dict[str, int]:
         return {name: int(uow.execute(sa.text(q)).scalar_one()) for name, q in sql.INVARIANTS.items()}
 
 
+def fence_counts(engine: Engine | None = None) -> dict[str, int]:
+    """How often the fence worked: late truths recorded (`late_accept`) and stale writes refused (`stale`)."""
+    with UnitOfWork(engine) as uow:
+        got = {str(r.outcome): int(r.n) for r in uow.execute(sa.text(
+            "SELECT outcome, count(*) AS n FROM notification_attempts WHERE outcome IN ('late_accept', 'stale') "
+            "GROUP BY outcome"))}
+    return {"late_accept": got.get("late_accept", 0), "stale": got.get("stale", 0)}
+
+
 def review_items(tenant_id: int | None, engine: Engine | None = None) -> list[dict[str, Any]]:
     """Failed rows waiting for a human: one tenant's, or every tenant's (None: platform on-call)."""
     with UnitOfWork(engine) as uow:

@@ -21,27 +21,31 @@ UPDATE_ORDER_GUARDED = sa.text(
     "RETURNING revision"
 )
 
-# ---- worker claim: a lease, guarded by status and time ---------------------------------------------------------
-# One round trip: the guarded lease, plus what the worker needs to decide and send (envelope, order status).
+# ---- worker claim: a lease, guarded by status and time, and the next fence token ---------------------------------
+# One round trip: the guarded lease and its token, plus what the worker needs to decide and send (envelope, order
+# status, the intent and the campaign it belongs to).
 CLAIM_NOTIFICATION = sa.text(
     """
     WITH c AS (
       UPDATE notifications SET attempts = attempts + 1, leased_until = now() + make_interval(secs => :lease),
-                               claimed_at = now()
+                               claimed_at = now(), claim_token = claim_token + 1
       WHERE id = :id AND status = 'QUEUED' AND next_attempt_at <= now() + interval '1 second'
         AND (leased_until IS NULL OR leased_until < now())
         AND NOT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = notifications.lane AND l.paused)
       RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts,
-                max_attempts, event_id, order_id, intent_id, reserved_cents, cap_day
+                max_attempts, event_id, order_id, intent_id, campaign_id, reserved_cents, cap_day, claim_token,
+                provider_key
     )
     SELECT c.*, o.status AS order_status, e.aggregate_type, e.aggregate_id, e.aggregate_revision, e.event_type,
            e.schema_version, e.occurred_at, e.request_id, e.causation_id, e.actor_ref, e.payload AS event_payload,
-           i.status AS intent_status, i.step AS intent_step, ld.current_step AS lead_step
+           i.status AS intent_status, i.step AS intent_step, ld.current_step AS lead_step,
+           cp.status AS campaign_status
     FROM c
     LEFT JOIN outbox_events e ON e.event_id = c.event_id
     LEFT JOIN orders o ON o.tenant_id = c.tenant_id AND o.id = c.order_id
     LEFT JOIN lead_notification_intents i ON i.id = c.intent_id
     LEFT JOIN leads ld ON ld.id = i.lead_id
+    LEFT JOIN campaigns cp ON cp.id = c.campaign_id
     """
 )
 
@@ -130,6 +134,27 @@ INVARIANTS: Final[dict[str, str]] = {
         SELECT count(*) FROM balances b
         WHERE b.balance_cents <> coalesce((SELECT sum(e.amount_cents) FROM balance_entries e
                                           WHERE e.tenant_id = b.tenant_id), 0)
+    """,
+    # What a message holds, by its status: a sent one its price (never refunded), an unsent one nothing.
+    "8 a sent message refunded, or an unsent message still charged": """
+        SELECT count(*) FROM notifications n
+        WHERE (n.status IN ('SENT','DELIVERED') AND n.reserved_cents <> n.cost_cents AND n.cost_cents > 0)
+           OR (n.status IN ('FAILED','SUPPRESSED') AND (n.reserved_cents <> 0 OR n.cap_day IS NOT NULL))
+    """,
+    # An attempt the other side accepted (2xx) is the truth: its row says sent (or, after a provider's `failed`
+    # receipt, undeliverable), unless an operator replayed the row after that attempt.
+    "9 an accepted attempt whose message says it was never sent": """
+        SELECT count(DISTINCT a.notification_id) FROM notification_attempts a
+        JOIN notifications n ON n.id = a.notification_id
+        WHERE a.status_code BETWEEN 200 AND 299
+          AND (n.status = 'SUPPRESSED'
+               OR (n.status = 'FAILED' AND n.last_error_class IS DISTINCT FROM 'undeliverable')
+               OR (n.status = 'QUEUED' AND (n.replayed_at IS NULL OR a.finished_at > n.replayed_at)))
+    """,
+    "10 a live nudge with no message left owed (a phantom intent)": """
+        SELECT count(*) FROM lead_notification_intents i
+        WHERE i.status IN ('pending','scheduled')
+          AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.intent_id = i.id AND n.status = 'QUEUED')
     """,
 }
 

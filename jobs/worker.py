@@ -31,6 +31,14 @@ from domain.signing import signed_headers
 from domain.wakeups import publish_refresh, redis_settings
 
 HTTP_TIMEOUT = httpx.Timeout(connect=2.0, read=5.0, write=5.0, pool=2.0)
+# One attempt has one deadline, shorter than its lease: the attempt is recorded (as a timeout, under its own claim
+# token) before another worker may claim the row. httpx's timeouts are per phase and would not bound it.
+ATTEMPT_SHARE_OF_LEASE = 0.6
+
+
+def attempt_deadline(lease_seconds: float) -> float:
+    """Seconds one send may take: a share of the lease, leaving the rest for the claim and the record."""
+    return max(0.05, lease_seconds * ATTEMPT_SHARE_OF_LEASE)
 
 
 # A token bucket per provider channel, shared by every bulk worker (domain/ratelimit.py). Taken BEFORE the claim:
@@ -47,7 +55,16 @@ async def take_bulk_token(redis: Any, channel: str, rate: float) -> float:
         waited += wait
 
 
-async def send(ctx: dict[str, Any], c: Claim, contact: str | None, text: str | None) -> tuple[Outcome, str | None]:
+async def send(ctx: dict[str, Any], c: Claim, contact: str | None, text: str | None,
+               deadline: float) -> tuple[Outcome, str | None]:
+    try:
+        async with asyncio.timeout(deadline):
+            return await _post(ctx, c, contact, text)
+    except TimeoutError:  # the attempt's deadline (the receiver may have accepted it: the next claim asks again)
+        return Outcome(None, error="timeout"), None
+
+
+async def _post(ctx: dict[str, Any], c: Claim, contact: str | None, text: str | None) -> tuple[Outcome, str | None]:
     s = get_settings()
     client: httpx.AsyncClient = ctx["http"]
     try:
@@ -60,7 +77,7 @@ async def send(ctx: dict[str, Any], c: Claim, contact: str | None, text: str | N
             data = _safe_json(r)
             return Outcome(r.status_code, body_status=data.get("status"), excerpt=r.text[:200]), data.get("result_ref")
         r = await client.post(f"{s.receiver_url}/providers/{c.channel}/messages", json={
-            "to": contact, "template": c.template, "body": text, "idempotency_key": c.dedupe_key,
+            "to": contact, "template": c.template, "body": text, "idempotency_key": claims.idempotency_key(c),
         })
         data = _safe_json(r)
         return Outcome(r.status_code, body_status=data.get("status"), excerpt=r.text[:200]), data.get("reference")
@@ -94,6 +111,7 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
             return "not_owed"
         await take_bulk_token(ctx["redis"], channel, s.bulk_rate_per_second)
     now = datetime.now(UTC)
+    claim_started = time.monotonic()
     claimed = await asyncio.to_thread(claims.claim, notification_id, s.lease_seconds, now, ctx["worker_name"])
     if claimed is None:
         if await asyncio.to_thread(lanes.lane_paused, lane):
@@ -109,7 +127,8 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     faults.hit("before_remote_call")
     started = datetime.now(UTC)
     t0 = time.perf_counter()
-    outcome, ref = await send(ctx, c, claimed.contact, claimed.body)
+    deadline = attempt_deadline(s.lease_seconds) - (time.monotonic() - claim_started)
+    outcome, ref = await send(ctx, c, claimed.contact, claimed.body, deadline)
     latency_ms = (time.perf_counter() - t0) * 1000
     if outcome.status_code is not None and 200 <= outcome.status_code < 300:
         await armed_from_ops(ctx, "after_remote_accept_before_local_ack")

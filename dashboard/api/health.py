@@ -102,6 +102,11 @@ class LaneCollector:
                 fam.add_metric([s["lane"]], float(s[key]))
         yield from (fam for fam, _ in fams.values())
         yield CounterMetricFamily("outbox_refresh_publishes", "Refresh messages published", value=self.publishes)
+        fenced = queries.fence_counts()
+        yield CounterMetricFamily("outbox_late_accepts", "Sends accepted after their row was settled unsent "
+                                  "(recorded as sent and charged)", value=fenced["late_accept"])
+        yield CounterMetricFamily("outbox_stale_writes", "Writes refused because the claim's lease had been "
+                                  "taken over (fenced)", value=fenced["stale"])
 
 
 def render_metrics(publishes: int) -> bytes:

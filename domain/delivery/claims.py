@@ -6,6 +6,11 @@ for a message that may go — its cap slot and its price taken with guarded upda
 what must not go (SUPPRESSED with its reason, or deferred to the end of quiet hours) in that same transaction.
 `record` settles the attempt: SENT keeps the money, FAILED gives it back; only contract errors go to review.
 Status machine: QUEUED -> SENT -> DELIVERED | FAILED; QUEUED -> FAILED | SUPPRESSED.
+
+Fencing: every claim takes the row's next `claim_token`; every write that follows — suppress, defer, retry, fail —
+is guarded by it, and money moves only when that guarded update matched (domain/delivery/settle.py). A worker
+whose lease ran out and whose row another worker claimed changes nothing but its own attempt line ("stale"). The one
+exception is an accepted send: that is the truth and is recorded whatever the row says (settle.accept_truth).
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 
 from domain import metering, otp, sql
 from domain.db import UnitOfWork
+from domain.delivery.receipts import apply_pending
+from domain.delivery.settle import accept_truth, settle_unsent
 from domain.envelope import Envelope
 from domain.models import NotificationAttempt, table_of
 from domain.retry import Fail, Retry, RetryDecision, Succeeded
@@ -50,6 +58,9 @@ class Claim:
     order_id: int | None
     order_status: str | None = None
     envelope: Envelope | None = None
+    claim_token: int = 0
+    provider_key: str | None = None
+    campaign_status: str | None = None
     intent_id: int | None = None
     intent_status: str | None = None
     intent_step: str | None = None
@@ -71,7 +82,8 @@ class Claim:
         fields = {k: m[k] for k in ("id", "tenant_id", "recipient", "channel", "lane", "template", "payload",
                                     "dedupe_key", "cost_cents", "attempts", "max_attempts", "event_id", "order_id",
                                     "order_status", "intent_id", "intent_status", "intent_step", "lead_step",
-                                    "reserved_cents", "cap_day")}
+                                    "reserved_cents", "cap_day", "claim_token", "provider_key",
+                                    "campaign_status")}
         return cls(**fields, envelope=env)
 
 
@@ -98,6 +110,11 @@ class Deferred:
 
 
 ClaimResult = Ready | Suppressed | Deferred
+
+
+def idempotency_key(c: Claim) -> str:
+    """The key the provider dedupes on: the dedupe key, or the replay's own key after a bounce."""
+    return c.provider_key or c.dedupe_key
 
 
 def still_eligible(c: Claim) -> bool:
@@ -146,6 +163,8 @@ def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str
 def _decide_and_take(uow: UnitOfWork, c: Claim, now: datetime, worker: str) -> ClaimResult:
     if superseded(c):
         return _suppress(uow, c, worker, "superseded", now)
+    if c.campaign_status == "cancelled":  # a row left to a worker at cancel comes back here after a retry
+        return _suppress(uow, c, worker, "campaign_cancelled", now)
     if c.channel == "webhook":  # a system, not a person: no quiet hours, cap or contact point
         decision = floor_decision(now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),
                                   opted_out_channels=(), sent_today=0, daily_cap=None, tz="UTC",
@@ -230,41 +249,29 @@ def _opt_out_detail(uow: UnitOfWork, c: Claim) -> str | None:
 def _attempt(uow: UnitOfWork, c: Claim, worker: str, started: datetime, outcome: str,
              status_code: int | None, error_class: str | None, latency_ms: float | None,
              excerpt: str | None = None) -> None:
-    uow.execute(sa.insert(table_of(NotificationAttempt)).values(
+    # One line per claim; a stale claim's line may meet a later claim's number (a deferral gives the count back).
+    uow.execute(pg_insert(table_of(NotificationAttempt)).values(
         notification_id=c.id, attempt_no=c.attempts, worker=worker, started_at=started,
         finished_at=sa.func.now(), outcome=outcome, status_code=status_code, error_class=error_class,
         latency_ms=latency_ms, response_excerpt=excerpt,
-    ))
+    ).on_conflict_do_nothing(constraint="notification_attempts_once"))
 
 
 def _suppress(uow: UnitOfWork, c: Claim, worker: str, reason: str, now: datetime,
               detail: str | None = None) -> Suppressed:
     """Settled unsent with its reason (and its detail in plain words); whatever it held is given back."""
-    uow.execute(sa.text(
-        "UPDATE notifications SET status = 'SUPPRESSED', suppressed_reason = :r, reason_detail = :d, "
-        "settled_at = now(), leased_until = NULL WHERE id = :id AND status = 'QUEUED'"),
-        {"r": reason, "d": detail, "id": c.id})
+    settle_unsent(uow, c.id, c.claim_token, status="SUPPRESSED", reason=reason, detail=detail,
+                  intent_why=f"suppressed: {reason.replace('_', ' ')}")
     _attempt(uow, c, worker, now, "suppressed", None, reason, None)
-    metering.release(uow, c.id)
-    if c.intent_id is not None:
-        _finish_intent_if_nothing_left(uow, c.intent_id, f"suppressed: {reason.replace('_', ' ')}")
     return Suppressed(c, reason)
-
-
-def _finish_intent_if_nothing_left(uow: UnitOfWork, intent_id: int, why: str) -> None:
-    """An intent whose messages all ended unsent is over: it must not stay a phantom live nudge."""
-    uow.execute(sa.text(
-        "UPDATE lead_notification_intents i SET status = 'suppressed', final_reason = :why, updated_at = now() "
-        "WHERE i.id = :i AND i.status IN ('pending', 'scheduled') AND NOT EXISTS ("
-        "  SELECT 1 FROM notifications n WHERE n.intent_id = i.id AND n.status IN ('QUEUED', 'SENT', 'DELIVERED'))"),
-        {"i": intent_id, "why": why})
 
 
 def _defer(uow: UnitOfWork, c: Claim, until: datetime, detail: str) -> Deferred:
     """Quiet hours: not an attempt, so the attempt count is given back; what it holds stays held."""
     uow.execute(sa.text(
         "UPDATE notifications SET attempts = attempts - 1, next_attempt_at = :u, leased_until = NULL, "
-        "reason_detail = :d WHERE id = :id AND status = 'QUEUED'"), {"u": until, "d": detail, "id": c.id})
+        "reason_detail = :d WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok"),
+        {"u": until, "d": detail, "id": c.id, "tok": c.claim_token})
     return Deferred(c, until)
 
 
@@ -272,42 +279,36 @@ def record(
     c: Claim, decision: RetryDecision, *, worker: str, started: datetime, status_code: int | None,
     latency_ms: float, provider_reference: str | None, excerpt: str | None = None, engine: Engine | None = None,
 ) -> str:
-    """Record one attempt's outcome. SENT keeps the price reserved at claim (that reservation is the charge);
-    FAILED refunds it in the same transaction."""
+    """Record one attempt's outcome under the claim's token. SENT keeps the price reserved at claim (that
+    reservation is the charge); FAILED refunds it in the same transaction. A retry or a failure whose token is
+    stale (the lease ran out and another claim took the row) changes nothing and moves no money: "stale".
+    An accepted send is recorded whatever the row says by now (the truth is never dropped)."""
     with UnitOfWork(engine) as uow:
         x = uow.execute
         if isinstance(decision, Succeeded):
             # A webhook's 2xx IS its delivery; providers confirm later with a receipt.
-            final = "DELIVERED" if c.channel == "webhook" else "SENT"
-            updated = x(sa.text(
-                "UPDATE notifications SET status = CAST(:s AS text), provider_reference = :p, sent_at = now(), "
-                "settled_at = CASE WHEN CAST(:s AS text) = 'DELIVERED' THEN now() END, leased_until = NULL, "
-                "last_error_class = NULL, reason_detail = NULL WHERE id = :id AND status = 'QUEUED' RETURNING id"),
-                {"s": final, "p": provider_reference, "id": c.id}).first()
-            if updated and c.intent_id is not None:
-                x(sa.text("UPDATE lead_notification_intents SET status = 'sent', updated_at = now(), "
-                          "final_reason = 'sent at ' || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') "
-                          "|| ' UTC' WHERE id = :i AND status IN ('pending', 'scheduled')"), {"i": c.intent_id})
-            outcome = "already_processed" if decision.already_processed else "sent"
+            accepted = accept_truth(uow, c.id, final="DELIVERED" if c.channel == "webhook" else "SENT",
+                                    provider_reference=provider_reference)
+            outcome = accepted.outcome
+            if outcome == "sent" and decision.already_processed:
+                outcome = "already_processed"
             _attempt(uow, c, worker, started, outcome, status_code, None, latency_ms, excerpt)
         elif isinstance(decision, Retry):
-            x(sa.text(
+            matched = x(sa.text(
                 "UPDATE notifications SET next_attempt_at = now() + make_interval(secs => :d), leased_until = NULL, "
-                "last_error_class = :e WHERE id = :id AND status = 'QUEUED'"),
-                {"d": decision.delay_seconds, "e": decision.error_class, "id": c.id})
-            _attempt(uow, c, worker, started, "retry", status_code, decision.error_class, latency_ms, excerpt)
-            outcome = "retry"
+                "last_error_class = :e WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok RETURNING id"),
+                {"d": decision.delay_seconds, "e": decision.error_class, "id": c.id, "tok": c.claim_token}).first()
+            outcome = "retry" if matched else "stale"
+            _attempt(uow, c, worker, started, outcome, status_code, decision.error_class, latency_ms, excerpt)
         else:
             assert isinstance(decision, Fail)
             # Only a contract problem needs a human; exhausted retries are simply FAILED.
-            x(sa.text(
-                "UPDATE notifications SET status = 'FAILED', settled_at = now(), leased_until = NULL, "
-                "last_error_class = :e, review = :r WHERE id = :id AND status = 'QUEUED'"),
-                {"e": decision.error_class, "r": "needs_review" if decision.review else None, "id": c.id})
-            metering.release(uow, c.id, f"refund: {decision.error_class}")
-            if c.intent_id is not None:
-                _finish_intent_if_nothing_left(uow, c.intent_id, f"failed: {decision.error_class}")
-            _attempt(uow, c, worker, started, "failed", status_code, decision.error_class, latency_ms, excerpt)
-            outcome = "failed"
+            settled = settle_unsent(
+                uow, c.id, c.claim_token, status="FAILED", error_class=decision.error_class,
+                review="needs_review" if decision.review else None, refund_reason=f"refund: {decision.error_class}",
+                intent_why=f"failed: {decision.error_class}")
+            outcome = "failed" if settled else "stale"
+            _attempt(uow, c, worker, started, outcome, status_code, decision.error_class, latency_ms, excerpt)
+        apply_pending(uow, c.id)  # receipts that came before this record
         uow.commit()
     return outcome

@@ -1,24 +1,43 @@
-"""Provider delivery receipts: SENT -> DELIVERED | FAILED, once per receipt id.
+"""Provider delivery receipts: SENT -> DELIVERED | FAILED, once per receipt id, in whatever order they come.
 
-A receipt names the provider's reference and echoes our idempotency key (`client_reference`). A receipt that
-arrives before the worker recorded the send finds the row still QUEUED by that key: "not yet sent", the provider
-retries. Neither known: an unknown reference. We never read the provider's own tables.
+A receipt names the provider's reference and echoes the idempotency key we sent (`client_reference`: the row's
+`provider_key`, or its dedupe key). No receipt is lost:
+- before the worker recorded the send (the row still owed), it is kept (`applied_at` NULL, answered 202) and
+  applied in the transaction that records the attempt (`apply_pending`);
+- a `delivered` receipt for a row that ended unsent (the worker timed out, the provider had accepted) is the
+  late truth: the row becomes DELIVERED and is charged (domain/delivery/settle.py);
+- a `failed` receipt for a SENT row refunds it; DELIVERED is final (a later `failed` changes nothing).
+Neither the reference nor the key known: kept as it arrived (support can see it), answered 404.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain import metering
 from domain.db import UnitOfWork
+from domain.delivery.settle import accept_truth
+
+_ROW = ("SELECT id, status, tenant_id, order_id, channel FROM notifications WHERE {where} AND channel = :p "
+        "FOR UPDATE")
+BY_REFERENCE = sa.text(_ROW.format(where="provider_reference = :r"))
+# The key we sent: the replay's own key when there is one (an old receipt never lands on a replayed message).
+BY_KEY = sa.text(_ROW.format(where="((provider_key IS NULL AND dedupe_key = :k) OR provider_key = :k)"))
+KEEP = sa.text(
+    "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome, notification_id) "
+    "VALUES (:i, :p, :r, :o, :n) ON CONFLICT (receipt_id) DO NOTHING RETURNING id")
+PENDING = sa.text(
+    "SELECT id, provider_reference, outcome FROM delivery_receipts WHERE notification_id = :n AND applied_at IS NULL "
+    "ORDER BY id")
 
 
 @dataclass(frozen=True)
 class ReceiptResult:
-    status: str  # applied | duplicate | unknown_reference | not_yet_sent
+    status: str  # applied | pending | duplicate | unknown_reference
     notification_id: int | None = None
     tenant_id: int | None = None
     order_id: int | None = None
@@ -30,36 +49,47 @@ def apply_receipt(provider: str, receipt_id: str, reference: str, outcome: str, 
         raise ValueError("outcome must be delivered or failed")
     with UnitOfWork(engine) as uow:
         x = uow.execute
-        n = x(sa.text("SELECT id, status, tenant_id, order_id FROM notifications WHERE provider_reference = :r "
-                      "AND channel = :p FOR UPDATE"), {"r": reference, "p": provider}).first()
+        n = x(BY_REFERENCE, {"r": reference, "p": provider}).first()
+        if n is None and client_reference is not None:
+            n = x(BY_KEY, {"k": client_reference, "p": provider}).first()
+        # receipt_id is unique: a provider retrying the same receipt changes nothing.
+        kept = x(KEEP, {"i": receipt_id, "p": provider, "r": reference, "o": outcome,
+                        "n": n.id if n is not None else None}).first()
         if n is None:
-            # The provider accepted it but our worker has not recorded the send yet: the row is still owed.
-            in_flight = client_reference is not None and x(sa.text(
-                "SELECT 1 FROM notifications WHERE dedupe_key = :k AND channel = :p AND status = 'QUEUED'"),
-                {"k": client_reference, "p": provider}).first()
-            if in_flight:
-                return ReceiptResult("not_yet_sent")  # nothing recorded: the provider retries until we know it
-            # Kept as it arrived (support can see it), answered 404.
-            x(sa.text(
-                "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome) "
-                "VALUES (:i, :p, :r, :o) ON CONFLICT (receipt_id) DO NOTHING"),
-                {"i": receipt_id, "p": provider, "r": reference, "o": outcome})
             uow.commit()
             return ReceiptResult("unknown_reference")
-        # receipt_id is unique: a provider retrying the same receipt changes nothing.
-        inserted = x(sa.text(
-            "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome) "
-            "VALUES (:i, :p, :r, :o) ON CONFLICT (receipt_id) DO NOTHING RETURNING id"),
-            {"i": receipt_id, "p": provider, "r": reference, "o": outcome}).first()
-        if inserted is None:
+        if kept is None:
             return ReceiptResult("duplicate", n.id, n.tenant_id, n.order_id)
-        if n.status == "SENT":
-            x(sa.text("UPDATE notifications SET status = CAST(:s AS text), settled_at = now(), "
-                      "last_error_class = CASE WHEN CAST(:s AS text) = 'FAILED' THEN 'undeliverable' END WHERE id = :id"),
-              {"s": "DELIVERED" if outcome == "delivered" else "FAILED", "id": n.id})
-            if outcome == "failed":  # the provider could not deliver it: the tenant does not pay for it
-                metering.release(uow, n.id, "refund: provider could not deliver")
+        applied = _apply(uow, n, int(kept.id), reference, outcome)
         uow.commit()
-    return ReceiptResult("applied", n.id, n.tenant_id, n.order_id)
+    return ReceiptResult("applied" if applied else "pending", n.id, n.tenant_id, n.order_id)
 
 
+def apply_pending(uow: UnitOfWork, notification_id: int) -> int:
+    """Apply the receipts that came before the send was recorded (called where an attempt is recorded)."""
+    pending = uow.execute(PENDING, {"n": notification_id}).all()
+    if not pending:
+        return 0
+    row = uow.execute(sa.text("SELECT id, status FROM notifications WHERE id = :n FOR UPDATE"),
+                      {"n": notification_id}).first()
+    done = 0
+    for p in pending:
+        done += _apply(uow, row, int(p.id), str(p.provider_reference), str(p.outcome))
+        row = uow.execute(sa.text("SELECT id, status FROM notifications WHERE id = :n"), {"n": notification_id}).first()
+    return done
+
+
+def _apply(uow: UnitOfWork, n: Any, kept_id: int, reference: str, outcome: str) -> bool:
+    """One receipt against the row as it stands. False: the send is not recorded yet; the receipt waits."""
+    if n.status == "QUEUED":
+        return False
+    if outcome == "delivered" and n.status != "DELIVERED":
+        # SENT -> DELIVERED, or the late truth for a row that ended unsent (charged again, with why).
+        accept_truth(uow, int(n.id), final="DELIVERED", provider_reference=reference, delivered=True)
+    elif outcome == "failed" and n.status == "SENT":
+        uow.execute(sa.text("UPDATE notifications SET status = 'FAILED', settled_at = now(), "
+                            "last_error_class = 'undeliverable' WHERE id = :id"), {"id": n.id})
+        # The provider could not deliver it: the tenant does not pay for it.
+        metering.release(uow, int(n.id), "refund: provider could not deliver")
+    uow.execute(sa.text("UPDATE delivery_receipts SET applied_at = now() WHERE id = :i"), {"i": kept_id})
+    return True

@@ -16,11 +16,21 @@ _IN_SCOPE = "id = :id AND (CAST(:t AS integer) IS NULL OR tenant_id = :t) AND st
 def replay(tenant_id: int | None, notification_id: int, engine: Engine | None = None, *,
            actor_ref: str = "system", note: str = "") -> bool:
     """FAILED -> QUEUED with the same row, dedupe key and event id: the receiver recognises it. The row gets the
-    configured number of attempts again, no more; money was refunded when it failed, so it is reserved once."""
+    configured number of attempts again, no more; money was refunded when it failed, so it is reserved once.
+
+    A message the provider accepted and then could not deliver (a `failed` receipt: `undeliverable`) is a new
+    message for the provider: it gets its own idempotency key (`provider_key`) and forgets the old reference, so
+    the provider sends it again instead of answering `already_processed` (which would charge and send nothing),
+    and a late receipt for the old send never lands on the new one. Any other failure keeps its key: if the
+    provider did accept it after all, it answers `already_processed` and that is the truth."""
     with UnitOfWork(engine) as uow:
         r = uow.execute(sa.text(
             "UPDATE notifications SET status = 'QUEUED', review = NULL, next_attempt_at = now(), "
-            f"max_attempts = attempts + :m, settled_at = NULL WHERE {_IN_SCOPE} RETURNING lane, tenant_id"),
+            "max_attempts = attempts + :m, settled_at = NULL, leased_until = NULL, replayed_at = now(), "
+            "provider_key = CASE WHEN last_error_class = 'undeliverable' "
+            "  THEN dedupe_key || '~replay-' || (claim_token + 1) ELSE provider_key END, "
+            "provider_reference = CASE WHEN last_error_class = 'undeliverable' THEN NULL ELSE provider_reference END, "
+            f"claim_token = claim_token + 1 WHERE {_IN_SCOPE} RETURNING lane, tenant_id"),
             {"id": notification_id, "t": tenant_id, "m": get_settings().max_attempts}).first()
         if r:
             uow.execute(sql.NOTIFY_OWED, {"lane": r.lane})

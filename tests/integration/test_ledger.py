@@ -170,14 +170,15 @@ async def test_receipts_out_of_order_replayed_failed_and_unknown(client, key42):
     key = one("SELECT dedupe_key FROM notifications WHERE id = :i", i=ids[0])
     (r,) = await asyncio.to_thread(_claim_all, ids[:1])
     assert isinstance(r, claims.Ready)
-    # Delivered before the send is acknowledged: the provider is told to try again, nothing is recorded.
+    # Delivered before the send is acknowledged: kept (pending), and applied when the worker records the send.
     early = apply_receipt("sms", "rc-1", "sms-ref-1", "delivered", key)
-    assert early.status == "not_yet_sent" and one("SELECT count(*) FROM delivery_receipts") == 0
+    assert early.status == "pending"
+    assert one("SELECT count(*) FROM delivery_receipts WHERE applied_at IS NULL AND notification_id = :i",
+               i=ids[0]) == 1
     claims.record(r.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
                   latency_ms=1.0, provider_reference="sms-ref-1")
-    assert apply_receipt("sms", "rc-1", "sms-ref-1", "delivered", key).status == "applied"
-    assert apply_receipt("sms", "rc-1", "sms-ref-1", "delivered", key).status == "duplicate"
     assert one("SELECT status FROM notifications WHERE id = :i", i=ids[0]) == "DELIVERED"
+    assert apply_receipt("sms", "rc-1", "sms-ref-1", "delivered", key).status == "duplicate"
     # A failed receipt settles FAILED and refunds.
     (r2,) = await asyncio.to_thread(_claim_all, ids[1:2])
     assert isinstance(r2, claims.Ready)
