@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import psycopg
 from arq import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix
+from psycopg.rows import TupleRow
 
 from domain import campaigns, sql
 from domain.commands import OwedRow
@@ -100,6 +101,21 @@ def _libpq_url(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://")
 
 
+async def listen(database_url: str, backoff_cap: float = 2.0) -> psycopg.AsyncConnection[TupleRow]:
+    """A LISTEN connection, retried with capped backoff for as long as PostgreSQL is down (a restart must not end
+    the relay: it is the process that rebuilds every wake-up afterwards)."""
+    delay = 0.1
+    while True:
+        try:
+            conn = await psycopg.AsyncConnection.connect(_libpq_url(database_url), autocommit=True, connect_timeout=5)
+            await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            return conn
+        except psycopg.Error as exc:
+            log.warning("cannot listen (%s); retrying in %.1fs", type(exc).__name__, delay)
+            await asyncio.sleep(delay)
+            delay = min(backoff_cap, delay * 2)
+
+
 async def run_relay(interval: float | None = None, once: bool = False) -> None:
     s = get_settings()
     interval = interval or s.scan_interval
@@ -108,8 +124,7 @@ async def run_relay(interval: float | None = None, once: bool = False) -> None:
         seen, enq = await scan_once(redis)
         print(f"recovery scan owed_due={seen} enqueued={enq}")
         return
-    conn = await psycopg.AsyncConnection.connect(_libpq_url(s.database_url), autocommit=True)
-    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+    conn = await listen(s.database_url)
     log.info("relay listening on %s, scan every %.1fs", NOTIFY_CHANNEL, interval)
     print(f"relay listening channel={NOTIFY_CHANNEL} scan_interval={interval}s", flush=True)
     last_scan = 0.0
@@ -118,11 +133,11 @@ async def run_relay(interval: float | None = None, once: bool = False) -> None:
         try:
             async for _ in conn.notifies(timeout=interval, stop_after=1):
                 woke = True
-        except Exception as exc:
+        except Exception as exc:  # PostgreSQL restarted or the connection dropped: listen again, then scan
             log.warning("listen failed (%s); reconnecting", type(exc).__name__)
-            await asyncio.sleep(1)
-            conn = await psycopg.AsyncConnection.connect(_libpq_url(s.database_url), autocommit=True)
-            await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            await conn.close()
+            conn = await listen(s.database_url)
+            woke = True  # NOTIFYs sent while we were away are gone: the scan below finds their rows
         if woke or time.monotonic() - last_scan >= interval:
             try:
                 seen, enq = await scan_once(redis)
