@@ -275,6 +275,27 @@ def storm(leads: int = typer.Option(20), per_lead: int = typer.Option(200, help=
 
 
 @app.command()
+def chaos(duration: float = typer.Option(120.0, help="seconds of load while faults are injected"),
+          seed: int = typer.Option(None, help="replay a run's fault plan (the seed is printed first)"),
+          rate: float = typer.Option(8.0, help="API calls per second of steady load"),
+          drain_timeout: float = typer.Option(90.0, help="seconds to wait for nothing to be owed afterwards"),
+          evidence: bool = typer.Option(False, "--evidence", help="also write evidence/chaos.md")) -> None:
+    """The whole system on its own PostgreSQL cluster and Redis, under load, with seeded kills, a stalled worker,
+    a Redis flush and a PostgreSQL restart; exit 1 if anything was lost, duplicated or mis-charged."""
+    import random
+
+    from jobs.tools.chaos import EVIDENCE, run_chaos
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM stops everything it started, exactly like Ctrl-C
+
+    signal.signal(signal.SIGTERM, _terminate)
+    result = run_chaos(duration, seed if seed is not None else random.randrange(2**31), rate, drain_timeout,
+                       EVIDENCE if evidence else None)
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@app.command()
 def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int = 8090,
        no_dashboard: bool = typer.Option(False, help="start everything but the dashboard"),
        time_scale: float = typer.Option(60.0, help="journey delays divided by this (60: a 30-minute nudge fires "
