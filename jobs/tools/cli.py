@@ -220,11 +220,13 @@ def receiver(port: int = 8090) -> None:
 @app.command()
 def scenario(keep: bool = typer.Option(False, help="keep the scenario database afterwards"),
              out_path: Path = typer.Option(None, "--out", help="where to write the transcript "
-                                                               "(default evidence/scenario.md)")) -> None:
+                                                               "(default evidence/scenario.md)"),
+             seed: int = typer.Option(None, help="ids and times from this seed (printed): same seed, same transcript"),
+             ) -> None:
     """Run seed 004 §3.4 end to end against real processes, in its own database; write the transcript."""
     from jobs.tools.scenario import EVIDENCE, run_scenario
 
-    ok = run_scenario(keep=keep, out=out_path or EVIDENCE)
+    ok = run_scenario(keep=keep, out=out_path or EVIDENCE, seed=seed)
     raise typer.Exit(0 if ok else 1)
 
 
