@@ -373,18 +373,24 @@ def steady_at(samples: list[Sample], t: float) -> int:
 
 def recovery_seconds(samples: list[Sample], down_at: float, up_at: float, load_end: float) -> tuple[float, float | None]:
     """(rate before the restart, seconds from PostgreSQL accepting connections until the first window of
-    RATE_WINDOW_S starting then delivers at RECOVERED_SHARE of that rate — None if it never did before the load
-    stopped)."""
+    RATE_WINDOW_S starting then delivers at RECOVERED_SHARE of that rate, and not before the first row sent after
+    the restart — None if it never did before the load stopped). Resolution: the sampling period."""
     rate_before = (steady_at(samples, down_at) - steady_at(samples, down_at - RATE_BEFORE_S)) / RATE_BEFORE_S
     if rate_before <= 0:
         return rate_before, 0.0
+    # Delivery is not back before the first row is sent again (a backlog burst late in a window must not make
+    # the window's start look recovered): the answer is never earlier than the first sample that saw one.
+    before_down = steady_at(samples, down_at)
+    first = next((s.t for s in samples if s.t >= up_at and s.steady_sent > before_down), None)
+    if first is None:
+        return rate_before, None
     for s in samples:
         if s.t < up_at:
             continue
         if s.t + RATE_WINDOW_S > load_end:
             break
         if (steady_at(samples, s.t + RATE_WINDOW_S) - s.steady_sent) / RATE_WINDOW_S >= RECOVERED_SHARE * rate_before:
-            return rate_before, max(0.0, s.t - up_at)
+            return rate_before, max(0.0, s.t - up_at, first - up_at)
     return rate_before, None
 
 
@@ -817,6 +823,22 @@ def _report(run: Run) -> None:
     print(f"chaos steady delivery before the restart {run.rate_before:.1f}/s; back to 95% after {rec}")
 
 
+def _code_version() -> str:
+    """The commit the run used, and whether files outside `evidence/` differed from it (shared working trees)."""
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+
+    changed = [ln for ln in git("status", "--porcelain").splitlines() if not ln[3:].startswith("evidence/")]
+    return f"commit `{git('rev-parse', '--short', 'HEAD')}`" + (
+        f" with {len(changed)} uncommitted file(s) in the working tree" if changed else " (clean working tree)")
+
+
+def _pg_down(run: Run) -> str:
+    if run.pg_down_at is None or run.pg_up_at is None:
+        return "not restarted"
+    return f"{run.pg_up_at - run.pg_down_at:.1f} s"
+
+
 def write_evidence(run: Run, path: Path) -> None:
     rec = "not reached before the load stopped" if run.recovery_s is None else f"{run.recovery_s:.2f} s"
     lines = [
@@ -827,13 +849,16 @@ def write_evidence(run: Run, path: Path) -> None:
         "build is too slow to restart inside a run, so this process is the dashboard backend that is killed), "
         f"relay and {len(worker_names())} lane workers (two per lane, one critical). Tenant {TENANT}; lease "
         f"{LEASE_SECONDS:g} s; scan 0.5 s; load ≈ {run.rate:g} API calls/s (approvals, sends, one-time codes, lead "
-        "events) plus one campaign.", "",
+        f"events) plus one campaign. Code: {_code_version()}.", "",
         "## Result", "", "```", run.result_line(), "```", "",
         "| figure | value |", "|---|---|",
         f"| lost | {run.lost_total} |", f"| duplicate effects | {run.duplicate_effects} |",
         f"| invariants broken | {run.invariants_broken} |", f"| money mismatches | {run.money_mismatch} |",
-        f"| steady delivery before the PostgreSQL restart | {run.rate_before:.1f} rows/s |",
-        f"| restart recovery (accepting connections → 95 % of that rate) | {rec} |",
+        f"| PostgreSQL down (stop issued → accepting connections) | {_pg_down(run)} |",
+        f"| steady delivery before the PostgreSQL restart (campaign rows apart, last {RATE_BEFORE_S:g} s) | "
+        f"{run.rate_before:.1f} rows/s |",
+        f"| restart recovery (accepting connections → the next {RATE_WINDOW_S:g} s deliver ≥ 95 % of that rate, "
+        f"not before the first row sent again; sampled every {SAMPLE_EVERY:g} s) | {rec} |",
         f"| drained after the load stopped | {'no' if run.drained_s is None else f'{run.drained_s:.1f} s'} |",
         "", "## Faults (seeded timeline)", "", "```", *run.timeline, "```", "",
         "## Progress", "", "```", *run.progress, "```", "",
