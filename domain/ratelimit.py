@@ -1,6 +1,7 @@
 """One token bucket in Redis, shared by every process that names the same key: refilled continuously at `rate` per
 second up to `burst`. One script call takes a token or says how long until one is due (the server's clock, so
-processes on several machines agree). The bulk lane paces each provider channel with it; the API limits each key."""
+processes on several machines agree). The bulk lane paces each provider channel with it; the API limits each key,
+and each client address's unknown keys (`peek` first: a throttled address costs no database lookup)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,23 @@ redis.call('EXPIRE', KEYS[1], 60)
 return tostring(wait)
 """
 
+PEEK: Final[str] = """
+local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+if not b[1] then return '0' end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local tokens = math.min(burst, tonumber(b[1]) + math.max(0, now - tonumber(b[2])) * rate)
+if tokens >= 1 then return '0' end
+return tostring((1 - tokens) / rate)
+"""
+
 
 async def take(redis: Any, key: str, rate: float, burst: float) -> float:
     """Take one token now (returns 0.0) or return the seconds until one is due (nothing taken)."""
     return float(await redis.eval(TOKEN_BUCKET, 1, key, rate, burst))
+
+
+async def peek(redis: Any, key: str, rate: float, burst: float) -> float:
+    """Seconds until a token is due (0.0: one is there now); takes nothing."""
+    return float(await redis.eval(PEEK, 1, key, rate, burst))

@@ -5,8 +5,13 @@ OpenAPI at /api/openapi.json, docs at /api/docs (kept under /api so no Reflex pa
 
 from __future__ import annotations
 
-from fastapi import APIRouter, FastAPI
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from dashboard.api import (
     balance,
@@ -21,6 +26,8 @@ from dashboard.api import (
     receipts,
     recipients,
 )
+from dashboard.api.deps import authenticate, needs_key
+from dashboard.api.guard import ApiKeyGate, HostileInput, RequestContext
 from dashboard.limits import BodyLimit
 from domain.settings import get_settings
 
@@ -31,17 +38,48 @@ ROUTERS: tuple[APIRouter, ...] = (orders.router, events.router, leads.router, re
 not_found = APIRouter()
 
 
+def _allowed(scope: dict[str, Any]) -> list[str]:
+    """Every method some route serves at this path (the router alone names only its first partial match's)."""
+    return sorted({m for router in ROUTERS for r in router.routes if isinstance(r, APIRoute)
+                   and r.matches(scope)[0] != Match.NONE for m in (r.methods or ())})
+
+
+def _method_not_allowed(allowed: list[str]) -> JSONResponse:
+    return JSONResponse({"error": "method_not_allowed", "allowed": allowed}, status_code=405,
+                        headers={"Allow": ", ".join(allowed)})
+
+
 @not_found.api_route("/api/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
-async def api_not_found(rest: str) -> JSONResponse:
+async def api_not_found(rest: str, request: Request) -> JSONResponse:
+    """A path no route has: 404. A path that exists with other methods: 405 naming them in `Allow`."""
+    allowed = _allowed(request.scope)
+    if allowed:
+        return _method_not_allowed(allowed)
     return JSONResponse({"error": "not_found", "path": f"/api/{rest}"}, status_code=404)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 405 and (allowed := _allowed(request.scope)):
+        return _method_not_allowed(allowed)
+    return await errors.http_error(request, exc)
 
 
 def build_api() -> FastAPI:
     docs = bool(get_settings().api_docs)  # production: off unless OUTBOX_API_DOCS=1
     api = FastAPI(title="Outbox API", version="1.0", openapi_url="/api/openapi.json" if docs else None,
                   docs_url="/api/docs" if docs else None, redoc_url=None)
+    # add_middleware puts each new layer outside the previous ones: the request crosses them bottom-up, i.e.
+    # RequestContext -> ApiKeyGate -> BodyLimit -> HostileInput -> the route (see dashboard/api/guard.py).
+    api.add_middleware(HostileInput)
     api.add_middleware(BodyLimit, max_bytes=get_settings().max_body_bytes)
+    # The gate matches a request against the routers' own routes (the same order the app matches them in).
+    api.add_middleware(ApiKeyGate, routes=[r for router in ROUTERS for r in router.routes], needs_key=needs_key,
+                       authenticate=authenticate)
+    api.add_middleware(RequestContext)
     errors.install(api)
-    for router in (*ROUTERS, not_found):
-        api.include_router(router)
+    api.add_exception_handler(StarletteHTTPException, _http_error)  # a 405's Allow names every route's methods
+    for router in ROUTERS:
+        api.include_router(router, responses=errors.COMMON_RESPONSES)
+    api.include_router(not_found)
     return api

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth
+from dashboard.api.fields import JsonInt
 from domain import metering
 
 router = APIRouter(prefix="/api/v1/balance", tags=["balance"])
@@ -18,7 +19,7 @@ router = APIRouter(prefix="/api/v1/balance", tags=["balance"])
 
 class TopUpIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    amount_cents: int = Field(ge=1, le=10**9)
+    amount_cents: JsonInt = Field(ge=1, le=10**9)
     reference: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")
 
 

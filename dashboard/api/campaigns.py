@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
 from domain import campaigns
+from domain.audience import PEOPLE_CHANNELS
 from domain.ledger import SendRefused
 from domain.wakeups import wake_fan_out
 
@@ -22,9 +23,11 @@ router = APIRouter(prefix="/api/v1/campaigns", tags=["campaigns"])
 class CampaignIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=100)
-    segment: str = Field(min_length=1, max_length=64, description=", ".join(campaigns.SEGMENTS))
+    # The enums are published (the domain still checks and answers unknown_segment / unknown_channel)
+    segment: str = Field(min_length=1, max_length=64, description=", ".join(campaigns.SEGMENTS),
+                         json_schema_extra={"enum": list(campaigns.SEGMENTS)})
     template: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_.]+$")
-    channel: str = Field(min_length=1, max_length=16)
+    channel: str = Field(min_length=1, max_length=16, json_schema_extra={"enum": list(PEOPLE_CHANNELS)})
 
 
 @router.post("", status_code=202)

@@ -8,7 +8,9 @@ import math
 from typing import Annotated, Any
 
 from arq import ArqRedis
-from fastapi import Depends, Header, Path
+from fastapi import Depends, Path, Query, Request
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dashboard.api.errors import ApiError
 from domain import ratelimit
@@ -38,37 +40,76 @@ async def maybe_pool() -> ArqRedis | None:
         return None
 
 
-async def principal(authorization: Annotated[str | None, Header()] = None) -> Principal:
-    """Tenant and actor come from the bearer key, never from the body."""
+# Unknown keys per client address: a burst of 20, then one every 3 s; beyond it 429 before any database lookup.
+# (Behind a reverse proxy every caller shares the proxy's address: a flood of bad keys then slows everyone's
+# *unknown* keys — a valid key is only refused while that address is over its budget.)
+UNKNOWN_KEY_KEY = "outbox:rate:unknown-key:"  # + the client address
+UNKNOWN_KEY_RATE, UNKNOWN_KEY_BURST = 1 / 3, 20.0
+bearer = HTTPBearer(auto_error=False, description="an API key from `outbox apikey create --tenant T`")
+
+
+async def authenticate(authorization: str | None, client: str) -> Principal:
+    """Tenant and actor come from the bearer key, never from the body. Called by `guard.ApiKeyGate` from the
+    headers alone, before the body is read."""
     if not authorization or not authorization.lower().startswith("bearer "):
         raise ApiError(401, "unauthorized", detail="send Authorization: Bearer <api key>")
     key = authorization[7:].strip()
+    pool = await maybe_pool()
+    bucket = UNKNOWN_KEY_KEY + client
+    await _throttled(pool, ratelimit.peek, bucket, UNKNOWN_KEY_RATE, UNKNOWN_KEY_BURST, "too many unknown api keys "
+                     "from this address")
     p = await asyncio.to_thread(principal_for_key, key)
     if p is None:
+        await _throttled(pool, ratelimit.take, bucket, UNKNOWN_KEY_RATE, UNKNOWN_KEY_BURST, None)
         raise ApiError(401, "unauthorized", detail="unknown or revoked api key")
-    await _rate_limit(key)
+    rate = get_settings().api_rate_per_second
+    await _throttled(pool, ratelimit.take, API_RATE_KEY + hashlib.sha256(key.encode()).hexdigest()[:24], rate,
+                     2 * rate, f"more than {rate:g} requests per second for this key")
     return p
 
 
-async def _rate_limit(key: str) -> None:
-    """One token bucket per API key in Redis (every backend shares it). Redis down: let the request through —
-    PostgreSQL, not Redis, is what must stay consistent, and refusing every caller would be an outage."""
-    rate = get_settings().api_rate_per_second
-    pool = await maybe_pool()
+async def principal(request: Request,
+                    _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)] = None) -> Principal:
+    """The principal the gate authenticated before the body was read (or, for a route reached some other way,
+    authenticated here: never without a key)."""
+    p = request.scope.get("state", {}).get("principal")
+    if isinstance(p, Principal):
+        return p
+    client = request.client.host if request.client else "unknown"
+    return await authenticate(request.headers.get("authorization"), client)
+
+
+async def _throttled(pool: ArqRedis | None, op: Any, bucket: str, rate: float, burst: float,
+                     what: str | None) -> None:
+    """One token bucket in Redis (every backend shares it). Redis down: let the request through — PostgreSQL, not
+    Redis, is what must stay consistent, and refusing every caller would be an outage. `what` None: only count."""
     if pool is None:
         return
     try:
-        wait = await ratelimit.take(pool, API_RATE_KEY + hashlib.sha256(key.encode()).hexdigest()[:24], rate, 2 * rate)
+        wait = await op(pool, bucket, rate, burst)
     except Exception:
         return
-    if wait > 0:
+    if wait > 0 and what is not None:
         raise ApiError(429, "rate_limited", headers={"Retry-After": str(max(1, math.ceil(wait)))},
-                       detail=f"more than {rate:g} requests per second for this key; retry after the given seconds")
+                       detail=f"{what}; retry after the given seconds")
+
+
+def needs_key(route: APIRoute) -> bool:
+    """Whether a route depends (at any depth) on the API-key principal."""
+    stack = [route.dependant]
+    while stack:
+        d = stack.pop()
+        if d.call is principal:
+            return True
+        stack.extend(d.dependencies)
+    return False
 
 
 Auth = Annotated[Principal, Depends(principal)]
 # A row id in a path: within PostgreSQL's integer (a larger one is a 422, never a database error).
 Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
+# A keyset cursor (an id of a bigint column) in a query: beyond bigint is a 422, never a database error.
+Cursor = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
 
 
 async def tenant_row(query: Any, tenant_id: int, key: Any) -> dict[str, Any]:

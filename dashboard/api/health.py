@@ -28,7 +28,7 @@ def _ping_db() -> None:
         uow.execute(sa.text("SELECT 1"))
 
 
-@router.get("/healthz")
+@router.get("/healthz", responses={503: {"description": "PostgreSQL or Redis does not answer"}})
 async def healthz() -> JSONResponse:
     checks = {"postgres": False, "redis": False}
     try:
@@ -49,7 +49,7 @@ METRICS_TTL_SECONDS = 5.0
 _cache: tuple[float, bytes] | None = None
 
 
-@router.get("/metrics", response_model=None)
+@router.get("/metrics", response_model=None, response_class=PlainTextResponse)
 async def metrics(authorization: Annotated[str | None, Header()] = None) -> PlainTextResponse | JSONResponse:
     """Prometheus text. Production: only with `Authorization: Bearer $OUTBOX_METRICS_TOKEN`. The figures are
     computed from PostgreSQL at most every few seconds, however often it is scraped."""

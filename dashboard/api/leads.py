@@ -24,7 +24,9 @@ class LeadIn(BaseModel):
 
 class LeadEventIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    event: str = Field(min_length=1, max_length=64)
+    # the steps are published; another name is answered 422 unknown_step, listing them
+    event: str = Field(min_length=1, max_length=64,
+                       json_schema_extra={"enum": [*JOURNEY_STEPS, *LIFECYCLE_EVENTS]})
     event_id: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$",
                                  description="the producer's id: the same id again is a duplicate")
     occurred_at: AwareDatetime | None = Field(default=None, description="when it happened (default: now)")

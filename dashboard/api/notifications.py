@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
+from dashboard.api.fields import JsonInt
 from domain import ledger, queries
 from domain.commands import OwedRow
 from domain.wakeups import enqueue_after_commit
@@ -22,7 +23,7 @@ router = APIRouter(prefix="/api/v1/notifications", tags=["notifications"])
 
 class NotificationIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    recipient_id: int = Field(ge=1, le=2**31 - 1)
+    recipient_id: JsonInt = Field(ge=1, le=2**31 - 1)
     channel: Literal["email", "sms", "whatsapp"]
     template: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_.]+$")
     lane: Literal["high", "normal", "bulk"] = "normal"  # critical is for one-time codes only

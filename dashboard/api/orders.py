@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
+from dashboard.api.fields import JsonInt
 from domain import queries
 from domain.auth import Principal
 from domain.commands import Committed, NotFound, Rejected, create_order, execute_order_command
@@ -23,7 +24,7 @@ router = APIRouter(prefix="/api/v1/orders", tags=["orders"])
 
 class TransitionIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    expected_revision: int = Field(ge=0)
+    expected_revision: JsonInt = Field(ge=0, le=2**31 - 1)
     request_id: str = Field(min_length=1, max_length=100)
 
 
@@ -37,7 +38,7 @@ class TransitionOut(BaseModel):
 class OrderIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     customer_ref: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
-    amount_cents: int = Field(ge=0, le=10**12)
+    amount_cents: JsonInt = Field(ge=0, le=10**12)
     currency: str = Field(pattern=r"^[A-Za-z]{3}$")
 
 

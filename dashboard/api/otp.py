@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth, Id, maybe_pool
 from dashboard.api.errors import ApiError
+from dashboard.api.fields import JsonInt
 from domain import otp
 from domain.commands import OwedRow
 from domain.ledger import SendRefused
@@ -23,7 +24,7 @@ router = APIRouter(prefix="/api/v1/otp", tags=["one-time codes"])
 
 class OtpIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    recipient_id: int = Field(ge=1, le=2**31 - 1)
+    recipient_id: JsonInt = Field(ge=1, le=2**31 - 1)
     channel: Literal["sms", "whatsapp"]
 
 
@@ -50,5 +51,7 @@ async def verify(notification_id: Id, body: VerifyIn, p: Auth) -> JSONResponse:
     v = await asyncio.to_thread(otp.verify, p.tenant_id, notification_id, body.code, datetime.now(UTC))
     if v.outcome == "not_found":
         raise ApiError(404, "not_found")
-    return JSONResponse({"valid": v.outcome == "valid", "outcome": v.outcome},
-                        status_code=200 if v.outcome == "valid" else 422)
+    if v.outcome == "valid":
+        return JSONResponse({"valid": True, "outcome": v.outcome})
+    # refused: the common error shape (`error` = the outcome: invalid, used, expired, exhausted…)
+    return JSONResponse({"error": f"code_{v.outcome}", "valid": False, "outcome": v.outcome}, status_code=422)

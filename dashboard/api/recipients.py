@@ -6,27 +6,47 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, time
 from typing import Annotated, Any
+from zoneinfo import available_timezones
 
 from fastapi import APIRouter, Query
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dashboard.api.deps import Auth, Id, tenant_row
+from dashboard.api.deps import Auth, Cursor, Id, tenant_row
 from dashboard.api.errors import ApiError
+from dashboard.api.fields import JsonInt
 from domain import queries, recipients
+from domain.audience import PEOPLE_CHANNELS
 
 router = APIRouter(prefix="/api/v1/recipients", tags=["recipients"])
 
 Ref = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")]
 Email = Annotated[str, Field(max_length=254, pattern=r"^[^@\s]+@[^@\s]+$")]
 Phone = Annotated[str, Field(pattern=r"^\+?[0-9][0-9 ]{5,19}$")]
+# An IANA zone, never an offset: the published enum is exactly what the domain accepts (it names the field otherwise)
+ZONES = sorted(available_timezones() | {"UTC"})
+Timezone = Annotated[str, Field(max_length=64, json_schema_extra={"enum": ZONES},
+                                description="an IANA zone such as Asia/Kolkata (never an offset like +05:30)")]
+Cap = Annotated[JsonInt, Field(ge=0, le=10_000)]
+Channel = Annotated[str, Field(json_schema_extra={"enum": list(PEOPLE_CHANNELS)})]
 
 
 class QuietHours(BaseModel):
+    """Times of day in the recipient's own `timezone` (an IANA zone): an offset here would be a second, conflicting
+    zone (and an out-of-range one cannot even be stored), so it is refused, never silently dropped."""
+
     model_config = ConfigDict(extra="forbid")
-    start: time
-    end: time
+    start: time = Field(description="HH:MM[:SS], no offset: the zone is the recipient's timezone")
+    end: time = Field(description="HH:MM[:SS], no offset: the zone is the recipient's timezone")
+
+    @field_validator("start", "end")
+    @classmethod
+    def _no_offset(cls, v: time) -> time:
+        if v.tzinfo is not None:
+            raise ValueError("a time of day without an offset (quiet hours follow the recipient's IANA timezone, "
+                             "e.g. Asia/Kolkata)")
+        return v
 
 
 class RecipientIn(BaseModel):
@@ -35,21 +55,22 @@ class RecipientIn(BaseModel):
     display_name: str = Field(min_length=1, max_length=100)
     email: Email | None = None
     phone: Phone | None = None
-    timezone: str = Field(default="UTC", max_length=64)
+    timezone: Timezone = "UTC"
     quiet_hours: QuietHours | None = None
-    daily_cap: int | None = Field(default=None, ge=0, le=10_000)
-    opted_out_channels: list[str] = Field(default_factory=list, max_length=10)
+    daily_cap: Cap | None = None
+    opted_out_channels: list[Channel] = Field(default_factory=list, max_length=10)
 
 
 class RecipientPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    display_name: str | None = Field(default=None, min_length=1, max_length=100)
+    # absent: unchanged. A name and the opt-out list cannot be null (the columns are NOT NULL).
+    display_name: str = Field(default=None, min_length=1, max_length=100)  # type: ignore[assignment]
     email: Email | None = None
     phone: Phone | None = None
-    timezone: str | None = Field(default=None, max_length=64)
+    timezone: Timezone | None = None
     quiet_hours: QuietHours | None = None  # null clears them
-    daily_cap: int | None = Field(default=None, ge=0, le=10_000)  # null removes the cap
-    opted_out_channels: list[str] | None = Field(default=None, max_length=10)
+    daily_cap: Cap | None = None  # null removes the cap
+    opted_out_channels: list[Channel] = Field(default=None, max_length=10)  # type: ignore[assignment]
 
 
 def _values(body: BaseModel) -> dict[str, Any]:
@@ -97,7 +118,7 @@ async def patch(recipient_id: Id, body: RecipientPatch, p: Auth) -> dict[str, An
 
 @router.get("/{recipient_id}/messages")
 async def messages(recipient_id: Id, p: Auth, limit: Annotated[int, Query(ge=1, le=500)] = 100,
-                   before_id: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
+                   before_id: Cursor = None) -> dict[str, Any]:
     out = await asyncio.to_thread(queries.recipient_messages, p.tenant_id, recipient_id, datetime.now(UTC), limit,
                                   before_id)
     if out is None:
