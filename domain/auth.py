@@ -95,6 +95,11 @@ MAX_LOGIN_CHARS: Final[int] = 100
 # Failures before a lockout, per login and per client address; the lockout doubles with each further failure.
 LOGIN_LIMIT: Final[int] = 5
 CLIENT_LIMIT: Final[int] = 20
+# Both counters are a sliding window of FAILURE_WINDOW: each failure is forgiven after WINDOW / LIMIT (a leaky
+# bucket: 20 failures from one address are forgotten 15 minutes later). A success resets only its own login's
+# counter, never the address's (one good password must not buy an address another 20 guesses), so without this
+# decay one busy address — everyone behind a reverse proxy — would be locked out for good.
+FAILURE_WINDOW: Final[timedelta] = timedelta(minutes=15)
 FIRST_LOCKOUT: Final[timedelta] = timedelta(seconds=30)
 LONGEST_LOCKOUT: Final[timedelta] = timedelta(minutes=15)
 # Argon2 is deliberately expensive: at most this many hashes at once per process, whatever arrives.
@@ -112,6 +117,23 @@ def lockout_for(failures: int, limit: int) -> timedelta | None:
         return None
     doubled = timedelta(seconds=FIRST_LOCKOUT.total_seconds() * float(2 ** min(failures - limit, 16)))
     return min(LONGEST_LOCKOUT, doubled)
+
+
+def leak_seconds(limit: int) -> float:
+    """Seconds after which one failure is forgiven, for a counter with this limit."""
+    return FAILURE_WINDOW.total_seconds() / limit
+
+
+# One statement: the failures left after the leak since `updated_at`, plus this one. `updated_at` advances only by
+# the whole failures forgiven (the leak's remainder carries over), or to now when all were forgiven.
+_FORGIVEN = "floor(GREATEST(extract(epoch FROM (CAST(:now AS timestamptz) - t.updated_at)), 0) / :leak)::int"
+RECORD_FAILURE = sa.text(f"""
+INSERT INTO login_throttle AS t (key, failures, updated_at) VALUES (:k, 1, :now)
+ON CONFLICT (key) DO UPDATE SET
+  failures = GREATEST(t.failures - {_FORGIVEN}, 0) + 1,
+  updated_at = CASE WHEN {_FORGIVEN} >= t.failures THEN CAST(:now AS timestamptz)
+                    ELSE t.updated_at + make_interval(secs => {_FORGIVEN} * CAST(:leak AS float8)) END
+RETURNING t.failures""")
 
 
 def login_operator(login: str, password: str, client: str = "unknown", now: datetime | None = None,
@@ -141,10 +163,8 @@ def login_operator(login: str, password: str, client: str = "unknown", now: date
             uow.execute(sa.text("DELETE FROM login_throttle WHERE key = :k"), {"k": f"login:{login.lower()}"})
         else:
             for key, limit in keys.items():
-                failures = uow.execute(sa.text(
-                    "INSERT INTO login_throttle (key, failures, updated_at) VALUES (:k, 1, :now) "
-                    "ON CONFLICT (key) DO UPDATE SET failures = login_throttle.failures + 1, updated_at = :now "
-                    "RETURNING failures"), {"k": key, "now": now}).scalar_one()
+                failures = uow.execute(RECORD_FAILURE, {"k": key, "now": now,
+                                                        "leak": leak_seconds(limit)}).scalar_one()
                 lock = lockout_for(int(failures), limit)
                 if lock is not None:
                     uow.execute(sa.text("UPDATE login_throttle SET locked_until = :u WHERE key = :k"),
