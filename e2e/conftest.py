@@ -117,6 +117,21 @@ def nothing_published_on(channel: str, timeout: float = 10) -> Iterator[None]:
         r.close()
 
 
+@contextmanager
+def switched_off(name: str) -> Iterator[None]:
+    """Switch a fast path (or the views' periodic check) off in every process of the e2e system while the block
+    runs: the development-only runtime switch `SWITCHED_OFF` (see domain/wakeups.py), always switched back on."""
+    from domain.queue import SWITCHED_OFF
+
+    r = redis_client()
+    r.sadd(SWITCHED_OFF, name)
+    try:
+        yield
+    finally:
+        r.srem(SWITCHED_OFF, name)
+        r.close()
+
+
 @pytest.fixture(scope="session")
 def app_system():
     if not shutil.which(CHROMIUM):
