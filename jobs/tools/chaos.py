@@ -5,8 +5,9 @@ pg_ctl, as the `postgres` user when run as root), its own Redis server, the rece
 backend for /api/v1; the Reflex build is too slow to restart inside a short run), the relay and two workers per
 lane (one critical), each on a free port. Load goes through the API: order approvals, sends, one-time codes, lead
 events, and one campaign. At times drawn from `random.Random(seed)` it SIGKILLs a worker, the relay, the receiver
-and the API (restarting each shortly after), SIGSTOPs a worker past its lease and resumes it, FLUSHALLs Redis and
-restarts PostgreSQL. Then it stops the load, drains (with a deadline) and counts:
+and the API (restarting each shortly after), SIGSTOPs a worker past its lease and resumes it, FLUSHALLs Redis,
+turns on the receiver's fault switches for a few seconds (webhooks slower than a lease, 503s, effects applied with
+the answer lost) and restarts PostgreSQL. Then it stops the load, drains (with a deadline) and counts:
 
 - lost: an accepted request or committed row whose message never happened (still owed after the drain, FAILED,
   missing, a webhook with no receiver effect, a "sent" message the provider never received);
@@ -59,13 +60,18 @@ TENANT = 7  # its seeded recipients have no quiet hours: nothing is legitimately
 LEASE_SECONDS = 3.0
 SAMPLE_EVERY = 0.25
 RATE_BEFORE_S, RATE_WINDOW_S, RECOVERED_SHARE = 4.0, 3.0, 0.95
-FAULT_KINDS = ("kill_worker", "kill_relay", "kill_receiver", "kill_api", "stop_worker", "flush_redis")
+FAULT_KINDS = ("kill_worker", "kill_relay", "kill_receiver", "kill_api", "stop_worker", "flush_redis",
+               "receiver_faults")
+# The receiver's own switch board (development): webhooks slower than a lease, then 503s, effects applied with the
+# answer lost (hang, dropped connection) — attempts whose outcome arrives after their lease ran out.
+RECEIVER_FAULTS = {"slow_seconds": LEASE_SECONDS + 1.0, "fail_503": 6, "accept_then_hang": 2, "accept_then_drop": 2}
 FINAL = ("SENT", "DELIVERED", "SUPPRESSED")
 # The knobs every process of the run shares: short leases and scans so a 30 s run sees recovery, many attempts with
-# a short backoff so a receiver down for seconds delays messages instead of failing them, journeys 600x faster.
+# a short backoff so a receiver down for seconds delays messages instead of failing them, journeys 600x faster,
+# and a bulk pace slow enough that the campaign keeps the bulk workers busy for seconds (a stall catches them mid-send).
 CHAOS_ENV = {"OUTBOX_LEASE_SECONDS": str(LEASE_SECONDS), "OUTBOX_SCAN_INTERVAL": "0.5", "OUTBOX_MAX_ATTEMPTS": "50",
              "OUTBOX_BACKOFF_BASE": "0.2", "OUTBOX_BACKOFF_CAP": "2.0", "OUTBOX_TIME_SCALE": "600",
-             "OUTBOX_API_RATE": "100000", "OUTBOX_BULK_RATE": "100"}
+             "OUTBOX_API_RATE": "100000", "OUTBOX_BULK_RATE": "20"}
 
 
 def free_port() -> int:
@@ -178,28 +184,30 @@ def plan_faults(seed: int, duration: float) -> list[Fault]:
     rng = random.Random(seed)
     workers = worker_names()
     pg_at = rng.uniform(0.45, 0.55) * duration
-    quiet = (pg_at - RATE_BEFORE_S - 4.0, pg_at + 9.0)
-    kinds = list(FAULT_KINDS) + [rng.choice(FAULT_KINDS) for _ in range(max(0, round(duration / 10) - 6))]
+    quiet = (pg_at - RATE_BEFORE_S - 4.0, pg_at + RATE_WINDOW_S + 4.0)
+    kinds = list(FAULT_KINDS) + [rng.choice(FAULT_KINDS) for _ in range(max(0, round(duration / 10) - 7))]
     rng.shuffle(kinds)
     busy: dict[str, list[tuple[float, float]]] = {}
     plan = [Fault(pg_at, "restart_postgres", "", rng.uniform(0.5, 1.5))]
     for kind in kinds:
         hold = 0.0 if kind == "flush_redis" else (
-            LEASE_SECONDS + rng.uniform(1.0, 2.0) if kind == "stop_worker" else rng.uniform(1.0, 3.0))
-        for _ in range(1000):
-            at = rng.uniform(0.08 * duration, 0.92 * duration - hold)
-            if quiet[0] - hold <= at <= quiet[1]:
+            LEASE_SECONDS + rng.uniform(1.0, 2.0) if kind in ("stop_worker", "receiver_faults")
+            else rng.uniform(1.0, 3.0))
+        for tries in range(2000):
+            at = rng.uniform(0.05 * duration, 0.95 * duration - hold)
+            if quiet[0] - hold <= at <= quiet[1] and tries < 1000:  # a short run may have to give the zone up
                 continue
             if kind == "stop_worker":  # stall one of a pair, so the other can take its rows over
                 target = rng.choice([w for w in workers if not w.endswith("critical-1")])
             else:
                 target = {"kill_worker": rng.choice(workers), "kill_relay": "relay", "kill_receiver": "receiver",
                           "kill_api": "api"}.get(kind, "")
-            if target and any(a - 0.5 <= at <= b + 0.5 for a, b in busy.get(target, [])):
+            if target and any(at - 0.5 <= b and a <= at + hold + 0.5 for a, b in busy.get(target, [])):
                 continue
             busy.setdefault(target, []).append((at, at + hold))
             plan.append(Fault(at, kind, target, hold))
             break
+    assert {f.kind for f in plan} == {*FAULT_KINDS, "restart_postgres"}, "every kind of fault is in the plan"
     return sorted(plan, key=lambda f: f.at)
 
 
@@ -522,7 +530,8 @@ class Injector:
                 self._postpone(0.5)  # the rate before the restart is measured on a system with nothing down
                 continue
             self.steps.pop(0)
-            if not restore and fault.target in self.restoring:
+            target = "receiver" if fault.kind == "receiver_faults" else fault.target
+            if not restore and target in self.restoring:  # hit what is up, not what is still starting
                 self.steps.append((when + 0.5, order, fault, restore))
                 self.steps.sort(key=lambda s: (s[0], s[1]))
                 continue
@@ -573,6 +582,9 @@ class Injector:
             self.run.pg_down_at = now_s(self.t0)
             self.pg.stop("fast")
             self._log(f"PostgreSQL stopped (pg_ctl stop -m fast, took {now_s(self.t0) - self.run.pg_down_at:.1f}s)")
+        elif f.kind == "receiver_faults":
+            self._log(f"receiver fault switches {self._switch(RECEIVER_FAULTS)} for {f.hold:.1f}s: "
+                      + ", ".join(f"{k}={v:g}" for k, v in RECEIVER_FAULTS.items()))
         elif f.kind == "stop_worker":
             p = self.system.procs[f.target]
             assert p.popen is not None
@@ -590,8 +602,18 @@ class Injector:
             self.last_back = now_s(self.t0)
             self.restoring.discard(f.target)
 
+    def _switch(self, faults: dict[str, float]) -> str:
+        try:
+            r = httpx.post(f"http://127.0.0.1:{self.run.ports['receiver']}/faults", json=faults, timeout=5)
+            return "set" if r.status_code == 200 else f"refused ({r.status_code})"
+        except httpx.HTTPError as exc:
+            return f"not reached ({type(exc).__name__})"
+
     def _bring_back(self, f: Fault) -> None:
         if f.kind == "flush_redis":
+            return
+        if f.kind == "receiver_faults":
+            self._log(f"receiver fault switches cleared: {self._switch({})}")
             return
         if f.kind == "restart_postgres":
             self.pg.start()
