@@ -33,7 +33,7 @@ from domain.wakeups import publish_refresh, redis_settings
 HTTP_TIMEOUT = httpx.Timeout(connect=2.0, read=5.0, write=5.0, pool=2.0)
 # One attempt has one deadline, shorter than its lease: the attempt is recorded (as a timeout, under its own claim
 # token) before another worker may claim the row. httpx's timeouts are per phase and would not bound it.
-ATTEMPT_SHARE_OF_LEASE = 0.6
+ATTEMPT_SHARE_OF_LEASE = 0.75
 
 
 def attempt_deadline(lease_seconds: float) -> float:

@@ -62,7 +62,8 @@ def test_crash_after_remote_effect_gives_two_deliveries_one_effect(sys_):
     fx = effects(r.event_id)
     assert fx["effects"] == 1 and fx["deliveries"] >= 2
     (row,) = rows("event_id = :e AND channel = 'webhook'", e=r.event_id)
-    assert row.provider_reference == fx["result_refs"][0] and row.attempts == 2
+    # Two claims at least: on a loaded machine an attempt may also reach its deadline and be retried.
+    assert row.provider_reference == fx["result_refs"][0] and row.attempts >= 2
 
 
 def test_redis_flushed_mid_flight_everything_delivered_once(sys_, redis_db):
@@ -251,6 +252,23 @@ def test_no_contact_point_or_secret_reaches_job_args_payloads_or_logs(sys_, redi
         assert secret not in logs
 
 
+def test_accept_then_hang_ends_at_the_attempt_deadline_inside_the_lease(sys_):
+    """The receiver applies the effect and never answers. The attempt has one deadline shorter than its lease
+    (httpx's 5 s read timeout alone would outlive the 2 s lease): the worker records its own timeout under its
+    claim token, never a stale write; the next claim hears `already_processed`; one effect."""
+    httpx.post(f"{RECEIVER}/faults", json={"accept_then_hang": 1})
+    r = approve()
+    sys_.start_worker("high")
+    (row,) = wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id),
+                      what="delivery after the hung response")
+    assert effects(r.event_id)["effects"] == 1
+    with get_engine().connect() as c:
+        outcomes = [tuple(x) for x in c.execute(sa.text(
+            "SELECT outcome, error_class FROM notification_attempts WHERE notification_id = :n ORDER BY id"),
+            {"n": row.id})]
+    assert outcomes[0] == ("retry", "timeout") and ("stale", "timeout") not in outcomes, outcomes
+
+
 def test_accept_then_drop_connection_retries_to_one_effect(sys_):
     """The receiver applies the effect and the connection dies mid-response: a transport error, a retry with the
     same event id, `already_processed`, one effect."""
@@ -260,7 +278,7 @@ def test_accept_then_drop_connection_retries_to_one_effect(sys_):
     (row,) = wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id),
                       what="delivery after the dropped connection")
     fx = effects(r.event_id)
-    assert fx["effects"] == 1 and fx["deliveries"] == 2 and row.attempts == 2
+    assert fx["effects"] == 1 and fx["deliveries"] >= 2 and row.attempts >= 2
     with get_engine().connect() as c:
         first = c.execute(sa.text("SELECT outcome, error_class FROM notification_attempts WHERE notification_id = :n "
                                   "ORDER BY attempt_no LIMIT 1"), {"n": row.id}).one()
