@@ -91,5 +91,10 @@ def _apply(uow: UnitOfWork, n: Any, kept_id: int, reference: str, outcome: str) 
                             "last_error_class = 'undeliverable' WHERE id = :id"), {"id": n.id})
         # The provider could not deliver it: the tenant does not pay for it.
         metering.release(uow, int(n.id), "refund: provider could not deliver")
+    elif outcome == "failed" and n.status == "FAILED":
+        # Failed for want of an answer, though the provider had taken it: now we know it bounced (a replay
+        # then sends it as a new message).
+        uow.execute(sa.text("UPDATE notifications SET last_error_class = 'undeliverable', review = NULL "
+                            "WHERE id = :id"), {"id": n.id})
     uow.execute(sa.text("UPDATE delivery_receipts SET applied_at = now() WHERE id = :i"), {"i": kept_id})
     return True

@@ -60,18 +60,23 @@ class Provider:
 
     effects: dict[str, int] = field(default_factory=dict)
     references: dict[str, str] = field(default_factory=dict)
+    # Receipts the provider owes (channel, receipt id, reference, key): posted for every message it accepted,
+    # whether or not our worker heard its answer.
+    receipts: list[tuple[str, str, str, str]] = field(default_factory=list)
 
-    def post(self, key: str, behaviour: str) -> tuple[Outcome, str | None]:
+    def post(self, key: str, behaviour: str, channel: str = "webhook") -> tuple[Outcome, str | None]:
+        seen = key in self.references
         if behaviour == "unavailable":
             return Outcome(503), None
-        if behaviour == "reject":
+        if behaviour == "reject" and not seen:  # the same request passed its checks once: it passes again
             return Outcome(400), None
         if behaviour == "timeout_before":
             return Outcome(None, error="timeout"), None
-        seen = key in self.references
         if not seen:
             self.effects[key] = self.effects.get(key, 0) + 1
             self.references[key] = f"ref-{len(self.references) + 1}"
+            if channel != "webhook":
+                self.receipts.append((channel, f"rc-{len(self.receipts) + 1}", self.references[key], key))
         if behaviour == "timeout_after":
             return Outcome(None, error="timeout"), None
         return Outcome(202, body_status="already_processed" if seen else "accepted"), self.references[key]
@@ -96,7 +101,6 @@ class DeliveryMachine(RuleBasedStateMachine):
         super().__init__()
         self.provider = Provider()
         self.inflight: list[InFlight] = []
-        self.receipts_sent: list[tuple[str, str, str, str]] = []  # (channel, receipt id, reference, key)
         self.rng = random.Random(0)
         self.counter = 0
         self.campaigns: list[int] = []
@@ -216,7 +220,7 @@ class DeliveryMachine(RuleBasedStateMachine):
             return
         f = data.draw(st.sampled_from(pending))
         key = str(f.claim.event_id) if f.claim.channel == "webhook" else claims.idempotency_key(f.claim)
-        f.outcome, f.reference = self.provider.post(key, behaviour)
+        f.outcome, f.reference = self.provider.post(key, behaviour, f.claim.channel)
 
     @rule(data=st.data())
     def record(self, data: st.DataObject) -> None:
@@ -232,9 +236,6 @@ class DeliveryMachine(RuleBasedStateMachine):
         decision = decide_retry(f.outcome, f.claim.attempts, f.claim.max_attempts, 0.0, 0.0, self.rng)
         claims.record(f.claim, decision, worker=f.worker, started=datetime.now(UTC),
                       status_code=f.outcome.status_code, latency_ms=1.0, provider_reference=f.reference)
-        if f.reference is not None and f.claim.channel != "webhook":
-            rid = f"rc-{len(self.receipts_sent) + 1}"
-            self.receipts_sent.append((f.claim.channel, rid, f.reference, claims.idempotency_key(f.claim)))
 
     @rule(data=st.data(), point=st.sampled_from(CRASH_POINTS))
     def crash(self, data: st.DataObject, point: str) -> None:
@@ -244,9 +245,6 @@ class DeliveryMachine(RuleBasedStateMachine):
             return
         f = data.draw(st.sampled_from(candidates))
         self.inflight.remove(f)
-        if point == CRASH_POINTS[2] and f.reference is not None and f.claim.channel != "webhook":
-            self.receipts_sent.append((f.claim.channel, f"rc-{len(self.receipts_sent) + 1}", f.reference,
-                                       claims.idempotency_key(f.claim)))
         self._lease_runs_out(f.claim.id)
 
     @rule(data=st.data())
@@ -254,6 +252,40 @@ class DeliveryMachine(RuleBasedStateMachine):
         """A worker stops (SIGSTOP, a GC pause) until its lease is over; it stays in flight and resumes later."""
         if self.inflight:
             self._lease_runs_out(data.draw(st.sampled_from(self.inflight)).claim.id)
+
+    @rule(data=st.data(), worker=st.sampled_from(["w1", "w2"]))
+    def stall_and_take_over(self, data: st.DataObject, worker: str) -> None:
+        """A worker stalls past its lease and a second worker claims the same row at once: two attempts of one
+        row in flight, the first one's token stale (it may still send, record, or crash)."""
+        if self.inflight:
+            f = data.draw(st.sampled_from(self.inflight))
+            self._lease_runs_out(f.claim.id)
+            self._claim(f.claim.id, worker)
+
+    @rule(data=st.data(), first=st.sampled_from(BEHAVIOURS), second=st.sampled_from(BEHAVIOURS),
+          stale_records_last=st.booleans())
+    def race_for_one_row(self, data: st.DataObject, first: str, second: str, stale_records_last: bool) -> None:
+        """The review's interleaving, whole: worker A stalls past its lease, B claims the row, both send (each
+        behaviour any of the provider's), and they record in either order."""
+        owed = self._owed()
+        if not owed:
+            return
+        nid = data.draw(st.sampled_from(owed))
+        before = len(self.inflight)
+        self._claim(nid, "A")
+        if len(self.inflight) == before:
+            return
+        a = self.inflight.pop()
+        self._lease_runs_out(nid)
+        self._claim(nid, "B")
+        if len(self.inflight) == before:
+            return
+        b = self.inflight.pop()
+        for f, behaviour in ((a, first), (b, second)):
+            key = str(f.claim.event_id) if f.claim.channel == "webhook" else claims.idempotency_key(f.claim)
+            f.outcome, f.reference = self.provider.post(key, behaviour, f.claim.channel)
+        for f in ((b, a) if stale_records_last else (a, b)):
+            self._record(f)
 
     def _lease_runs_out(self, nid: int) -> None:
         with get_engine().begin() as c:
@@ -263,9 +295,9 @@ class DeliveryMachine(RuleBasedStateMachine):
     # ---- receipts and operators ----------------------------------------------------------------------------
     @rule(data=st.data(), outcome=st.sampled_from(["delivered", "delivered", "failed"]), again=st.booleans())
     def receipt(self, data: st.DataObject, outcome: str, again: bool) -> None:
-        if not self.receipts_sent:
+        if not self.provider.receipts:
             return
-        channel, rid, ref, key = data.draw(st.sampled_from(self.receipts_sent))
+        channel, rid, ref, key = data.draw(st.sampled_from(self.provider.receipts))
         rid = rid if again else f"{rid}-{outcome}"
         apply_receipt(channel, rid, ref, outcome, key)
 
@@ -297,7 +329,17 @@ class DeliveryMachine(RuleBasedStateMachine):
         for _ in range(40):
             owed = self._owed()
             if not owed:
-                break
+                # An operator replays what failed for want of an answer (the provider may have accepted it):
+                # the same key, so the provider answers `already_processed` and the row learns the truth.
+                with get_engine().connect() as c:
+                    unknown = [int(i) for i in c.execute(sa.text(
+                        "SELECT id FROM notifications WHERE status = 'FAILED' AND last_error_class IN "
+                        "('timeout', 'connection', 'server_error') ORDER BY id")).scalars()]
+                if not unknown:
+                    break
+                for nid in unknown:
+                    review.replay(42, nid, actor_ref="sm")
+                continue
             self.relay_scan()
             with get_engine().begin() as c:
                 c.execute(sa.text("UPDATE notifications SET next_attempt_at = now() WHERE status = 'QUEUED' "
@@ -307,9 +349,11 @@ class DeliveryMachine(RuleBasedStateMachine):
                 if isinstance(got, claims.Ready):
                     f = InFlight(got.claim, "drain")
                     key = str(f.claim.event_id) if f.claim.channel == "webhook" else claims.idempotency_key(f.claim)
-                    f.outcome, f.reference = self.provider.post(key, "accept")
+                    f.outcome, f.reference = self.provider.post(key, "accept", f.claim.channel)
                     self._record(f)
         assert self._owed() == [], f"seed {SEED}: rows still owed after the drain"
+        for channel, rid, ref, key in self.provider.receipts:  # every receipt arrives in the end
+            apply_receipt(channel, f"{rid}-final", ref, "delivered", key)
         self.outbox_check_is_clean()
         with get_engine().connect() as c:
             rows = {str(r.k): r for r in c.execute(sa.text(
@@ -336,7 +380,7 @@ def test_delivery_path_state_machine(db, redis_db) -> None:  # type: ignore[no-u
     workers that crash or stall past their lease, a provider that fails in every way, receipts in any order and
     twice, replays and a flushed Redis; and after the drain every accepted send is reflected exactly once."""
     print(f"state machine seed: OUTBOX_SM_SEED={SEED}")
-    examples = int(os.environ.get("OUTBOX_SM_EXAMPLES", "12"))
+    examples = int(os.environ.get("OUTBOX_SM_EXAMPLES", "25"))
     machine = hypothesis.seed(SEED)(DeliveryMachine)
     run_state_machine_as_test(machine, settings=settings(
         max_examples=examples, stateful_step_count=40, deadline=None, database=None, print_blob=True,
