@@ -27,6 +27,7 @@ from dashboard.api import (
     recipients,
 )
 from dashboard.api.deps import authenticate, needs_key
+from dashboard.api.fields import publish_text_rules
 from dashboard.api.guard import ApiKeyGate, HostileInput, RequestContext
 from dashboard.limits import BodyLimit
 from domain.settings import get_settings
@@ -82,4 +83,13 @@ def build_api() -> FastAPI:
     for router in ROUTERS:
         api.include_router(router, responses=errors.COMMON_RESPONSES)
     api.include_router(not_found)
+    build_schema = api.openapi
+
+    def openapi() -> dict[str, Any]:
+        """The generated document plus what HostileInput enforces (no NUL in any string), computed once."""
+        if api.openapi_schema is None:
+            publish_text_rules(build_schema())
+        return api.openapi_schema  # type: ignore[return-value]
+
+    api.openapi = openapi  # type: ignore[method-assign]
     return api

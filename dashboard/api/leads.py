@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth, Id, tenant_row
+from dashboard.api.fields import STRING
 from domain import journeys, queries
 from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
 
@@ -29,7 +30,8 @@ class LeadEventIn(BaseModel):
                        json_schema_extra={"enum": [*JOURNEY_STEPS, *LIFECYCLE_EVENTS]})
     event_id: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$",
                                  description="the producer's id: the same id again is a duplicate")
-    occurred_at: AwareDatetime | None = Field(default=None, description="when it happened (default: now)")
+    occurred_at: Annotated[AwareDatetime | None, STRING] = Field(default=None,
+                                                               description="when it happened (default: now)")
 
 
 @router.post("", status_code=201)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
-from dashboard.api.fields import JsonInt
+from dashboard.api.fields import JsonInt, Scalar
 from domain import ledger, queries
 from domain.commands import OwedRow
 from domain.wakeups import enqueue_after_commit
@@ -27,7 +27,7 @@ class NotificationIn(BaseModel):
     channel: Literal["email", "sms", "whatsapp"]
     template: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_.]+$")
     lane: Literal["high", "normal", "bulk"] = "normal"  # critical is for one-time codes only
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: dict[str, Scalar] = Field(default_factory=dict, description="flat values the template renders")
     subject_period: str = Field(min_length=1, max_length=100,
                                 description="what the message is about, e.g. 2026-11-29 or order-913-approved")
 

@@ -4,6 +4,7 @@ get it?" (`GET /api/v1/recipients/{id}/messages`)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime, time
 from typing import Annotated, Any
 from zoneinfo import available_timezones
@@ -15,21 +16,30 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dashboard.api.deps import Auth, Cursor, Id, tenant_row
 from dashboard.api.errors import ApiError
-from dashboard.api.fields import JsonInt
+from dashboard.api.fields import INTEGER
 from domain import queries, recipients
 from domain.audience import PEOPLE_CHANNELS
 
 router = APIRouter(prefix="/api/v1/recipients", tags=["recipients"])
 
 Ref = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")]
-Email = Annotated[str, Field(max_length=254, pattern=r"^[^@\s]+@[^@\s]+$")]
+Email = Annotated[str, Field(max_length=254, pattern=r"^[^@\s\x00]+@[^@\s\x00]+$")]
 Phone = Annotated[str, Field(pattern=r"^\+?[0-9][0-9 ]{5,19}$")]
 # An IANA zone, never an offset: the published enum is exactly what the domain accepts (it names the field otherwise)
 ZONES = sorted(available_timezones() | {"UTC"})
 Timezone = Annotated[str, Field(max_length=64, json_schema_extra={"enum": ZONES},
                                 description="an IANA zone such as Asia/Kolkata (never an offset like +05:30)")]
-Cap = Annotated[JsonInt, Field(ge=0, le=10_000)]
+Cap = Annotated[int, Field(ge=0, le=10_000), INTEGER]
 Channel = Annotated[str, Field(json_schema_extra={"enum": list(PEOPLE_CHANNELS)})]
+
+
+TIME_OF_DAY = r"^([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,6})?)?$"
+
+
+def _time_of_day(schema: dict[str, Any]) -> None:
+    """Published as what is accepted: JSON Schema's `format: time` would allow an offset."""
+    schema.pop("format", None)
+    schema["pattern"] = TIME_OF_DAY
 
 
 class QuietHours(BaseModel):
@@ -37,8 +47,22 @@ class QuietHours(BaseModel):
     zone (and an out-of-range one cannot even be stored), so it is refused, never silently dropped."""
 
     model_config = ConfigDict(extra="forbid")
-    start: time = Field(description="HH:MM[:SS], no offset: the zone is the recipient's timezone")
-    end: time = Field(description="HH:MM[:SS], no offset: the zone is the recipient's timezone")
+    start: time = Field(description="HH:MM[:SS], no offset: the zone is the recipient's timezone",
+                        json_schema_extra=_time_of_day)
+    end: time = Field(description="HH:MM[:SS], no offset: the zone is the recipient's timezone",
+                      json_schema_extra=_time_of_day)
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _plain_time_of_day(cls, v: Any) -> Any:
+        if isinstance(v, str) and not re.match(TIME_OF_DAY, v):
+            if re.match(r"^[0-9:.]+(Z|[+-][0-9:]+)$", v):
+                raise ValueError("a time of day without an offset (quiet hours follow the recipient's IANA "
+                                 "timezone, e.g. Asia/Kolkata)")
+            raise ValueError("a time of day as HH:MM or HH:MM:SS")
+        if not isinstance(v, str | time):
+            raise ValueError("a time of day as HH:MM or HH:MM:SS")
+        return v
 
     @field_validator("start", "end")
     @classmethod
