@@ -79,7 +79,7 @@ def pubsub_connections() -> int:
 def wait_listeners(channel: str, at_least: int | None = None, at_most: int | None = None,
                    timeout: float = 20) -> None:
     """Wait until the number of live views subscribed to `channel` is within bounds (their live task runs)."""
-    from jobs.tools.procs import wait_until
+    from jobs.ops.procs import wait_until
 
     wait_until(lambda: (at_least is None or listeners(channel) >= at_least)
                and (at_most is None or listeners(channel) <= at_most), timeout,
@@ -136,8 +136,8 @@ def switched_off(name: str) -> Iterator[None]:
 def app_system():
     if not shutil.which(CHROMIUM):
         pytest.fail("Debian's chromium is required: sudo apt-get install -y chromium (the test command does this)")
-    from jobs.tools.dbadmin import isolated_environment
-    from jobs.tools.procs import ROOT, System
+    from jobs.ops.dbadmin import isolated_environment
+    from jobs.ops.procs import ROOT, System
 
     # Short leases and scans: a crashed worker's message is back within seconds (the default is 30 s / 5 s).
     isolated_environment(E2E_DB_NAME, E2E_REDIS_DB, OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{RECEIVER_PORT}",

@@ -18,7 +18,7 @@ from domain.ledger import send
 from domain.queries import invariant_counts
 from domain.recipients import find_by_ref
 from e2e.conftest import APP, shot
-from jobs.tools.procs import wait_until
+from jobs.ops.procs import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -32,7 +32,7 @@ from e2e.conftest import (
     switched_off,
     wait_listeners,
 )
-from jobs.tools.procs import job_tries, wait_until
+from jobs.ops.procs import job_tries, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -27,7 +27,7 @@ from domain.delivery.lanes import set_lane_paused
 from domain.queue import ARMED_FAULTS, order_channel, tenant_channel
 from domain.wakeups import after_commit, arq_pool
 from e2e.conftest import APP, RECEIVER, listeners, log_in, pubsub_connections, redis_client
-from jobs.tools.procs import wait_until
+from jobs.ops.procs import wait_until
 
 pytestmark = pytest.mark.e2e
 EVENT_SOCKET = re.compile(r".*/_event/.*")

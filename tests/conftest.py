@@ -54,7 +54,7 @@ def truncate_all(attempts: int = 5) -> None:
 
 @pytest.fixture(scope="session")
 def migrated_db() -> str:
-    from jobs.tools.dbadmin import ensure_database, migrate
+    from jobs.ops.dbadmin import ensure_database, migrate
 
     ensure_database(TEST_DB_URL, reset=True)
     migrate(TEST_DB_URL)
@@ -66,7 +66,7 @@ def reset_receiver() -> None:
     would otherwise remember the previous test's messages, whose ids restart at 1)."""
     import sqlalchemy as sa
 
-    from jobs.tools.procs import receiver_database_url
+    from jobs.ops.procs import receiver_database_url
 
     eng = sa.create_engine(receiver_database_url(TEST_DB_URL))
     try:
@@ -82,7 +82,7 @@ def reset_receiver() -> None:
 @pytest.fixture
 def db(migrated_db: str) -> str:
     """A clean, seeded database for one test (and an empty receiver beside it)."""
-    from domain.seed import seed
+    from jobs.ops.seed import seed
 
     truncate_all()
     reset_receiver()

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 
 from domain.db import get_engine
 from domain.settings import reload_settings
-from jobs.tools.checks import all_invariants
-from jobs.tools.procs import ROOT, System, wait_until
+from jobs.ops.checks import all_invariants
+from jobs.ops.procs import ROOT, System, wait_until
 from tests.conftest import PORT_OFFSET, SLOT_SUFFIX
 
 RECEIVER_PORT, API_PORT = 8098 + PORT_OFFSET, 8099 + PORT_OFFSET

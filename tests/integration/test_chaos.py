@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from jobs.tools.procs import BIN, ROOT
+from jobs.ops.procs import BIN, ROOT
 
 pytestmark = pytest.mark.chaos
 RESULT = re.compile(r"chaos result=(PASS|FAIL) lost=(\d+) duplicate_effects=(\d+) invariants_broken=(\d+) "

@@ -28,7 +28,7 @@ ORDER = 913
 class OrderCommands(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        from domain.seed import seed
+        from jobs.ops.seed import seed
         from tests.conftest import truncate_all
 
         truncate_all()

@@ -26,7 +26,7 @@ from domain.envelope import body_digest
 from domain.settings import get_settings
 from domain.signing import signed_headers
 from domain.wakeups import arq_pool, enqueue
-from jobs.tools.procs import ROOT, job_tries, wait_worker_ready
+from jobs.ops.procs import ROOT, job_tries, wait_worker_ready
 from tests.conftest import SLOT_SUFFIX
 from tests.integration.conftest import API_PORT, RECEIVER, effects, rows, wait_for
 

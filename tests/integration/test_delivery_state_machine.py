@@ -109,7 +109,7 @@ class DeliveryMachine(RuleBasedStateMachine):
     # ---- the world ---------------------------------------------------------------------------------------
     @initialize()
     def fresh_world(self) -> None:
-        from domain.seed import seed
+        from jobs.ops.seed import seed
 
         truncate_all()
         seed()

@@ -27,9 +27,9 @@ from domain.journeys import create_lead, record_lead_event
 from domain.queries import invariant_counts
 from domain.retry import Succeeded
 from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
-from domain.seed import seed
-from jobs.tools.procs import System
-from jobs.tools.storm import run_storm
+from jobs.drills.storm import run_storm
+from jobs.ops.procs import System
+from jobs.ops.seed import seed
 from tests.conftest import reset_receiver, truncate_all
 
 STORM_API_PORT = 8092

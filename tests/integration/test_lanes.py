@@ -27,8 +27,8 @@ from domain.db import get_engine
 from domain.delivery import claims
 from domain.delivery.lanes import set_lane_paused
 from domain.recipients import find_by_ref, update
-from domain.seed import seed_recipients
-from jobs.tools.procs import ROOT, receiver_database_url
+from jobs.ops.procs import ROOT, receiver_database_url
+from jobs.ops.seed import seed_recipients
 from tests.conftest import SLOT_SUFFIX
 from tests.integration.conftest import API, rows, wait_for
 

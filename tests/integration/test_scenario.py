@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from jobs.tools.scenario import seeded_ids
+from jobs.drills.scenario import seeded_ids
 from tests.integration.test_cli import run
 
 SEED = 20261130

@@ -8,7 +8,7 @@ from alembic.config import Config
 from sqlalchemy.engine import make_url
 
 from domain.settings import reload_settings
-from jobs.tools.procs import ROOT
+from jobs.ops.procs import ROOT
 
 
 def _server_url(url: str) -> str:
@@ -49,7 +49,7 @@ def isolated_environment(db_name: str, redis_db: int, **extra: str) -> str:
     reload_settings()
     ensure_database(db_url, reset=True)
     migrate(db_url)
-    from domain.seed import seed
+    from jobs.ops.seed import seed
 
     seed()
     r = redis.Redis.from_url(redis_url)

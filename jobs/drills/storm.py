@@ -1,6 +1,7 @@
 """The journey storm: many leads, hundreds of events each — forward steps, repeats, steps backward, late events,
 lifecycle events and exact duplicates — shuffled and fired from many concurrent clients through the HTTP API while
-a sampler watches every lead. Used by the integration test and by `outbox storm` (→ evidence/journeys.md).
+a sampler watches every lead. Used by the integration test (`run_storm` against its system) and by `outbox storm`
+(`storm_drill`: its own database, receiver, API, relay and workers → evidence/journeys.md).
 
 What must hold (checked here, returned as figures):
 - never two live intents for one lead, at any sample;
@@ -11,6 +12,7 @@ What must hold (checked here, returned as figures):
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -19,15 +21,21 @@ from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import sqlalchemy as sa
 
+from domain.auth import create_api_key
 from domain.db import UnitOfWork
 from domain.journeys import create_lead
 from domain.queries import invariant_counts
 from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from jobs.ops.dbadmin import ensure_database, isolated_environment
+from jobs.ops.procs import ROOT, System, receiver_database_url
+
+EVIDENCE = ROOT / "evidence" / "journeys.md"
 
 MAX_LIVE = sa.text(
     "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM lead_notification_intents "
@@ -204,3 +212,28 @@ def report_markdown(r: StormReport, where: str) -> str:
              "| invariant | count |", "|---|---|", *[f"| {k} | {v} |" for k, v in r.invariants.items()], "",
              f"Result: **{'PASS' if r.ok else 'FAIL'}**", ""]
     return "\n".join(lines)
+
+
+def storm_drill(leads: int = 20, per_lead: int = 200, clients: int = 16, seed: int | None = None,
+                out: Path = EVIDENCE) -> StormReport:
+    """`outbox storm`: the storm against a system of its own — a fresh database (time scale 600), receiver, API,
+    relay and the high and normal lane workers — written to `out`; both databases are reset afterwards."""
+    isolated_environment("outbox_storm", 5, OUTBOX_TIME_SCALE="600", OUTBOX_API_RATE="100000",
+                         OUTBOX_RECEIVER_URL="http://127.0.0.1:8091",
+                         OUTBOX_APP_URL="http://127.0.0.1:8089")
+    system = System(dict(os.environ), ROOT / ".run" / "storm-logs")
+    try:
+        system.receiver(8091, reset=True)
+        system.api(8089)
+        system.relay()
+        for lane in ("high", "normal"):
+            system.worker(lane)
+        report = run_storm("http://127.0.0.1:8089", create_api_key(42, "storm"), leads=leads, per_lead=per_lead,
+                           clients=clients, seed=seed)
+    finally:
+        system.stop_all()
+    out.write_text(report_markdown(report, "`outbox storm`, its own database and workers"))
+    db_url = os.environ["OUTBOX_DATABASE_URL"]
+    ensure_database(db_url, reset=True)
+    ensure_database(receiver_database_url(db_url), reset=True)
+    return report

@@ -34,9 +34,9 @@ from domain.db import UnitOfWork
 from domain.delivery.lanes import set_lane_paused
 from domain.queue import order_channel
 from domain.wakeups import after_commit, arq_pool
-from jobs.tools.checks import all_invariants
-from jobs.tools.dbadmin import ensure_database, isolated_environment
-from jobs.tools.procs import ROOT, System, job_tries, receiver_database_url, wait_until, wait_worker_ready
+from jobs.ops.checks import all_invariants
+from jobs.ops.dbadmin import ensure_database, isolated_environment
+from jobs.ops.procs import ROOT, System, job_tries, receiver_database_url, wait_until, wait_worker_ready
 
 # A parallel test run (OUTBOX_TEST_SLOT, see tests/conftest.py) gets its own database, receiver port and logs.
 _SLOT = int(os.environ.get("OUTBOX_TEST_SLOT", "0") or 0)

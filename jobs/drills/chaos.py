@@ -48,9 +48,9 @@ import sqlalchemy as sa
 from domain.db import UnitOfWork
 from domain.queue import LANES
 from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
-from jobs.tools.checks import RECEIVER_INVARIANT, all_invariants
-from jobs.tools.dbadmin import isolated_environment
-from jobs.tools.procs import ROOT, System, receiver_database_url, wait_until, wait_worker_ready
+from jobs.ops.checks import RECEIVER_INVARIANT, all_invariants
+from jobs.ops.dbadmin import isolated_environment
+from jobs.ops.procs import ROOT, System, receiver_database_url, wait_until, wait_worker_ready
 
 PG_DIR = ROOT / ".run" / "chaos-pg"
 LOG_DIR = ROOT / ".run" / "chaos-logs"

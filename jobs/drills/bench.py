@@ -30,8 +30,8 @@ from domain.delivery.lanes import set_lane_paused
 from domain.queue import queue_name
 from domain.settings import get_settings
 from domain.signing import signed_headers
-from jobs.tools.dbadmin import isolated_environment
-from jobs.tools.procs import ROOT, System, receiver_database_url, wait_until, wait_worker_ready
+from jobs.ops.dbadmin import isolated_environment
+from jobs.ops.procs import ROOT, System, receiver_database_url, wait_until, wait_worker_ready
 
 BENCH_DB, BENCH_REDIS_DB, RECEIVER_PORT, API_PORT = "outbox_bench", 4, 8096, 8093
 
@@ -352,8 +352,8 @@ def bench_lanes(system: System, r: redis_lib.Redis, recipients: int, codes: int,
     """Seed 002's promise, measured: one-time codes idle and with a campaign of `recipients` in flight."""
     from domain import campaigns
     from domain.recipients import find_by_ref
-    from domain.seed import seed_recipients
     from domain.wakeups import arq_pool, enqueue_fan_out
+    from jobs.ops.seed import seed_recipients
 
     ((_, rid),) = find_by_ref(42, "cust-002")
     raw_rate, raw_lat = asyncio.run(_raw_provider_posts(500, 16))

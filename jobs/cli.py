@@ -30,27 +30,18 @@ out = Console()
 @app.command()
 def migrate() -> None:
     """Create the database if needed and apply every Alembic migration."""
-    from jobs.tools.dbadmin import ensure_database
-    from jobs.tools.dbadmin import migrate as run_migrate
+    from jobs.ops import demo
 
-    url = get_settings().database_url
-    created = ensure_database(url)
-    run_migrate(url)
-    err.print(f"[green]migrated[/] database={url.rsplit('/', 1)[-1]} created={created}")
+    demo.migrate(err.print)
 
 
 @app.command()
 def seed(recipients: int = typer.Option(0, "--recipients", help="also add this many campaign recipients "
                                                                 "(bulk-000001 …) to tenant 42")) -> None:
     """Load the demo tenants, orders, operators and recipients (idempotent)."""
-    from domain.seed import DEMO_PASSWORD, OPERATORS, seed_recipients
-    from domain.seed import seed as run_seed
+    from jobs.ops import demo
 
-    created = run_seed()
-    if recipients:
-        created["campaign recipients"] = seed_recipients(recipients)
-    err.print(f"[green]seeded[/] {created}; operators: "
-              + ", ".join(f"{login} (tenant {t or 'none'}, {role})" for t, login, _, role in OPERATORS) + f", password {DEMO_PASSWORD!r}")
+    demo.seed_demo(err.print, recipients)
 
 
 @apikey.command("create")
@@ -70,7 +61,7 @@ def apikey_create(tenant: int = typer.Option(..., help="tenant id the key acts f
 @app.command()
 def check() -> None:
     """Run every invariant query (the receiver's through its API); exit 1 when any is broken."""
-    from jobs.tools.checks import all_invariants
+    from jobs.ops.checks import all_invariants
 
     url = get_settings().receiver_url
     counts = all_invariants(url)
@@ -211,7 +202,7 @@ def relay(once: bool = typer.Option(False, help="run one recovery scan and exit"
 @app.command()
 def receiver(port: int = 8090) -> None:
     """Run the mock outside world (webhook receiver and channel providers) in its own database."""
-    from jobs.tools.procs import BIN, receiver_env
+    from jobs.ops.procs import BIN, receiver_env
 
     env = {**os.environ, **receiver_env(dict(os.environ))}
     os.execve(str(BIN / "python"), [str(BIN / "python"), "-m", "receiver", "serve", "--port", str(port)], env)
@@ -224,7 +215,7 @@ def scenario(keep: bool = typer.Option(False, help="keep the scenario database a
              seed: int = typer.Option(None, help="ids and times from this seed (printed): same seed, same transcript"),
              ) -> None:
     """Run seed 004 §3.4 end to end against real processes, in its own database; write the transcript."""
-    from jobs.tools.scenario import EVIDENCE, run_scenario
+    from jobs.drills.scenario import EVIDENCE, run_scenario
 
     ok = run_scenario(keep=keep, out=out_path or EVIDENCE, seed=seed)
     raise typer.Exit(0 if ok else 1)
@@ -237,7 +228,7 @@ def bench(n: int = typer.Option(300, help="commands / deliveries per measurement
           recipients: int = typer.Option(40_000, help="campaign size for the lane-isolation measurement"),
           codes: int = typer.Option(30, help="one-time codes measured idle and with the campaign in flight")) -> None:
     """Benchmarks (own database and Redis db) → evidence/bench.md, as ratios against raw baselines."""
-    from jobs.tools.bench import run_bench
+    from jobs.drills.bench import run_bench
 
     run_bench(n, scan_owed, scan_done, recipients, codes)
 
@@ -247,32 +238,11 @@ def storm(leads: int = typer.Option(20), per_lead: int = typer.Option(200, help=
           clients: int = typer.Option(16, help="concurrent HTTP clients"),
           seed: int = typer.Option(None, help="replay a storm (the seed is printed)")) -> None:
     """The journey storm in its own database (time scale 600) → evidence/journeys.md."""
-    from domain.auth import create_api_key
-    from jobs.tools.dbadmin import ensure_database, isolated_environment
-    from jobs.tools.procs import ROOT, System, receiver_database_url
-    from jobs.tools.storm import report_markdown, run_storm
+    from jobs.drills.storm import EVIDENCE, storm_drill
 
-    isolated_environment("outbox_storm", 5, OUTBOX_TIME_SCALE="600", OUTBOX_API_RATE="100000",
-                         OUTBOX_RECEIVER_URL="http://127.0.0.1:8091",
-                         OUTBOX_APP_URL="http://127.0.0.1:8089")
-    system = System(dict(os.environ), ROOT / ".run" / "storm-logs")
-    try:
-        system.receiver(8091, reset=True)
-        system.api(8089)
-        system.relay()
-        for lane in ("high", "normal"):
-            system.worker(lane)
-        report = run_storm("http://127.0.0.1:8089", create_api_key(42, "storm"), leads=leads, per_lead=per_lead,
-                           clients=clients, seed=seed)
-    finally:
-        system.stop_all()
-    path = ROOT / "evidence" / "journeys.md"
-    path.write_text(report_markdown(report, "`outbox storm`, its own database and workers"))
-    db_url = os.environ["OUTBOX_DATABASE_URL"]
-    ensure_database(db_url, reset=True)
-    ensure_database(receiver_database_url(db_url), reset=True)
-    out.print(path.read_text())
-    err.print(f"evidence written to {path}")
+    report = storm_drill(leads, per_lead, clients, seed, EVIDENCE)
+    out.print(EVIDENCE.read_text())
+    err.print(f"evidence written to {EVIDENCE}")
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -286,7 +256,7 @@ def chaos(duration: float = typer.Option(120.0, help="seconds of load while faul
     a Redis flush and a PostgreSQL restart; exit 1 if anything was lost, duplicated or mis-charged."""
     import random
 
-    from jobs.tools.chaos import EVIDENCE, run_chaos
+    from jobs.drills.chaos import EVIDENCE, run_chaos
 
     def _terminate(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # SIGTERM stops everything it started, exactly like Ctrl-C
@@ -303,53 +273,9 @@ def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int
        time_scale: float = typer.Option(60.0, help="journey delays divided by this (60: a 30-minute nudge fires "
                                                    "in 30 s, so the journeys page is alive)")) -> None:
     """Migrate, seed, then start receiver, relay, four lane workers and the dashboard; Ctrl-C stops them."""
-    from domain.seed import DEMO_PASSWORD, seed_journeys
-    from domain.settings import reload_settings
-    from jobs.tools.procs import ROOT, System
+    from jobs.ops import demo
 
-    os.environ["OUTBOX_TIME_SCALE"] = str(time_scale)
-    os.environ.setdefault("OUTBOX_ENV", "development")
-    s = reload_settings()
-    if s.env == "development":
-        err.print("[yellow]development mode (the demo):[/] demo secrets, fault switches on /ops, /metrics open. "
-                  "Production runs each process with OUTBOX_ENV=production and real secrets.")
-    migrate()
-    seed(0)
-    moved = seed_journeys()
-    if moved:
-        err.print(f"demo leads put mid-journey: {moved} events")
-    err.print(f"journey time scale {time_scale:g}: a 30-minute nudge fires after {30 * 60 / time_scale:.0f} s")
-    env = {**os.environ, "OUTBOX_RECEIVER_URL": f"http://127.0.0.1:{receiver_port}",
-           "OUTBOX_APP_URL": f"http://127.0.0.1:{port}"}
-    system = System(env, Path(ROOT / ".run" / "logs"))
-
-    def _terminate(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # SIGTERM stops the children too, exactly like Ctrl-C
-
-    signal.signal(signal.SIGTERM, _terminate)
-    try:
-        err.print("starting receiver, relay and lane workers …")
-        system.receiver(receiver_port)
-        system.relay()
-        system.workers()
-        if not no_dashboard:
-            err.print("starting dashboard (first build takes a minute) …")
-            system.dashboard(port)
-        err.print(f"\n[bold green]Outbox is up[/]: open http://127.0.0.1:{port}/login  "
-                  f"(alice, bob, sam — tenant 42; carol — tenant 7; pat — platform on-call; password {DEMO_PASSWORD})\n"
-                  f"API docs http://127.0.0.1:{port}/api/docs · metrics http://127.0.0.1:{port}/metrics · "
-                  f"logs {system.logdir}\nCtrl-C stops everything.")
-        while True:
-            time.sleep(2)
-            dead = [p.name for p in system.procs.values() if not p.alive()]
-            if dead:
-                err.print(f"[red]process exited:[/] {', '.join(dead)} — see {system.logdir}")
-                for name in dead:
-                    system.procs[name].start()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        system.stop_all()
+    demo.up(err.print, port, receiver_port, no_dashboard, time_scale)
 
 
 @campaign.command("create")

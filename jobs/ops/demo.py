@@ -1,0 +1,83 @@
+"""`outbox up` and its parts: migrate, seed the demo, then start every process and keep them running until Ctrl-C.
+`say` prints a line for the operator (the command line hands in its console)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+
+from domain.settings import get_settings, reload_settings
+from jobs.ops.dbadmin import ensure_database
+from jobs.ops.dbadmin import migrate as run_migrate
+from jobs.ops.procs import ROOT, System
+from jobs.ops.seed import DEMO_PASSWORD, OPERATORS, seed, seed_journeys, seed_recipients
+
+Say = Callable[[str], None]
+
+
+def migrate(say: Say) -> None:
+    """Create the database if needed and apply every Alembic migration."""
+    url = get_settings().database_url
+    created = ensure_database(url)
+    run_migrate(url)
+    say(f"[green]migrated[/] database={url.rsplit('/', 1)[-1]} created={created}")
+
+
+def seed_demo(say: Say, recipients: int = 0) -> None:
+    """The demo tenants, orders, operators and recipients (idempotent), and `recipients` campaign recipients."""
+    created = seed()
+    if recipients:
+        created["campaign recipients"] = seed_recipients(recipients)
+    say(f"[green]seeded[/] {created}; operators: "
+        + ", ".join(f"{login} (tenant {t or 'none'}, {role})" for t, login, _, role in OPERATORS)
+        + f", password {DEMO_PASSWORD!r}")
+
+
+def up(say: Say, port: int, receiver_port: int, no_dashboard: bool, time_scale: float) -> None:
+    """Migrate, seed, start receiver, relay, four lane workers and (unless told not to) the dashboard; restart any
+    that exits; on Ctrl-C or SIGTERM stop them all."""
+    os.environ["OUTBOX_TIME_SCALE"] = str(time_scale)
+    os.environ.setdefault("OUTBOX_ENV", "development")
+    s = reload_settings()
+    if s.env == "development":
+        say("[yellow]development mode (the demo):[/] demo secrets, fault switches on /ops, /metrics open. "
+            "Production runs each process with OUTBOX_ENV=production and real secrets.")
+    migrate(say)
+    seed_demo(say)
+    moved = seed_journeys()
+    if moved:
+        say(f"demo leads put mid-journey: {moved} events")
+    say(f"journey time scale {time_scale:g}: a 30-minute nudge fires after {30 * 60 / time_scale:.0f} s")
+    env = {**os.environ, "OUTBOX_RECEIVER_URL": f"http://127.0.0.1:{receiver_port}",
+           "OUTBOX_APP_URL": f"http://127.0.0.1:{port}"}
+    system = System(env, ROOT / ".run" / "logs")
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM stops the children too, exactly like Ctrl-C
+
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        say("starting receiver, relay and lane workers …")
+        system.receiver(receiver_port)
+        system.relay()
+        system.workers()
+        if not no_dashboard:
+            say("starting dashboard (first build takes a minute) …")
+            system.dashboard(port)
+        say(f"\n[bold green]Outbox is up[/]: open http://127.0.0.1:{port}/login  "
+            f"(alice, bob, sam — tenant 42; carol — tenant 7; pat — platform on-call; password {DEMO_PASSWORD})\n"
+            f"API docs http://127.0.0.1:{port}/api/docs · metrics http://127.0.0.1:{port}/metrics · "
+            f"logs {system.logdir}\nCtrl-C stops everything.")
+        while True:
+            time.sleep(2)
+            dead = [p.name for p in system.procs.values() if not p.alive()]
+            if dead:
+                say(f"[red]process exited:[/] {', '.join(dead)} — see {system.logdir}")
+                for name in dead:
+                    system.procs[name].start()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        system.stop_all()

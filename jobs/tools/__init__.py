@@ -1,1 +1,0 @@
-"""Tools around the runtime: the `outbox` command line, scenario, benchmarks, process supervision, database admin."""
