@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,18 +21,20 @@ from pathlib import Path
 import pytest
 
 from jobs.ops.procs import ROOT, System
-from tests.conftest import PORT_OFFSET, SLOT_SUFFIX
+from tests.conftest import SLOT_SUFFIX
 
-PORT = 8097 + PORT_OFFSET
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 
 
 @pytest.fixture
 def live_api(db, redis_db):  # type: ignore[no-untyped-def]
     """The API alone, as deployed (uvicorn, its own process), on the test database."""
+    with socket.socket() as s:  # a port nobody holds (parallel runs and other checkouts use fixed ones)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     system = System(dict(os.environ), ROOT / ".run" / f"test-logs{SLOT_SUFFIX}" / "conformance")
-    system.api(PORT)
-    yield f"http://127.0.0.1:{PORT}"
+    system.api(port)
+    yield f"http://127.0.0.1:{port}"
     system.stop_all()
 
 
@@ -44,7 +47,7 @@ def test_schemathesis_all_checks_find_no_server_error_and_no_nonconformance(live
             f"{live_api}/api/openapi.json", "--checks", "all",
             "--exclude-checks", "ensure_resource_availability", "--max-examples", "8", "--seed", str(seed),
             "--header", f"Authorization: {key42['Authorization']}", "--no-color", "--workers", "2",
-            "--max-time", "120"]
+            "--max-time", "55"]
     r = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=400,
                        env={**os.environ, "SCHEMATHESIS_HOOKS": ""})
     summary = r.stdout[r.stdout.find("SUMMARY"):] if "SUMMARY" in r.stdout else r.stdout[-4000:]
