@@ -101,7 +101,7 @@ def data_table(headers: Sequence[str], rows: rx.Var, render_row, empty: str, tes
 
 
 def action_row(a: dict[str, object]) -> dict[str, str]:
-    """A privileged action (domain/actions.py) as a table row."""
+    """A privileged action (domain/access/actions.py) as a table row."""
     at = a.get("at")
     return {"at": at.strftime("%Y-%m-%d %H:%M:%S") if hasattr(at, "strftime") else "", "who": str(a["actor_ref"]),
             "what": str(a["action"]), "target": str(a["target"]), "note": str(a.get("note") or ""),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from domain.reasons import ledger_reason
+from domain.ledger.reasons import ledger_reason
 
 MAX_ID = 2**31 - 1
 

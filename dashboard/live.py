@@ -12,7 +12,7 @@ still works, it just is not live until a view closes.
 
 Hints are a fast path, so they can be lost without a disconnect (a publisher that crashed after its commit, a
 publish that failed, publishing switched off). Under them, the hub checks: each view registers a probe (one small
-indexed read of what it shows, e.g. `queries.order_version`) and `seen`, the version it last rendered; every
+indexed read of what it shows, e.g. `order_views.order_version`) and `seen`, the version it last rendered; every
 `OUTBOX_VIEW_CHECK_INTERVAL` seconds the hub runs ONE probe per watched channel, however many tabs show it, and
 sends `{"kind": "check"}` to each view whose `seen` differs. A view that fell behind reloads within one interval.
 """
@@ -33,9 +33,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from domain.queue import LIVE_VIEWS_KEY, REFRESH_PREFIX
+from domain.delivery.queue import LIVE_VIEWS_KEY, REFRESH_PREFIX
+from domain.delivery.wakeups import switched_off
 from domain.settings import get_settings
-from domain.wakeups import switched_off
 
 log = logging.getLogger("outbox.live")
 QUEUE_SIZE = 64  # hints per view (see _fan_out)

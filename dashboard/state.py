@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import reflex as rx
 
 from dashboard import live, routes
-from domain import roles
-from domain.auth import LockedOut, login_operator, operator_now
-from domain.roles import Act
+from domain.access import roles
+from domain.access.auth import LockedOut, login_operator, operator_now
+from domain.access.roles import Act
 
 
 class AuthState(rx.State):

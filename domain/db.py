@@ -51,3 +51,12 @@ class UnitOfWork:
     def commit(self) -> None:
         self.session.commit()
         self.committed = True
+
+
+def like_escape(text: str) -> str:
+    """A search term taken literally by LIKE/ILIKE: `%` and `_` match only themselves."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def as_dicts(result: Any) -> list[dict[str, Any]]:
+    return [dict(r._mapping) for r in result]

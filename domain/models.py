@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlmodel import Field, SQLModel
 
-from domain.policy import ORDER_STATUSES
-from domain.queue import lanes_sql_list
+from domain.delivery.queue import lanes_sql_list
+from domain.orders.policy import ORDER_STATUSES
 
 NOW = sa.text("now()")
 
@@ -302,7 +302,7 @@ class Lead(SQLModel, table=True):
     tenant_id: int = Field(foreign_key="tenants.id", index=True)
     recipient_ref: str
     advisor_ref: str | None = None
-    # The furthest funnel step reached; only ever moves forward (domain/journeys.py).
+    # The furthest funnel step reached; only ever moves forward (domain/journeys/).
     current_step: str | None = None
     # When the event that set `current_step` happened: an older event arriving later is late and dropped.
     last_step_at: datetime | None = _ts(nullable=True, default=False)

@@ -57,7 +57,7 @@ def redis_client():  # type: ignore[no-untyped-def]
 
 def listeners(channel: str) -> int:
     """Live views registered on `channel` in the dashboard (its one subscription fans out to them)."""
-    from domain.queue import LIVE_VIEWS_KEY
+    from domain.delivery.queue import LIVE_VIEWS_KEY
 
     r = redis_client()
     try:
@@ -120,8 +120,8 @@ def nothing_published_on(channel: str, timeout: float = 10) -> Iterator[None]:
 @contextmanager
 def switched_off(name: str) -> Iterator[None]:
     """Switch a fast path (or the views' periodic check) off in every process of the e2e system while the block
-    runs: the development-only runtime switch `SWITCHED_OFF` (see domain/wakeups.py), always switched back on."""
-    from domain.queue import SWITCHED_OFF
+    runs: the development-only runtime switch `SWITCHED_OFF` (see domain/delivery/wakeups.py), always switched back on."""
+    from domain.delivery.queue import SWITCHED_OFF
 
     r = redis_client()
     r.sadd(SWITCHED_OFF, name)

@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.ledger import send
-from domain.queries import invariant_counts
-from domain.recipients import find_by_ref
+from domain.invariants import invariant_counts
+from domain.ledger.recipients import find_by_ref
+from domain.ledger.write import send
 from e2e.conftest import APP, shot
 from jobs.ops.procs import wait_until
 

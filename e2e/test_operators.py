@@ -16,12 +16,12 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from domain.auth import create_api_key
-from domain.commands import create_order
+from domain.access.auth import create_api_key
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
-from domain.queries import invariant_counts
-from domain.queue import order_channel
+from domain.delivery.queue import order_channel
+from domain.invariants import invariant_counts
+from domain.orders.commands import create_order
 from e2e.conftest import (
     APP,
     RECEIVER,
@@ -185,7 +185,7 @@ def test_commit_without_publish_leaves_view_stale_and_acting_on_it_conflicts(new
     and acting on the stale revision is an optimistic conflict — never a second event. (The views' periodic check
     would reload B within seconds, as e2e/test_without_fast_paths.py proves: it is switched off here to hold the
     stale view still.)"""
-    from domain.commands import Committed, execute_order_command
+    from domain.orders.commands import Committed, execute_order_command
 
     oid = fresh_order()
     b = new_operator("bob")

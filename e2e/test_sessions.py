@@ -21,11 +21,11 @@ import sqlalchemy as sa
 
 from dashboard.pages.campaigns import CampaignsState
 from dashboard.pages.ops import OpsState
-from domain.commands import Committed, create_order, execute_order_command
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
-from domain.queue import ARMED_FAULTS, order_channel, tenant_channel
-from domain.wakeups import after_commit, arq_pool
+from domain.delivery.queue import ARMED_FAULTS, order_channel, tenant_channel
+from domain.delivery.wakeups import after_commit, arq_pool
+from domain.orders.commands import Committed, create_order, execute_order_command
 from e2e.conftest import APP, RECEIVER, listeners, log_in, pubsub_connections, redis_client
 from jobs.ops.procs import wait_until
 

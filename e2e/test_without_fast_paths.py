@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from domain.queue import order_channel, tenant_channel
+from domain.delivery.queue import order_channel, tenant_channel
 from domain.settings import get_settings
 from e2e.conftest import APP, nothing_published_on, shot, switched_off, wait_listeners
 from e2e.test_operators import fresh_order, open_order, wait_text

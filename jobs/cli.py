@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from domain.queue import LANES
+from domain.delivery.queue import LANES
 from domain.settings import get_settings
 
 app = typer.Typer(help="Outbox: durable notification outbox. Run `outbox up` to start everything.",
@@ -48,7 +48,7 @@ def seed(recipients: int = typer.Option(0, "--recipients", help="also add this m
 def apikey_create(tenant: int = typer.Option(..., help="tenant id the key acts for"),
                   actor: str = typer.Option("", help="audited actor reference")) -> None:
     """Print a new API key (only the key, on stdout)."""
-    from domain.auth import create_api_key
+    from domain.access.auth import create_api_key
 
     try:
         key = create_api_key(tenant, actor or None)
@@ -82,8 +82,8 @@ def status() -> None:
     """Per lane: due depth, oldest due age, scheduled apart, attempts, failed/review, latency, paused; balances."""
     from datetime import UTC, datetime
 
-    from domain.metering import balance_view
-    from domain.queries import lane_stats, tenants
+    from domain.delivery.views import lane_stats, tenants
+    from domain.ledger.metering import balance_view
 
     slo = get_settings().oldest_owed_slo_seconds
     t = Table(title=f"lanes (oldest-due SLO {slo:.0f}s; scheduled rows are not late)")
@@ -118,8 +118,8 @@ def why(recipient_ref: str = typer.Argument(..., help="the recipient's ref, e.g.
     """"Why didn't they get it?" — every message to one recipient, with its answer in plain words."""
     from datetime import UTC, datetime
 
-    from domain.queries import recipient_messages
-    from domain.recipients import find_by_ref
+    from domain.ledger.recipients import find_by_ref
+    from domain.ledger.views import recipient_messages
 
     found = find_by_ref(tenant, recipient_ref)
     if not found:
@@ -144,7 +144,7 @@ def why(recipient_ref: str = typer.Argument(..., help="the recipient's ref, e.g.
 def _refresh_publishes() -> str:
     import redis
 
-    from domain.queue import REFRESH_PUBLISHES
+    from domain.delivery.queue import REFRESH_PUBLISHES
 
     try:
         r = redis.Redis.from_url(get_settings().redis_url, socket_timeout=2)
@@ -285,9 +285,9 @@ def campaign_create(tenant: int = typer.Option(42, help="tenant the campaign sen
                     template: str = typer.Option("offer"), channel: str = typer.Option("email"),
                     follow: bool = typer.Option(True, help="show live progress until it finishes")) -> None:
     """Start a campaign (its fan-out runs on the bulk lane) and follow it with a live progress bar."""
-    from domain.campaigns import create
-    from domain.ledger import SendRefused
-    from domain.wakeups import arq_pool, enqueue_fan_out
+    from domain.campaigns.fan_out import create
+    from domain.delivery.wakeups import arq_pool, enqueue_fan_out
+    from domain.ledger.write import SendRefused
 
     try:
         cid = create(tenant_id=tenant, name=name, segment=segment, template=template, channel=channel,
@@ -323,7 +323,7 @@ def campaign_status(campaign_id: int, tenant: int = typer.Option(42),
 def _follow(tenant: int, cid: int, live: bool = True) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from domain.campaigns import status as campaign_state
+    from domain.campaigns.views import status as campaign_state
 
     s = campaign_state(tenant, cid)
     if s is None:

@@ -1,6 +1,6 @@
 """Relay: woken by PostgreSQL LISTEN/NOTIFY, plus a periodic recovery scan.
 
-Both paths run the same claim (`sql.SCAN_OWED`, FOR UPDATE SKIP LOCKED over the partial index of owed rows) and
+Both paths run the same claim (`wakeups.SCAN_OWED`, FOR UPDATE SKIP LOCKED over the partial index of owed rows) and
 enqueue each row with `_job_id` = its notification id. A row with a live job is not enqueued twice, so Redis can be
 flushed at any moment and the next scan rebuilds every wake-up from PostgreSQL.
 """
@@ -17,12 +17,13 @@ from arq import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix
 from psycopg.rows import TupleRow
 
-from domain import campaigns, sql
-from domain.commands import OwedRow
+from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork
-from domain.queue import LANES, NOTIFY_CHANNEL, job_id, job_timeout_seconds
+from domain.delivery import wakeups
+from domain.delivery.queue import LANES, NOTIFY_CHANNEL, job_id, job_timeout_seconds
+from domain.delivery.wakeups import arq_pool, enqueue_fan_out, enqueue_missing
+from domain.orders.commands import OwedRow
 from domain.settings import get_settings
-from domain.wakeups import arq_pool, enqueue_fan_out, enqueue_missing
 
 log = logging.getLogger("outbox.relay")
 
@@ -33,9 +34,9 @@ def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0,
     params = {"after": after, "limit": limit, "horizon": horizon_seconds, "lease": get_settings().lease_seconds}
     with UnitOfWork() as uow:
         if lane is None:
-            rows = uow.execute(sql.SCAN_OWED, params).all()
+            rows = uow.execute(wakeups.SCAN_OWED, params).all()
         else:
-            rows = uow.execute(sql.SCAN_OWED_LANE, {**params, "lane": lane}).all()
+            rows = uow.execute(wakeups.SCAN_OWED_LANE, {**params, "lane": lane}).all()
         uow.commit()  # the SKIP LOCKED claim only needs to last while we read; enqueue is idempotent
     return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id)), r.lease_expired, r.overdue) for r in rows]
 
@@ -92,7 +93,7 @@ async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None
                 break
         seen += visited
     # A campaign whose fan-out stopped half way (its job lost with Redis, or its worker killed) is resumed.
-    for campaign_id in await asyncio.to_thread(campaigns.unfinished):
+    for campaign_id in await asyncio.to_thread(campaign_fan_out.unfinished):
         await enqueue_fan_out(redis, campaign_id)
     return seen, enq
 

@@ -19,16 +19,24 @@ import httpx
 from arq import Retry
 from arq.worker import Worker, func
 
-from domain import campaigns, faults, ratelimit
-from domain.delivery import claims, lanes
+from domain import faults
+from domain.campaigns import fan_out as campaign_fan_out
+from domain.delivery import claims, lanes, ratelimit
 from domain.delivery.claims import Claim
-from domain.envelope import canonical_json
-from domain.queue import ARMED_FAULTS, DELIVER_TASK, FAN_OUT_TASK, RATE_KEY, job_timeout_seconds, queue_name
-from domain.retry import Outcome, decide_retry
-from domain.retry import Retry as RetryDecision
+from domain.delivery.queue import (
+    ARMED_FAULTS,
+    DELIVER_TASK,
+    FAN_OUT_TASK,
+    RATE_KEY,
+    job_timeout_seconds,
+    queue_name,
+)
+from domain.delivery.retry import Outcome, decide_retry
+from domain.delivery.retry import Retry as RetryDecision
+from domain.delivery.signing import signed_headers
+from domain.delivery.wakeups import publish_refresh, redis_settings
+from domain.orders.envelope import canonical_json
 from domain.settings import get_settings
-from domain.signing import signed_headers
-from domain.wakeups import publish_refresh, redis_settings
 
 HTTP_TIMEOUT = httpx.Timeout(connect=2.0, read=5.0, write=5.0, pool=2.0)
 # One attempt has one deadline, shorter than its lease: the attempt is recorded (as a timeout, under its own claim
@@ -41,7 +49,7 @@ def attempt_deadline(lease_seconds: float) -> float:
     return max(0.05, lease_seconds * ATTEMPT_SHARE_OF_LEASE)
 
 
-# A token bucket per provider channel, shared by every bulk worker (domain/ratelimit.py). Taken BEFORE the claim:
+# A token bucket per provider channel, shared by every bulk worker (domain/delivery/ratelimit.py). Taken BEFORE the claim:
 # waiting for a token never holds a lease.
 async def take_bulk_token(redis: Any, channel: str, rate: float) -> float:
     """Wait for one token of the channel's bulk bucket; returns the seconds waited."""
@@ -155,7 +163,7 @@ async def _refresh(ctx: dict[str, Any], c: Claim) -> None:
 
 async def fan_out_campaign(ctx: dict[str, Any], campaign_id: int) -> int:
     """Ledger a campaign's recipients in batches (bulk lane). Re-running it resumes where it stopped."""
-    return await asyncio.to_thread(campaigns.fan_out, campaign_id)
+    return await asyncio.to_thread(campaign_fan_out.fan_out, campaign_id)
 
 
 def settings_for(lane: str) -> dict[str, Any]:

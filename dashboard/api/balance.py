@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth
 from dashboard.api.fields import JsonInt
-from domain import metering
+from domain.ledger import metering
 
 router = APIRouter(prefix="/api/v1/balance", tags=["balance"])
 

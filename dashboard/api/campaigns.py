@@ -12,10 +12,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
-from domain import campaigns
-from domain.audience import PEOPLE_CHANNELS
-from domain.ledger import SendRefused
-from domain.wakeups import wake_fan_out
+from domain.campaigns import fan_out as campaign_fan_out
+from domain.campaigns import segments
+from domain.campaigns import views as campaign_views
+from domain.delivery.wakeups import wake_fan_out
+from domain.ledger.recipients import PEOPLE_CHANNELS
+from domain.ledger.write import SendRefused
 
 router = APIRouter(prefix="/api/v1/campaigns", tags=["campaigns"])
 
@@ -24,8 +26,8 @@ class CampaignIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=100)
     # The enums are published (the domain still checks and answers unknown_segment / unknown_channel)
-    segment: str = Field(min_length=1, max_length=64, description=", ".join(campaigns.SEGMENTS),
-                         json_schema_extra={"enum": list(campaigns.SEGMENTS)})
+    segment: str = Field(min_length=1, max_length=64, description=", ".join(segments.SEGMENTS),
+                         json_schema_extra={"enum": list(segments.SEGMENTS)})
     template: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_.]+$")
     channel: str = Field(min_length=1, max_length=16, json_schema_extra={"enum": list(PEOPLE_CHANNELS)})
 
@@ -33,7 +35,7 @@ class CampaignIn(BaseModel):
 @router.post("", status_code=202)
 async def create(body: CampaignIn, p: Auth) -> JSONResponse:
     try:
-        cid = await asyncio.to_thread(lambda: campaigns.create(
+        cid = await asyncio.to_thread(lambda: campaign_fan_out.create(
             tenant_id=p.tenant_id, name=body.name, segment=body.segment, template=body.template,
             channel=body.channel, actor_ref=p.actor_ref))
     except SendRefused as exc:
@@ -44,17 +46,17 @@ async def create(body: CampaignIn, p: Auth) -> JSONResponse:
 
 @router.get("")
 async def list_campaigns(p: Auth) -> dict[str, Any]:
-    return {"campaigns": await asyncio.to_thread(campaigns.list_campaigns, p.tenant_id)}
+    return {"campaigns": await asyncio.to_thread(campaign_views.list_campaigns, p.tenant_id)}
 
 
 @router.get("/{campaign_id}")
 async def get(campaign_id: Id, p: Auth) -> dict[str, Any]:
-    return await tenant_row(campaigns.status, p.tenant_id, campaign_id)
+    return await tenant_row(campaign_views.status, p.tenant_id, campaign_id)
 
 
 @router.post("/{campaign_id}/cancel")
 async def cancel(campaign_id: Id, p: Auth) -> dict[str, Any]:
-    n = await asyncio.to_thread(campaigns.cancel, p.tenant_id, campaign_id)
+    n = await asyncio.to_thread(campaign_fan_out.cancel, p.tenant_id, campaign_id)
     if n is None:
         raise ApiError(404, "not_found")
     return {"campaign_id": campaign_id, "suppressed": n, "status": "cancelled"}

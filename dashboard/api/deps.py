@@ -13,11 +13,11 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dashboard.api.errors import ApiError
-from domain import ratelimit
-from domain.auth import Principal, principal_for_key
-from domain.queue import API_RATE_KEY
+from domain.access.auth import Principal, principal_for_key
+from domain.delivery import ratelimit
+from domain.delivery.queue import API_RATE_KEY
+from domain.delivery.wakeups import arq_pool
 from domain.settings import get_settings
-from domain.wakeups import arq_pool
 
 _pool: ArqRedis | None = None
 _pool_lock = asyncio.Lock()

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path
 
 from dashboard.api.deps import Auth, tenant_row
 from dashboard.api.errors import ApiError
-from domain import queries
+from domain.orders import views as order_views
 
 router = APIRouter(prefix="/api/v1/events", tags=["events"])
 
@@ -22,4 +22,4 @@ async def get_event(event_id: Annotated[str, Path(max_length=64, description="an
         eid = uuid.UUID(event_id)
     except ValueError:
         raise ApiError(404, "not_found") from None
-    return await tenant_row(queries.get_event, p.tenant_id, eid)
+    return await tenant_row(order_views.get_event, p.tenant_id, eid)

@@ -15,9 +15,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from dashboard.api.deps import maybe_pool, redis_pool
-from domain import queries
+from domain import invariants
 from domain.db import UnitOfWork
-from domain.queue import REFRESH_PUBLISHES
+from domain.delivery import views as delivery_views
+from domain.delivery.queue import REFRESH_PUBLISHES
 from domain.settings import get_settings
 
 router = APIRouter(tags=["operations"])
@@ -102,7 +103,7 @@ class LaneCollector:
                 fam.add_metric([s["lane"]], float(s[key]))
         yield from (fam for fam, _ in fams.values())
         yield CounterMetricFamily("outbox_refresh_publishes", "Refresh messages published", value=self.publishes)
-        fenced = queries.fence_counts()
+        fenced = invariants.fence_counts()
         yield CounterMetricFamily("outbox_late_accepts", "Sends accepted after their row was settled unsent "
                                   "(recorded as sent and charged)", value=fenced["late_accept"])
         yield CounterMetricFamily("outbox_stale_writes", "Writes refused because the claim's lease had been "
@@ -111,5 +112,5 @@ class LaneCollector:
 
 def render_metrics(publishes: int) -> bytes:
     reg = CollectorRegistry()
-    reg.register(LaneCollector(queries.lane_stats(), publishes))  # type: ignore[arg-type]
+    reg.register(LaneCollector(delivery_views.lane_stats(), publishes))  # type: ignore[arg-type]
     return generate_latest(reg)

@@ -11,8 +11,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth, Id, tenant_row
 from dashboard.api.fields import STRING
-from domain import journeys, queries
-from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.journeys import store as journey_store
+from domain.journeys import views as journey_views
+from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
 
 router = APIRouter(prefix="/api/v1/leads", tags=["leads"])
 
@@ -36,13 +37,13 @@ class LeadEventIn(BaseModel):
 
 @router.post("", status_code=201)
 async def new_lead(body: LeadIn, p: Auth) -> JSONResponse:
-    lid = await asyncio.to_thread(journeys.create_lead, p.tenant_id, body.recipient_ref, body.advisor_ref)
+    lid = await asyncio.to_thread(journey_store.create_lead, p.tenant_id, body.recipient_ref, body.advisor_ref)
     return JSONResponse({"lead_id": lid, "current_step": None}, status_code=201)
 
 
 @router.post("/{lead_id}/events")
 async def lead_event(lead_id: Id, body: LeadEventIn, p: Auth) -> JSONResponse:
-    r = await asyncio.to_thread(lambda: journeys.record_lead_event(
+    r = await asyncio.to_thread(lambda: journey_store.record_lead_event(
         p.tenant_id, lead_id, body.event, event_id=body.event_id, occurred_at=body.occurred_at))
     if r.outcome == "not_found":
         return JSONResponse({"error": "not_found"}, status_code=404)
@@ -59,4 +60,4 @@ async def lead_event(lead_id: Id, body: LeadEventIn, p: Auth) -> JSONResponse:
 
 @router.get("/{lead_id}")
 async def get_lead(lead_id: Id, p: Auth) -> dict[str, Any]:
-    return await tenant_row(queries.lead_detail, p.tenant_id, lead_id)
+    return await tenant_row(journey_views.lead_detail, p.tenant_id, lead_id)

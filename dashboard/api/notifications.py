@@ -14,9 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
 from dashboard.api.fields import JsonInt, Scalar
-from domain import ledger, queries
-from domain.commands import OwedRow
-from domain.wakeups import enqueue_after_commit
+from domain.delivery.wakeups import enqueue_after_commit
+from domain.ledger import views as ledger_views
+from domain.ledger import write as ledger_write
+from domain.orders.commands import OwedRow
 
 router = APIRouter(prefix="/api/v1/notifications", tags=["notifications"])
 
@@ -36,10 +37,10 @@ class NotificationIn(BaseModel):
 async def send(body: NotificationIn, p: Auth) -> JSONResponse:
     try:
         row = await asyncio.to_thread(
-            lambda: ledger.send(tenant_id=p.tenant_id, recipient_id=body.recipient_id, channel=body.channel,
+            lambda: ledger_write.send(tenant_id=p.tenant_id, recipient_id=body.recipient_id, channel=body.channel,
                                 template=body.template, lane=body.lane, data=body.data,
                                 subject_period=body.subject_period))
-    except ledger.SendRefused as exc:
+    except ledger_write.SendRefused as exc:
         raise ApiError(422, exc.code, detail=str(exc)) from None
     if row is None:
         raise ApiError(404, "not_found", detail="no such recipient")
@@ -51,5 +52,5 @@ async def send(body: NotificationIn, p: Auth) -> JSONResponse:
 
 @router.get("/{notification_id}")
 async def get(notification_id: Id, p: Auth) -> dict[str, Any]:
-    return await tenant_row(lambda t, i: queries.notification_detail(t, i, datetime.now(UTC)), p.tenant_id,
+    return await tenant_row(lambda t, i: ledger_views.notification_detail(t, i, datetime.now(UTC)), p.tenant_id,
                             notification_id)

@@ -13,11 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
 from dashboard.api.fields import JsonInt
-from domain import queries
-from domain.auth import Principal
-from domain.commands import Committed, NotFound, Rejected, create_order, execute_order_command
-from domain.policy import COMMANDS, OrderStatus
-from domain.wakeups import after_commit
+from domain.access.auth import Principal
+from domain.delivery.wakeups import after_commit
+from domain.orders import views as order_views
+from domain.orders.commands import Committed, NotFound, Rejected, create_order, execute_order_command
+from domain.orders.policy import COMMANDS, OrderStatus
 
 router = APIRouter(prefix="/api/v1/orders", tags=["orders"])
 
@@ -84,10 +84,10 @@ async def create(body: OrderIn, p: Auth) -> JSONResponse:
 async def list_orders(
     p: Auth, status: OrderStatus | None = None, limit: Annotated[int, Field(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
-    rows = await asyncio.to_thread(queries.list_orders, p.tenant_id, status, limit)
+    rows = await asyncio.to_thread(order_views.list_orders, p.tenant_id, status, limit)
     return {"orders": rows}
 
 
 @router.get("/{order_id}")
 async def get_order(order_id: Id, p: Auth) -> dict[str, Any]:
-    return await tenant_row(queries.get_order, p.tenant_id, order_id)
+    return await tenant_row(order_views.get_order, p.tenant_id, order_id)

@@ -14,10 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from dashboard.api.deps import Auth, Id, maybe_pool
 from dashboard.api.errors import ApiError
 from dashboard.api.fields import JsonInt
-from domain import otp
-from domain.commands import OwedRow
-from domain.ledger import SendRefused
-from domain.wakeups import enqueue_after_commit
+from domain.delivery.wakeups import enqueue_after_commit
+from domain.ledger import otp
+from domain.ledger.write import SendRefused
+from domain.orders.commands import OwedRow
 
 router = APIRouter(prefix="/api/v1/otp", tags=["one-time codes"])
 

@@ -10,9 +10,9 @@ from fastapi.responses import JSONResponse
 
 from dashboard.api.deps import maybe_pool
 from domain.delivery.receipts import apply_receipt
+from domain.delivery.signing import WebhookVerificationError, verify
+from domain.delivery.wakeups import publish_refresh
 from domain.settings import get_settings
-from domain.signing import WebhookVerificationError, verify
-from domain.wakeups import publish_refresh
 
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
 log = logging.getLogger("outbox.receipts")

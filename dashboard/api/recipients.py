@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from dashboard.api.deps import Auth, Cursor, Id, tenant_row
 from dashboard.api.errors import ApiError
 from dashboard.api.fields import INTEGER
-from domain import queries, recipients
-from domain.audience import PEOPLE_CHANNELS
+from domain.ledger import recipients
+from domain.ledger import views as ledger_views
+from domain.ledger.recipients import PEOPLE_CHANNELS
 
 router = APIRouter(prefix="/api/v1/recipients", tags=["recipients"])
 
@@ -143,7 +144,7 @@ async def patch(recipient_id: Id, body: RecipientPatch, p: Auth) -> dict[str, An
 @router.get("/{recipient_id}/messages")
 async def messages(recipient_id: Id, p: Auth, limit: Annotated[int, Query(ge=1, le=500)] = 100,
                    before_id: Cursor = None) -> dict[str, Any]:
-    out = await asyncio.to_thread(queries.recipient_messages, p.tenant_id, recipient_id, datetime.now(UTC), limit,
+    out = await asyncio.to_thread(ledger_views.recipient_messages, p.tenant_id, recipient_id, datetime.now(UTC), limit,
                                   before_id)
     if out is None:
         raise ApiError(404, "not_found")

@@ -12,8 +12,9 @@ from dashboard.components import ACTION_HEADERS, action_row, action_table_row, d
 from dashboard.format import when
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain import actions as operator_actions
-from domain import queries, recipients
+from domain.access import actions as operator_actions
+from domain.ledger import recipients
+from domain.ledger import views as ledger_views
 
 KIND_ICON = {"event": "file-text", "ledger": "mail", "attempt": "send", "effect": "circle-check",
              "receipt": "inbox"}
@@ -44,12 +45,12 @@ class AuditState(AuthState):
             self.items, self.searched = [], False
             return
         tenant, q = self._tenant_id, self.query.strip()[:200]
-        rows, matches = await asyncio.gather(asyncio.to_thread(queries.audit_timeline, tenant, q),
+        rows, matches = await asyncio.gather(asyncio.to_thread(ledger_views.audit_timeline, tenant, q),
                                              asyncio.to_thread(recipients.find_by_ref, tenant, q))
         self.items = [{"at": when(r["at"]), "kind": r["kind"], "ref": r["ref"], "text": r["text"]} for r in rows]
         self.who = []
         for _, rid in matches:
-            w = await asyncio.to_thread(queries.recipient_messages, tenant, rid, datetime.now(UTC), 1)
+            w = await asyncio.to_thread(ledger_views.recipient_messages, tenant, rid, datetime.now(UTC), 1)
             if w is not None:
                 self.who.append({
                     "id": str(rid), "name": w["display_name"],

@@ -14,8 +14,8 @@ from dashboard.components import card, data_table, error_callout, shell, stat
 from dashboard.format import money, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain import metering
-from domain.roles import Act, refusal
+from domain.access.roles import Act, refusal
+from domain.ledger import metering
 
 PAGE_SIZE = 50
 KIND_TEXT = {"opening": "opening balance", "top_up": "top-up", "reserve": "message charged",

@@ -13,11 +13,13 @@ from dashboard.components import card, data_table, error_callout, shell
 from dashboard.format import parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain import campaigns
-from domain.audience import PEOPLE_CHANNELS
-from domain.ledger import SendRefused
-from domain.roles import Act, refusal
-from domain.wakeups import wake_fan_out
+from domain.access.roles import Act, refusal
+from domain.campaigns import fan_out as campaign_fan_out
+from domain.campaigns import segments
+from domain.campaigns import views as campaign_views
+from domain.delivery.wakeups import wake_fan_out
+from domain.ledger.recipients import PEOPLE_CHANNELS
+from domain.ledger.write import SendRefused
 
 REFRESH_SECONDS = 2.0
 
@@ -43,7 +45,7 @@ class CampaignsState(AuthState):
     async def load(self):  # type: ignore[no-untyped-def]
         if not self._tenant_id:
             return None
-        self.rows = [_row(s) for s in await asyncio.to_thread(campaigns.list_campaigns, self._tenant_id)]
+        self.rows = [_row(s) for s in await asyncio.to_thread(campaign_views.list_campaigns, self._tenant_id)]
         return CampaignsState.follow
 
     @rx.event(background=True)
@@ -56,7 +58,7 @@ class CampaignsState(AuthState):
             await asyncio.sleep(REFRESH_SECONDS)  # the page's refresh period while it is open
             if not still_wanted():
                 return
-            rows = [_row(s) for s in await asyncio.to_thread(campaigns.list_campaigns, tenant)]
+            rows = [_row(s) for s in await asyncio.to_thread(campaign_views.list_campaigns, tenant)]
             async with self:
                 if self._session() != session:
                     return
@@ -73,7 +75,7 @@ class CampaignsState(AuthState):
             self.error = "Give the campaign a name."
             return
         try:
-            cid = await asyncio.to_thread(lambda: campaigns.create(
+            cid = await asyncio.to_thread(lambda: campaign_fan_out.create(
                 tenant_id=self._tenant_id, name=name, segment=str(form.get("segment", "")),
                 template=str(form.get("template", "")), channel=str(form.get("channel", "")),
                 actor_ref=self._actor_ref))
@@ -82,7 +84,7 @@ class CampaignsState(AuthState):
             return
         await wake_fan_out(await live.arq(), cid)
         self.notice = f"Campaign {cid} started: its messages are being written to the ledger."
-        self.rows = [_row(s) for s in await asyncio.to_thread(campaigns.list_campaigns, self._tenant_id)]
+        self.rows = [_row(s) for s in await asyncio.to_thread(campaign_views.list_campaigns, self._tenant_id)]
 
     @rx.event
     async def cancel(self, cid: str):  # type: ignore[no-untyped-def]
@@ -93,9 +95,9 @@ class CampaignsState(AuthState):
         if not await self._allowed(Act.MESSAGES):
             self.error = refusal(Act.MESSAGES)
             return
-        n = await asyncio.to_thread(campaigns.cancel, self._tenant_id, campaign_id)
+        n = await asyncio.to_thread(campaign_fan_out.cancel, self._tenant_id, campaign_id)
         self.notice = "No such campaign." if n is None else f"Campaign {cid} cancelled: {n} owed messages suppressed."
-        self.rows = [_row(s) for s in await asyncio.to_thread(campaigns.list_campaigns, self._tenant_id)]
+        self.rows = [_row(s) for s in await asyncio.to_thread(campaign_views.list_campaigns, self._tenant_id)]
 
 
 def _bar(label: str, pct: rx.Var) -> rx.Component:
@@ -126,7 +128,7 @@ def campaigns_page() -> rx.Component:
             rx.vstack(rx.text("Name", size="1"), rx.input(name="name", placeholder="Winter offer",
                                                           data_testid="campaign-name"), spacing="1"),
             rx.vstack(rx.text("Who (segment)", size="1"),
-                      rx.select(list(campaigns.SEGMENTS), name="segment", default_value="all_reachable"), spacing="1"),
+                      rx.select(list(segments.SEGMENTS), name="segment", default_value="all_reachable"), spacing="1"),
             rx.vstack(rx.text("Template", size="1"), rx.select(["offer", "order_update"], name="template",
                                                                default_value="offer"), spacing="1"),
             rx.vstack(rx.text("Channel", size="1"), rx.select(list(PEOPLE_CHANNELS), name="channel",

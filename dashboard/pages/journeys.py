@@ -12,9 +12,10 @@ from dashboard.components import card, data_table, shell, status_badge
 from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain import journeys, queries
-from domain.roles import Act, refusal
-from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.access.roles import Act, refusal
+from domain.journeys import store as journey_store
+from domain.journeys import views as journey_views
+from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
 
 DECISION_TEXT = {"scheduled": "nudge scheduled", "sent_now": "sent now", "dropped": "dropped",
                  "lifecycle": "lifecycle message", "duplicate": "duplicate: first answer returned"}
@@ -43,7 +44,7 @@ class JourneysState(AuthState):
     async def load(self):  # type: ignore[no-untyped-def]
         if not self._tenant_id:
             return
-        rows = await asyncio.to_thread(queries.list_leads, self._tenant_id)
+        rows = await asyncio.to_thread(journey_views.list_leads, self._tenant_id)
         self.leads = [{
             "id": str(r["id"]), "recipient": r["recipient_ref"], "advisor": r["advisor_ref"] or "—",
             "step": r["current_step"] or "—",
@@ -56,7 +57,7 @@ class JourneysState(AuthState):
             await self._detail()
 
     async def _detail(self) -> None:
-        d = await asyncio.to_thread(queries.lead_detail, self._tenant_id, self.selected)
+        d = await asyncio.to_thread(journey_views.lead_detail, self._tenant_id, self.selected)
         if d is None:
             self.selected, self.intents, self.messages = 0, [], []
             return
@@ -88,7 +89,7 @@ class JourneysState(AuthState):
         if not await self._allowed(Act.MESSAGES):
             self.result = refusal(Act.MESSAGES)
             return
-        r = await asyncio.to_thread(journeys.record_lead_event, self._tenant_id, self.selected, self.event)
+        r = await asyncio.to_thread(journey_store.record_lead_event, self._tenant_id, self.selected, self.event)
         self.result = OUTCOME_TEXT[r.outcome].format(at=when(r.scheduled_for), step=r.current_step)
         return JourneysState.load
 

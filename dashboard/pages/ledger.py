@@ -11,8 +11,8 @@ from dashboard.components import data_table, loading, shell, stat, status_badge
 from dashboard.format import money, notification
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain import queries
-from domain.queue import LANES
+from domain.delivery.queue import LANES
+from domain.ledger import views as ledger_views
 
 ALL = "all"
 FILTERS = ("channel", "status", "lane", "window")
@@ -39,11 +39,11 @@ class LedgerState(AuthState):
         if not self._tenant_id:
             return
         hours = {"1h": 1, "24h": 24, "7d": 168}.get(self.window)
-        f = queries.LedgerFilter(
+        f = ledger_views.LedgerFilter(
             channel=None if self.channel == ALL else self.channel, status=None if self.status == ALL else self.status,
             lane=None if self.lane == ALL else self.lane, recipient=self.recipient.strip() or None,
             since_hours=hours, limit=200)
-        data = await asyncio.to_thread(queries.ledger, self._tenant_id, f)
+        data = await asyncio.to_thread(ledger_views.ledger, self._tenant_id, f)
         t = data["totals"]
         self.rows = [notification(n) for n in data["rows"]]
         self.channels = [{

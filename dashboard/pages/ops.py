@@ -23,12 +23,13 @@ from dashboard.components import (
 from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain import actions as operator_actions
-from domain import queries, roles
+from domain.access import actions as operator_actions
+from domain.access import roles
+from domain.access.roles import Act, refusal
 from domain.delivery import lanes as lane_controls
 from domain.delivery import review as review_actions
-from domain.queue import ARMED_FAULTS, LANES
-from domain.roles import Act, refusal
+from domain.delivery import views as delivery_views
+from domain.delivery.queue import ARMED_FAULTS, LANES
 from domain.settings import get_settings
 
 FAULTS = {
@@ -48,8 +49,8 @@ async def _snapshot(tenant_id: int | None) -> dict[str, Any]:
     """One tenant's view, or every tenant's (tenant_id None: platform on-call)."""
     s = get_settings()
     stats, review, series, refresh, done = await asyncio.gather(
-        asyncio.to_thread(queries.lane_stats, tenant_id), asyncio.to_thread(queries.review_items, tenant_id),
-        asyncio.to_thread(queries.ops_series, tenant_id, 60), asyncio.to_thread(queries.refresh_stats, tenant_id),
+        asyncio.to_thread(delivery_views.lane_stats, tenant_id), asyncio.to_thread(delivery_views.review_items, tenant_id),
+        asyncio.to_thread(delivery_views.ops_series, tenant_id, 60), asyncio.to_thread(delivery_views.refresh_stats, tenant_id),
         asyncio.to_thread(operator_actions.recent, tenant_id, 20))
     return {
         "slo": f"{s.oldest_owed_slo_seconds:.0f}s",

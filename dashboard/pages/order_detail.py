@@ -2,7 +2,7 @@
 
 Live: a background task per open tab registers with the process's one Redis subscription (dashboard/live.py) for
 the order's channel and, per hint, reloads from PostgreSQL outside the state lock; the hub's periodic check of
-`queries.order_version` reloads it too if a hint was lost. `seen` lives in the browser's
+`order_views.order_version` reloads it too if a hint was lost. `seen` lives in the browser's
 sessionStorage, so after a reconnect the page knows which revision the browser last displayed — a jump of more than
 one shows the missed-refresh badge.
 """
@@ -23,12 +23,13 @@ from dashboard.components import card, data_table, empty_state, error_callout, s
 from dashboard.format import money, notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain import queries, telemetry
-from domain.commands import Committed, NotFound, Rejected, execute_order_command
-from domain.policy import allowed_commands
-from domain.queue import order_channel
-from domain.roles import Act, refusal
-from domain.wakeups import after_commit
+from domain.access.roles import Act, refusal
+from domain.delivery import wakeups as telemetry
+from domain.delivery.queue import order_channel
+from domain.delivery.wakeups import after_commit
+from domain.orders import views as order_views
+from domain.orders.commands import Committed, NotFound, Rejected, execute_order_command
+from domain.orders.policy import allowed_commands
 
 PAST = {"approve": "approved", "cancel": "cancelled", "fulfill": "fulfilled"}
 
@@ -42,11 +43,11 @@ ERROR_TEXT = {
 
 def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[str, str]], str | None]:
     """The version first, then the data: what is shown is at least as new as the version kept with it."""
-    version = queries.order_version(tenant, order_id)
-    order = queries.get_order(tenant, order_id)
+    version = order_views.order_version(tenant, order_id)
+    order = order_views.get_order(tenant, order_id)
     if order is None:
         return None, [], version
-    return order, [notification(n) for n in queries.order_notifications(tenant, order_id)], version
+    return order, [notification(n) for n in order_views.order_notifications(tenant, order_id)], version
 
 
 class OrderState(AuthState):
@@ -66,7 +67,7 @@ class OrderState(AuthState):
     busy: bool = False
     # "<order_id>:<revision>" last delivered to this browser tab (client-side storage).
     seen: str = rx.SessionStorage("", name="outbox_seen_revision")
-    _version: str | None = None  # backend-only: `queries.order_version` read just before what is shown
+    _version: str | None = None  # backend-only: `order_views.order_version` read just before what is shown
 
     def _apply(self, order: dict[str, Any] | None, notes: list[dict[str, str]], version: str | None) -> None:
         self._version = version
@@ -153,7 +154,7 @@ class OrderState(AuthState):
         if not tenant or not order_id:
             return  # a live task needs a logged-in operator of a tenant
         view = live.view(order_channel(tenant, order_id), still_wanted,
-                         functools.partial(queries.order_version, tenant, order_id), seen)
+                         functools.partial(order_views.order_version, tenant, order_id), seen)
         async with contextlib.aclosing(view.hints()) as hints:
             async for msg in hints:
                 # The message is only a hint: reload authorized state outside the lock, then assign.

@@ -13,15 +13,15 @@ from dashboard.components import data_table, loading, shell, status_badge
 from dashboard.format import money, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain import queries
-from domain.queue import tenant_channel
+from domain.delivery.queue import tenant_channel
+from domain.orders import views as order_views
 
 
 class OrdersState(AuthState):
     rows: list[dict[str, str]] = []
     status_filter: str = "all"
     is_loading: bool = True
-    _version: str = ""  # backend-only: `queries.orders_version` read just before `rows`
+    _version: str = ""  # backend-only: `order_views.orders_version` read just before `rows`
 
     @rx.event
     async def load(self):  # type: ignore[no-untyped-def]
@@ -44,7 +44,7 @@ class OrdersState(AuthState):
         tenant = session[0]
         if not tenant:
             return  # a live task needs a logged-in operator of a tenant
-        view = live.view(tenant_channel(tenant), still_wanted, functools.partial(queries.orders_version, tenant), seen)
+        view = live.view(tenant_channel(tenant), still_wanted, functools.partial(order_views.orders_version, tenant), seen)
         async with contextlib.aclosing(view.hints()) as hints:
             async for _ in hints:
                 async with self:
@@ -61,12 +61,12 @@ class OrdersState(AuthState):
     @staticmethod
     def _fetch_for(tenant: int, status_filter: str) -> tuple[str, list[dict[str, str]]]:
         """The version first, then the rows: the rows are at least as new as the version they are shown with."""
-        version = queries.orders_version(tenant)
+        version = order_views.orders_version(tenant)
         status = None if status_filter == "all" else status_filter
         return version, [{"id": str(o["id"]), "status": o["status"], "revision": str(o["revision"]),
                           "customer": o["customer_ref"], "amount": money(o["amount_cents"], o["currency"]),
                           "updated": when(o["updated_at"])}
-                         for o in queries.list_orders(tenant, status, 200)]
+                         for o in order_views.list_orders(tenant, status, 200)]
 
 
 def _row(o: rx.Var) -> rx.Component:

@@ -15,10 +15,11 @@ from dashboard.components import card, data_table, empty_state, error_callout, s
 from dashboard.format import money, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain import queries, recipients
-from domain.audience import PEOPLE_CHANNELS
-from domain.reasons import CHANNEL_NAME
-from domain.roles import Act, refusal
+from domain.access.roles import Act, refusal
+from domain.ledger import recipients
+from domain.ledger import views as ledger_views
+from domain.ledger.reasons import CHANNEL_NAME
+from domain.ledger.recipients import PEOPLE_CHANNELS
 
 PAGE_SIZE = 50
 
@@ -108,7 +109,7 @@ class RecipientState(AuthState):
     async def _reload(self, rid: int) -> None:
         tenant, now = self._tenant_id, datetime.now(UTC)
         r, why = await asyncio.gather(asyncio.to_thread(recipients.get, tenant, rid),
-                                      asyncio.to_thread(queries.recipient_messages, tenant, rid, now, 100))
+                                      asyncio.to_thread(ledger_views.recipient_messages, tenant, rid, now, 100))
         if r is None or why is None:
             self.found = False
             return

@@ -8,7 +8,7 @@ what must not go (SUPPRESSED with its reason, or deferred to the end of quiet ho
 Status machine: QUEUED -> SENT -> DELIVERED | FAILED; QUEUED -> FAILED | SUPPRESSED.
 
 Fencing: every claim takes the row's next `claim_token`; every write that follows — suppress, defer, retry, fail —
-is guarded by it, and money moves only when that guarded update matched (domain/delivery/settle.py). A worker
+is guarded by it, and money moves only when that guarded update matched (domain/ledger/write.py). A worker
 whose lease ran out and whose row another worker claimed changes nothing but its own attempt line ("stale"). The one
 exception is an accepted send: that is the truth and is recorded whatever the row says (settle.accept_truth).
 """
@@ -25,14 +25,43 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 
-from domain import metering, otp, sql
 from domain.db import UnitOfWork
 from domain.delivery.receipts import apply_pending
-from domain.delivery.settle import accept_truth, settle_unsent
-from domain.envelope import Envelope
+from domain.delivery.retry import Fail, Retry, RetryDecision, Succeeded
+from domain.ledger import metering, otp
+from domain.ledger.floor import Defer, Send, Suppress, floor_decision
+from domain.ledger.write import accept_truth, settle_unsent
 from domain.models import NotificationAttempt, table_of
-from domain.retry import Fail, Retry, RetryDecision, Succeeded
-from domain.rules import Defer, Send, Suppress, floor_decision
+from domain.orders.envelope import Envelope
+
+# ---- worker claim: a lease, guarded by status and time, and the next fence token ---------------------------------
+# One round trip: the guarded lease and its token, plus what the worker needs to decide and send (envelope, order
+# status, the intent and the campaign it belongs to).
+CLAIM_NOTIFICATION = sa.text(
+    """
+    WITH c AS (
+      UPDATE notifications SET attempts = attempts + 1, leased_until = now() + make_interval(secs => :lease),
+                               claimed_at = now(), claim_token = claim_token + 1
+      WHERE id = :id AND status = 'QUEUED' AND next_attempt_at <= now() + interval '1 second'
+        AND (leased_until IS NULL OR leased_until < now())
+        AND NOT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = notifications.lane AND l.paused)
+      RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts,
+                max_attempts, event_id, order_id, intent_id, campaign_id, reserved_cents, cap_day, claim_token,
+                provider_key
+    )
+    SELECT c.*, o.status AS order_status, e.aggregate_type, e.aggregate_id, e.aggregate_revision, e.event_type,
+           e.schema_version, e.occurred_at, e.request_id, e.causation_id, e.actor_ref, e.payload AS event_payload,
+           i.status AS intent_status, i.step AS intent_step, ld.current_step AS lead_step,
+           cp.status AS campaign_status
+    FROM c
+    LEFT JOIN outbox_events e ON e.event_id = c.event_id
+    LEFT JOIN orders o ON o.tenant_id = c.tenant_id AND o.id = c.order_id
+    LEFT JOIN lead_notification_intents i ON i.id = c.intent_id
+    LEFT JOIN leads ld ON ld.id = i.lead_id
+    LEFT JOIN campaigns cp ON cp.id = c.campaign_id
+    """
+)
+
 
 # Which order status each event is about: checked again at send time (eligibility).
 EVENT_REQUIRES_STATUS = {"order.approved": ("approved", "fulfilled"), "order.cancelled": ("cancelled",),
@@ -151,7 +180,7 @@ def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str
           engine: Engine | None = None) -> ClaimResult | None:
     """None: not owed now (done, leased by another worker, paused or not yet due)."""
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sql.CLAIM_NOTIFICATION, {"id": notification_id, "lease": lease_seconds}).first()
+        row = uow.execute(CLAIM_NOTIFICATION, {"id": notification_id, "lease": lease_seconds}).first()
         if row is None:
             return None
         c = Claim.from_row(row)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import actions, sql
+from domain.access import actions
 from domain.db import UnitOfWork
+from domain.delivery.queue import NOTIFY_OWED
 
 
 def lane_paused(lane: str, engine: Engine | None = None) -> bool:
@@ -24,7 +25,7 @@ def set_lane_paused(lane: str, paused: bool, engine: Engine | None = None, *, ac
             "INSERT INTO lane_controls (lane, paused) VALUES (:l, :p) "
             "ON CONFLICT (lane) DO UPDATE SET paused = :p, updated_at = now()"), {"l": lane, "p": paused})
         if not paused:
-            uow.execute(sql.NOTIFY_OWED, {"lane": lane})
+            uow.execute(NOTIFY_OWED, {"lane": lane})
         uow.commit()
 
 

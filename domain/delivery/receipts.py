@@ -5,7 +5,7 @@ A receipt names the provider's reference and echoes the idempotency key we sent 
 - before the worker recorded the send (the row still owed), it is kept (`applied_at` NULL, answered 202) and
   applied in the transaction that records the attempt (`apply_pending`);
 - a `delivered` receipt for a row that ended unsent (the worker timed out, the provider had accepted) is the
-  late truth: the row becomes DELIVERED and is charged (domain/delivery/settle.py);
+  late truth: the row becomes DELIVERED and is charged (domain/ledger/write.py);
 - a `failed` receipt for a SENT row refunds it; DELIVERED is final (a later `failed` changes nothing).
 Neither the reference nor the key known: kept as it arrived (support can see it), answered 404.
 """
@@ -18,9 +18,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import metering
 from domain.db import UnitOfWork
-from domain.delivery.settle import accept_truth
+from domain.ledger import metering
+from domain.ledger.write import accept_truth
 
 _ROW = ("SELECT id, status, tenant_id, order_id, channel FROM notifications WHERE {where} AND channel = :p "
         "FOR UPDATE")

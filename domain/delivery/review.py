@@ -5,8 +5,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import actions, sql
+from domain.access import actions
 from domain.db import UnitOfWork
+from domain.delivery.queue import NOTIFY_OWED
 from domain.settings import get_settings
 
 # `tenant_id` None = platform on-call, whose scope is every tenant; the action is recorded under the row's tenant.
@@ -33,7 +34,7 @@ def replay(tenant_id: int | None, notification_id: int, engine: Engine | None = 
             f"claim_token = claim_token + 1 WHERE {_IN_SCOPE} RETURNING lane, tenant_id"),
             {"id": notification_id, "t": tenant_id, "m": get_settings().max_attempts}).first()
         if r:
-            uow.execute(sql.NOTIFY_OWED, {"lane": r.lane})
+            uow.execute(NOTIFY_OWED, {"lane": r.lane})
             actions.record(uow, tenant_id=r.tenant_id, actor_ref=actor_ref, action="replay",
                            target=f"notification {notification_id}", note=note)
         uow.commit()

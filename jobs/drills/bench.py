@@ -24,12 +24,12 @@ import redis as redis_lib
 import sqlalchemy as sa
 from arq.constants import health_check_key_suffix
 
-from domain.commands import Committed, execute_order_command
 from domain.db import UnitOfWork, get_engine
 from domain.delivery.lanes import set_lane_paused
-from domain.queue import queue_name
+from domain.delivery.queue import queue_name
+from domain.delivery.signing import signed_headers
+from domain.orders.commands import Committed, execute_order_command
 from domain.settings import get_settings
-from domain.signing import signed_headers
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System, receiver_database_url, wait_until, wait_worker_ready
 
@@ -288,9 +288,9 @@ def _provider_latency_ms(notification_ids: list[int]) -> list[float]:
 
 def _codes(n: int, recipient_id: int) -> list[int]:
     """One code at a time, as people ask for them: ask, wait until the provider has it, ask the next."""
-    from domain import otp
-    from domain.commands import OwedRow
-    from domain.wakeups import arq_pool, enqueue_after_commit
+    from domain.delivery.wakeups import arq_pool, enqueue_after_commit
+    from domain.ledger import otp
+    from domain.orders.commands import OwedRow
 
     async def run() -> list[int]:
         pool = await arq_pool()
@@ -350,9 +350,10 @@ async def _raw_provider_posts(n: int, concurrency: int) -> tuple[float, list[flo
 
 def bench_lanes(system: System, r: redis_lib.Redis, recipients: int, codes: int, window: float) -> dict[str, float]:
     """Seed 002's promise, measured: one-time codes idle and with a campaign of `recipients` in flight."""
-    from domain import campaigns
-    from domain.recipients import find_by_ref
-    from domain.wakeups import arq_pool, enqueue_fan_out
+    from domain.campaigns import fan_out as campaign_fan_out
+    from domain.campaigns import views as campaign_views
+    from domain.delivery.wakeups import arq_pool, enqueue_fan_out
+    from domain.ledger.recipients import find_by_ref
     from jobs.ops.seed import seed_recipients
 
     ((_, rid),) = find_by_ref(42, "cust-002")
@@ -373,7 +374,7 @@ def bench_lanes(system: System, r: redis_lib.Redis, recipients: int, codes: int,
             "SELECT r.id, 42, r.ref, 'email', 'bulk', 'offer', '{}', 'raw:' || r.ref, 'QUEUED', 1, 0, 8, 0, now(), "
             "now() FROM recipients r WHERE r.tenant_id = 42 AND r.email IS NOT NULL"))
     raw_insert = recipients / (time.perf_counter() - t0)
-    cid = campaigns.create(tenant_id=42, name="bench", segment="all_reachable", template="offer", channel="email",
+    cid = campaign_fan_out.create(tenant_id=42, name="bench", segment="all_reachable", template="offer", channel="email",
                            actor_ref="bench")
     t0 = time.perf_counter()
 
@@ -385,19 +386,19 @@ def bench_lanes(system: System, r: redis_lib.Redis, recipients: int, codes: int,
             await pool.aclose()
 
     asyncio.run(start())
-    total = campaigns.status(42, cid)["total"]  # type: ignore[index]
-    wait_until(lambda: campaigns.status(42, cid)["ledgered"] >= total, 600, "the fan-out")  # type: ignore[index]
+    total = campaign_views.status(42, cid)["total"]  # type: ignore[index]
+    wait_until(lambda: campaign_views.status(42, cid)["ledgered"] >= total, 600, "the fan-out")  # type: ignore[index]
     ledgered_per_s = total / (time.perf_counter() - t0)
-    wait_until(lambda: campaigns.status(42, cid)["sent"] >= 200, 120, "the campaign to be sending")  # type: ignore[index]
-    s0, w0 = campaigns.status(42, cid)["sent"], time.perf_counter()  # type: ignore[index]
+    wait_until(lambda: campaign_views.status(42, cid)["sent"] >= 200, 120, "the campaign to be sending")  # type: ignore[index]
+    s0, w0 = campaign_views.status(42, cid)["sent"], time.perf_counter()  # type: ignore[index]
     busy_ids = _codes(codes, rid)
     busy = _provider_latency_ms(busy_ids)
     waits, sends = _breakdown(busy_ids)
     rest = window - (time.perf_counter() - w0)
     if rest > 0:
         wait_until(lambda: time.perf_counter() - w0 >= window, rest + 5, "the measuring window")
-    sent_per_s = (campaigns.status(42, cid)["sent"] - s0) / (time.perf_counter() - w0)  # type: ignore[index]
-    campaigns.cancel(42, cid)
+    sent_per_s = (campaign_views.status(42, cid)["sent"] - s0) / (time.perf_counter() - w0)  # type: ignore[index]
+    campaign_fan_out.cancel(42, cid)
     return {
         "raw_provider_p50_ms": statistics.median(raw_lat), "raw_provider_posts_per_s_16_concurrent": raw_rate,
         "otp_p50_ms_idle": statistics.median(idle), "otp_p99_ms_idle": _pct(idle, 0.99),

@@ -46,8 +46,8 @@ import redis as redis_lib
 import sqlalchemy as sa
 
 from domain.db import UnitOfWork
-from domain.queue import LANES
-from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.delivery.queue import LANES
+from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
 from jobs.ops.checks import RECEIVER_INVARIANT, all_invariants
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System, receiver_database_url, wait_until, wait_worker_ready
@@ -643,7 +643,7 @@ class Injector:
 def _setup_load(api: str, seed: int) -> tuple[str, list[tuple[int, str]]]:
     """An API key for the tenant and its recipients, made through the API like any client would: no quiet
     hours, no daily cap (what is sent must be sendable now), and an advisor for the leads."""
-    from domain.auth import create_api_key
+    from domain.access.auth import create_api_key
 
     key = create_api_key(TENANT, "chaos")
     out: list[tuple[int, str]] = []

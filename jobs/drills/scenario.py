@@ -29,11 +29,11 @@ import redis as redis_lib
 import sqlalchemy as sa
 
 from domain import faults
-from domain.commands import Committed, Rejected, execute_order_command
 from domain.db import UnitOfWork
 from domain.delivery.lanes import set_lane_paused
-from domain.queue import order_channel
-from domain.wakeups import after_commit, arq_pool
+from domain.delivery.queue import order_channel
+from domain.delivery.wakeups import after_commit, arq_pool
+from domain.orders.commands import Committed, Rejected, execute_order_command
 from jobs.ops.checks import all_invariants
 from jobs.ops.dbadmin import ensure_database, isolated_environment
 from jobs.ops.procs import ROOT, System, job_tries, receiver_database_url, wait_until, wait_worker_ready

@@ -27,11 +27,11 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
-from domain.auth import create_api_key
+from domain.access.auth import create_api_key
 from domain.db import UnitOfWork
-from domain.journeys import create_lead
-from domain.queries import invariant_counts
-from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.invariants import invariant_counts
+from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.journeys.store import create_lead
 from jobs.ops.dbadmin import ensure_database, isolated_environment
 from jobs.ops.procs import ROOT, System, receiver_database_url
 

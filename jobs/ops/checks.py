@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from domain.queries import invariant_counts
+from domain.invariants import invariant_counts
 
 RECEIVER_INVARIANT = "4 two effects for one (event_id, effect_type)"
 

@@ -16,7 +16,7 @@ import httpx
 from arq.constants import health_check_key_suffix, retry_key_prefix
 from redis import Redis
 
-from domain.queue import LANES, queue_name
+from domain.delivery.queue import LANES, queue_name
 from domain.settings import get_settings
 
 T = TypeVar("T")

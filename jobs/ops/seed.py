@@ -10,11 +10,11 @@ from typing import Any, cast
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain.audience import DEFAULT_PRICE_CENTS
-from domain.auth import hash_password
+from domain.access.auth import hash_password
 from domain.db import UnitOfWork
-from domain.queue import LANES
-from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.delivery.queue import LANES
+from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.ledger.metering import DEFAULT_PRICE_CENTS
 
 DEMO_PASSWORD = "outbox-demo"
 _PEOPLE = ("email", "sms", "whatsapp")
@@ -152,7 +152,7 @@ def seed_recipients(n: int, tenant_id: int = 42, engine: Engine | None = None) -
 def seed_journeys(engine: Engine | None = None) -> int:
     """Put the demo leads mid-journey (once): one just started, one past the credit check, one looking at offers,
     one that already heard good news. Returns events recorded (0 when they were already there)."""
-    from domain.journeys import record_lead_event
+    from domain.journeys.store import record_lead_event
 
     with UnitOfWork(engine) as uow:
         leads = [int(i) for i in uow.execute(sa.text(

@@ -83,13 +83,13 @@ async def client(db, redis_db):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def key42(db) -> dict[str, str]:  # type: ignore[no-untyped-def]
     """Tenant 42's key, acting as support (change logs name this actor)."""
-    from domain.auth import create_api_key
+    from domain.access.auth import create_api_key
 
     return {"Authorization": f"Bearer {create_api_key(42, 'support:dana')}"}
 
 
 @pytest.fixture
 def key7(db) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    from domain.auth import create_api_key
+    from domain.access.auth import create_api_key
 
     return {"Authorization": f"Bearer {create_api_key(7)}"}

@@ -186,7 +186,7 @@ def test_login_locks_out_after_five_failures_per_login_and_refuses_huge_password
     another login from elsewhere is unaffected; a password over the cap is refused before any hashing."""
     from datetime import UTC, datetime, timedelta
 
-    from domain.auth import LockedOut, Principal, login_operator
+    from domain.access.auth import LockedOut, Principal, login_operator
 
     now = datetime.now(UTC)
     for _ in range(5):

@@ -70,12 +70,12 @@ async def test_every_error_is_json_with_the_request_id_and_405_names_the_allowed
 async def test_an_unexpected_exception_is_a_json_500_with_the_request_id_logged(client, key42, monkeypatch, caplog):
     """Invariant: a bug answers JSON 500 with the request id (header and body) and the security headers; the
     traceback goes to the log under that id, never to the caller."""
-    from domain import queries
+    from domain.orders import views as order_views
 
     def broken(*_: Any) -> None:
         raise RuntimeError("a bug in a read model")
 
-    monkeypatch.setattr(queries, "get_order", broken)
+    monkeypatch.setattr(order_views, "get_order", broken)
     with caplog.at_level(logging.ERROR, logger="outbox.api"):
         r = await client.get("/api/v1/orders/913", headers=key42)
     body = assert_error(r, 500, "internal_error")
@@ -182,7 +182,7 @@ def test_the_address_failure_counter_is_a_window_that_decays_and_a_success_does_
     password from that address once the lockout ends resets only its own login, not the address (the next failure
     locks the address again); and the address's failures decay with time — a window, not a life sentence (it used
     to lock an address, e.g. a reverse proxy, forever after 20 failures ever)."""
-    from domain.auth import CLIENT_LIMIT, FAILURE_WINDOW, LockedOut, Principal, login_operator
+    from domain.access.auth import CLIENT_LIMIT, FAILURE_WINDOW, LockedOut, Principal, login_operator
 
     addr, t0 = "10.44.0.1", datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
     for i in range(CLIENT_LIMIT):
@@ -207,6 +207,6 @@ def test_the_address_failure_counter_is_a_window_that_decays_and_a_success_does_
 def test_the_leak_spreads_one_limit_over_the_window(limit):
     """Invariant: a counter with limit N forgives one failure every WINDOW/N, so N failures are gone one window
     later."""
-    from domain.auth import FAILURE_WINDOW, leak_seconds
+    from domain.access.auth import FAILURE_WINDOW, leak_seconds
 
     assert leak_seconds(limit) * limit == FAILURE_WINDOW.total_seconds()

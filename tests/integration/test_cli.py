@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from domain.auth import principal_for_key
+from domain.access.auth import principal_for_key
 from domain.db import get_engine
 
 OUTBOX = str(Path(sys.executable).parent / "outbox")
@@ -51,8 +51,8 @@ def test_why_answers_for_a_recipient_and_refuses_an_unknown_one(db):
     """`outbox why` prints the cross-channel answers and each message's answer; an unknown ref is a clear error."""
     from datetime import UTC, datetime
 
-    from domain.ledger import send
-    from domain.recipients import find_by_ref, update
+    from domain.ledger.recipients import find_by_ref, update
+    from domain.ledger.write import send
 
     ((tenant, rid),) = find_by_ref(42, "cust-001")
     update(tenant, rid, {"opted_out_channels": ["sms"]}, "support:dana")

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from domain import faults
-from domain.commands import Committed, Rejected, execute_order_command
 from domain.db import get_engine
-from domain.policy import TRANSITIONS
-from domain.queries import invariant_counts
+from domain.invariants import invariant_counts
+from domain.orders.commands import Committed, Rejected, execute_order_command
+from domain.orders.policy import TRANSITIONS
 
 ORDER = 913
 

@@ -19,13 +19,13 @@ import pytest
 import sqlalchemy as sa
 
 from domain import faults
-from domain.commands import Committed, execute_order_command
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
-from domain.envelope import body_digest
+from domain.delivery.signing import signed_headers
+from domain.delivery.wakeups import arq_pool, enqueue
+from domain.orders.commands import Committed, execute_order_command
+from domain.orders.envelope import body_digest
 from domain.settings import get_settings
-from domain.signing import signed_headers
-from domain.wakeups import arq_pool, enqueue
 from jobs.ops.procs import ROOT, job_tries, wait_worker_ready
 from tests.conftest import SLOT_SUFFIX
 from tests.integration.conftest import API_PORT, RECEIVER, effects, rows, wait_for
@@ -128,7 +128,7 @@ def test_identity_conflict_is_refused_and_changes_nothing(sys_):
     sys_.start_worker("high")
     wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id))
 
-    from domain.queries import envelope_for
+    from domain.orders.views import envelope_for
 
     wire = envelope_for(r.event_id).wire()
     wire["aggregate_id"] = "914"  # evt-77 with an altered order id
@@ -355,7 +355,7 @@ def test_quiet_hours_defer_instead_of_dropping(sys_):
 def test_due_journey_nudge_is_delivered_and_its_intent_marked_sent(sys_):
     from datetime import UTC, datetime, timedelta
 
-    from domain.journeys import record_lead_event
+    from domain.journeys.store import record_lead_event
 
     r = record_lead_event(42, 1, "initiated", now=datetime.now(UTC) - timedelta(minutes=31))  # due now
     sys_.start_worker("normal")
@@ -370,7 +370,7 @@ def test_due_journey_nudge_is_delivered_and_its_intent_marked_sent(sys_):
 def test_nudge_for_a_step_the_lead_has_passed_is_suppressed_at_send_time(sys_):
     from datetime import UTC, datetime, timedelta
 
-    from domain.journeys import record_lead_event
+    from domain.journeys.store import record_lead_event
 
     r = record_lead_event(42, 1, "initiated", now=datetime.now(UTC) - timedelta(minutes=31))
     with get_engine().begin() as c:  # the lead moved on by a path that did not tear the nudge down

@@ -10,7 +10,7 @@ accepted), receipts (delivered or failed, in any order, twice), an operator repl
 flushed. The provider is simulated in-process so that a run is reproducible from its seed; PostgreSQL and Redis
 are real.
 
-Invariants checked after EVERY step: all of `outbox check` (domain/sql.py INVARIANTS: money matches, no sent row
+Invariants checked after EVERY step: all of `outbox check` (domain/invariants.py INVARIANTS: money matches, no sent row
 refunded, no unsent row charged, every accepted attempt reflected in its row, no phantom nudge, ...). At the end,
 after everything is drained by scans and healthy workers: nothing due is left owed, every send the provider
 accepted is reflected in its row, and the provider applied at most one effect per message identity.
@@ -33,17 +33,19 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from domain import campaigns, otp, queries
-from domain.commands import execute_order_command
+from domain import invariants
+from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork, get_engine
 from domain.delivery import claims, review
+from domain.delivery.queue import LANES, queue_name
 from domain.delivery.receipts import apply_receipt
-from domain.journeys import create_lead, record_lead_event
-from domain.ledger import NewMessage, ledger_message
-from domain.queue import LANES, queue_name
-from domain.retry import Outcome, decide_retry
-from domain.rules import JOURNEY_STEPS
-from domain.wakeups import arq_pool
+from domain.delivery.retry import Outcome, decide_retry
+from domain.delivery.wakeups import arq_pool
+from domain.journeys.steps import JOURNEY_STEPS
+from domain.journeys.store import create_lead, record_lead_event
+from domain.ledger import otp
+from domain.ledger.write import NewMessage, ledger_message
+from domain.orders.commands import execute_order_command
 from jobs.relay import scan_once
 from tests.conftest import TEST_REDIS_URL, truncate_all
 
@@ -153,15 +155,15 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     @rule()
     def campaign(self) -> None:
-        cid = campaigns.create(tenant_id=42, name=f"sm-{len(self.campaigns)}", segment="all_reachable",
+        cid = campaign_fan_out.create(tenant_id=42, name=f"sm-{len(self.campaigns)}", segment="all_reachable",
                                template="offer", channel="sms", actor_ref="sm")
-        campaigns.fan_out(cid)
+        campaign_fan_out.fan_out(cid)
         self.campaigns.append(cid)
 
     @rule(data=st.data())
     def cancel_campaign(self, data: st.DataObject) -> None:
         if self.campaigns:
-            campaigns.cancel(42, data.draw(st.sampled_from(self.campaigns)))
+            campaign_fan_out.cancel(42, data.draw(st.sampled_from(self.campaigns)))
 
     @rule(lead=st.integers(0, 1), event=st.sampled_from([*JOURNEY_STEPS, "offer_submitted", "loan_sanctioned"]))
     def lead_event(self, lead: int, event: str) -> None:
@@ -312,7 +314,7 @@ class DeliveryMachine(RuleBasedStateMachine):
     # ---- after every step ------------------------------------------------------------------------------------
     @invariant()
     def outbox_check_is_clean(self) -> None:
-        counts = queries.invariant_counts()
+        counts = invariants.invariant_counts()
         broken = {k: v for k, v in counts.items() if v}
         assert not broken, f"seed {SEED}: {broken}"
 

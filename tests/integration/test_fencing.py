@@ -18,19 +18,20 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from domain import campaigns, queries
+from domain import invariants
+from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import get_engine
 from domain.delivery import claims, review
 from domain.delivery.receipts import apply_receipt
-from domain.journeys import create_lead, record_lead_event
-from domain.retry import Fail, Retry, Succeeded
+from domain.delivery.retry import Fail, Retry, Succeeded
+from domain.journeys.store import create_lead, record_lead_event
 from tests.integration.test_ledger import new_recipient, one, send_body
 
 LEASE = 30.0
 
 
 def assert_invariants() -> None:
-    counts = queries.invariant_counts()
+    counts = invariants.invariant_counts()
     assert not any(counts.values()), counts
 
 
@@ -140,9 +141,9 @@ def _campaign_rows() -> tuple[int, list[int]]:
     with get_engine().begin() as c:
         c.execute(sa.text("UPDATE recipients SET quiet_start = NULL, quiet_end = NULL, daily_cap = NULL, "
                           "opted_out_channels = ARRAY[]::text[] WHERE tenant_id = 42"))
-    cid = campaigns.create(tenant_id=42, name="t", segment="all_reachable", template="offer", channel="sms",
+    cid = campaign_fan_out.create(tenant_id=42, name="t", segment="all_reachable", template="offer", channel="sms",
                            actor_ref="test")
-    campaigns.fan_out(cid)
+    campaign_fan_out.fan_out(cid)
     with get_engine().connect() as c:
         ids = [int(i) for i in c.execute(sa.text(
             "SELECT id FROM notifications WHERE campaign_id = :c ORDER BY id"), {"c": cid}).scalars()]
@@ -155,7 +156,7 @@ def test_cancelled_campaign_sends_nothing_after_a_retry(db):
     refuse it (`campaign_cancelled`) and give its money back — never send it."""
     cid, ids = _campaign_rows()
     held = ready(ids[0])
-    assert campaigns.cancel(42, cid) == len(ids) - 1
+    assert campaign_fan_out.cancel(42, cid) == len(ids) - 1
     assert row(ids[0]).status == "QUEUED"  # under a live lease: left to its worker
     assert record(held, Retry("server_error", 0.0), code=503) == "retry"
     again = claim(ids[0])

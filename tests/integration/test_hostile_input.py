@@ -73,7 +73,7 @@ def set_at(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 async def _fixtures(client: httpx.AsyncClient, key: dict[str, str]) -> dict[str, Any]:
     """Real rows for the path parameters of tenant 42 (seeded order 913, recipient cust-001)."""
-    from domain import recipients
+    from domain.ledger import recipients
 
     ((_, rid),) = recipients.find_by_ref(42, "cust-001")
     lead = (await client.post("/api/v1/leads", json={"recipient_ref": "cust-001"}, headers=key)).json()["lead_id"]
@@ -160,8 +160,8 @@ async def test_every_string_of_every_write_endpoint_refuses_nul_and_lone_surroga
 async def test_a_signed_receipt_with_a_nul_or_lone_surrogate_is_refused_naming_the_field(client):
     """Invariant: a correctly signed receipt whose provider_reference (or any string) PostgreSQL cannot store is
     a 422 naming the field, never a 500, and keeps nothing."""
+    from domain.delivery.signing import signed_headers
     from domain.settings import get_settings
-    from domain.signing import signed_headers
 
     for bad in (NUL, SURROGATE):
         body = json.dumps({"receipt_id": "rcpt-1", "provider_reference": bad, "outcome": "delivered"})
@@ -175,7 +175,7 @@ async def test_a_signed_receipt_with_a_nul_or_lone_surrogate_is_refused_naming_t
 async def test_non_finite_numbers_in_a_sends_data_are_refused(client, key42):
     """Invariant: NaN, Infinity and numbers too large for a double (Python's json reads them all) are not JSON
     PostgreSQL can keep: 422 naming the field, nothing written."""
-    from domain import recipients
+    from domain.ledger import recipients
 
     ((_, rid),) = recipients.find_by_ref(42, "cust-001")
     for literal in ("NaN", "Infinity", "-Infinity", "1e400"):
@@ -192,7 +192,7 @@ async def test_quiet_hours_take_an_iana_zone_never_an_offset(client, key42):
     """Invariant: quiet hours are times of day in the recipient's IANA timezone: a time with an offset (in range
     or not) and an offset given as the zone are refused, naming the field, and change nothing (an offset was
     silently dropped, and one out of range was a 500)."""
-    from domain import recipients
+    from domain.ledger import recipients
 
     ((_, rid),) = recipients.find_by_ref(42, "cust-001")
     base = {"ref": "cust-tz", "display_name": "Asha", "email": "a@example.com", "timezone": "Asia/Kolkata"}
@@ -215,7 +215,7 @@ async def test_quiet_hours_take_an_iana_zone_never_an_offset(client, key42):
 async def test_a_cursor_beyond_bigint_is_a_422_not_a_database_error(client, key42):
     """Invariant: ids and cursors beyond what their column holds are refused at the edge (422 naming the
     parameter), never sent to PostgreSQL; the largest bigint is still a valid cursor."""
-    from domain import recipients
+    from domain.ledger import recipients
 
     ((_, rid),) = recipients.find_by_ref(42, "cust-001")
     r = await client.get(f"/api/v1/recipients/{rid}/messages?before_id=9223372036854775808", headers=key42)

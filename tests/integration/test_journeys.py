@@ -15,10 +15,10 @@ import pytest
 import sqlalchemy as sa
 
 from dashboard.api.app import build_api
-from domain.auth import create_api_key
+from domain.access.auth import create_api_key
 from domain.db import get_engine
-from domain.journeys import record_lead_event
-from domain.queries import invariant_counts
+from domain.invariants import invariant_counts
+from domain.journeys.store import record_lead_event
 
 LEAD = 1  # seeded: tenant 42, recipient cust-003, advisor advisor-anna
 

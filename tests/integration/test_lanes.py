@@ -21,12 +21,16 @@ import pytest
 import sqlalchemy as sa
 
 from dashboard.format import notification
-from domain import campaigns, otp, queries
-from domain.auth import create_api_key
+from domain import invariants
+from domain.access.auth import create_api_key
+from domain.campaigns import fan_out as campaign_fan_out
+from domain.campaigns import segments
+from domain.campaigns import views as campaign_views
 from domain.db import get_engine
 from domain.delivery import claims
 from domain.delivery.lanes import set_lane_paused
-from domain.recipients import find_by_ref, update
+from domain.ledger import otp
+from domain.ledger.recipients import find_by_ref, update
 from jobs.ops.procs import ROOT, receiver_database_url
 from jobs.ops.seed import seed_recipients
 from tests.conftest import SLOT_SUFFIX
@@ -117,7 +121,7 @@ def test_codes_skip_quiet_hours_and_the_marketing_cap_but_are_metered(db):
 
 def test_segments_select_exactly_who_they_say(db):
     seed_recipients(200)
-    reachable = set(campaigns.segment_refs(42, "all_reachable", "sms"))
+    reachable = set(segments.segment_refs(42, "all_reachable", "sms"))
     with get_engine().connect() as c:
         expected = {r for (r,) in c.execute(sa.text(
             "SELECT ref FROM recipients WHERE tenant_id = 42 AND phone IS NOT NULL "
@@ -128,31 +132,31 @@ def test_segments_select_exactly_who_they_say(db):
                                  "VALUES (42, 'bulk-000007', 'credit_check_done') RETURNING id")).scalar_one()
         c.execute(sa.text("INSERT INTO leads (tenant_id, recipient_ref, current_step) "
                           "VALUES (42, 'bulk-000009', 'offers_viewed')"))
-    assert campaigns.segment_refs(42, "abandoned_after_credit_check", "sms") == ["bulk-000007"]
+    assert segments.segment_refs(42, "abandoned_after_credit_check", "sms") == ["bulk-000007"]
     with get_engine().begin() as c:  # a live nudge means the journey has not been abandoned yet
         c.execute(sa.text("INSERT INTO lead_notification_intents (tenant_id, lead_id, step, status) "
                           "VALUES (42, :l, 'credit_check_done', 'scheduled')"), {"l": lead})
-    assert campaigns.segment_refs(42, "abandoned_after_credit_check", "sms") == []
+    assert segments.segment_refs(42, "abandoned_after_credit_check", "sms") == []
 
 
 def test_fan_out_resumes_after_a_crash_without_duplicates_and_cancel_suppresses_what_is_owed(db):
     seed_recipients(2_000)
-    cid = campaigns.create(tenant_id=42, name="Winter", segment="all_reachable", template="offer", channel="email",
+    cid = campaign_fan_out.create(tenant_id=42, name="Winter", segment="all_reachable", template="offer", channel="email",
                            actor_ref="test")
     total = one("SELECT total FROM campaigns WHERE id = :c", c=cid)
-    assert campaigns.fan_out_batch(cid, batch=700).inserted == 700
+    assert campaign_fan_out.fan_out_batch(cid, batch=700).inserted == 700
     # The worker died after that batch committed but "before" recording its position: replay from the start.
     with get_engine().begin() as c:
         c.execute(sa.text("UPDATE campaigns SET last_recipient_id = 0 WHERE id = :c"), {"c": cid})
-    campaigns.fan_out(cid, batch=700)
+    campaign_fan_out.fan_out(cid, batch=700)
     assert one("SELECT count(*) FROM notifications WHERE campaign_id = :c", c=cid) == total
     assert one("SELECT count(DISTINCT dedupe_key) FROM notifications WHERE campaign_id = :c", c=cid) == total
-    s = campaigns.status(42, cid)
+    s = campaign_views.status(42, cid)
     assert s is not None and s["status"] == "running" and s["queued"] == total
-    assert campaigns.cancel(42, cid) == total
-    s = campaigns.status(42, cid)
+    assert campaign_fan_out.cancel(42, cid) == total
+    s = campaign_views.status(42, cid)
     assert s is not None and s["suppressed"] == {"campaign_cancelled": total} and s["status"] == "cancelled"
-    assert not any(queries.invariant_counts().values())
+    assert not any(invariants.invariant_counts().values())
 
 
 async def _codes(headers: dict[str, str], n: int) -> list[int]:
@@ -189,7 +193,7 @@ def test_bulk_campaign_never_delays_a_code(sys_, redis_db):
     # morning: deferred, not late).
     wait_for(lambda: one("SELECT count(*) FROM notifications WHERE campaign_id = :c AND status = 'QUEUED' "
                          "AND next_attempt_at <= now()", c=cid) == 0, 300, "the campaign to send what is due")
-    s = campaigns.status(42, cid)
+    s = campaign_views.status(42, cid)
     assert s is not None and s["ledgered"] == s["total"]
     campaign_end = one("SELECT max(sent_at) FROM notifications WHERE campaign_id = :c", c=cid)
     print(f"codes idle p50={statistics.median(idle):.0f} ms, with campaign p50={statistics.median(busy):.0f} ms "

@@ -16,12 +16,13 @@ from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 
-from domain import queries
-from domain.auth import create_api_key
+from domain import invariants
+from domain.access.auth import create_api_key
 from domain.db import get_engine
 from domain.delivery import claims
+from domain.delivery import views as delivery_views
 from domain.delivery.receipts import apply_receipt
-from domain.retry import Fail, Succeeded
+from domain.delivery.retry import Fail, Succeeded
 
 
 def one(sql: str, **params):  # type: ignore[no-untyped-def]
@@ -40,7 +41,7 @@ def set_balance(tenant_id: int, cents: int) -> None:
 
 
 def assert_invariants() -> None:
-    counts = queries.invariant_counts()
+    counts = invariants.invariant_counts()
     assert not any(counts.values()), counts
 
 
@@ -264,7 +265,7 @@ async def test_a_scheduled_nudge_is_counted_apart_never_as_overdue(client, key42
     lead = (await client.post("/api/v1/leads", json={"recipient_ref": "cust-003"}, headers=key42)).json()["lead_id"]
     r = await client.post(f"/api/v1/leads/{lead}/events", json={"event": "initiated"}, headers=key42)
     assert r.json()["outcome"] == "scheduled"
-    normal = next(s for s in queries.lane_stats(42) if s["lane"] == "normal")
+    normal = next(s for s in delivery_views.lane_stats(42) if s["lane"] == "normal")
     assert normal["depth"] == 0 and normal["oldest_owed_seconds"] == 0.0
     assert normal["scheduled"] == 1 and normal["next_due"] is not None
 

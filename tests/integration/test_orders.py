@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 from domain import faults
-from domain.commands import Committed, NotFound, Rejected, execute_order_command
 from domain.db import get_engine
-from domain.queries import invariant_counts
+from domain.invariants import invariant_counts
+from domain.orders.commands import Committed, NotFound, Rejected, execute_order_command
 
 
 def _state(order_id: int = 913) -> tuple[int, str, int, int]:

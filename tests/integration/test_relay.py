@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from arq import ArqRedis
 
 from domain.db import get_engine
-from domain.queue import job_id, queue_name
-from domain.wakeups import arq_pool
+from domain.delivery.queue import job_id, queue_name
+from domain.delivery.wakeups import arq_pool
 from jobs.relay import scan_once
 
 WINDOW = 50

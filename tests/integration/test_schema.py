@@ -48,7 +48,7 @@ def test_suppressed_requires_a_reason(db):
 
 def test_queue_vocabulary_is_the_schemas_vocabulary(db):
     """One home for lanes and job ids: the lane CHECK accepts exactly `LANES`, and the SQL job id is `job_id()`."""
-    from domain.queue import JOB_ID_SQL, LANES, job_id
+    from domain.delivery.queue import JOB_ID_SQL, LANES, job_id
 
     ins = sa.text(
         "INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status, "

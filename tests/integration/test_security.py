@@ -13,11 +13,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from domain import actions, metering, recipients
-from domain.auth import Principal, create_api_key, login_operator, operator_now
+from domain.access import actions
+from domain.access.auth import Principal, create_api_key, login_operator, operator_now
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
 from domain.delivery.review import replay, resolve
+from domain.ledger import metering, recipients
 
 
 def test_every_privileged_action_leaves_who_what_and_when(db):

@@ -18,9 +18,9 @@ import pytest
 import sqlalchemy as sa
 from arq.constants import job_key_prefix
 
-from domain.auth import create_api_key
+from domain.access.auth import create_api_key
 from domain.db import get_engine
-from domain.queue import LANES, fan_out_job_id, job_id, queue_name
+from domain.delivery.queue import LANES, fan_out_job_id, job_id, queue_name
 from jobs.ops.procs import System, wait_worker_ready
 from tests.conftest import PORT_OFFSET
 from tests.integration.conftest import effects, rows, wait_for

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dashboard.format import MAX_ID, parse_id
-from domain.queries import like_escape
+from domain.db import like_escape
 
 
 def test_ids_that_python_calls_digits_but_are_not_ours_are_refused():
@@ -28,7 +28,7 @@ def test_like_wildcards_are_taken_literally():
 def test_lockouts_start_at_the_limit_double_and_stop_growing_at_fifteen_minutes():
     from datetime import timedelta
 
-    from domain.auth import lockout_for
+    from domain.access.auth import lockout_for
 
     assert [lockout_for(n, 5) for n in range(5)] == [None] * 5
     assert lockout_for(5, 5) == timedelta(seconds=30) and lockout_for(6, 5) == timedelta(seconds=60)

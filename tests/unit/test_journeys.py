@@ -4,8 +4,8 @@ anything else is an unknown event."""
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.journeys import NUDGE_DELAY, Drop, Lifecycle, Supersede, UnknownEvent, decide
-from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.journeys.decide import Drop, Lifecycle, Supersede, UnknownEvent, decide
+from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS, NUDGE_DELAY
 
 CURRENT = st.one_of(st.none(), st.sampled_from(JOURNEY_STEPS))
 

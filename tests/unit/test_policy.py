@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.policy import COMMANDS, TRANSITIONS, Accept, Reject, decide_transition
+from domain.orders.policy import COMMANDS, TRANSITIONS, Accept, Reject, decide_transition
 
 STATUSES = ("authorized", "approved", "cancelled", "fulfilled")
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain.rules import Defer, floor_decision, quiet_hours_end
+from domain.ledger.floor import Defer, floor_decision, quiet_hours_end
 
 ZONES = sorted(available_timezones())
 FIRST_DAY, LAST_DAY = date(2026, 1, 1), date(2027, 12, 31)

@@ -6,7 +6,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.retry import Fail, Outcome, Retry, Succeeded, backoff_seconds, classify, decide_retry
+from domain.delivery.retry import Fail, Outcome, Retry, Succeeded, backoff_seconds, classify, decide_retry
 
 
 @given(st.integers(1, 200), st.floats(0.01, 10), st.floats(0.1, 1000), st.integers(0, 2**32))

@@ -1,4 +1,4 @@
-"""Who may do what (domain/roles.py): the table every privileged dashboard handler asks, every time.
+"""Who may do what (domain/access/roles.py): the table every privileged dashboard handler asks, every time.
 
 Invariants: only platform on-call (no tenant) may pause lanes or flip fault switches — they act on every tenant;
 support may change nothing; a tenant's on-call may top up, a plain operator may not; every refusal says why in words.
@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from domain.roles import NO_TENANT, ONCALL, OPERATOR, PLATFORM, ROLES, SUPPORT, Act, has_tenant, may, refusal
+from domain.access.roles import (
+    NO_TENANT,
+    ONCALL,
+    OPERATOR,
+    PLATFORM,
+    ROLES,
+    SUPPORT,
+    Act,
+    has_tenant,
+    may,
+    refusal,
+)
 
 EXPECTED = {
     SUPPORT: set(),

@@ -7,8 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.audience import dedupe_key, order_event_audience
-from domain.rules import JOURNEY_STEPS, Defer, Send, Suppress, floor_decision, is_further, quiet_hours_end
+from domain.journeys.steps import JOURNEY_STEPS, is_further
+from domain.ledger.floor import Defer, Send, Suppress, floor_decision, quiet_hours_end
+from domain.ledger.write import dedupe_key
+from domain.orders.audience import order_event_audience
 
 BASE = {"lane": "normal", "channel": "email", "still_eligible": True, "opted_out_channels": (), "sent_today": 0,
         "daily_cap": 3, "tz": "Asia/Tokyo", "quiet_start": time(22), "quiet_end": time(7)}

@@ -12,49 +12,21 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import metering, sql
-from domain.audience import PEOPLE_CHANNELS, dedupe_key
+from domain.campaigns.segments import SEGMENTS
 from domain.db import UnitOfWork
-from domain.ledger import SendRefused, check_template
-from domain.queue import JOB_ID_SQL
+from domain.delivery.queue import JOB_ID_SQL, NOTIFY_OWED
+from domain.ledger import metering
+from domain.ledger.recipients import PEOPLE_CHANNELS
+from domain.ledger.write import SendRefused, check_template, dedupe_key
 from domain.settings import get_settings
 
 LANE: Final[str] = "bulk"
 BATCH: Final[int] = 5_000
-CONTACT_COLUMN: Final[dict[str, str]] = {"email": "r.email", "sms": "r.phone", "whatsapp": "r.phone"}
-
-
-def all_reachable(channel: str) -> str:
-    """Everyone with a contact point for the channel who has not opted out of it."""
-    return f"{CONTACT_COLUMN[channel]} IS NOT NULL AND NOT (:channel = ANY(r.opted_out_channels))"
-
-
-def abandoned_after_credit_check(channel: str) -> str:
-    """Reachable people whose loan journey stopped at the credit check: a lead of theirs is at `credit_check_done`
-    and has no live nudge left (it was sent or ended)."""
-    return (all_reachable(channel) + " AND EXISTS (SELECT 1 FROM leads l WHERE l.tenant_id = r.tenant_id "
-            "AND l.recipient_ref = r.ref AND l.current_step = 'credit_check_done' AND NOT EXISTS ("
-            "SELECT 1 FROM lead_notification_intents i WHERE i.lead_id = l.id AND i.status IN ('pending', 'scheduled')))")
-
-
-SEGMENTS: Final[dict[str, Callable[[str], str]]] = {
-    "all_reachable": all_reachable,
-    "abandoned_after_credit_check": abandoned_after_credit_check,
-}
-
-
-def segment_refs(tenant_id: int, segment: str, channel: str, engine: Engine | None = None) -> list[str]:
-    """Who a segment selects right now (for tests and previews)."""
-    with UnitOfWork(engine) as uow:
-        return [str(r) for r in uow.execute(sa.text(
-            f"SELECT r.ref FROM recipients r WHERE r.tenant_id = :t AND {SEGMENTS[segment](channel)} ORDER BY r.id"),
-            {"t": tenant_id, "channel": channel}).scalars()]
 
 
 def create(*, tenant_id: int, name: str, segment: str, template: str, channel: str, actor_ref: str,
@@ -128,7 +100,7 @@ def fan_out_batch(campaign_id: int, batch: int = BATCH, engine: Engine | None = 
             "status = CASE WHEN :done THEN 'running' ELSE status END WHERE id = :i"),
             {"k": picked.inserted, "last": picked.last_id, "done": done, "i": c.id})
         if picked.inserted:
-            uow.execute(sql.NOTIFY_OWED, {"lane": LANE})
+            uow.execute(NOTIFY_OWED, {"lane": LANE})
         uow.commit()
     return Batch(int(picked.inserted), done)
 
@@ -151,46 +123,6 @@ def unfinished(engine: Engine | None = None) -> list[int]:
     with UnitOfWork(engine) as uow:
         return [int(i) for i in uow.execute(sa.text(
             "SELECT id FROM campaigns WHERE status = 'ledgering' ORDER BY id")).scalars()]
-
-
-def status(tenant_id: int, campaign_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
-    with UnitOfWork(engine) as uow:
-        c = uow.execute(sa.text(
-            "SELECT id, name, segment, template, channel, status, total, ledgered, created_at, started_at, "
-            "finished_at FROM campaigns WHERE tenant_id = :t AND id = :i"), {"t": tenant_id, "i": campaign_id}).first()
-        if c is None:
-            return None
-        counts = uow.execute(sa.text(
-            "SELECT count(*) FILTER (WHERE status = 'QUEUED' AND reason_detail IS NULL) AS queued, "
-            "count(*) FILTER (WHERE status = 'QUEUED' AND reason_detail IS NOT NULL) AS deferred, "
-            "count(*) FILTER (WHERE status IN ('SENT', 'DELIVERED')) AS sent, "
-            "count(*) FILTER (WHERE status = 'DELIVERED') AS delivered, "
-            "count(*) FILTER (WHERE status = 'FAILED') AS failed, "
-            "max(coalesce(settled_at, sent_at)) AS last_settled "
-            "FROM notifications WHERE campaign_id = :i"), {"i": campaign_id}).one()
-        suppressed = {str(r.reason): int(r.n) for r in uow.execute(sa.text(
-            "SELECT suppressed_reason AS reason, count(*) AS n FROM notifications WHERE campaign_id = :i "
-            "AND status = 'SUPPRESSED' GROUP BY suppressed_reason ORDER BY 2 DESC"), {"i": campaign_id})}
-        finished = c.finished_at
-        owed = counts.queued + counts.deferred
-        if finished is None and c.status in ("running", "cancelled") and owed == 0:
-            finished = counts.last_settled or datetime.now(c.created_at.tzinfo)
-            uow.execute(sa.text("UPDATE campaigns SET finished_at = :f, status = CASE WHEN status = 'running' "
-                                "THEN 'done' ELSE status END WHERE id = :i"), {"f": finished, "i": campaign_id})
-            uow.commit()
-    return {"campaign_id": c.id, "name": c.name, "segment": c.segment, "template": c.template, "channel": c.channel,
-            "status": "done" if finished and c.status == "running" else c.status, "total": c.total,
-            "ledgered": c.ledgered, "queued": counts.queued, "sent": counts.sent, "delivered": counts.delivered,
-            "deferred": counts.deferred, "suppressed": suppressed, "failed": counts.failed,
-            "started_at": c.started_at, "finished_at": finished}
-
-
-def list_campaigns(tenant_id: int, limit: int = 50, engine: Engine | None = None) -> list[dict[str, Any]]:
-    with UnitOfWork(engine) as uow:
-        ids = [int(i) for i in uow.execute(sa.text(
-            "SELECT id FROM campaigns WHERE tenant_id = :t ORDER BY id DESC LIMIT :l"),
-            {"t": tenant_id, "l": limit}).scalars()]
-    return [s for i in ids if (s := status(tenant_id, i, engine)) is not None]
 
 
 def cancel(tenant_id: int, campaign_id: int, engine: Engine | None = None) -> int | None:

@@ -1,9 +1,10 @@
-"""Floor rules no template or campaign can break, and the journey ordering. All pure.
+"""Floor rules no template or campaign can break. All pure.
 
 - quiet hours in the recipient's timezone for every lane but critical: defer to their end, never drop
 - a per-recipient daily cap that suppresses with reason `daily_cap`
 - send-time eligibility (the fact still holds, the recipient has not opted out)
-- journey steps are ordered by their position in ONE list
+
+(The journey step order is the journeys' own: `domain.journeys.steps`.)
 """
 
 from __future__ import annotations
@@ -153,28 +154,7 @@ def floor_decision(
     return Send()
 
 
-# Journey funnel: a step's rank is its position in this list. Adding a step is a one-line edit.
-JOURNEY_STEPS: Final[tuple[str, ...]] = (
-    "initiated",
-    "phone_verified",
-    "credit_check_done",
-    "savings_explored",
-    "offers_viewed",
-    "offer_submitted",
-)
-LIFECYCLE_EVENTS: Final[tuple[str, ...]] = ("loan_sanctioned", "loan_disbursed", "advisor_assigned")
-
-
-def is_further(new_step: str, current_step: str | None) -> bool:
-    if new_step not in JOURNEY_STEPS:
-        raise ValueError(f"unknown step {new_step!r}")
-    if current_step is None:
-        return True
-    return JOURNEY_STEPS.index(new_step) > JOURNEY_STEPS.index(current_step)
-
-
 def day_start_utc(now: datetime, tz: str) -> datetime:
     local = now.astimezone(ZoneInfo(tz))
     start = local.replace(hour=0, minute=0, second=0, microsecond=0)
     return start.astimezone(now.tzinfo)
-

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
-from domain.ledger import Ledgered, NewMessage, SendRefused, ledger_message, recipient_ref
+from domain.ledger.write import Ledgered, NewMessage, SendRefused, ledger_message, recipient_ref
 from domain.settings import get_settings
 
 TEMPLATE: Final[str] = "otp_code"

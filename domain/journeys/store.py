@@ -1,6 +1,6 @@
 """Journey nudges: at most one live nudge per lead, always for the furthest step reached.
 
-The decision is pure (`decide`): a step's rank is its position in `rules.JOURNEY_STEPS`. The database enforces the
+The decision is pure (`decide`): a step's rank is its position in `steps.JOURNEY_STEPS`. The database enforces the
 invariant with the partial unique index `lead_notification_intents_one_active_per_lead`; `record_lead_event`
 is the optimistic happy path and, when a concurrent event wins, re-runs the decision against fresh state — which
 converges, because a re-read can only see the lead further along.
@@ -11,73 +11,19 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import metering
 from domain.db import UnitOfWork
-from domain.ledger import NewMessage, ledger_message
+from domain.journeys.decide import Drop, Lifecycle, UnknownEvent, decide
+from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.ledger import metering
+from domain.ledger.write import NewMessage, ledger_message
 from domain.models import LeadNotificationIntent, table_of
-from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS, is_further
 from domain.settings import get_settings
-
-# How long after reaching a step its "come back" nudge fires; None = an immediate message, not a reminder.
-NUDGE_DELAY: Final[dict[str, timedelta | None]] = {
-    "initiated": timedelta(minutes=30),
-    "phone_verified": timedelta(minutes=20),
-    "credit_check_done": timedelta(minutes=15),
-    "savings_explored": timedelta(minutes=15),
-    "offers_viewed": timedelta(minutes=10),
-    "offer_submitted": None,
-}
-assert set(NUDGE_DELAY) == set(JOURNEY_STEPS), "every funnel step needs a nudge rule"
-
-
-@dataclass(frozen=True)
-class Drop:
-    reason: str  # late (older than the last applied step) | not_further (a repeat or a step backward)
-
-
-@dataclass(frozen=True)
-class Supersede:
-    """Cancel the live nudge (if any), then schedule this step's nudge (or send it now when delay is None)."""
-
-    step: str
-    delay: timedelta | None
-
-
-@dataclass(frozen=True)
-class Lifecycle:
-    """Good news that never competes with a reminder: sent now, never cancels a journey nudge."""
-
-    event: str
-
-
-@dataclass(frozen=True)
-class UnknownEvent:
-    event: str
-
-
-JourneyDecision = Drop | Supersede | Lifecycle | UnknownEvent
-
-
-def decide(event: str, current_step: str | None, occurred_at: datetime | None = None,
-           last_step_at: datetime | None = None, time_scale: float = 1.0) -> JourneyDecision:
-    """Pure. A step older than the last applied step is late; a step not further along is dropped; delays are
-    divided by the time scale (demos and tests watch 30 minutes pass in 3 seconds at 600)."""
-    if event in LIFECYCLE_EVENTS:
-        return Lifecycle(event)
-    if event not in JOURNEY_STEPS:
-        return UnknownEvent(event)
-    if occurred_at is not None and last_step_at is not None and occurred_at < last_step_at:
-        return Drop("late")
-    if not is_further(event, current_step):
-        return Drop("not_further")
-    delay = NUDGE_DELAY[event]
-    return Supersede(event, delay / time_scale if delay is not None else None)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Final, Literal, get_args
 
+import sqlalchemy as sa
+
 Lane = Literal["critical", "high", "normal", "bulk"]
 # Priority order: the ops screen, `outbox status` and /metrics list lanes this way.
 LANES: Final[tuple[Lane, ...]] = get_args(Lane)
@@ -68,3 +70,6 @@ def tenant_channel(tenant_id: int) -> str:
 def lanes_sql_list() -> str:
     """`'critical','high','normal','bulk'` for CHECK constraints and ORDER BY array_position."""
     return ",".join(f"'{lane}'" for lane in LANES)
+
+
+NOTIFY_OWED = sa.text(f"SELECT pg_notify('{NOTIFY_CHANNEL}', :lane)")

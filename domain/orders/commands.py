@@ -13,13 +13,28 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import faults, sql
-from domain.audience import order_event_audience
+from domain import faults
 from domain.db import UnitOfWork
-from domain.envelope import Envelope
-from domain.ledger import NewMessage, ledger_message
+from domain.ledger.write import NewMessage, ledger_message
 from domain.models import Order, OutboxEvent, table_of
-from domain.policy import Accept, decide_transition
+from domain.orders.audience import order_event_audience
+from domain.orders.envelope import Envelope
+from domain.orders.policy import Accept, decide_transition
+
+# ---- order command -------------------------------------------------------------------------------------------
+# A plain read (no FOR UPDATE): the guarded UPDATE below is what settles a race.
+READ_ORDER = sa.text(
+    "SELECT id, tenant_id, status, revision, customer_ref FROM orders "
+    "WHERE tenant_id = :tenant_id AND id = :order_id"
+)
+
+
+UPDATE_ORDER_GUARDED = sa.text(
+    "UPDATE orders SET status = :to_status, revision = revision + 1, updated_at = now() "
+    "WHERE tenant_id = :tenant_id AND id = :order_id AND revision = :expected_revision "
+    "RETURNING revision"
+)
+
 
 SCHEMA_VERSION = 1
 
@@ -96,21 +111,21 @@ def execute_order_command(
     occurred_at = now or datetime.now(UTC)
     with UnitOfWork(engine) as uow:
         faults.hit("after_begin", plan)
-        row = uow.execute(sql.READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).first()
+        row = uow.execute(READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).first()
         if row is None:
             return NotFound(order_id)
         decision = decide_transition(row.status, row.revision, command, expected_revision)
         if not isinstance(decision, Accept):
             return Rejected(decision.error, decision.current_revision, decision.current_status, command)
         faults.hit("after_decision", plan)
-        updated = uow.execute(sql.UPDATE_ORDER_GUARDED, {
+        updated = uow.execute(UPDATE_ORDER_GUARDED, {
             "to_status": decision.to_status, "tenant_id": tenant_id, "order_id": order_id,
             "expected_revision": expected_revision,
         }).first()
         if updated is None:
             # A concurrent command committed first; READ COMMITTED re-checked our WHERE and matched nothing.
             uow.session.rollback()
-            current = uow.execute(sql.READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).one()
+            current = uow.execute(READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).one()
             return Rejected("optimistic_conflict", current.revision, current.status, command)
         faults.hit("after_order_update", plan)
         env = Envelope(

@@ -17,7 +17,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy.engine import Engine
 
-from domain import actions, roles
+from domain.access import actions, roles
 from domain.db import UnitOfWork
 from domain.models import ApiKey, table_of
 

@@ -13,13 +13,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import actions
+from domain.access import actions
 from domain.db import UnitOfWork
+
+# Default price per message per channel, seeded into each tenant's `channel_prices` (the table is what is charged).
+DEFAULT_PRICE_CENTS: Final[dict[str, int]] = {"webhook": 0, "email": 1, "whatsapp": 3, "sms": 5}
+
+
+CHANNELS: Final[tuple[str, ...]] = tuple(DEFAULT_PRICE_CENTS)
+
 
 # One statement: the guarded debit, its entry and the row's hold. The tenant's balance row is the one row every
 # send of that tenant locks, so the claim takes money LAST and in one round trip, and commits right after: the lock

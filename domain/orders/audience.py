@@ -3,12 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
-
-# Default price per message per channel, seeded into each tenant's `channel_prices` (the table is what is charged).
-DEFAULT_PRICE_CENTS: Final[dict[str, int]] = {"webhook": 0, "email": 1, "whatsapp": 3, "sms": 5}
-CHANNELS: Final[tuple[str, ...]] = tuple(DEFAULT_PRICE_CENTS)
-PEOPLE_CHANNELS: Final[tuple[str, ...]] = ("email", "sms", "whatsapp")
 
 
 @dataclass(frozen=True)
@@ -30,8 +24,3 @@ def order_event_audience(event_type: str, customer_ref: str, tenant_id: int) -> 
     if event_type in ("order.cancelled", "order.fulfilled"):
         return [webhook]
     return []
-
-
-def dedupe_key(tenant_id: int, channel: str, recipient: str, template: str, subject: str) -> str:
-    """Deterministic: recipient + template + the subject/period the message is about."""
-    return f"t{tenant_id}:{channel}:{recipient}:{template}:{subject}"

@@ -8,6 +8,9 @@ Both are fast paths, and each can be switched off for a test or drill (developme
 (or, at runtime, "refresh_publish" in the `SWITCHED_OFF` set) publishes no hint, and open views converge by their
 periodic revision check (dashboard/live.py); `OUTBOX_WAKE_AFTER_COMMIT=0` enqueues no wake-up after a commit, and
 the relay's scan delivers every owed row.
+
+Also here: the relay's recovery scan (`SCAN_OWED`, `SCAN_OWED_LANE`) and the one measurement of the refresh hint,
+its publish-to-render latency (`record_push_latency`).
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ import logging
 import time
 from collections.abc import Iterable
 
+import sqlalchemy as sa
 from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
 from arq.constants import job_key_prefix
+from sqlalchemy.engine import Engine
 
 from domain import faults
-from domain.commands import Committed, OwedRow
-from domain.queue import (
+from domain.db import UnitOfWork
+from domain.delivery.queue import (
     DELIVER_TASK,
     FAN_OUT_TASK,
     REFRESH_PUBLISHES,
@@ -34,7 +39,29 @@ from domain.queue import (
     queue_name,
     tenant_channel,
 )
+from domain.orders.commands import Committed, OwedRow
 from domain.settings import get_settings
+
+# ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------
+_SCAN_OWED = (
+    "SELECT n.id, n.lane, n.next_attempt_at, n.leased_until IS NOT NULL AS lease_expired, "
+    "(n.leased_until IS NULL AND n.next_attempt_at < now() - make_interval(secs => :lease)) AS overdue "
+    "FROM notifications n "
+    "WHERE n.status = 'QUEUED' AND n.id > :after AND n.next_attempt_at <= now() + make_interval(secs => :horizon) "
+    "AND (n.leased_until IS NULL OR n.leased_until < now()) "
+    # A paused lane needs no wake-ups; resuming it NOTIFYs the relay.
+    "AND NOT EXISTS (SELECT 1 FROM lane_controls c WHERE c.lane = n.lane AND c.paused) {lane}"
+    "ORDER BY n.id LIMIT :limit FOR UPDATE OF n SKIP LOCKED"
+)
+
+
+SCAN_OWED = sa.text(_SCAN_OWED.format(lane=""))
+
+
+# One lane's oldest owed rows, through the partial index notifications_owed_by_lane (lane, id): the relay keeps
+# at most a window of each lane's wake-ups in Redis, so a 40,000-message campaign costs it a window, not 40,000.
+SCAN_OWED_LANE = sa.text(_SCAN_OWED.format(lane="AND n.lane = :lane "))
+
 
 log = logging.getLogger("outbox.wake")
 
@@ -137,3 +164,11 @@ async def after_commit(redis: ArqRedis | None, result: Committed) -> dict[str, i
     faults.hit("after_publish_before_enqueue")
     out["enqueued"] = await enqueue_after_commit(redis, result.owed)
     return out
+
+
+def record_push_latency(tenant_id: int, latency_ms: float, engine: Engine | None = None) -> None:
+    """One measured publish-to-render delay of a live view (shown on /ops as push p50/p99)."""
+    with UnitOfWork(engine) as uow:
+        uow.execute(sa.text("INSERT INTO refresh_metrics (kind, tenant_id, latency_ms) VALUES ('push', :t, :l)"),
+                    {"t": tenant_id, "l": latency_ms})
+        uow.commit()

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import time
-from typing import Any
+from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain import actions
-from domain.audience import PEOPLE_CHANNELS
-from domain.db import UnitOfWork
-from domain.queries import like_escape
+from domain.access import actions
+from domain.db import UnitOfWork, like_escape
+
+PEOPLE_CHANNELS: Final[tuple[str, ...]] = ("email", "sms", "whatsapp")
+
 
 EDITABLE = ("display_name", "email", "phone", "timezone", "quiet_start", "quiet_end", "daily_cap",
             "opted_out_channels")

@@ -1,0 +1,1 @@
+"""Who may do what: operators and API keys (`auth`), the one table of roles (`roles`), the privileged-action log (`actions`)."""

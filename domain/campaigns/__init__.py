@@ -1,0 +1,1 @@
+"""Campaigns on the bulk lane: named segments (`segments`), fan-out into the ledger and cancel (`fan_out`), progress (`views`)."""

@@ -1,0 +1,85 @@
+"""The invariants of ARCHITECTURE.md as SQL, each returning 0 when it holds, and how often the fence worked. Read by
+`outbox check`, the tests and the ops screen. (Each capability names its own SQL beside its code.)"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from domain.db import UnitOfWork
+
+# ---- invariants (ARCHITECTURE.md): each must return 0 -----------------------------------------------------------
+# Invariant 4 (one effect per event id and effect type) lives at the receiver: we never read its tables; `outbox
+# check` asks its HTTP API.
+INVARIANTS: Final[dict[str, str]] = {
+    "1 committed revision without outbox event": """
+        SELECT count(*) FROM orders o
+        CROSS JOIN LATERAL generate_series(o.base_revision + 1, o.revision) AS r(rev)
+        WHERE NOT EXISTS (
+          SELECT 1 FROM outbox_events e WHERE e.tenant_id = o.tenant_id AND e.aggregate_type = 'order'
+            AND e.aggregate_id = o.id::text AND e.aggregate_revision = r.rev)
+    """,
+    "2 outbox event for a revision never committed": """
+        SELECT count(*) FROM outbox_events e
+        LEFT JOIN orders o ON o.tenant_id = e.tenant_id AND o.id::text = e.aggregate_id
+        WHERE e.aggregate_type = 'order'
+          AND (o.id IS NULL OR e.aggregate_revision > o.revision OR e.aggregate_revision <= o.base_revision)
+    """,
+    "3 two live intents for one lead": """
+        SELECT count(*) FROM (SELECT lead_id FROM lead_notification_intents
+          WHERE status IN ('pending','scheduled') GROUP BY lead_id HAVING count(*) > 1) x
+    """,
+    "5 sent without its charge, a message's entries not matching what it holds, or a negative balance": """
+        SELECT (SELECT count(*) FROM notifications n
+                WHERE n.status IN ('SENT','DELIVERED') AND n.cost_cents > 0 AND n.reserved_cents <> n.cost_cents)
+             + (SELECT count(*) FROM notifications n
+                WHERE n.reserved_cents <> -coalesce((SELECT sum(b.amount_cents) FROM balance_entries b
+                                                      WHERE b.notification_id = n.id), 0))
+             + (SELECT count(*) FROM balances WHERE balance_cents < 0)
+    """,
+    "6 suppressed without a reason": """
+        SELECT count(*) FROM notifications WHERE status = 'SUPPRESSED' AND suppressed_reason IS NULL
+    """,
+    "7 a tenant whose balance entries do not sum to its balance": """
+        SELECT count(*) FROM balances b
+        WHERE b.balance_cents <> coalesce((SELECT sum(e.amount_cents) FROM balance_entries e
+                                          WHERE e.tenant_id = b.tenant_id), 0)
+    """,
+    # What a message holds, by its status: a sent one its price (never refunded), an unsent one nothing.
+    "8 a sent message refunded, or an unsent message still charged": """
+        SELECT count(*) FROM notifications n
+        WHERE (n.status IN ('SENT','DELIVERED') AND n.reserved_cents <> n.cost_cents AND n.cost_cents > 0)
+           OR (n.status IN ('FAILED','SUPPRESSED') AND (n.reserved_cents <> 0 OR n.cap_day IS NOT NULL))
+    """,
+    # An attempt the other side accepted (2xx) is the truth: its row says sent (or, after a provider's `failed`
+    # receipt, undeliverable), unless an operator replayed the row after that attempt.
+    "9 an accepted attempt whose message says it was never sent": """
+        SELECT count(DISTINCT a.notification_id) FROM notification_attempts a
+        JOIN notifications n ON n.id = a.notification_id
+        WHERE a.status_code BETWEEN 200 AND 299
+          AND (n.status = 'SUPPRESSED'
+               OR (n.status = 'FAILED' AND n.last_error_class IS DISTINCT FROM 'undeliverable')
+               OR (n.status = 'QUEUED' AND (n.replayed_at IS NULL OR a.finished_at > n.replayed_at)))
+    """,
+    "10 a live nudge with no message left owed (a phantom intent)": """
+        SELECT count(*) FROM lead_notification_intents i
+        WHERE i.status IN ('pending','scheduled')
+          AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.intent_id = i.id AND n.status = 'QUEUED')
+    """,
+}
+
+
+def invariant_counts(engine: Engine | None = None) -> dict[str, int]:
+    with UnitOfWork(engine) as uow:
+        return {name: int(uow.execute(sa.text(q)).scalar_one()) for name, q in INVARIANTS.items()}
+
+
+def fence_counts(engine: Engine | None = None) -> dict[str, int]:
+    """How often the fence worked: late truths recorded (`late_accept`) and stale writes refused (`stale`)."""
+    with UnitOfWork(engine) as uow:
+        got = {str(r.outcome): int(r.n) for r in uow.execute(sa.text(
+            "SELECT outcome, count(*) AS n FROM notification_attempts WHERE outcome IN ('late_accept', 'stale') "
+            "GROUP BY outcome"))}
+    return {"late_accept": got.get("late_accept", 0), "stale": got.get("stale", 0)}

@@ -1,0 +1,1 @@
+"""The ledger: the one way in and the ways out (`write`), exact metering (`metering`), recipients and their change log (`recipients`), one-time codes (`otp`), the floor rules no template or campaign can break (`floor`), plain-words reasons (`reasons`), read models (`views`)."""

@@ -1,0 +1,193 @@
+"""The ledger's read models: the ledger page with its totals, one message with its attempts, one recipient's "why
+didn't they get it?", and the audit timeline. Tenant-scoped: every query takes the tenant from the authenticated
+principal, never from input."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from domain.db import UnitOfWork, as_dicts, like_escape
+from domain.ledger.reasons import effect_text, ledger_reason, message_answer
+
+NOTIFICATION_COLUMNS = (
+    "n.id, n.tenant_id, n.recipient, n.channel, n.lane, n.template, n.status, n.suppressed_reason, n.review, "
+    "n.provider_reference, n.cost_cents, n.attempts, n.last_error_class, n.event_id, n.order_id, n.job_id, "
+    "n.created_at, n.sent_at, n.settled_at, n.next_attempt_at, n.reason_detail, "
+    # What the receiver told the worker, as the worker recorded it: the effect reference (a webhook's 2xx
+    # carries it) and the last answer (`already_processed` when a redelivery met an effect applied before).
+    "CASE WHEN n.channel = 'webhook' THEN n.provider_reference END AS effect_ref, "
+    "(SELECT a.outcome FROM notification_attempts a WHERE a.notification_id = n.id "
+    "  ORDER BY a.attempt_no DESC LIMIT 1) AS last_outcome"
+)
+
+
+@dataclass(frozen=True)
+class LedgerFilter:
+    channel: str | None = None
+    status: str | None = None
+    recipient: str | None = None
+    lane: str | None = None
+    since_hours: int | None = None
+    limit: int = 100
+
+
+def ledger(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -> dict[str, Any]:
+    where = (
+        "n.tenant_id = :t AND (CAST(:c AS text) IS NULL OR n.channel = :c) "
+        "AND (CAST(:s AS text) IS NULL OR n.status = :s) AND (CAST(:r AS text) IS NULL OR n.recipient ILIKE :r) "
+        "AND (CAST(:l AS text) IS NULL OR n.lane = :l) "
+        "AND (CAST(:h AS int) IS NULL OR n.created_at > now() - make_interval(hours => CAST(:h AS int)))"
+    )
+    p = {"t": tenant_id, "c": f.channel, "s": f.status, "r": f"%{like_escape(f.recipient)}%" if f.recipient else None,
+         "l": f.lane, "h": f.since_hours, "lim": f.limit}
+    with UnitOfWork(engine) as uow:
+        rows = as_dicts(uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE {where} ORDER BY n.id DESC LIMIT :lim"), p))
+        totals = uow.execute(sa.text(
+            "SELECT count(*) AS total, "
+            "coalesce(sum(n.cost_cents) FILTER (WHERE n.status IN ('SENT','DELIVERED')), 0) AS cost_cents, "
+            "count(*) FILTER (WHERE n.status = 'DELIVERED') AS delivered, "
+            "count(*) FILTER (WHERE n.status IN ('SENT','DELIVERED','FAILED')) AS attempted_final, "
+            "count(*) FILTER (WHERE n.status = 'SUPPRESSED') AS suppressed, "
+            "count(*) FILTER (WHERE n.status = 'FAILED') AS failed, "
+            "count(*) FILTER (WHERE n.status = 'QUEUED') AS queued "
+            f"FROM notifications n WHERE {where}"), p).one()
+        per_channel = as_dicts(uow.execute(sa.text(
+            "SELECT n.channel, count(*) AS total, "
+            "count(*) FILTER (WHERE n.status = 'DELIVERED') AS delivered, "
+            "count(*) FILTER (WHERE n.status IN ('SENT','DELIVERED','FAILED')) AS attempted_final, "
+            "count(*) FILTER (WHERE n.status = 'SUPPRESSED') AS suppressed, "
+            "count(*) FILTER (WHERE n.status = 'FAILED') AS failed, "
+            "coalesce(sum(n.cost_cents) FILTER (WHERE n.status IN ('SENT','DELIVERED')), 0) AS cost_cents "
+            f"FROM notifications n WHERE {where} GROUP BY n.channel ORDER BY n.channel"), p))
+    t = dict(totals._mapping)
+    t["delivery_rate"] = (t["delivered"] / t["attempted_final"]) if t["attempted_final"] else None
+    for ch in per_channel:
+        ch["delivery_rate"] = (ch["delivered"] / ch["attempted_final"]) if ch["attempted_final"] else None
+    return {"rows": rows, "totals": t, "channels": per_channel}
+
+
+def audit_timeline(tenant_id: int, query: str, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """One timeline across event, ledger rows, attempts, receiver effect and receipts for a recipient, event id
+    or order id. Suppression reasons come back in plain words."""
+    q = query.strip()
+    params: dict[str, Any] = {"t": tenant_id, "q": q, "ev": None, "oid": None}
+    try:
+        params["ev"] = uuid.UUID(q)
+    except ValueError:
+        pass
+    if q.isascii() and q.isdigit() and int(q) <= 2**63 - 1:
+        params["oid"] = int(q)
+    with UnitOfWork(engine) as uow:
+        notes = as_dicts(uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE n.tenant_id = :t AND "
+            "(n.recipient = :q OR n.event_id = CAST(:ev AS uuid) OR n.order_id = CAST(:oid AS bigint)) "
+            "ORDER BY n.id LIMIT 200"), params))
+        ids = [n["id"] for n in notes]
+        events = {n["event_id"] for n in notes if n["event_id"]}
+        attempts = as_dicts(uow.execute(sa.text(
+            "SELECT notification_id, attempt_no, worker, started_at, finished_at, outcome, status_code, "
+            "error_class, latency_ms FROM notification_attempts WHERE notification_id = ANY(:ids)"),
+            {"ids": ids})) if ids else []
+        evs = as_dicts(uow.execute(sa.text(
+            "SELECT event_id, event_type, aggregate_id, aggregate_revision, occurred_at, request_id, actor_ref "
+            "FROM outbox_events WHERE tenant_id = :t AND event_id = ANY(:e)"),
+            {"t": tenant_id, "e": list(events)})) if events else []
+        refs = [n["provider_reference"] for n in notes if n["provider_reference"]]
+        receipts = as_dicts(uow.execute(sa.text(
+            "SELECT provider, provider_reference, outcome, received_at FROM delivery_receipts "
+            "WHERE provider_reference = ANY(:r)"), {"r": refs})) if refs else []
+    timeline: list[dict[str, Any]] = []
+    for e in evs:
+        timeline.append({"at": e["occurred_at"], "kind": "event", "ref": str(e["event_id"]),
+                         "text": f"{e['event_type']} order {e['aggregate_id']} revision {e['aggregate_revision']} "
+                                 f"by {e['actor_ref']} (request {e['request_id']})"})
+    by_id = {n["id"]: n for n in notes}
+    for n in notes:
+        line = f"#{n['id']} {n['channel']} to {n['recipient']} on lane {n['lane']}: {n['status']}"
+        reason = ledger_reason(n)
+        if reason:
+            line += " — " + reason
+        timeline.append({"at": n["created_at"], "kind": "ledger", "ref": str(n["event_id"] or ""), "text": line})
+    for a in attempts:
+        n = by_id[a["notification_id"]]
+        extra = f" ({a['error_class']})" if a["error_class"] else ""
+        lat = f" in {a['latency_ms']:.0f} ms" if a["latency_ms"] is not None else ""
+        timeline.append({"at": a["started_at"], "kind": "attempt", "ref": str(n["event_id"] or ""),
+                         "text": f"#{n['id']} attempt {a['attempt_no']} by {a['worker']}: {a['outcome']}{extra}{lat}"})
+    for n in notes:
+        if n["effect_ref"] and n["sent_at"]:
+            timeline.append({"at": n["sent_at"], "kind": "effect", "ref": str(n["event_id"] or ""),
+                             "text": effect_text(n["effect_ref"], n["last_outcome"])})
+    for r in receipts:
+        timeline.append({"at": r["received_at"], "kind": "receipt", "ref": r["provider_reference"],
+                         "text": f"{r['provider']} receipt for {r['provider_reference']}: {r['outcome']}"})
+    timeline.sort(key=lambda x: x["at"])
+    return timeline
+
+
+def notification_detail(tenant_id: int, notification_id: int, now: datetime,
+                        engine: Engine | None = None) -> dict[str, Any] | None:
+    """One message: the row, every attempt (time, outcome, HTTP status, latency, response excerpt), the next retry,
+    provider reference, receipt and cost."""
+    with UnitOfWork(engine) as uow:
+        n = uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS}, n.dedupe_key, n.template_version, n.reserved_cents "
+            "FROM notifications n WHERE n.tenant_id = :t AND n.id = :i"), {"t": tenant_id, "i": notification_id}
+        ).first()
+        if n is None:
+            return None
+        attempts = as_dicts(uow.execute(sa.text(
+            "SELECT attempt_no, started_at, finished_at, outcome, status_code, error_class, latency_ms, "
+            "response_excerpt FROM notification_attempts WHERE notification_id = :i ORDER BY attempt_no"),
+            {"i": notification_id}))
+        receipt = uow.execute(sa.text(
+            "SELECT outcome, received_at FROM delivery_receipts WHERE provider_reference = :r AND provider = :c "
+            "ORDER BY id DESC LIMIT 1"), {"r": n.provider_reference, "c": n.channel}).first() \
+            if n.provider_reference else None
+    out = dict(n._mapping)
+    out["notification_id"] = out["id"]
+    out["attempt_log"] = attempts
+    out["next_retry_at"] = out["next_attempt_at"] if out["status"] == "QUEUED" else None
+    out["receipt"] = dict(receipt._mapping) if receipt else None
+    out["charged_cents"] = out["reserved_cents"]
+    out["answer"] = message_answer(out, now)
+    return out
+
+
+def recipient_messages(tenant_id: int, recipient_id: int, now: datetime, limit: int = 100, before_id: int | None = None,
+                       engine: Engine | None = None) -> dict[str, Any] | None:
+    """"Why didn't they get it?": every message to one recipient with its answer in plain words, and on top the
+    cross-channel answers — heard from us today at all, how many this week, which channel actually reached them."""
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sa.text(
+            "SELECT id, ref, display_name, timezone FROM recipients WHERE tenant_id = :t AND id = :i"),
+            {"t": tenant_id, "i": recipient_id}).first()
+        if r is None:
+            return None
+        rows = as_dicts(uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS}, n.reserved_cents, "
+            "(SELECT max(d.received_at) FROM delivery_receipts d WHERE d.provider_reference = n.provider_reference "
+            "  AND d.provider = n.channel) AS receipt_at "
+            "FROM notifications n WHERE n.tenant_id = :t AND n.recipient = :ref "
+            "AND (CAST(:b AS bigint) IS NULL OR n.id < :b) ORDER BY n.id DESC LIMIT :l"),
+            {"t": tenant_id, "ref": r.ref, "b": before_id, "l": limit}))
+        day_start = now.astimezone(ZoneInfo(r.timezone)).replace(hour=0, minute=0, second=0, microsecond=0)
+        s = uow.execute(sa.text(
+            "SELECT count(*) FILTER (WHERE sent_at >= :day) AS today, "
+            "count(*) FILTER (WHERE sent_at >= CAST(:now AS timestamptz) - interval '7 days') AS week, "
+            "array_remove(array_agg(DISTINCT channel) FILTER (WHERE status = 'DELIVERED'), NULL) AS reached "
+            "FROM notifications WHERE tenant_id = :t AND recipient = :ref AND status IN ('SENT', 'DELIVERED')"),
+            {"t": tenant_id, "ref": r.ref, "day": day_start, "now": now}).one()
+    for m in rows:
+        m["answer"] = message_answer(m, now)
+    return {"recipient_id": r.id, "ref": r.ref, "display_name": r.display_name, "timezone": r.timezone,
+            "heard_from_us_today": s.today > 0, "sent_today": int(s.today), "sent_this_week": int(s.week),
+            "reached_by": list(s.reached or []), "messages": rows}
