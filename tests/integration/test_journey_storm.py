@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from domain.auth import create_api_key
+from domain.access.auth import create_api_key
 from domain.db import get_engine
 from domain.delivery import claims
-from domain.journeys import create_lead, record_lead_event
-from domain.queries import invariant_counts
-from domain.retry import Succeeded
-from domain.rules import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.delivery.retry import Succeeded
+from domain.invariants import invariant_counts
+from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.journeys.store import create_lead, record_lead_event
 from jobs.drills.storm import run_storm
 from jobs.ops.procs import System
 from jobs.ops.seed import seed
