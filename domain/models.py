@@ -48,7 +48,7 @@ class Operator(SQLModel, table=True):
     login: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
     display_name: str
     password_hash: str
-    # What each role may do: domain/roles.py. 'platform' has no tenant and owns lanes and fault switches.
+    # What each role may do: domain/access/roles.py. 'platform' has no tenant and owns lanes and fault switches.
     role: str = Field(default="operator", sa_column=sa.Column(sa.Text, nullable=False, server_default="operator"))
 
 
@@ -425,7 +425,8 @@ class OtpCode(SQLModel, table=True):
 
 
 class OperatorAction(SQLModel, table=True):
-    """Every privileged action: who, what, on what, when, note (domain/actions.py). Lane controls have no tenant."""
+    """Every privileged action: who, what, on what, when, note (domain/access/actions.py). Lane controls have no
+    tenant."""
 
     __tablename__ = "operator_actions"
     id: int | None = Field(default=None, primary_key=True)

@@ -2,15 +2,15 @@
 (jobs/worker.py) holds no SQL, it calls `claim`, does the HTTP, then calls `record`.
 
 `claim` is ONE transaction: the lease, the floor rules at send time (eligibility, opt-out, quiet hours, cap), and —
-for a message that may go — its cap slot and its price taken with guarded updates (domain/metering.py). It settles
-what must not go (SUPPRESSED with its reason, or deferred to the end of quiet hours) in that same transaction.
+for a message that may go — its cap slot and its price taken with guarded updates (domain/ledger/metering.py). It
+settles what must not go (SUPPRESSED with its reason, or deferred to the end of quiet hours) in that same transaction.
 `record` settles the attempt: SENT keeps the money, FAILED gives it back; only contract errors go to review.
 Status machine: QUEUED -> SENT -> DELIVERED | FAILED; QUEUED -> FAILED | SUPPRESSED.
 
 Fencing: every claim takes the row's next `claim_token`; every write that follows — suppress, defer, retry, fail —
 is guarded by it, and money moves only when that guarded update matched (domain/ledger/write.py). A worker
 whose lease ran out and whose row another worker claimed changes nothing but its own attempt line ("stale"). The one
-exception is an accepted send: that is the truth and is recorded whatever the row says (settle.accept_truth).
+exception is an accepted send: that is the truth and is recorded whatever the row says (write.accept_truth).
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def _decide_and_write(uow: UnitOfWork, tenant_id: int, lead: sa.Row[Any], event:
     # as a worker settling one of them (row, then intent), so the two never wait on each other in a cycle.
     # Only rows no live lease holds: a message handed to a worker is recorded truthfully (sent or not) by that
     # worker, and a later claim suppresses it as superseded. A send still in flight after its lease ran out is
-    # settled here; if it was accepted after all, the worker records the late truth (settle.accept_truth).
+    # settled here; if it was accepted after all, the worker records the late truth (write.accept_truth).
     released = uow.execute(sa.text(
         "UPDATE notifications SET status = 'SUPPRESSED', suppressed_reason = 'superseded', "
         "settled_at = now(), leased_until = NULL WHERE intent_id IN (SELECT id FROM lead_notification_intents "
