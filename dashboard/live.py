@@ -31,8 +31,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from arq import ArqRedis
 from redis.exceptions import RedisError
 
+from dashboard.pool import redis_pool
 from domain.delivery.queue import LIVE_VIEWS_KEY, REFRESH_PREFIX
 from domain.delivery.wakeups import switched_off
 from domain.settings import get_settings
@@ -42,10 +44,8 @@ QUEUE_SIZE = 64  # hints per view (see _fan_out)
 Probe = Callable[[], object]  # a cheap read of the version of what a view shows; runs in a worker thread
 
 
-async def arq() -> Any:
-    """The backend worker's one arq pool (shared with the HTTP API) for after-commit publish and enqueue."""
-    from dashboard.api.deps import redis_pool
-
+async def arq() -> ArqRedis:
+    """The backend process's one arq pool (shared with the HTTP API) for after-commit publish and enqueue."""
     return await redis_pool()
 
 

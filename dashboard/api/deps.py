@@ -1,4 +1,5 @@
-"""What every route may depend on: the authenticated principal and the backend's one arq pool."""
+"""What every route may depend on: the authenticated principal and the backend's one arq pool (`dashboard.pool`,
+shared with the pages)."""
 
 from __future__ import annotations
 
@@ -13,32 +14,12 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dashboard.api.errors import ApiError
+from dashboard.pool import maybe_pool as maybe_pool  # re-exported: the routes take the pool from here
+from dashboard.pool import redis_pool as redis_pool
 from domain.access.auth import Principal, principal_for_key
 from domain.delivery import ratelimit
 from domain.delivery.queue import API_RATE_KEY
-from domain.delivery.wakeups import arq_pool
 from domain.settings import get_settings
-
-_pool: ArqRedis | None = None
-_pool_lock = asyncio.Lock()
-
-
-async def redis_pool() -> ArqRedis:
-    """One arq pool per backend worker, created on first use (mounted apps get no lifespan)."""
-    global _pool
-    async with _pool_lock:
-        if _pool is None:
-            _pool = await arq_pool()
-    return _pool
-
-
-async def maybe_pool() -> ArqRedis | None:
-    """The pool, or None while Redis is down: after-commit work is best-effort, the relay catches up."""
-    try:
-        return await redis_pool()
-    except Exception:
-        return None
-
 
 # Unknown keys per client address: a burst of 20, then one every 3 s; beyond it 429 before any database lookup.
 # (Behind a reverse proxy every caller shares the proxy's address: a flood of bad keys then slows everyone's
