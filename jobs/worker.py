@@ -23,14 +23,7 @@ from domain import faults
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.delivery import claims, lanes, ratelimit
 from domain.delivery.claims import Claim
-from domain.delivery.queue import (
-    ARMED_FAULTS,
-    DELIVER_TASK,
-    FAN_OUT_TASK,
-    RATE_KEY,
-    job_timeout_seconds,
-    queue_name,
-)
+from domain.delivery.queue import DELIVER_TASK, FAN_OUT_TASK, RATE_KEY, job_timeout_seconds, queue_name
 from domain.delivery.retry import Outcome, decide_retry
 from domain.delivery.retry import Retry as RetryDecision
 from domain.delivery.signing import signed_headers
@@ -105,7 +98,7 @@ def _safe_json(r: httpx.Response) -> dict[str, Any]:
 
 async def armed_from_ops(ctx: dict[str, Any], point: str) -> None:
     """Development only: a one-shot fault armed on /ops ends this process at `point`, like OUTBOX_FAULT does."""
-    if get_settings().dev_mode and await ctx["redis"].srem(ARMED_FAULTS, f"{ctx['lane']}:{point}"):
+    if await faults.take_armed_crash(ctx["redis"], ctx["lane"], point):
         print(f"fault injected point={point} (armed from ops) pid={os.getpid()}", file=sys.stderr, flush=True)
         os._exit(faults.EXIT_CODE)
 

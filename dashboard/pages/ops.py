@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import reflex as rx
 
 from dashboard import live, routes
@@ -23,24 +22,15 @@ from dashboard.components import (
 from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
+from domain import faults
 from domain.access import actions as operator_actions
 from domain.access import roles
 from domain.access.roles import Act, refusal
 from domain.delivery import lanes as lane_controls
 from domain.delivery import review as review_actions
 from domain.delivery import views as delivery_views
-from domain.delivery.queue import ARMED_FAULTS, LANES
+from domain.delivery.queue import LANES
 from domain.settings import get_settings
-
-FAULTS = {
-    "503 ×3": {"fail_503": 3},
-    "422 once": {"fail_422": 1},
-    "slow 2 s": {"slow_seconds": 2.0},
-    "accept then hang": {"accept_then_hang": 1},
-    "accept then drop": {"accept_then_drop": 1},
-    "clear": {},
-}
-
 
 REFRESH_SECONDS = 5.0
 
@@ -154,24 +144,20 @@ class OpsState(AuthState):
 
     @rx.event
     async def arm_worker_crash(self, lane: str):  # type: ignore[no-untyped-def]
-        if not get_settings().dev_mode or lane not in LANES or not await self._allowed(Act.FAULTS):
+        if not faults.may_arm_crash(lane) or not await self._allowed(Act.FAULTS):
             self.message = refusal(Act.FAULTS)
             return
-        await (await live.arq()).sadd(ARMED_FAULTS, f"{lane}:after_remote_accept_before_local_ack")
+        await faults.arm_worker_crash(await live.arq(), lane)
         self.message = (f"Armed: the next {lane} worker to get an accepted response dies before recording it. "
                         "`outbox up` restarts it; the retry must find the effect already applied.")
 
     @rx.event
     async def fault(self, name: str):  # type: ignore[no-untyped-def]
-        if not get_settings().dev_mode or name not in FAULTS or not await self._allowed(Act.FAULTS):
+        if not faults.may_switch_receiver(name) or not await self._allowed(Act.FAULTS):
             self.message = refusal(Act.FAULTS)
             return
-        try:
-            async with httpx.AsyncClient(timeout=3) as c:
-                await c.post(f"{get_settings().receiver_url}/faults", json=FAULTS[name])
-            self.message = f"Receiver fault set: {name}."
-        except httpx.HTTPError:
-            self.message = "The receiver did not answer."
+        answered = await faults.set_receiver_switch(name)
+        self.message = f"Receiver fault set: {name}." if answered else "The receiver did not answer."
 
 
 def _lane_row(x: rx.Var) -> rx.Component:
@@ -265,7 +251,7 @@ def ops_page() -> rx.Component:
             rx.heading("Receiver fault switches (development only)", size="4", margin_top="20px",
                        margin_bottom="8px"),
             rx.hstack(*[rx.button(name, size="1", variant="outline", color_scheme="red",
-                                  on_click=OpsState.fault(name)) for name in FAULTS], wrap="wrap", spacing="2"),
+                                  on_click=OpsState.fault(name)) for name in faults.RECEIVER_SWITCHES], wrap="wrap", spacing="2"),
             rx.heading("Worker crash after the remote effect (the dangerous window)", size="3", margin_top="12px",
                        margin_bottom="8px"),
             rx.hstack(*[rx.button(f"crash next {lane} worker", size="1", variant="soft", color_scheme="red",
