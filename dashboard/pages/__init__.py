@@ -29,8 +29,9 @@ def all_pages() -> list[Page]:
         ops,
         order_detail,
         orders,
+        recipient_detail,
         recipients,
     )
 
-    return [login.PAGE, order_detail.PAGE, orders.PAGE, ledger.PAGE, recipients.LIST_PAGE, recipients.PAGE,
+    return [login.PAGE, order_detail.PAGE, orders.PAGE, ledger.PAGE, recipients.PAGE, recipient_detail.PAGE,
             audit.PAGE, journeys.PAGE, campaigns.PAGE, balance.PAGE, ops.PAGE]
