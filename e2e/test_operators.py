@@ -8,6 +8,7 @@ attempts and one effect; an invalid transition changes nothing; another tenant's
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import time
 from datetime import UTC, datetime
@@ -16,7 +17,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from domain.access.auth import create_api_key
+from domain.access.auth import FIRST_LOCKOUT, create_api_key
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
 from domain.delivery.queue import order_channel
@@ -245,6 +246,8 @@ def test_ids_that_are_not_plain_digits_are_a_clean_not_found(new_operator, app_s
 
 
 def test_wrong_password_is_refused(browser):
+    """A wrong password opens no session: the page says the login and password do not match, and a page behind the
+    login still sends this tab back to /login (with alice's right password the same tab would stay on /orders)."""
     ctx = browser.new_context()
     page = ctx.new_page()
     page.goto(f"{APP}/login")
@@ -252,8 +255,11 @@ def test_wrong_password_is_refused(browser):
     page.get_by_test_id("login-password").fill("wrong")
     page.get_by_test_id("login-submit").click()
     page.get_by_test_id("login-error").wait_for()
-    assert page.url.rstrip("/").endswith("/login")
+    assert "do not match an operator" in page.get_by_test_id("login-error").inner_text()
     shot(page, "login-error")
+    page.goto(f"{APP}/orders")
+    page.wait_for_url(lambda url: url.rstrip("/").endswith("/login"))
+    assert page.get_by_test_id("order-row").count() == 0
     ctx.close()
 
 
@@ -376,5 +382,14 @@ def test_login_locks_out_after_repeated_failures_and_says_when_to_try_again(brow
             wait_until(lambda n=attempt: failures("login:mallory") >= n + 1, 20, "the failure to be counted")
     page.wait_for_function("() => document.querySelector('[data-testid=login-error]').innerText"
                            ".includes('Too many failed attempts. Try again in')")
+    said = page.get_by_test_id("login-error").inner_text()
+    when = re.search(r"Try again in (\d+) seconds \(after (\d\d:\d\d:\d\d) UTC\)", said)
+    assert when, said
+    with get_engine().connect() as c:
+        until = c.execute(sa.text("SELECT locked_until FROM login_throttle WHERE key = 'login:mallory'")).scalar_one()
+    assert until is not None and until > datetime.now(UTC), "the lockout is kept in PostgreSQL, not only shown"
+    assert when.group(2) == f"{until:%H:%M:%S}", "the page names the moment the lockout ends"
+    assert 1 <= int(when.group(1)) <= FIRST_LOCKOUT.total_seconds() + 1, said
+    assert failures("login:mallory") == 5, "a try during the lockout is refused before any password is checked"
     shot(page, "login-locked-out")
     ctx.close()
