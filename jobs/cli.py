@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -202,10 +201,9 @@ def relay(once: bool = typer.Option(False, help="run one recovery scan and exit"
 @app.command()
 def receiver(port: int = 8090) -> None:
     """Run the mock outside world (webhook receiver and channel providers) in its own database."""
-    from jobs.ops.procs import BIN, receiver_env
+    from jobs.ops.procs import exec_receiver
 
-    env = {**os.environ, **receiver_env(dict(os.environ))}
-    os.execve(str(BIN / "python"), [str(BIN / "python"), "-m", "receiver", "serve", "--port", str(port)], env)
+    exec_receiver(port)
 
 
 @app.command()
@@ -226,11 +224,13 @@ def bench(n: int = typer.Option(300, help="commands / deliveries per measurement
           scan_owed: int = typer.Option(20_000, help="owed rows for the relay-claim drain"),
           scan_done: int = typer.Option(200_000, help="settled rows beside them"),
           recipients: int = typer.Option(40_000, help="campaign size for the lane-isolation measurement"),
-          codes: int = typer.Option(30, help="one-time codes measured idle and with the campaign in flight")) -> None:
+          codes: int = typer.Option(30, help="one-time codes measured idle and with the campaign in flight"),
+          only: str = typer.Option("", help="comma-separated steps to run (wake, commit, delivery, recovery, lanes, "
+                                            "scan); their figures replace the last run's in the evidence")) -> None:
     """Benchmarks (own database and Redis db) → evidence/bench.md, as ratios against raw baselines."""
     from jobs.drills.bench import run_bench
 
-    run_bench(n, scan_owed, scan_done, recipients, codes)
+    run_bench(n, scan_owed, scan_done, recipients, codes, only=tuple(x for x in only.split(",") if x))
 
 
 @app.command()
@@ -257,11 +257,9 @@ def chaos(duration: float = typer.Option(120.0, help="seconds of load while faul
     import random
 
     from jobs.drills.chaos import EVIDENCE, run_chaos
+    from jobs.ops.procs import stop_on_sigterm
 
-    def _terminate(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # SIGTERM stops everything it started, exactly like Ctrl-C
-
-    signal.signal(signal.SIGTERM, _terminate)
+    stop_on_sigterm()
     result = run_chaos(duration, seed if seed is not None else random.randrange(2**31), rate, drain_timeout,
                        EVIDENCE if evidence else None)
     raise typer.Exit(0 if result.ok else 1)

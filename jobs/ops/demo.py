@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Callable
 
 from domain.settings import get_settings, reload_settings
 from jobs.ops.dbadmin import ensure_database
 from jobs.ops.dbadmin import migrate as run_migrate
-from jobs.ops.procs import ROOT, System
+from jobs.ops.procs import ROOT, System, stop_on_sigterm
 from jobs.ops.seed import DEMO_PASSWORD, OPERATORS, seed, seed_journeys, seed_recipients
 
 Say = Callable[[str], None]
@@ -53,11 +52,7 @@ def up(say: Say, port: int, receiver_port: int, no_dashboard: bool, time_scale: 
     env = {**os.environ, "OUTBOX_RECEIVER_URL": f"http://127.0.0.1:{receiver_port}",
            "OUTBOX_APP_URL": f"http://127.0.0.1:{port}"}
     system = System(env, ROOT / ".run" / "logs")
-
-    def _terminate(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # SIGTERM stops the children too, exactly like Ctrl-C
-
-    signal.signal(signal.SIGTERM, _terminate)
+    stop_on_sigterm()  # the children too
     try:
         say("starting receiver, relay and lane workers …")
         system.receiver(receiver_port)

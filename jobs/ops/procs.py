@@ -113,6 +113,21 @@ class System:
             p.stop()
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM stops everything this process started, exactly like Ctrl-C (its `finally` blocks run)."""
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
+
+
+def exec_receiver(port: int) -> None:
+    """Become the receiver (`outbox receiver`), handed our configuration as its own `RECEIVER_*` variables."""
+    env = {**os.environ, **receiver_env(dict(os.environ))}
+    os.execve(str(BIN / "python"), [str(BIN / "python"), "-m", "receiver", "serve", "--port", str(port)], env)
+
+
 def receiver_env(env: dict[str, str]) -> dict[str, str]:
     """What the receiver must know of our configuration, handed over as its own variables: its database (ours,
     suffixed `_receiver`), where to post receipts, and the secrets both sides share."""
