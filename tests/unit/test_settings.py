@@ -78,7 +78,7 @@ def test_readme_defaults_are_the_models_defaults():
 
 def test_readme_layout_names_every_runtime_and_tool_module():
     layout = README.split("## Layout", 1)[1].split("\n## ", 1)[0]
-    for folder in ("jobs", "jobs/ops", "jobs/drills", "domain", "domain/access", "domain/orders", "domain/ledger",
+    for folder in ("jobs", "jobs/ops", "jobs/drills", "jobs/drills/chaos", "domain", "domain/access", "domain/orders", "domain/ledger",
                    "domain/delivery", "domain/journeys", "domain/campaigns", "dashboard/api"):
         for f in (ROOT / folder).glob("*.py"):
             if f.name != "__init__.py":

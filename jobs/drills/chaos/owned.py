@@ -1,0 +1,176 @@
+"""What a chaos run owns, next to the demo and a test run: its knobs, its PostgreSQL cluster under `.run/chaos-pg/`,
+its Redis server and every process of the system on free ports; all of it stopped on the way out."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import redis as redis_lib
+
+from domain.delivery.queue import LANES
+from jobs.ops.dbadmin import isolated_environment
+from jobs.ops.procs import ROOT, System, wait_until, wait_worker_ready
+
+PG_DIR = ROOT / ".run" / "chaos-pg"
+LOG_DIR = ROOT / ".run" / "chaos-logs"
+DB_NAME = "outbox_chaos"
+TENANT = 7  # its seeded recipients have no quiet hours: nothing is legitimately held past the drain
+LEASE_SECONDS = 3.0
+SAMPLE_EVERY = 0.25
+RATE_BEFORE_S, RATE_WINDOW_S, RECOVERED_SHARE = 4.0, 3.0, 0.95
+# The knobs every process of the run shares: short leases and scans so a 30 s run sees recovery, many attempts with
+# a short backoff so a receiver down for seconds delays messages instead of failing them, journeys 600x faster,
+# and a bulk pace slow enough that the campaign keeps the bulk workers busy for seconds (a stall catches them mid-send).
+CHAOS_ENV = {"OUTBOX_LEASE_SECONDS": str(LEASE_SECONDS), "OUTBOX_SCAN_INTERVAL": "0.5", "OUTBOX_MAX_ATTEMPTS": "50",
+             "OUTBOX_BACKOFF_BASE": "0.2", "OUTBOX_BACKOFF_CAP": "2.0", "OUTBOX_TIME_SCALE": "600",
+             "OUTBOX_API_RATE": "100000", "OUTBOX_BULK_RATE": "20"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def now_s(t0: float) -> float:
+    return time.monotonic() - t0
+
+
+def say(line: str, into: list[str] | None = None) -> None:
+    print(line, flush=True)
+    if into is not None:
+        into.append(line)
+
+
+def worker_names() -> list[str]:
+    """Two workers per lane (a stalled or killed one leaves another to claim its rows), one for codes."""
+    return [f"worker-{lane}-{i}" for lane in LANES for i in (1, 2) if lane != "critical" or i == 1]
+
+
+@dataclass
+class OwnedPostgres:
+    """A cluster under `.run/chaos-pg/` on its own port; never the system one."""
+
+    port: int
+    base: Path = PG_DIR
+
+    @property
+    def data(self) -> Path:
+        return self.base / "data"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}"
+
+    def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        bindir = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name))
+        if not bindir:
+            raise RuntimeError("PostgreSQL is not installed: run 'sudo apt-get install -y postgresql'")
+        cmd = [str(bindir[-1] / argv[0]), *argv[1:]]
+        if os.geteuid() == 0:  # initdb and the server refuse to run as root
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=120)
+
+    def init(self) -> None:
+        self.base.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            subprocess.run(["chown", "-R", "postgres", str(self.base)], check=True)
+        if not (self.data / "PG_VERSION").exists():
+            self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust")
+        if (self.data / "postmaster.pid").exists():  # a previous run that was killed outright
+            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-o", f"-p {self.port} -h 127.0.0.1 -k {self.base}",
+                  "-l", str(self.base / "server.log"), "-w", "-t", "60", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop", check=False)
+
+    def accepts(self) -> bool:
+        try:
+            with psycopg.connect(f"postgresql://postgres@127.0.0.1:{self.port}/postgres", connect_timeout=1):
+                return True
+        except psycopg.Error:
+            return False
+
+
+@dataclass
+class OwnedRedis:
+    port: int
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        workdir = ROOT / ".run" / "chaos-redis"
+        workdir.mkdir(parents=True, exist_ok=True)
+        with open(LOG_DIR / "redis.log", "ab") as log:  # the child keeps its own copy of the descriptor
+            self.popen = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                 "no", "--dir", str(workdir)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        r = redis_lib.Redis(port=self.port)
+        wait_until(lambda: _pings(r), 20, f"redis-server on port {self.port}")
+        r.close()
+
+    def stop(self) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(10)
+
+
+def _pings(r: redis_lib.Redis) -> bool:
+    try:
+        return bool(r.ping())
+    except redis_lib.RedisError:
+        return False
+
+
+@contextmanager
+def owned_system(ports: dict[str, int]) -> Iterator[tuple[System, OwnedPostgres, OwnedRedis]]:
+    """Cluster, Redis and every process of the system; all of it is stopped on the way out, whatever happened."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    pg = OwnedPostgres(ports["postgres"])
+    rds = OwnedRedis(ports["redis"])
+    system: System | None = None
+    try:
+        pg.init()
+        pg.start()
+        rds.start()
+        os.environ.update({"OUTBOX_DATABASE_URL": f"{pg.url}/{DB_NAME}",
+                           "OUTBOX_REDIS_URL": f"redis://127.0.0.1:{rds.port}/0"})
+        isolated_environment(DB_NAME, 0, OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{ports['receiver']}",
+                             OUTBOX_APP_URL=f"http://127.0.0.1:{ports['api']}", **CHAOS_ENV)
+        system = System(dict(os.environ), LOG_DIR)
+        system.receiver(ports["receiver"], reset=True)
+        system.api(ports["api"])
+        system.relay()
+        r = redis_lib.Redis(port=rds.port)
+        for name in worker_names():
+            system.worker(name.split("-")[1], name=name)
+        for lane in LANES:
+            wait_worker_ready(r, lane, 90)
+        r.close()
+        yield system, pg, rds
+    finally:
+        if system is not None:
+            for p in system.procs.values():  # a stalled worker must run again to hear SIGTERM
+                if p.alive() and p.popen is not None:
+                    signal_group(p.popen.pid, signal.SIGCONT)
+            system.stop_all()
+        rds.stop()
+        pg.stop()
+
+
+def signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
