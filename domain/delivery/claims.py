@@ -213,7 +213,9 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, now: datetime, worker: str) -> C
     taken = uow.execute(sa.text(
         "SELECT taken FROM recipient_daily_counts WHERE tenant_id = :t AND recipient = :r AND day = :d"),
         {"t": c.tenant_id, "r": c.recipient, "d": day}).scalar() or 0
-    holds_slot = c.cap_day is not None
+    holds_slot = c.cap_day == day  # a slot of an earlier day does not count for today's send
+    if c.cap_day is not None and not holds_slot:
+        metering.release_stale_slot(uow, c.id)
     decision = floor_decision(
         now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),
         opted_out_channels=tuple(rcp.opted_out_channels), sent_today=0 if holds_slot else int(taken),
@@ -292,6 +294,7 @@ def _suppress(uow: UnitOfWork, c: Claim, worker: str, reason: str, now: datetime
     settle_unsent(uow, c.id, c.claim_token, status="SUPPRESSED", reason=reason, detail=detail,
                   intent_why=f"suppressed: {reason.replace('_', ' ')}")
     _attempt(uow, c, worker, now, "suppressed", None, reason, None)
+    apply_pending(uow, c.id)  # a receipt kept while it was owed is applied to how it ended
     return Suppressed(c, reason)
 
 
@@ -302,6 +305,18 @@ def _defer(uow: UnitOfWork, c: Claim, until: datetime, detail: str) -> Deferred:
         "reason_detail = :d WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok"),
         {"u": until, "d": detail, "id": c.id, "tok": c.claim_token})
     return Deferred(c, until)
+
+
+def give_back(c: Claim, engine: Engine | None = None) -> bool:
+    """The worker will not send under this claim (too little of its lease is left to try): the attempt is given
+    back and the row is owed again at once; what it holds stays held. Guarded by the token like every write."""
+    with UnitOfWork(engine) as uow:
+        done = uow.execute(sa.text(
+            "UPDATE notifications SET attempts = attempts - 1, leased_until = NULL, next_attempt_at = now() "
+            "WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok RETURNING id"),
+            {"id": c.id, "tok": c.claim_token}).first()
+        uow.commit()
+    return done is not None
 
 
 def record(
@@ -317,7 +332,7 @@ def record(
         if isinstance(decision, Succeeded):
             # A webhook's 2xx IS its delivery; providers confirm later with a receipt.
             accepted = accept_truth(uow, c.id, final="DELIVERED" if c.channel == "webhook" else "SENT",
-                                    provider_reference=provider_reference)
+                                    provider_reference=provider_reference, sent_key=idempotency_key(c))
             outcome = accepted.outcome
             if outcome == "sent" and decision.already_processed:
                 outcome = "already_processed"

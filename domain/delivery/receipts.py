@@ -2,8 +2,9 @@
 
 A receipt names the provider's reference and echoes the idempotency key we sent (`client_reference`: the row's
 `provider_key`, or its dedupe key). No receipt is lost:
-- before the worker recorded the send (the row still owed), it is kept (`applied_at` NULL, answered 202) and
-  applied in the transaction that records the attempt (`apply_pending`);
+- `delivered` while the row is still owed: applied at once (the truth; the worker in flight is fenced out);
+- `failed` before the worker recorded the send: kept (`applied_at` NULL, answered 202) and applied in the
+  transaction that records the attempt or settles the row (`apply_pending`);
 - a `delivered` receipt for a row that ended unsent (the worker timed out, the provider had accepted) is the
   late truth: the row becomes DELIVERED and is charged (domain/ledger/write.py);
 - a `failed` receipt for a SENT row refunds it; DELIVERED is final (a later `failed` changes nothing).
@@ -80,8 +81,10 @@ def apply_pending(uow: UnitOfWork, notification_id: int) -> int:
 
 
 def _apply(uow: UnitOfWork, n: Any, kept_id: int, reference: str, outcome: str) -> bool:
-    """One receipt against the row as it stands. False: the send is not recorded yet; the receipt waits."""
-    if n.status == "QUEUED":
+    """One receipt against the row as it stands. A `delivered` receipt is the truth at once, even while the row
+    is still owed (a worker may be waiting out its deadline on a hung answer; the truth fences it out). False: a
+    `failed` receipt for a send not recorded yet waits for the record."""
+    if n.status == "QUEUED" and outcome == "failed":
         return False
     if outcome == "delivered" and n.status != "DELIVERED":
         # SENT -> DELIVERED, or the late truth for a row that ended unsent (charged again, with why).

@@ -67,7 +67,10 @@ def take_cap_slot(uow: UnitOfWork, *, tenant_id: int, recipient: str, day: date,
 
 
 def release(uow: UnitOfWork, notification_id: int, reason: str = "refund: not sent") -> int:
-    """Give back what a row holds (money and cap slot), once. Returns the cents refunded."""
+    """Give back what a row holds (money and cap slot), once. Returns the cents refunded.
+
+    Lock order: the row, its cap counter, then the balance — the claim's order (cap slot, money last): a refund
+    and a claim of the same person's other message never wait on each other in a cycle."""
     row = uow.execute(sa.text(
         "SELECT tenant_id, recipient, reserved_cents AS held, cap_day AS day FROM notifications WHERE id = :n "
         "FOR UPDATE"), {"n": notification_id}).first()
@@ -75,15 +78,41 @@ def release(uow: UnitOfWork, notification_id: int, reason: str = "refund: not se
         return 0
     uow.execute(sa.text("UPDATE notifications SET reserved_cents = 0, cap_day = NULL WHERE id = :n"),
                 {"n": notification_id})
+    if row.day is not None:
+        _give_back_slot(uow, row.tenant_id, row.recipient, row.day)
     if row.held > 0:
         uow.execute(sa.text("UPDATE balances SET balance_cents = balance_cents + :c WHERE tenant_id = :t"),
                     {"c": row.held, "t": row.tenant_id})
         uow.execute(_ENTRY, {"t": row.tenant_id, "n": notification_id, "k": "refund", "a": row.held, "r": reason})
-    if row.day is not None:
-        uow.execute(sa.text(
-            "UPDATE recipient_daily_counts SET taken = taken - 1 WHERE tenant_id = :t AND recipient = :r "
-            "AND day = :d AND taken > 0"), {"t": row.tenant_id, "r": row.recipient, "d": row.day})
     return int(row.held)
+
+
+def _give_back_slot(uow: UnitOfWork, tenant_id: int, recipient: str, day: date) -> None:
+    uow.execute(sa.text(
+        "UPDATE recipient_daily_counts SET taken = taken - 1 WHERE tenant_id = :t AND recipient = :r "
+        "AND day = :d AND taken > 0"), {"t": tenant_id, "r": recipient, "d": day})
+
+
+def release_stale_slot(uow: UnitOfWork, notification_id: int) -> None:
+    """A row that took a cap slot on an earlier local day and is sent today counts against today: give the old
+    day's slot back (the claim then takes today's)."""
+    row = uow.execute(sa.text(
+        "UPDATE notifications n SET cap_day = NULL FROM (SELECT id, cap_day FROM notifications WHERE id = :n "
+        "FOR UPDATE) old WHERE n.id = old.id AND old.cap_day IS NOT NULL "
+        "RETURNING n.tenant_id, n.recipient, old.cap_day AS day"), {"n": notification_id}).first()
+    if row is not None:
+        _give_back_slot(uow, row.tenant_id, row.recipient, row.day)
+
+
+def count_sent_against_cap(uow: UnitOfWork, *, tenant_id: int, recipient: str, day: date,
+                           notification_id: int) -> None:
+    """A message that went out (a late truth) counts against the person's cap whether or not the cap had room:
+    it was sent. Takes the slot without the cap check; the row holds it from now on."""
+    uow.execute(sa.text(
+        "INSERT INTO recipient_daily_counts (tenant_id, recipient, day, taken) VALUES (:t, :r, :d, 1) "
+        "ON CONFLICT (tenant_id, recipient, day) DO UPDATE SET taken = recipient_daily_counts.taken + 1"),
+        {"t": tenant_id, "r": recipient, "d": day})
+    uow.execute(sa.text("UPDATE notifications SET cap_day = :d WHERE id = :n"), {"d": day, "n": notification_id})
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -185,15 +186,23 @@ class Accepted:
 
 
 def accept_truth(uow: UnitOfWork, notification_id: int, *, final: str, provider_reference: str | None,
-                 delivered: bool = False) -> Accepted:
+                 delivered: bool = False, sent_key: str | None = None) -> Accepted:
     """Record that the other side accepted a send (or a receipt says it was delivered). Never dropped: a late
-    truth is recorded as the truth, charged, and explained."""
+    truth is recorded as the truth, charged, counted against the person's cap, and explained.
+
+    `sent_key` is the idempotency key a worker's attempt sent (None for a receipt, already matched to the row's
+    current identity). An answer about an identity the row no longer has (it was replayed as a new message since)
+    or about a message the provider has since said it could not deliver is old news: "stale", nothing changes."""
     row = uow.execute(sa.text(
         "SELECT status, suppressed_reason, last_error_class, reserved_cents, cost_cents, tenant_id, channel, "
-        "template, intent_id, provider_reference FROM notifications WHERE id = :id FOR UPDATE"),
+        "template, intent_id, provider_reference, recipient, lane, cap_day, coalesce(provider_key, dedupe_key) "
+        "AS current_key FROM notifications WHERE id = :id FOR UPDATE"),
         {"id": notification_id}).first()
     if row is None:
         return Accepted("already_recorded", "missing")
+    if sent_key is not None and (sent_key != row.current_key or (
+            row.status == "FAILED" and row.last_error_class == "undeliverable")):
+        return Accepted("stale", str(row.status))
     if row.status in ("SENT", "DELIVERED"):
         to = "DELIVERED" if delivered or row.status == "DELIVERED" else "SENT"
         uow.execute(sa.text(
@@ -214,6 +223,8 @@ def accept_truth(uow: UnitOfWork, notification_id: int, *, final: str, provider_
         "leased_until = NULL, last_error_class = NULL, suppressed_reason = NULL, review = NULL, reason_detail = :d, "
         "claim_token = claim_token + 1 WHERE id = :id"),
         {"s": to, "p": provider_reference, "d": detail, "id": notification_id})
+    if row.cap_day is None and row.channel != "webhook" and row.lane != "critical":
+        _count_against_cap(uow, row, notification_id)
     if row.reserved_cents == 0 and row.cost_cents > 0 and not metering.reserve(
             uow, tenant_id=row.tenant_id, notification_id=notification_id, cost_cents=row.cost_cents,
             reason=f"{row.channel} {row.template} (accepted late)"):
@@ -227,3 +238,15 @@ def accept_truth(uow: UnitOfWork, notification_id: int, *, final: str, provider_
             "final_reason = 'sent at ' || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC' "
             "WHERE id = :i AND status IN ('pending', 'scheduled')"), {"i": row.intent_id})
     return Accepted("late_accept" if late else "sent", to)
+
+
+def _count_against_cap(uow: UnitOfWork, row: Any, notification_id: int) -> None:
+    """A sent message holds a slot of its person's cap for their local day (a late truth gave its slot back when
+    it was settled unsent): taken again, without the cap check — it was sent."""
+    rcp = uow.execute(sa.text("SELECT daily_cap, timezone FROM recipients WHERE tenant_id = :t AND ref = :r"),
+                      {"t": row.tenant_id, "r": row.recipient}).first()
+    if rcp is None or rcp.daily_cap is None:
+        return
+    day = datetime.now(ZoneInfo(rcp.timezone)).date()
+    metering.count_sent_against_cap(uow, tenant_id=row.tenant_id, recipient=row.recipient, day=day,
+                                    notification_id=notification_id)

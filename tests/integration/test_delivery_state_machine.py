@@ -118,9 +118,12 @@ class DeliveryMachine(RuleBasedStateMachine):
         r = redis_lib.Redis.from_url(TEST_REDIS_URL)
         r.flushdb()
         r.close()
-        with get_engine().begin() as c:  # people who can be reached now: no quiet hours, no cap
+        with get_engine().begin() as c:  # people who can be reached now: no quiet hours; a cap to reach
             c.execute(sa.text("UPDATE recipients SET quiet_start = NULL, quiet_end = NULL, daily_cap = NULL, "
                               "opted_out_channels = ARRAY[]::text[] WHERE tenant_id = 42"))
+            # cust-001 takes the producers' sends: a daily cap it reaches within a run (slots taken, given back
+            # by refunds, taken again by late truths — invariant 11 checks the count after every step).
+            c.execute(sa.text("UPDATE recipients SET daily_cap = 6 WHERE tenant_id = 42 AND ref = 'cust-001'"))
             self.recipient_id = int(c.execute(sa.text(
                 "SELECT id FROM recipients WHERE tenant_id = 42 AND ref = 'cust-001'")).scalar_one())
         self.leads = [create_lead(42, "cust-003", "advisor-anna") for _ in range(2)]
