@@ -37,6 +37,11 @@ HTTP_TIMEOUT = httpx.Timeout(connect=2.0, read=5.0, write=5.0, pool=2.0)
 ATTEMPT_SHARE_OF_LEASE = 0.75
 
 
+# Less than this share of the lease left after the claim (a slow claim: lock waits, a loaded machine): do not
+# start a send that could only time out half-sent; give the attempt back and try again at once.
+MIN_SEND_SHARE_OF_LEASE = 0.2
+
+
 def attempt_deadline(lease_seconds: float) -> float:
     """Seconds one send may take: a share of the lease, leaving the rest for the claim and the record."""
     return max(0.05, lease_seconds * ATTEMPT_SHARE_OF_LEASE)
@@ -129,6 +134,9 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     deadline = attempt_deadline(s.lease_seconds) - (time.monotonic() - claim_started)
+    if deadline < s.lease_seconds * MIN_SEND_SHARE_OF_LEASE:
+        await asyncio.to_thread(claims.give_back, c)
+        raise Retry(defer=0.05)
     outcome, ref = await send(ctx, c, claimed.contact, claimed.body, deadline)
     latency_ms = (time.perf_counter() - t0) * 1000
     if outcome.status_code is not None and 200 <= outcome.status_code < 300:
