@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 from arq import Retry
-from arq.worker import Worker, func
+from arq.worker import func
 
 from domain import faults
 from domain.campaigns import fan_out as campaign_fan_out
@@ -30,6 +30,7 @@ from domain.delivery.signing import signed_headers
 from domain.delivery.wakeups import publish_refresh, redis_settings
 from domain.orders.envelope import canonical_json
 from domain.settings import get_settings
+from jobs.wake import LaneWorker
 
 HTTP_TIMEOUT = httpx.Timeout(connect=2.0, read=5.0, write=5.0, pool=2.0)
 # One attempt has one deadline, shorter than its lease: the attempt is recorded (as a timeout, under its own claim
@@ -189,12 +190,13 @@ def settings_for(lane: str) -> dict[str, Any]:
         "job_timeout": job_timeout_seconds(lane),
         "max_tries": 1_000_000,  # attempts are counted in PostgreSQL, not by arq
         "keep_result": 0,  # lets the relay re-enqueue the same job id once a job finished
-        # A code's wait to be picked up is mostly this poll (evidence/bench.md): the critical lane polls 10× faster.
+        # An idle lane waits for a wake-up (jobs/wake.py); this poll only runs while due jobs it cannot start yet
+        # sit in its queue.
         "poll_delay": 0.005 if lane == "critical" else 0.05,
         "handle_signals": True,
     }
 
 
 def run_worker(lane: str, burst: bool = False) -> None:
-    w = Worker(**settings_for(lane), burst=burst)
+    w = LaneWorker(lane, **settings_for(lane), burst=burst)  # woken by each enqueue, not by a tight poll
     w.run()

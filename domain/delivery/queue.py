@@ -27,6 +27,10 @@ ARMED_FAULTS: Final[str] = "outbox:faults:armed"
 SWITCHED_OFF: Final[str] = "outbox:dev:switched_off"
 # PostgreSQL LISTEN/NOTIFY channel: a commit that owes work wakes the relay (payload: the lane).
 NOTIFY_CHANNEL: Final[str] = "outbox_owed"
+# Redis pub/sub, + "<db>:<lane>": a wake-up just enqueued on that lane's queue (jobs/wake.py). Pub/sub ignores the
+# database number, so the channel carries it (a benchmark on db 4 never wakes the demo's workers on db 0). A hint
+# only: a worker that misses it still polls its queue at least every second; the relay's scan rebuilds lost jobs.
+WAKE_PREFIX: Final[str] = "outbox:wake:"
 # The one arq task every lane runs, and the bulk lane's campaign fan-out.
 DELIVER_TASK: Final[str] = "deliver"
 FAN_OUT_TASK: Final[str] = "fan_out_campaign"
@@ -49,6 +53,10 @@ def queue_name(lane: str) -> str:
     if not is_lane(lane):
         raise ValueError(f"unknown lane {lane!r}; lanes are {', '.join(LANES)}")
     return QUEUE_PREFIX + lane
+
+
+def wake_channel(lane: str, db: int) -> str:
+    return f"{WAKE_PREFIX}{db}:{lane}"
 
 
 def job_id(notification_id: int) -> str:

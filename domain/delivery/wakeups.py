@@ -38,6 +38,7 @@ from domain.delivery.queue import (
     order_channel,
     queue_name,
     tenant_channel,
+    wake_channel,
 )
 from domain.orders.commands import Committed, OwedRow
 from domain.settings import get_settings
@@ -101,13 +102,31 @@ async def publish_refresh(
 
 
 async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
-    """Idempotent by `_job_id`: a row that already has a live job is not enqueued twice."""
+    """Idempotent by `_job_id`: a row that already has a live job is not enqueued twice. Then one wake-up per lane
+    that got a job, so its idle workers start it now instead of at their next poll (jobs/wake.py)."""
     n = 0
+    woken: set[str] = set()
     for row in rows:
         job = await redis.enqueue_job(DELIVER_TASK, row.notification_id, _job_id=job_id(row.notification_id),
                                       _queue_name=queue_name(row.lane))
-        n += job is not None
+        if job is not None:
+            n += 1
+            woken.add(row.lane)
+    await wake_lanes(redis, woken)
     return n
+
+
+def redis_db(redis: ArqRedis) -> int:
+    return int(redis.connection_pool.connection_kwargs.get("db", 0))
+
+
+async def wake_lanes(redis: ArqRedis, lanes: Iterable[str]) -> None:
+    """Best-effort: a worker that misses the hint polls its queue within a second anyway."""
+    try:
+        for lane in lanes:
+            await redis.publish(wake_channel(lane, redis_db(redis)), "")
+    except Exception as exc:
+        log.warning("wake-up publish failed: %s", type(exc).__name__)
 
 
 async def enqueue_missing(redis: ArqRedis, rows: list[OwedRow]) -> int:

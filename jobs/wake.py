@@ -1,0 +1,92 @@
+"""A lane worker that sleeps until it is woken, instead of polling Redis every few milliseconds.
+
+arq polls its queue every `poll_delay`. Here the worker polls once, then waits on an event set by
+- a Redis pub/sub message on its lane's wake channel (`queue.wake_channel`), published by every enqueue
+  (`wakeups.enqueue`: the after-commit wake-up and the relay's scan alike);
+- one of its own jobs finishing (a slot is free: take the next due job now);
+- the earliest job in its queue falling due (a retry deferred by arq, a paused lane's 1 s defer);
+- at most `IDLE_WAIT` seconds passing, whatever happened (a hint lost with a Redis restart costs at most that).
+While due jobs sit in the queue that it cannot start (another worker runs them) it waits `poll_delay`, as arq would.
+Nothing is lost if the hint is: the job is in the queue, and the relay's scan rebuilds any lost job from PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from arq.worker import Worker
+
+from domain.delivery.queue import wake_channel
+from domain.delivery.wakeups import redis_db
+
+IDLE_WAIT = 1.0  # seconds between polls of an idle lane whose wake-ups all got lost
+log = logging.getLogger("outbox.wake")
+
+
+class LaneWorker(Worker):
+    def __init__(self, lane: str, **settings: Any) -> None:
+        self.busy_wait = float(settings.pop("poll_delay", 0.05))
+        super().__init__(**settings, poll_delay=0)  # arq's own sleep is gone: `_poll_iteration` waits instead
+        self.lane = lane
+        self._wake = asyncio.Event()
+        self._listener: asyncio.Task[None] | None = None
+
+    async def _poll_iteration(self) -> None:
+        self._wake.clear()  # before polling: a hint that lands during the poll makes the next wait return at once
+        await super()._poll_iteration()
+        if not self.burst:
+            await self._wait()
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        before = set(self.tasks.values())
+        await super().start_jobs(job_ids)
+        for t in self.tasks.values():
+            if t not in before:
+                t.add_done_callback(lambda _: self._wake.set())
+
+    async def _wait(self) -> None:
+        if self._listener is None:
+            self._listener = asyncio.create_task(self._listen())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), await self._timeout())
+
+    async def _timeout(self) -> float:
+        try:
+            first = await self.pool.zrange(self.queue_name, 0, 0, withscores=True)
+        except Exception:  # Redis away: the next poll says so
+            return self.busy_wait
+        if not first:
+            return IDLE_WAIT
+        due_in = float(first[0][1]) / 1000 - time.time()
+        return min(IDLE_WAIT, max(self.busy_wait, due_in))
+
+    async def _listen(self) -> None:
+        """Set the event on every wake-up of this lane; resubscribe (and wake, for what was missed) after an error."""
+        while True:
+            pubsub = self.pool.pubsub()
+            try:
+                await pubsub.subscribe(wake_channel(self.lane, redis_db(self.pool)))
+                self._wake.set()
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("wake channel lost (%s); resubscribing", type(exc).__name__)
+                await asyncio.sleep(IDLE_WAIT)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
+            self._listener = None
+        await super().close()
