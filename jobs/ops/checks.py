@@ -22,4 +22,10 @@ def receiver_invariants(receiver_url: str) -> dict[str, int | None]:
 def all_invariants(receiver_url: str) -> dict[str, int | None]:
     counts: dict[str, int | None] = dict(invariant_counts())
     counts.update(receiver_invariants(receiver_url))
-    return dict(sorted(counts.items()))
+    return dict(sorted(counts.items(), key=lambda kv: _number(kv[0])))
+
+
+def _number(name: str) -> tuple[int, str]:
+    """Invariants in their numeric order (1, 2, … 10), not as text (1, 10, 2, …); each name starts with it."""
+    head = name.split(" ", 1)[0]
+    return (int(head), name) if head.isdigit() else (10**9, name)

@@ -1,12 +1,13 @@
 """The `outbox` command as operators and CI run it: real processes, real exit codes.
 
-Invariants: `check` fails exactly when an invariant is broken; `apikey create` prints only the key (`scenario`:
-see test_scenario.py).
+Invariants: `check` fails exactly when an invariant is broken and lists them in numeric order; `apikey create`
+prints only the key (`scenario`: see test_scenario.py).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,8 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 def test_check_passes_on_a_consistent_database_and_fails_on_a_broken_one(db):
     ok = run("check")
     assert ok.returncode == 0, ok.stdout + ok.stderr
+    shown = [int(n) for n in re.findall(r"^\W*(\d+) ", ok.stdout, re.M)]
+    assert len(shown) >= 10 and shown == sorted(shown), f"invariants in numeric order (1, 2, … 10): {shown}"
     with get_engine().begin() as c:  # a revision committed behind the outbox's back
         c.execute(sa.text("UPDATE orders SET revision = revision + 1 WHERE id = 913"))
     broken = run("check")
