@@ -20,9 +20,8 @@ from sqlalchemy.engine import Engine
 from domain.campaigns.segments import SEGMENTS
 from domain.db import UnitOfWork
 from domain.delivery.queue import JOB_ID_SQL, NOTIFY_OWED
-from domain.ledger import metering
 from domain.ledger.recipients import PEOPLE_CHANNELS
-from domain.ledger.write import SendRefused, check_template, dedupe_key
+from domain.ledger.write import SendRefused, check_template, dedupe_key, settle_unsent_where
 from domain.settings import get_settings
 
 LANE: Final[str] = "bulk"
@@ -134,13 +133,7 @@ def cancel(tenant_id: int, campaign_id: int, engine: Engine | None = None) -> in
             "END WHERE tenant_id = :t AND id = :i RETURNING id"), {"t": tenant_id, "i": campaign_id}).first()
         if found is None:
             return None
-        rows = uow.execute(sa.text(
-            "UPDATE notifications SET status = 'SUPPRESSED', suppressed_reason = 'campaign_cancelled', "
-            "settled_at = now() WHERE campaign_id = :i AND status = 'QUEUED' "
-            "AND (leased_until IS NULL OR leased_until < now()) RETURNING id, reserved_cents > 0 OR cap_day IS NOT NULL "
-            "AS holds"), {"i": campaign_id}).all()
-        for r in rows:
-            if r.holds:  # only rows a claim already charged (a retry in progress) hold anything to give back
-                metering.release(uow, r.id, "refund: campaign cancelled")
+        settled = settle_unsent_where(uow, campaign_id=campaign_id, reason="campaign_cancelled",
+                                      refund_reason="refund: campaign cancelled")
         uow.commit()
-    return len(rows)
+    return len(settled)

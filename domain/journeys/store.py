@@ -20,8 +20,7 @@ from sqlalchemy.engine import Engine
 from domain.db import UnitOfWork
 from domain.journeys.decide import Drop, Lifecycle, UnknownEvent, decide
 from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
-from domain.ledger import metering
-from domain.ledger.write import NewMessage, ledger_message
+from domain.ledger.write import NewMessage, ledger_message, settle_unsent_where
 from domain.models import LeadNotificationIntent, table_of
 from domain.settings import get_settings
 
@@ -132,13 +131,10 @@ def _decide_and_write(uow: UnitOfWork, tenant_id: int, lead: sa.Row[Any], event:
     # Only rows no live lease holds: a message handed to a worker is recorded truthfully (sent or not) by that
     # worker, and a later claim suppresses it as superseded. A send still in flight after its lease ran out is
     # settled here; if it was accepted after all, the worker records the late truth (write.accept_truth).
-    released = uow.execute(sa.text(
-        "UPDATE notifications SET status = 'SUPPRESSED', suppressed_reason = 'superseded', "
-        "settled_at = now(), leased_until = NULL WHERE intent_id IN (SELECT id FROM lead_notification_intents "
-        "  WHERE lead_id = :l AND status IN ('pending', 'scheduled')) AND status = 'QUEUED' "
-        "AND (leased_until IS NULL OR leased_until < now()) RETURNING id"), {"l": lead_id}).scalars().all()
-    for nid in released:
-        metering.release(uow, nid)
+    # The intents are ended just below ("superseded by …"), so the ledger does not close them itself.
+    intents = table_of(LeadNotificationIntent)
+    live = sa.select(intents.c.id).where(intents.c.lead_id == lead_id, intents.c.status.in_(("pending", "scheduled")))
+    settle_unsent_where(uow, intent_ids=live, reason="superseded", close_intents=False)
     cancelled = uow.execute(sa.text(
         "UPDATE lead_notification_intents SET status = 'cancelled', updated_at = now(), "
         "final_reason = :why WHERE lead_id = :l AND status IN ('pending', 'scheduled') RETURNING id"),

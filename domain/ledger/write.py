@@ -9,9 +9,10 @@ there, whatever its status, and nothing new is owed. Under concurrency `INSERT â
 losers wait for the winner and then read its row, so 30 identical requests make one row and no error.
 
 Out, each moving money only when its guarded update matched:
-- `settle_unsent`: QUEUED -> SUPPRESSED | FAILED under the caller's claim token (or, for cancel and supersede, only
-  while no live lease holds the row); what the row holds is given back and a live nudge with nothing left owed
-  is closed (no phantom intent).
+- `settle_unsent`: one row, QUEUED -> SUPPRESSED | FAILED under the caller's claim token; what the row holds is
+  given back and a live nudge with nothing left owed is closed (no phantom intent).
+- `settle_unsent_where`: many rows at once for cancel and supersede (a campaign's rows, a superseded nudge's rows):
+  QUEUED -> SUPPRESSED only while no live lease holds the row, with the same give-back.
 - `accept_truth`: the provider (or the customer's endpoint) accepted a send. That is a fact, whatever the row says
   by now: a row still owed becomes SENT (DELIVERED for a webhook); a row that was settled unsent after its lease
   ran out becomes SENT too, is charged again, and says why (`late_accept`); a row already sent stays as it is.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -32,6 +34,7 @@ from sqlalchemy.engine import Engine
 from domain.db import UnitOfWork
 from domain.delivery.queue import JOB_ID_SQL, LANES, NOTIFY_OWED, is_lane
 from domain.ledger import metering
+from domain.models import Notification, table_of
 from domain.settings import get_settings
 
 
@@ -143,6 +146,7 @@ def dedupe_key(tenant_id: int, channel: str, recipient: str, template: str, subj
     return f"t{tenant_id}:{channel}:{recipient}:{template}:{subject}"
 
 
+_NOTIFICATIONS = table_of(Notification)
 _SETTLE_UNSENT = sa.text(
     "UPDATE notifications SET status = CAST(:s AS text), suppressed_reason = :r, reason_detail = :d, "
     "last_error_class = coalesce(:e, last_error_class), review = :rv, settled_at = now(), leased_until = NULL "
@@ -162,6 +166,41 @@ def settle_unsent(uow: UnitOfWork, notification_id: int, token: int, *, status: 
     if row.intent_id is not None:
         finish_intent_if_nothing_left(uow, int(row.intent_id), intent_why or f"{status.lower()}: {reason}")
     return True
+
+
+def settle_unsent_where(uow: UnitOfWork, *, reason: str, campaign_id: int | None = None,
+                        intent_ids: Collection[int] | sa.Select[tuple[int]] | None = None,
+                        refund_reason: str = "refund: not sent", close_intents: bool = True) -> list[int]:
+    """Settle SUPPRESSED (`reason`) every row of one campaign, or of the given intents (ids, or a SELECT of them),
+    that is still owed and that no live lease holds: a row handed to a worker is that worker's to record (sent or
+    not), and a later claim refuses it. What each settled row holds is given back. With `close_intents`, a nudge
+    left with nothing owed is closed (as `settle_unsent` does); a caller that ends the intents itself (supersede)
+    passes False. Returns the ids settled, in no particular order."""
+    if (campaign_id is None) == (intent_ids is None):
+        raise ValueError("settle_unsent_where: give exactly one of campaign_id, intent_ids")
+    n = _NOTIFICATIONS
+    if campaign_id is not None:
+        scope = n.c.campaign_id == campaign_id
+    elif isinstance(intent_ids, sa.Select):
+        scope = n.c.intent_id.in_(intent_ids)  # judged inside the one UPDATE, on its snapshot
+    elif intent_ids:
+        scope = n.c.intent_id.in_(list(intent_ids))
+    else:
+        return []  # no intents: nothing of theirs to settle
+    rows = uow.execute(
+        sa.update(n)
+        .where(scope, n.c.status == "QUEUED", sa.or_(n.c.leased_until.is_(None), n.c.leased_until < sa.func.now()))
+        .values(status="SUPPRESSED", suppressed_reason=reason, settled_at=sa.func.now(), leased_until=None)
+        .returning(n.c.id, n.c.intent_id, ((n.c.reserved_cents > 0) | n.c.cap_day.is_not(None)).label("holds"))
+    ).all()
+    for r in rows:
+        if r.holds:  # only a row a claim already charged (a retry in progress) holds anything to give back
+            metering.release(uow, int(r.id), refund_reason)
+    if close_intents:
+        for intent_id in sorted({int(r.intent_id) for r in rows if r.intent_id is not None}):
+            finish_intent_if_nothing_left(uow, intent_id, f"suppressed: {reason}")
+    return [int(r.id) for r in rows]
+
 
 
 def finish_intent_if_nothing_left(uow: UnitOfWork, intent_id: int, why: str) -> None:
