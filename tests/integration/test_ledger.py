@@ -172,13 +172,12 @@ async def test_receipts_out_of_order_replayed_failed_and_unknown(client, key42):
     key = one("SELECT dedupe_key FROM notifications WHERE id = :i", i=ids[0])
     (r,) = await asyncio.to_thread(_claim_all, ids[:1])
     assert isinstance(r, claims.Ready)
-    # Delivered before the send is acknowledged: kept (pending), and applied when the worker records the send.
+    # Delivered before the send is acknowledged: the truth at once (the worker's own record then finds it done).
     early = apply_receipt("sms", "rc-1", "sms-ref-1", "delivered", key)
-    assert early.status == "pending"
-    assert one("SELECT count(*) FROM delivery_receipts WHERE applied_at IS NULL AND notification_id = :i",
-               i=ids[0]) == 1
-    claims.record(r.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
-                  latency_ms=1.0, provider_reference="sms-ref-1")
+    assert early.status == "applied"
+    assert one("SELECT status FROM notifications WHERE id = :i", i=ids[0]) == "DELIVERED"
+    assert claims.record(r.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
+                         latency_ms=1.0, provider_reference="sms-ref-1") == "already_recorded"
     assert one("SELECT status FROM notifications WHERE id = :i", i=ids[0]) == "DELIVERED"
     assert apply_receipt("sms", "rc-1", "sms-ref-1", "delivered", key).status == "duplicate"
     # A failed receipt settles FAILED and refunds.
