@@ -128,9 +128,13 @@ def cancel(tenant_id: int, campaign_id: int, engine: Engine | None = None) -> in
     """Stop the fan-out and suppress what is still owed (`campaign_cancelled`); a row a worker holds is left to
     that worker. Returns rows suppressed; None when there is no such campaign."""
     with UnitOfWork(engine) as uow:
+        # A campaign whose fan-out is over and of which nothing is owed any more is done (views computes that
+        # on read): cancelling it changes nothing.
         found = uow.execute(sa.text(
-            "UPDATE campaigns SET status = CASE WHEN status IN ('ledgering', 'running') THEN 'cancelled' ELSE status "
-            "END WHERE tenant_id = :t AND id = :i RETURNING id"), {"t": tenant_id, "i": campaign_id}).first()
+            "UPDATE campaigns c SET status = CASE WHEN c.status = 'ledgering' OR (c.status = 'running' AND EXISTS ("
+            "  SELECT 1 FROM notifications n WHERE n.campaign_id = c.id AND n.status = 'QUEUED')) THEN 'cancelled' "
+            "ELSE c.status END WHERE c.tenant_id = :t AND c.id = :i RETURNING c.id"),
+            {"t": tenant_id, "i": campaign_id}).first()
         if found is None:
             return None
         settled = settle_unsent_where(uow, campaign_id=campaign_id, reason="campaign_cancelled",

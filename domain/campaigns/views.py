@@ -1,8 +1,13 @@
-"""Campaign progress, counted from the campaign's ledger rows."""
+"""Campaign progress, counted from the campaign's ledger rows. A pure read: nothing here writes.
+
+A campaign is finished once its fan-out is over (`running`) or it was cancelled, and nothing of it is owed any
+more; it finished when its last row settled. That is computed from the rows on every read (the stored
+`finished_at`, written by earlier versions, still wins when present); a `running` campaign that is finished reads
+as `done`.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -10,42 +15,50 @@ from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
 
+# One pass for the whole list: each campaign with its counts and its suppressions by reason (most first).
+_CAMPAIGNS = sa.text(
+    """
+    SELECT c.id, c.name, c.segment, c.template, c.channel, c.status, c.total, c.ledgered, c.created_at,
+           c.started_at, c.finished_at, k.queued, k.deferred, k.sent, k.delivered, k.failed, k.last_settled,
+           s.suppressed
+    FROM campaigns c
+    CROSS JOIN LATERAL (
+      SELECT count(*) FILTER (WHERE status = 'QUEUED' AND reason_detail IS NULL) AS queued,
+             count(*) FILTER (WHERE status = 'QUEUED' AND reason_detail IS NOT NULL) AS deferred,
+             count(*) FILTER (WHERE status IN ('SENT', 'DELIVERED')) AS sent,
+             count(*) FILTER (WHERE status = 'DELIVERED') AS delivered,
+             count(*) FILTER (WHERE status = 'FAILED') AS failed,
+             max(coalesce(settled_at, sent_at)) AS last_settled
+      FROM notifications WHERE campaign_id = c.id) k
+    CROSS JOIN LATERAL (
+      SELECT json_object_agg(reason, n ORDER BY n DESC) AS suppressed
+      FROM (SELECT suppressed_reason AS reason, count(*) AS n FROM notifications
+            WHERE campaign_id = c.id AND status = 'SUPPRESSED' GROUP BY suppressed_reason) r) s
+    WHERE c.tenant_id = :t AND (CAST(:i AS bigint) IS NULL OR c.id = :i)
+    ORDER BY c.id DESC LIMIT :l
+    """
+)
 
-def status(tenant_id: int, campaign_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
-    with UnitOfWork(engine) as uow:
-        c = uow.execute(sa.text(
-            "SELECT id, name, segment, template, channel, status, total, ledgered, created_at, started_at, "
-            "finished_at FROM campaigns WHERE tenant_id = :t AND id = :i"), {"t": tenant_id, "i": campaign_id}).first()
-        if c is None:
-            return None
-        counts = uow.execute(sa.text(
-            "SELECT count(*) FILTER (WHERE status = 'QUEUED' AND reason_detail IS NULL) AS queued, "
-            "count(*) FILTER (WHERE status = 'QUEUED' AND reason_detail IS NOT NULL) AS deferred, "
-            "count(*) FILTER (WHERE status IN ('SENT', 'DELIVERED')) AS sent, "
-            "count(*) FILTER (WHERE status = 'DELIVERED') AS delivered, "
-            "count(*) FILTER (WHERE status = 'FAILED') AS failed, "
-            "max(coalesce(settled_at, sent_at)) AS last_settled "
-            "FROM notifications WHERE campaign_id = :i"), {"i": campaign_id}).one()
-        suppressed = {str(r.reason): int(r.n) for r in uow.execute(sa.text(
-            "SELECT suppressed_reason AS reason, count(*) AS n FROM notifications WHERE campaign_id = :i "
-            "AND status = 'SUPPRESSED' GROUP BY suppressed_reason ORDER BY 2 DESC"), {"i": campaign_id})}
-        finished = c.finished_at
-        owed = counts.queued + counts.deferred
-        if finished is None and c.status in ("running", "cancelled") and owed == 0:
-            finished = counts.last_settled or datetime.now(c.created_at.tzinfo)
-            uow.execute(sa.text("UPDATE campaigns SET finished_at = :f, status = CASE WHEN status = 'running' "
-                                "THEN 'done' ELSE status END WHERE id = :i"), {"f": finished, "i": campaign_id})
-            uow.commit()
+
+def _progress(c: sa.Row[Any]) -> dict[str, Any]:
+    finished = c.finished_at
+    if finished is None and c.status in ("running", "cancelled") and c.queued + c.deferred == 0:
+        finished = c.last_settled or c.started_at or c.created_at  # no rows at all: over when it started
     return {"campaign_id": c.id, "name": c.name, "segment": c.segment, "template": c.template, "channel": c.channel,
             "status": "done" if finished and c.status == "running" else c.status, "total": c.total,
-            "ledgered": c.ledgered, "queued": counts.queued, "sent": counts.sent, "delivered": counts.delivered,
-            "deferred": counts.deferred, "suppressed": suppressed, "failed": counts.failed,
-            "started_at": c.started_at, "finished_at": finished}
+            "ledgered": c.ledgered, "queued": c.queued, "sent": c.sent, "delivered": c.delivered,
+            "deferred": c.deferred, "suppressed": {str(k): int(v) for k, v in (c.suppressed or {}).items()},
+            "failed": c.failed, "started_at": c.started_at, "finished_at": finished}
+
+
+def status(tenant_id: int, campaign_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
+    """One campaign's progress; None when the tenant has no such campaign."""
+    with UnitOfWork(engine) as uow:
+        c = uow.execute(_CAMPAIGNS, {"t": tenant_id, "i": campaign_id, "l": 1}).first()
+    return _progress(c) if c is not None else None
 
 
 def list_campaigns(tenant_id: int, limit: int = 50, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """The tenant's newest campaigns with their progress, in one query."""
     with UnitOfWork(engine) as uow:
-        ids = [int(i) for i in uow.execute(sa.text(
-            "SELECT id FROM campaigns WHERE tenant_id = :t ORDER BY id DESC LIMIT :l"),
-            {"t": tenant_id, "l": limit}).scalars()]
-    return [s for i in ids if (s := status(tenant_id, i, engine)) is not None]
+        return [_progress(c) for c in uow.execute(_CAMPAIGNS, {"t": tenant_id, "i": None, "l": limit})]

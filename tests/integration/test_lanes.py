@@ -3,9 +3,9 @@
 Invariants: a one-time code rides the critical lane, skips quiet hours and the marketing cap, is metered, and never
 appears in job arguments, the ledger, attempts, logs, metrics, the dashboard's rows or the receiver's storage; a
 campaign's segment is code and selects exactly who it says; fan-out is idempotent (a crash mid-way resumes without
-duplicates); cancelling suppresses what is owed with its reason; with a campaign in flight on the bulk lane, every
-code is delivered before the campaign ends and within a generous multiple of the idle latency; a paused bulk lane
-delays no code.
+duplicates); cancelling suppresses what is owed with its reason; reading a campaign's progress writes nothing, and a
+campaign is done once nothing of it is owed; with a campaign in flight on the bulk lane, every code is delivered
+before the campaign ends and within a generous multiple of the idle latency; a paused bulk lane delays no code.
 """
 
 from __future__ import annotations
@@ -157,6 +157,35 @@ def test_fan_out_resumes_after_a_crash_without_duplicates_and_cancel_suppresses_
     s = campaign_views.status(42, cid)
     assert s is not None and s["suppressed"] == {"campaign_cancelled": total} and s["status"] == "cancelled"
     assert not any(invariants.invariant_counts().values())
+
+
+def test_campaign_progress_is_a_pure_read_one_query_for_the_list_and_done_once_nothing_is_owed(db):
+    """Reading progress writes nothing; a running campaign with nothing owed reads `done`, finished when its last
+    row settled; a cancelled one finished when cancel settled its rows; the list says what each campaign's own
+    read says."""
+    seed_recipients(30)
+    made = [campaign_fan_out.create(tenant_id=42, name=n, segment="all_reachable", template="offer", channel="email",
+                                    actor_ref="test") for n in ("Spring", "Summer", "Autumn")]
+    for cid in made:
+        campaign_fan_out.fan_out(cid)
+    spring, summer, _autumn = made
+    with get_engine().begin() as c:  # every Spring row ends (the provider refused them all, say)
+        c.execute(sa.text("UPDATE notifications SET status = 'FAILED', settled_at = now() - interval '1 minute' "
+                          "WHERE campaign_id = :c"), {"c": spring})
+    assert campaign_fan_out.cancel(42, summer) == one("SELECT count(*) FROM notifications WHERE campaign_id = :c",
+                                                      c=summer)
+    stored = "SELECT status || ':' || coalesce(finished_at::text, '-') FROM campaigns WHERE id = :c"
+    before = {cid: one(stored, c=cid) for cid in made}
+    listed = campaign_views.list_campaigns(42)
+    assert [s["campaign_id"] for s in listed] == sorted(made, reverse=True)
+    assert listed == [campaign_views.status(42, cid) for cid in sorted(made, reverse=True)]
+    assert {cid: one(stored, c=cid) for cid in made} == before, "reading progress wrote to campaigns"
+    by_id = {s["campaign_id"]: s for s in listed}
+    assert by_id[spring]["status"] == "done" and by_id[spring]["finished_at"] == one(
+        "SELECT max(settled_at) FROM notifications WHERE campaign_id = :c", c=spring)
+    assert by_id[summer]["status"] == "cancelled" and by_id[summer]["finished_at"] is not None
+    assert by_id[made[2]]["status"] == "running" and by_id[made[2]]["finished_at"] is None
+    assert campaign_fan_out.cancel(42, spring) == 0 and campaign_views.status(42, spring)["status"] == "done"  # type: ignore[index]
 
 
 async def _codes(headers: dict[str, str], n: int) -> list[int]:
