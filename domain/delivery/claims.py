@@ -28,8 +28,9 @@ from sqlalchemy.engine import Engine
 from domain.db import UnitOfWork
 from domain.delivery.receipts import apply_pending
 from domain.delivery.retry import Fail, Retry, RetryDecision, Succeeded
-from domain.ledger import metering, otp
+from domain.ledger import metering
 from domain.ledger.floor import Defer, Send, Suppress, floor_decision
+from domain.ledger.templates import render_for_send
 from domain.ledger.write import accept_truth, settle_unsent
 from domain.models import NotificationAttempt, table_of
 from domain.orders.envelope import Envelope
@@ -159,16 +160,6 @@ def superseded(c: Claim) -> bool:
     return c.intent_id is not None and (c.intent_status == "cancelled" or c.lead_step != c.intent_step)
 
 
-class _Format(dict[str, Any]):
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
-
-
-def render(body: str, data: dict[str, Any]) -> str:
-    """Template text with `{name}` filled from the message's data; an unknown name stays visible as `{name}`."""
-    return body.format_map(_Format({k: v for k, v in data.items() if isinstance(k, str)}))
-
-
 def channel_of(notification_id: int, engine: Engine | None = None) -> str | None:
     """The channel of a row still owed (the bulk lane takes that channel's token before claiming)."""
     with UnitOfWork(engine) as uow:
@@ -233,7 +224,7 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, now: datetime, worker: str) -> C
     if rcp.daily_cap is not None and c.lane != "critical" and not holds_slot and not metering.take_cap_slot(
             uow, tenant_id=c.tenant_id, recipient=c.recipient, day=day, cap=rcp.daily_cap, notification_id=c.id):
         return _suppress(uow, c, worker, "daily_cap", now)
-    body = _render(uow, c)
+    body = render_for_send(uow, notification_id=c.id, template=c.template, channel=c.channel, payload=c.payload)
     if not _take_money(uow, c):  # last: see metering._RESERVE
         return _suppress(uow, c, worker, "insufficient_balance", now)
     return Ready(c, contact, body)
@@ -248,20 +239,6 @@ def _take_money(uow: UnitOfWork, c: Claim) -> bool:
         return True  # held since an earlier attempt, or free
     return metering.reserve(uow, tenant_id=c.tenant_id, notification_id=c.id, cost_cents=c.cost_cents,
                             reason=f"{c.channel} {c.template}")
-
-
-def _render(uow: UnitOfWork, c: Claim) -> str | None:
-    """The newest version of the template for this channel; the version used is written on the row."""
-    t = uow.execute(sa.text(
-        "SELECT version, body FROM templates WHERE name = :n AND :c = ANY(channels) ORDER BY version DESC LIMIT 1"),
-        {"n": c.template, "c": c.channel}).first()
-    if t is None:
-        return None
-    uow.execute(sa.text("UPDATE notifications SET template_version = :v WHERE id = :id"), {"v": t.version, "id": c.id})
-    data = dict(c.payload)
-    if c.template == otp.TEMPLATE:  # derived now, rendered into this request only, never stored
-        data["code"] = otp.code_for_send(uow, c.id) or ""
-    return render(t.body, data)
 
 
 def _opt_out_detail(uow: UnitOfWork, c: Claim) -> str | None:

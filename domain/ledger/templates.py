@@ -1,0 +1,38 @@
+"""Templates are text: the newest version for a channel, rendered at send time; the version used is kept on the
+ledger row. A one-time code is derived now and rendered into this request only, never stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from domain.db import UnitOfWork
+from domain.ledger import otp
+
+_NEWEST = sa.text(
+    "SELECT version, body FROM templates WHERE name = :n AND :c = ANY(channels) ORDER BY version DESC LIMIT 1")
+_KEEP_VERSION = sa.text("UPDATE notifications SET template_version = :v WHERE id = :id")
+
+
+class _Format(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def render(body: str, data: dict[str, Any]) -> str:
+    """Template text with `{name}` filled from the message's data; an unknown name stays visible as `{name}`."""
+    return body.format_map(_Format({k: v for k, v in data.items() if isinstance(k, str)}))
+
+
+def render_for_send(uow: UnitOfWork, *, notification_id: int, template: str, channel: str,
+                    payload: dict[str, Any]) -> str | None:
+    """The text of one message about to be sent; None when no version of the template covers the channel."""
+    t = uow.execute(_NEWEST, {"n": template, "c": channel}).first()
+    if t is None:
+        return None
+    uow.execute(_KEEP_VERSION, {"v": t.version, "id": notification_id})
+    data = dict(payload)
+    if template == otp.TEMPLATE:
+        data["code"] = otp.code_for_send(uow, notification_id) or ""
+    return render(t.body, data)
