@@ -224,11 +224,13 @@ def bench(n: int = typer.Option(300, help="commands / deliveries per measurement
           scan_owed: int = typer.Option(20_000, help="owed rows for the relay-claim drain"),
           scan_done: int = typer.Option(200_000, help="settled rows beside them"),
           recipients: int = typer.Option(40_000, help="campaign size for the lane-isolation measurement"),
-          codes: int = typer.Option(30, help="one-time codes measured idle and with the campaign in flight")) -> None:
+          codes: int = typer.Option(30, help="one-time codes measured idle and with the campaign in flight"),
+          only: str = typer.Option("", help="comma-separated steps to run (wake, commit, delivery, recovery, lanes, "
+                                            "scan); their figures replace the last run's in the evidence")) -> None:
     """Benchmarks (own database and Redis db) → evidence/bench.md, as ratios against raw baselines."""
     from jobs.drills.bench import run_bench
 
-    run_bench(n, scan_owed, scan_done, recipients, codes)
+    run_bench(n, scan_owed, scan_done, recipients, codes, only=tuple(x for x in only.split(",") if x))
 
 
 @app.command()

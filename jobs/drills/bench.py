@@ -5,6 +5,11 @@
 2. delivery: webhook deliveries/s through ledger → arq → worker → receiver (claim, sign, send, record) vs the same
    number of signed POSTs sent straight to the receiver by one client, sequentially and 10 at a time.
 3. recovery: seconds from a Redis FLUSHDB with a backlog owed until every row is delivered (relay scan only).
+4. lanes: one-time codes idle and with a campaign in flight; 5. scan: the relay's claim draining a backlog.
+0. wake (run first, on a system at rest): commit to the critical worker starting a code's attempt beside a bare
+   commit → PUBLISH → other process's UPDATE, then the CPU every process burns at rest (issue 17 item 3);
+   the commit step also runs the order command at 1/4/16 clients beside the same statements by raw psycopg.
+`outbox bench --only wake,commit` runs some steps and replaces their figures in the last run's evidence.
 
 Runs in its own database `outbox_bench` and Redis db 4; writes evidence/bench.md and evidence/bench.json.
 """
@@ -13,20 +18,28 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import statistics
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any, cast
 
 import httpx
+import psycopg
 import redis as redis_lib
 import sqlalchemy as sa
 from arq.constants import health_check_key_suffix
+from psycopg.types.json import Jsonb
 
 from domain.db import UnitOfWork, get_engine
 from domain.delivery.lanes import set_lane_paused
-from domain.delivery.queue import queue_name
+from domain.delivery.queue import LANES, queue_name
 from domain.delivery.signing import signed_headers
 from domain.orders.commands import Committed, execute_order_command
 from domain.settings import get_settings
@@ -62,6 +75,69 @@ def bench_commit(n: int) -> dict[str, float]:
             c.execute(sa.text("UPDATE orders SET revision = revision + 1 WHERE id = :o"), {"o": oid})
     raw = n / (time.perf_counter() - t0)
     return {"outbox_commits_per_s": outbox, "raw_updates_per_s": raw, "ratio": outbox / raw}
+
+
+_RAW_COMMIT = (
+    "UPDATE orders SET status = 'approved', revision = revision + 1, updated_at = now() "
+    "WHERE tenant_id = 42 AND id = %(o)s AND revision = 1 RETURNING revision",
+    "INSERT INTO outbox_events (event_id, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type, "
+    "schema_version, occurred_at, request_id, actor_ref, payload, digest) VALUES (%(e)s, 42, 'order', %(o)s::text, 2, "
+    "'order.approved', 1, now(), 'bench', 'bench', %(p)s, 'bench')",
+    "INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status, "
+    "cost_cents, next_attempt_at, event_id, order_id, attempts, max_attempts, reserved_cents) "
+    "SELECT 42, 'cust-001', c, l, 'order.approved', %(p)s, 'raw-' || c || %(e)s::text, 'QUEUED', "
+    "coalesce((SELECT price_cents FROM channel_prices WHERE tenant_id = 42 AND channel = c), 0), now(), %(e)s, "
+    "%(o)s, 0, 8, 0 FROM (VALUES ('webhook', 'high'), ('email', 'normal')) v(c, l) "
+    "ON CONFLICT (dedupe_key) DO NOTHING RETURNING id, lane",
+    "SELECT pg_notify('outbox_owed', 'high')",
+)
+
+
+def _in_clients(clients: int, ids: list[int], one: Callable[[Any, int], None], connect: Callable[[], Any]) -> float:
+    """Commands per second with `clients` threads, each on its own connection, over disjoint orders."""
+    def run(chunk: list[int]) -> None:
+        conn = connect()
+        try:
+            for oid in chunk:
+                one(conn, oid)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(run, [ids[i::clients] for i in range(clients)]))
+    return len(ids) / (time.perf_counter() - t0)
+
+
+def _outbox_approve(_: object, oid: int) -> None:
+    r = execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
+                              actor_ref="bench", request_id="bench")
+    assert isinstance(r, Committed)
+
+
+def _raw_approve(conn: psycopg.Connection[Any], oid: int) -> None:
+    params = {"o": oid, "e": uuid.uuid4(), "p": Jsonb({"order_id": oid, "status": "approved", "revision": 2})}
+    with conn.transaction():
+        for stmt in _RAW_COMMIT:
+            cur = conn.execute(stmt, params)
+            if cur.description is not None:
+                cur.fetchall()
+
+
+def bench_commit_clients(n: int, clients: tuple[int, ...] = (1, 4, 16)) -> dict[str, float]:
+    """The order command (through the app's engine, its pool and to_thread-free sync calls) vs the same statements
+    — order update, envelope, two ledger rows, NOTIFY — by raw psycopg, at 1, 4 and 16 concurrent clients."""
+    url = os.environ["OUTBOX_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
+    out: dict[str, float] = {}
+    for k in clients:
+        out[f"commit_per_s_{k}"] = _in_clients(k, _orders(n), _outbox_approve, lambda: None)
+        out[f"commit_raw_per_s_{k}"] = _in_clients(k, _orders(n), _raw_approve, lambda: psycopg.connect(url))
+        print(f"      {k:>2} clients: outbox {out[f'commit_per_s_{k}']:.0f}/s, "
+              f"raw {out[f'commit_raw_per_s_{k}']:.0f}/s", flush=True)
+    if 4 in clients:
+        out["commit_ratio_4_clients"] = out["commit_per_s_4"] / out["commit_raw_per_s_4"]
+    return out
 
 
 async def _raw_posts(n: int, concurrency: int) -> float:
@@ -105,18 +181,29 @@ def bench_delivery(system: System, n: int, r: redis_lib.Redis) -> dict[str, floa
     for oid in _orders(n):
         execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
                               actor_ref="bench", request_id="bench")
+    backlog = _owed()  # the commit step's approvals are owed too: count what is drained, not what this step added
     system.relay()
-    system.worker("high")
+    workers = ("worker-high", "worker-high-b")  # two worker processes on the lane, as issue 17 measures it
+    for name in workers:
+        system.worker("high", name=name)
     _worker_ready(r, "high")
     set_lane_paused("high", False)  # NOTIFY wakes the relay, which enqueues the backlog
     took = _wait_drained()
-    system.procs["worker-high"].stop()
-    system.procs["relay"].stop()
+    for name in (*workers, "relay"):
+        system.procs[name].stop()
     raw_seq = asyncio.run(_raw_posts(n, 1))
     raw_par = asyncio.run(_raw_posts(n, 10))
-    return {"outbox_deliveries_per_s": n / took, "raw_sequential_posts_per_s": raw_seq,
-            "raw_10_concurrent_posts_per_s": raw_par, "ratio_vs_sequential": (n / took) / raw_seq,
-            "ratio_vs_10_concurrent": (n / took) / raw_par}
+    return {"backlog": backlog, "outbox_deliveries_per_s": backlog / took, "raw_sequential_posts_per_s": raw_seq,
+            "raw_10_concurrent_posts_per_s": raw_par, "ratio_vs_sequential": (backlog / took) / raw_seq,
+            "ratio_vs_10_concurrent": (backlog / took) / raw_par}
+
+
+def e2e_keys(delivery: dict[str, float]) -> dict[str, float]:
+    """The delivery step as issue 17's flat keys: committed backlog to receiver effects, beside the receiver's own
+    capacity (signed POSTs straight to it, 10 at a time) measured in the same run."""
+    return {"e2e_events_per_s": delivery["outbox_deliveries_per_s"],
+            "receiver_raw_posts_per_s": delivery["raw_10_concurrent_posts_per_s"],
+            "e2e_ratio_vs_receiver_raw": delivery["ratio_vs_10_concurrent"]}
 
 
 def bench_recovery(system: System, n: int, r: redis_lib.Redis) -> dict[str, float]:
@@ -204,35 +291,57 @@ def bench_scan(owed: int, done: int) -> dict[str, object]:
             "ratio_partial_vs_raw_read": partial["rows_per_s"] / raw}
 
 
+STEPS = ("wake", "commit", "delivery", "recovery", "lanes", "scan")
+
+
 def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, recipients: int = 40_000,
-              codes: int = 30, window: float = 30.0) -> dict[str, object]:
+              codes: int = 30, window: float = 30.0, only: tuple[str, ...] = ()) -> dict[str, object]:
+    """Every step in STEPS, or `only` some of them (their figures replace those of the last run in the evidence).
+    Flat keys (`wake_p50_ms`, `commit_per_s_4` …) sit at the top of bench.json, each beside its raw baseline."""
     redis_url = isolated_environment(BENCH_DB, BENCH_REDIS_DB, OUTBOX_SCAN_INTERVAL="0.5",
                                      OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{RECEIVER_PORT}",
                                      OUTBOX_APP_URL=f"http://127.0.0.1:{API_PORT}")
     r = redis_lib.Redis.from_url(redis_url)
     system = System(dict(os.environ), ROOT / ".run" / "bench-logs")
-    results: dict[str, object] = {"measured_at": datetime.now(UTC).isoformat(), "n": n,
-                                  "cpu_count": os.cpu_count()}
+    evidence = ROOT / "evidence" / "bench.json"
+    results: dict[str, object] = json.loads(evidence.read_text()) if only and evidence.exists() else {}
+    results.update({"measured_at": datetime.now(UTC).isoformat(), "n": n, "cpu_count": os.cpu_count(),
+                    "load_avg_1m_start": os.getloadavg()[0], "steps_run": ",".join(only or STEPS)})
+    steps = [step for step in STEPS if not only or step in only]
+    what = {"wake": f"wake-ups: {codes} one-time codes at rest, then the idle CPU of every process",
+            "commit": f"commit path, {n} commands at 1 client, then at 1/4/16 clients beside raw psycopg",
+            "delivery": f"delivery path, {n} webhooks, 2 workers on the lane", "recovery": f"recovery after Redis flush, {n} owed",
+            "lanes": f"lanes: {codes} one-time codes idle, then with a {recipients}-recipient campaign in flight",
+            "scan": f"relay claim draining {scan_owed} owed among {scan_done} settled rows"}
     try:
         system.receiver(RECEIVER_PORT, reset=True)
         system.api(API_PORT)  # delivery receipts land here
-        print(f"[1/5] commit path, {n} commands …", flush=True)
-        results["commit"] = bench_commit(n)
-        print(f"[2/5] delivery path, {n} webhooks …", flush=True)
-        results["delivery"] = bench_delivery(system, n, r)
-        print(f"[3/5] recovery after Redis flush, {n} owed …", flush=True)
-        results["recovery"] = bench_recovery(system, n, r)
-        print(f"[4/5] lanes: {codes} one-time codes idle, then with a {recipients}-recipient campaign in flight …",
-              flush=True)
-        if not system.procs["relay"].alive():
-            system.relay()
-        results["lanes"] = bench_lanes(system, r, recipients, codes, window)
-        system.stop_all()
-        print(f"[5/5] relay claim draining {scan_owed} owed among {scan_done} settled rows …", flush=True)
-        results["scan"] = bench_scan(scan_owed, scan_done)
+        for i, step in enumerate(steps, 1):
+            print(f"[{i}/{len(steps)}] {what[step]} …", flush=True)
+            if step == "wake":
+                results.update(bench_wake(system, r, codes))
+                for name in [k for k in system.procs if k.startswith("worker-") or k == "relay"]:
+                    system.procs.pop(name).stop()
+            elif step == "commit":
+                results["commit"] = bench_commit(n)
+                results.update(bench_commit_clients(n))
+            elif step == "delivery":
+                delivery = bench_delivery(system, n, r)
+                results.update({"delivery": delivery, **e2e_keys(delivery)})
+            elif step == "recovery":
+                results["recovery"] = bench_recovery(system, n, r)
+            elif step == "lanes":
+                if "relay" not in system.procs or not system.procs["relay"].alive():
+                    system.relay()
+                results["lanes"] = bench_lanes(system, r, recipients, codes, window)
+                system.stop_all()
+            elif step == "scan":
+                system.stop_all()
+                results["scan"] = bench_scan(scan_owed, scan_done)
     finally:
         system.stop_all()
         r.close()
+    results["load_avg_1m_end"] = os.getloadavg()[0]
     _write(results)
     return results
 
@@ -252,16 +361,27 @@ def _write(res: dict[str, object]) -> None:
     out = ROOT / "evidence"
     out.mkdir(exist_ok=True)
     (out / "bench.json").write_text(json.dumps(res, indent=2))
+    flat = {k: v for k, v in res.items() if not isinstance(v, dict) and k not in ("measured_at", "n", "cpu_count")}
     md = [f"# Benchmarks — {res['measured_at']}", "", f"`outbox bench`, n={res['n']}, {res['cpu_count']} cores. "
-          "Ratios compare against raw baselines measured in the same run on the same machine.", "",
-          "## Commit: outbox command vs bare UPDATE", "", "| metric | value |", "|---|---|", _fmt(res["commit"]), "",
-          "## Delivery: ledger → arq → worker → receiver vs direct signed POSTs", "", "| metric | value |", "|---|---|",
-          _fmt(res["delivery"]), "", "## Recovery after Redis FLUSHDB (relay scan only)", "", "| metric | value |",
-          "|---|---|", _fmt(res["recovery"]), "",
+          "Ratios compare against raw baselines measured in the same run on the same machine. Load average (1 min) "
+          f"{res.get('load_avg_1m_start', 0):.2f} at the start, {res.get('load_avg_1m_end', 0):.2f} at the end: "
+          "other engineers' tests share these cores.", "",
+          "## Issue 17: each figure beside its raw baseline (flat keys of bench.json)", "",
+          "`wake_*`: commit of a one-time code to its critical worker starting the attempt, the system at rest. "
+          "`wake_raw_*`: the same hop done bare — a row committed by raw psycopg, its id PUBLISHed, another process UPDATEs it. `idle_cpu_pct`: % of one core burnt at rest by every process `outbox bench` runs (4 lane workers, relay, "
+          "receiver, API; PostgreSQL and Redis are shared with other work on this machine and left out), per "
+          "process beside it. `commit_per_s_K` vs `commit_raw_per_s_K`: the order command vs the same statements "
+          "(order update, envelope, two ledger rows, NOTIFY) by raw psycopg, K concurrent clients. `e2e_events_per_s`: a "
+          "committed webhook backlog to receiver effects, 2 workers on the lane, beside `receiver_raw_posts_per_s`.", "",
+          "| metric | value |", "|---|---|", _fmt(flat), "",
+          "## Commit: outbox command vs bare UPDATE", "", "| metric | value |", "|---|---|", _fmt(res.get("commit", {})), "",
+          "## Delivery: ledger → arq → 2 workers → receiver vs direct signed POSTs", "", "| metric | value |", "|---|---|",
+          _fmt(res.get("delivery", {})), "", "## Recovery after Redis FLUSHDB (relay scan only)", "", "| metric | value |",
+          "|---|---|", _fmt(res.get("recovery", {})), "",
           "## Lanes: one-time codes (critical) idle and with a campaign in flight (bulk)", "",
           "| metric | value |", "|---|---|", _fmt(res.get("lanes", {})), "",
           "## Relay claim draining a backlog: partial index of owed rows vs index on (status, next_attempt_at)", "",
-          "| metric | value |", "|---|---|", _fmt(res["scan"]), ""]
+          "| metric | value |", "|---|---|", _fmt(res.get("scan", {})), ""]
     (out / "bench.md").write_text("\n".join(md))
     print("\n".join(md))
     print(f"evidence written to {out / 'bench.md'} and {out / 'bench.json'}")
@@ -286,8 +406,9 @@ def _provider_latency_ms(notification_ids: list[int]) -> list[float]:
     return sorted((got[k] - keys[k]).total_seconds() * 1000 for k in keys)
 
 
-def _codes(n: int, recipient_id: int) -> list[int]:
-    """One code at a time, as people ask for them: ask, wait until the provider has it, ask the next."""
+def _codes(n: int, recipient_id: int, committed: dict[int, float] | None = None) -> list[int]:
+    """One code at a time, as people ask for them: ask, wait until the provider has it, ask the next. `committed`
+    gets each code's commit time (this process's wall clock, right after the ledger commit returned)."""
     from domain.delivery.wakeups import arq_pool, enqueue_after_commit
     from domain.ledger import otp
     from domain.orders.commands import OwedRow
@@ -299,6 +420,8 @@ def _codes(n: int, recipient_id: int) -> list[int]:
             for _ in range(n):
                 row = otp.request(42, recipient_id, "sms", datetime.now(UTC))
                 assert row is not None
+                if committed is not None:
+                    committed[row.notification_id] = time.time()
                 await enqueue_after_commit(pool, [OwedRow(row.notification_id, row.lane, row.job_id)])
                 await asyncio.to_thread(wait_until, lambda nid=row.notification_id: _sent(nid), 30, "a code")
                 ids.append(row.notification_id)
@@ -346,6 +469,116 @@ async def _raw_provider_posts(n: int, concurrency: int) -> tuple[float, list[flo
         t0 = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(n)))
         return n / (time.perf_counter() - t0), sorted(lat)
+
+
+def _cpu_ticks(pid: int) -> int:
+    """utime + stime of one process, in clock ticks (/proc/<pid>/stat fields 14 and 15)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Every process of one of our sessions (the supervisor starts each process in its own; children included)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[3]) == sid:
+                pids.append(int(stat.parent.name))
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+    return pids
+
+
+def idle_cpu(system: System, seconds: float = 10.0) -> dict[str, float]:
+    """% of one core each running process of the system (and its children) burns over `seconds` of rest."""
+    procs = {name: _session_pids(p.popen.pid) for name, p in system.procs.items() if p.alive() and p.popen}
+    before = {name: sum(map(_cpu_ticks, pids)) for name, pids in procs.items()}
+    time.sleep(seconds)
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {f"idle_cpu_pct.{name}": (sum(map(_cpu_ticks, pids)) - before[name]) / tick / seconds * 100
+           for name, pids in procs.items()}
+    return {"idle_cpu_pct": sum(out.values()), **out}
+
+
+def _wake_ms(committed: dict[int, float]) -> tuple[list[float], list[float]]:
+    """Commit to the worker's claim transaction starting (`claimed_at`, PostgreSQL's now() on the same machine),
+    and commit to the worker starting the attempt (after the claim's one transaction)."""
+    with UnitOfWork() as uow:
+        rows = uow.execute(sa.text(
+            "SELECT n.id, n.claimed_at, min(a.started_at) AS started FROM notifications n "
+            "JOIN notification_attempts a ON a.notification_id = n.id WHERE n.id = ANY(:i) GROUP BY n.id"),
+            {"i": list(committed)}).all()
+    return (sorted((r.claimed_at.timestamp() - committed[r.id]) * 1000 for r in rows),
+            sorted((r.started.timestamp() - committed[r.id]) * 1000 for r in rows))
+
+
+def _raw_waker(redis_url: str, db_url: str, channel: str) -> None:
+    """The raw baseline's other process: on each pub/sub message, one UPDATE of the row it names (autocommit)."""
+    r = redis_lib.Redis.from_url(redis_url)
+    pubsub = r.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub.subscribe(channel)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for message in pubsub.listen():
+            conn.execute("UPDATE bench_wake SET claimed_at = clock_timestamp() WHERE id = %s", (int(message["data"]),))
+
+
+def _claimed_at(conn: psycopg.Connection[Any], row_id: int) -> datetime | None:
+    row = conn.execute("SELECT claimed_at FROM bench_wake WHERE id = %s", (row_id,)).fetchone()
+    return row[0] if row else None
+
+
+def _raw_wake_ms(r: redis_lib.Redis, n: int) -> list[float]:
+    """Raw baseline of a wake-up: commit a row by raw psycopg, PUBLISH its id, another process UPDATEs it."""
+    url = os.environ["OUTBOX_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
+    channel = f"bench:raw_wake:{uuid.uuid4().hex}"
+    proc = multiprocessing.get_context("spawn").Process(
+        target=_raw_waker, args=(os.environ["OUTBOX_REDIS_URL"], url, channel), daemon=True)
+    proc.start()
+    out = []
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS bench_wake (id serial PRIMARY KEY, claimed_at timestamptz)")
+            wait_until(lambda: cast(list[tuple[bytes, int]], r.pubsub_numsub(channel))[0][1] > 0, 30,
+                       "the raw waker to subscribe")
+            for _ in range(n + 3):  # the first three warm the connections
+                row = conn.execute("INSERT INTO bench_wake DEFAULT VALUES RETURNING id").fetchone()
+                assert row is not None
+                committed = time.time()
+                r.publish(channel, row[0])
+                got = wait_until(partial(_claimed_at, conn, row[0]), 10, "the raw wake-up")
+                assert got is not None
+                out.append((got.timestamp() - committed) * 1000)
+    finally:
+        proc.kill()
+    return sorted(out[3:])
+
+
+def bench_wake(system: System, r: redis_lib.Redis, codes: int, seconds: float = 10.0) -> dict[str, float]:
+    """The whole system at rest (4 lane workers, relay, receiver, API): commit-to-attempt of one-time codes on the
+    critical lane, one at a time, then the CPU every process burns doing nothing."""
+    from domain.ledger.recipients import find_by_ref
+
+    ((_, rid),) = find_by_ref(42, "cust-002")
+    for lane in LANES:
+        if f"worker-{lane}" not in system.procs or not system.procs[f"worker-{lane}"].alive():
+            system.worker(lane)
+            _worker_ready(r, lane)
+    if "relay" not in system.procs or not system.procs["relay"].alive():
+        system.relay()
+    _codes(3, rid)  # warm connections and plans
+    committed: dict[int, float] = {}
+    _codes(codes, rid, committed)
+    to_claim, wake = _wake_ms(committed)
+    raw = _raw_wake_ms(r, codes)
+    time.sleep(2)  # the relay's and the workers' last wake-ups settle
+    return {"wake_p50_ms": statistics.median(wake), "wake_p99_ms": _pct(wake, 0.99), "wake_max_ms": wake[-1],
+            "wake_raw_p50_ms": statistics.median(raw), "wake_raw_p99_ms": _pct(raw, 0.99),
+            # of which: until the worker's claim began (enqueue, wake-up, arq's pick-up); the rest is the claim
+            "wake_until_claim_p50_ms": statistics.median(to_claim), "wake_until_claim_p99_ms": _pct(to_claim, 0.99),
+            **idle_cpu(system, seconds)}
 
 
 def bench_lanes(system: System, r: redis_lib.Redis, recipients: int, codes: int, window: float) -> dict[str, float]:
