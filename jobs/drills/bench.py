@@ -42,7 +42,7 @@ from domain.delivery.lanes import set_lane_paused
 from domain.delivery.queue import LANES, queue_name
 from domain.delivery.signing import signed_headers
 from domain.orders.commands import Committed, execute_order_command
-from domain.settings import get_settings
+from domain.settings import get_settings, reload_settings
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System, receiver_database_url, wait_until, wait_worker_ready
 
@@ -368,7 +368,7 @@ def _write(res: dict[str, object]) -> None:
           "other engineers' tests share these cores.", "",
           "## Issue 17: each figure beside its raw baseline (flat keys of bench.json)", "",
           "`wake_*`: commit of a one-time code to its critical worker starting the attempt, the system at rest. "
-          "`wake_raw_*`: the same hop done bare — a row committed by raw psycopg, its id PUBLISHed, another process UPDATEs it. `idle_cpu_pct`: % of one core burnt at rest by every process `outbox bench` runs (4 lane workers, relay, "
+          "`wake_via_relay_*`: the same with no wake-up after commit (the commit's NOTIFY wakes the relay, whose scan enqueues it; with neither, the scan every `OUTBOX_SCAN_INTERVAL` finds it). `wake_raw_*`: the same hop done bare — a row committed by raw psycopg, its id PUBLISHed, another process UPDATEs it. `idle_cpu_pct`: % of one core burnt at rest by every process `outbox bench` runs (4 lane workers, relay, "
           "receiver, API; PostgreSQL and Redis are shared with other work on this machine and left out), per "
           "process beside it. `commit_per_s_K` vs `commit_raw_per_s_K`: the order command vs the same statements "
           "(order update, envelope, two ledger rows, NOTIFY) by raw psycopg, K concurrent clients. `e2e_events_per_s`: a "
@@ -572,12 +572,23 @@ def bench_wake(system: System, r: redis_lib.Redis, codes: int, seconds: float = 
     committed: dict[int, float] = {}
     _codes(codes, rid, committed)
     to_claim, wake = _wake_ms(committed)
+    # The same codes with no wake-up after commit: the commit's NOTIFY wakes the relay, whose scan enqueues them.
+    os.environ["OUTBOX_WAKE_AFTER_COMMIT"] = "0"
+    reload_settings()
+    try:
+        via_relay: dict[int, float] = {}
+        _codes(codes, rid, via_relay)
+    finally:
+        del os.environ["OUTBOX_WAKE_AFTER_COMMIT"]
+        reload_settings()
+    _, relay_wake = _wake_ms(via_relay)
     raw = _raw_wake_ms(r, codes)
     time.sleep(2)  # the relay's and the workers' last wake-ups settle
     return {"wake_p50_ms": statistics.median(wake), "wake_p99_ms": _pct(wake, 0.99), "wake_max_ms": wake[-1],
             "wake_raw_p50_ms": statistics.median(raw), "wake_raw_p99_ms": _pct(raw, 0.99),
             # of which: until the worker's claim began (enqueue, wake-up, arq's pick-up); the rest is the claim
             "wake_until_claim_p50_ms": statistics.median(to_claim), "wake_until_claim_p99_ms": _pct(to_claim, 0.99),
+            "wake_via_relay_p50_ms": statistics.median(relay_wake), "wake_via_relay_p99_ms": _pct(relay_wake, 0.99),
             **idle_cpu(system, seconds)}
 
 
