@@ -24,32 +24,28 @@ os.environ.update({
     "OUTBOX_SCAN_INTERVAL": "0.3", "OUTBOX_BACKOFF_BASE": "0.05", "OUTBOX_BACKOFF_CAP": "0.5", "OUTBOX_FAULT": "",
 })
 
+# The order is the order TRUNCATE takes its locks in. The work still in flight from the previous test (a provider's
+# late receipt through the session's API, the relay's scan) locks `notifications` first and the rest after it; taking
+# `notifications` first as well, TRUNCATE waits for that work to finish instead of holding a table it needs.
 TABLES = (
-    "delivery_receipts, "
-    "notification_attempts, balance_entries, lead_notification_intents, leads, notifications, outbox_events, "
-    "orders, recipients, api_keys, operators, balances, lane_controls, refresh_metrics, tenants, login_throttle"
+    "notifications, lane_controls, delivery_receipts, "
+    "notification_attempts, balance_entries, lead_notification_intents, leads, outbox_events, "
+    "orders, recipients, api_keys, operators, balances, refresh_metrics, tenants, login_throttle"
 )
 
 
-def truncate_all(attempts: int = 5) -> None:
-    """Empty every table. A late provider receipt from the previous test can hold a row lock on `notifications`
-    while it inserts its receipt; TRUNCATE may then lose a deadlock. That is the previous test's tail, not a
-    failure of this one, so try again."""
-    import time
-
+def truncate_all() -> None:
+    """Empty every table, once: no retry. Tables are locked in the order the in-flight work locks them (above), so
+    a late tail of the previous test is waited for, not deadlocked with; and should some other tail still close a
+    cycle, this session waits longer than PostgreSQL's `deadlock_timeout` (1 s) before looking for one, so the
+    tail's own check finds the deadlock first and the tail (work for rows about to be emptied) is the one undone."""
     import sqlalchemy as sa
 
     from domain.db import get_engine
 
-    for i in range(attempts):
-        try:
-            with get_engine().begin() as c:
-                c.execute(sa.text(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE"))
-            return
-        except sa.exc.OperationalError as exc:
-            if "deadlock" not in str(exc) or i == attempts - 1:
-                raise
-            time.sleep(0.2)
+    with get_engine().begin() as c:
+        c.execute(sa.text("SET LOCAL deadlock_timeout = '10s'"))
+        c.execute(sa.text(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE"))
 
 
 @pytest.fixture(scope="session")
