@@ -40,6 +40,7 @@ from domain.delivery.wakeups import switched_off
 from domain.settings import get_settings
 
 log = logging.getLogger("outbox.live")
+HUB_CLIENT_NAME = "outbox-live-hub"  # CLIENT LIST shows the hub's one subscription by this name
 QUEUE_SIZE = 64  # hints per view (see _fan_out)
 Probe = Callable[[], object]  # a cheap read of the version of what a view shows; runs in a worker thread
 
@@ -105,7 +106,8 @@ class Hub:
     async def _run(self) -> None:
         delay, first = 0.5, True
         while True:
-            client = aioredis.Redis.from_url(get_settings().redis_url)
+            # Named, so on-call (and the tests) can tell the hub's subscription from the lane workers' wake-ups.
+            client = aioredis.Redis.from_url(get_settings().redis_url, client_name=HUB_CLIENT_NAME)
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.psubscribe(f"{REFRESH_PREFIX}*")

@@ -67,11 +67,15 @@ def listeners(channel: str) -> int:
 
 
 def pubsub_connections() -> int:
-    """Redis connections in subscriber mode opened by the e2e system (its Redis db)."""
+    """The dashboard hub's subscriber connections in the e2e system's Redis db (lane workers subscribe to their
+    wake-up channel too: they are not the hub)."""
+    from dashboard.live import HUB_CLIENT_NAME
+
     r = redis_client()
     try:
         db = r.connection_pool.connection_kwargs.get("db", 0)
-        return sum(1 for c in r.client_list(_type="pubsub") if int(c.get("db", -1)) == db)
+        return sum(1 for c in r.client_list(_type="pubsub")
+                   if int(c.get("db", -1)) == db and c.get("name") == HUB_CLIENT_NAME)
     finally:
         r.close()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -19,6 +20,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from dashboard.live import HUB_CLIENT_NAME
 from dashboard.pages.campaigns import CampaignsState
 from dashboard.pages.ops import OpsState
 from domain.db import get_engine
@@ -42,11 +44,16 @@ class Tap:
         self.sent: list[str] = []
         self.received: list[str] = []
         self.server = None
+        self.generation = 0  # websockets opened so far (a full page load opens a new one)
+        self.frames_on_current = 0  # frames the backend sent on the newest one
         page.route_web_socket(EVENT_SOCKET, self._route)
 
     def _route(self, ws) -> None:  # type: ignore[no-untyped-def]
         server = ws.connect_to_server()
         self.server = server
+        self.generation += 1
+        self.frames_on_current = 0
+        mine = self.generation
 
         def up(m: str | bytes) -> None:
             self.sent.append(m if isinstance(m, str) else m.decode(errors="replace"))
@@ -54,10 +61,23 @@ class Tap:
 
         def down(m: str | bytes) -> None:
             self.received.append(m if isinstance(m, str) else m.decode(errors="replace"))
+            if mine == self.generation:
+                self.frames_on_current += 1
             ws.send(m)
 
         ws.on_message(up)
         server.on_message(down)
+
+    def goto(self, url: str) -> None:
+        """A full page load, returning once the new page's own websocket is up and the backend has answered on it
+        (a forged event sent before that would go down the previous page's closed socket)."""
+        gen = self.generation
+        self.page.goto(url)
+        # Playwright's sync API delivers the socket callbacks only while it runs: wait inside it, with a deadline.
+        deadline = time.monotonic() + 20
+        while not (self.generation > gen and self.frames_on_current > 0):
+            assert time.monotonic() < deadline, "the new page's websocket never answered"
+            self.page.wait_for_timeout(50)
 
     def forge(self, state: type, handler: str, payload: dict[str, object]) -> None:
         """Send `<state>.<handler>(payload)` on the tab's socket, framed exactly as the page's JavaScript frames
@@ -141,7 +161,7 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
     pat.page.context.close()
 
     sam = tapped_login(browser, "sam")  # support: reads tenant 42, may change nothing
-    sam.page.goto(f"{APP}/ops")
+    sam.goto(f"{APP}/ops")
     sam.page.get_by_test_id("lane-row").first.wait_for()
     assert sam.page.get_by_test_id("replay").count() == 0 and sam.page.get_by_test_id("lane-toggle").count() == 0
     sam.forge(OpsState, "replay", {"nid": str(nid)})
@@ -150,7 +170,7 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
     refused(sam, "can resolve")
     sam.forge(OpsState, "toggle_lane", {"lane": "bulk", "paused": "no"})
     refused(sam, "Only platform on-call can pause or resume a lane")
-    sam.page.goto(f"{APP}/campaigns")
+    sam.goto(f"{APP}/campaigns")
     sam.page.get_by_test_id("campaign-start").wait_for()
     assert sam.page.get_by_test_id("campaign-start").is_disabled()
     sam.forge(CampaignsState, "create", {"form": {"name": "forged", "segment": "all_reachable",
@@ -159,7 +179,7 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
     sam.page.context.close()
 
     alice = tapped_login(browser, "alice")  # tenant 42's on-call: her tenant's money, not every tenant's lanes
-    alice.page.goto(f"{APP}/ops")
+    alice.goto(f"{APP}/ops")
     alice.page.get_by_test_id("lane-row").first.wait_for()
     alice.forge(OpsState, "toggle_lane", {"lane": "critical", "paused": "no"})
     refused(alice, "Only platform on-call can pause or resume a lane")
@@ -270,7 +290,8 @@ def test_a_killed_subscription_comes_back_and_open_views_stay_live(browser):
     page.get_by_test_id("order-revision").wait_for()
     wait_until(lambda: listeners(order_channel(42, oid)) == 1, 20, "the order view to be live")
     r = redis_client()
-    assert r.client_kill_filter(_type="pubsub") >= 1
+    hub = [c["id"] for c in r.client_list(_type="pubsub") if c.get("name") == HUB_CLIENT_NAME]
+    assert len(hub) == 1 and r.client_kill_filter(_id=hub[0]) == 1
     wait_until(lambda: pubsub_connections() == 1, 20, "the hub to subscribe again")
     result = execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
                                    actor_ref="operator:bob", request_id=f"req-kill-{oid}")
