@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth
+from dashboard.api.errors import ApiError
 from dashboard.api.fields import JsonInt
 from domain.ledger import metering
 
@@ -30,6 +31,9 @@ async def balance(p: Auth) -> dict[str, Any]:
 
 @router.post("/top-ups", status_code=201, responses={200: {"description": "this reference was credited before"}})
 async def top_up(body: TopUpIn, p: Auth) -> JSONResponse:
-    r = await asyncio.to_thread(metering.top_up, p.tenant_id, body.amount_cents, body.reference, p.actor_ref)
+    try:
+        r = await asyncio.to_thread(metering.top_up, p.tenant_id, body.amount_cents, body.reference, p.actor_ref)
+    except metering.BalanceLimit as exc:
+        raise ApiError(422, "balance_limit", field="amount_cents", detail=str(exc)) from exc
     return JSONResponse({"credited": r.credited, "balance_cents": r.balance_cents, "reference": body.reference},
                         status_code=201 if r.credited else 200)

@@ -121,12 +121,27 @@ class TopUp:
     balance_cents: int
 
 
+# The balance column is a 32-bit integer: a credit that would carry it past this is refused, never an overflow.
+MAX_BALANCE_CENTS = 2**31 - 1
+
+
+class BalanceLimit(ValueError):
+    """A credit would carry the balance past MAX_BALANCE_CENTS: nothing was credited."""
+
+
 def top_up(tenant_id: int, amount_cents: int, reference: str, actor_ref: str,
            engine: Engine | None = None) -> TopUp:
-    """Credit once per reference: the same reference twice credits once."""
+    """Credit once per reference: the same reference twice credits once (answered as credited before, whatever
+    the balance is now). A new credit past the balance's ceiling raises BalanceLimit and changes nothing."""
     if amount_cents <= 0:
         raise ValueError("amount_cents must be positive")
     with UnitOfWork(engine) as uow:
+        current = uow.execute(sa.text("SELECT balance_cents FROM balances WHERE tenant_id = :t FOR UPDATE"),
+                              {"t": tenant_id}).scalar() or 0
+        known = uow.execute(sa.text("SELECT 1 FROM balance_entries WHERE tenant_id = :t AND reference = :ref"),
+                            {"t": tenant_id, "ref": reference}).first()
+        if known is None and current + amount_cents > MAX_BALANCE_CENTS:
+            raise BalanceLimit(f"the balance would pass {MAX_BALANCE_CENTS / 100:,.2f}; top up less")
         inserted = uow.execute(sa.text(
             "INSERT INTO balance_entries (tenant_id, kind, amount_cents, reason, reference, actor_ref) "
             "VALUES (:t, 'top_up', :a, :r, :ref, :who) ON CONFLICT (tenant_id, reference) DO NOTHING RETURNING id"),

@@ -195,6 +195,23 @@ async def test_receipts_out_of_order_replayed_failed_and_unknown(client, key42):
     assert_invariants()
 
 
+async def test_top_ups_past_the_balance_ceiling_are_refused_and_change_nothing(client, key42):
+    """Invariant: a credit that would overflow the balance answers 422 `balance_limit` (it was a 500: integer out
+    of range, found by schemathesis) and credits nothing; a reference credited before still answers 200."""
+    big = {"amount_cents": 10**9}
+    for i in range(2):
+        r = await client.post("/api/v1/balance/top-ups", json={**big, "reference": f"big-{i}"}, headers=key42)
+        assert r.status_code == 201, r.text
+    before = one("SELECT balance_cents FROM balances WHERE tenant_id = 42")
+    entries = one("SELECT count(*) FROM balance_entries WHERE tenant_id = 42")
+    r = await client.post("/api/v1/balance/top-ups", json={**big, "reference": "big-2"}, headers=key42)
+    assert r.status_code == 422 and r.json()["error"] == "balance_limit" and r.json()["field"] == "amount_cents"
+    assert one("SELECT balance_cents FROM balances WHERE tenant_id = 42") == before
+    assert one("SELECT count(*) FROM balance_entries WHERE tenant_id = 42") == entries
+    again = await client.post("/api/v1/balance/top-ups", json={**big, "reference": "big-1"}, headers=key42)
+    assert again.status_code == 200 and again.json()["credited"] is False
+
+
 async def test_top_up_credits_once_per_reference_and_projects_run_out(client, key42):
     first = await client.post("/api/v1/balance/top-ups", json={"amount_cents": 1000, "reference": "inv-77"},
                               headers=key42)
