@@ -6,6 +6,21 @@ import json
 from typing import Any
 
 
+def replaying(body: bytes, receive: Any) -> Any:
+    """An ASGI `receive` that hands the app a body already read, once, then defers to the real one (a later
+    disconnect still reaches the app)."""
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 class BodyLimit:
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app = app
@@ -34,17 +49,7 @@ class BodyLimit:
                 return
             chunks.append(body)
             more = msg.get("more_body", False)
-        buffered = b"".join(chunks)
-        sent = False
-
-        async def replay() -> dict[str, Any]:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": buffered, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(b"".join(chunks), receive), send)
 
     async def _reject(self, send: Any) -> None:
         body = json.dumps({"error": "payload_too_large", "max_bytes": self.max_bytes}).encode()

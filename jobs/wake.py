@@ -34,6 +34,7 @@ class LaneWorker(Worker):
         self.lane = lane
         self._wake = asyncio.Event()
         self._listener: asyncio.Task[None] | None = None
+        self.waiting = False  # between polls, asleep until woken (what the tests and a debugger look at)
 
     async def _poll_iteration(self) -> None:
         self._wake.clear()  # before polling: a hint that lands during the poll makes the next wait return at once
@@ -51,8 +52,13 @@ class LaneWorker(Worker):
     async def _wait(self) -> None:
         if self._listener is None:
             self._listener = asyncio.create_task(self._listen())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), await self._timeout())
+        timeout = await self._timeout()
+        self.waiting = True
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+        finally:
+            self.waiting = False
 
     async def _timeout(self) -> float:
         try:

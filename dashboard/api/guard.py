@@ -26,6 +26,8 @@ from urllib.parse import parse_qsl
 from fastapi.routing import APIRoute
 from starlette.routing import Match
 
+from dashboard.limits import replaying
+
 log = logging.getLogger("outbox.api")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -239,16 +241,7 @@ class HostileInput:
         for field, why in hostile(parsed, ""):
             await self._refuse(send, "body", field or "body", why)
             return
-        sent = False
-
-        async def replay() -> dict[str, Any]:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": raw, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(raw, receive), send)
 
     @staticmethod
     async def _refuse(send: Send, where: str, field: str, why: str) -> None:

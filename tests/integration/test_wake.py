@@ -39,10 +39,12 @@ async def idle_worker(redis_db, monkeypatch):  # type: ignore[no-untyped-def]
     pool: ArqRedis = await create_pool(settings)
     channel = wake_channel("critical", wakeups.redis_db(pool))
     deadline = time.monotonic() + 10
-    while not (await pool.pubsub_numsub(channel))[0][1]:  # subscribed: it is idle and listening
+    while not (await pool.pubsub_numsub(channel))[0][1]:  # subscribed: it is listening
         assert time.monotonic() < deadline, "the worker never subscribed to its wake channel"
         await asyncio.sleep(0.02)
-    await asyncio.sleep(0.2)  # past its first poll: now it sleeps for IDLE_WAIT
+    while not (w.waiting and not w._wake.is_set()):  # past the poll its subscription woke: asleep for IDLE_WAIT
+        assert time.monotonic() < deadline, "the worker never went to sleep"
+        await asyncio.sleep(0.005)
     yield pool, started
     # Stop only once the job it started has finished: cancelling arq mid-finish raises CancelledError out of its
     # shielded bookkeeping into this teardown (seen once in a full run).
