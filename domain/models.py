@@ -464,3 +464,22 @@ class LeadEvent(SQLModel, table=True):
     outcome: str | None = None
     answer: dict[str, Any] | None = Field(default=None, sa_column=sa.Column(pg.JSONB, nullable=True))
     applied_at: datetime | None = _ts(nullable=True, default=False)  # clock time just before its commit
+
+
+class IdempotencyKey(SQLModel, table=True):
+    """An `Idempotency-Key` a tenant sent on a creating POST, with the first answer, replayed to the same request
+    until `expires_at` (domain/access/idempotency.py). `status` NULL: the first request is still running (it holds
+    the key until `locked_until`, so a crashed request does not hold it for a day)."""
+
+    __tablename__ = "idempotency_keys"
+    tenant_id: int = Field(foreign_key="tenants.id", primary_key=True)
+    key: str = Field(primary_key=True)
+    request_digest: str
+    method: str
+    path: str
+    status: int | None = None
+    content_type: str | None = None
+    response_body: bytes | None = Field(default=None, sa_column=sa.Column(sa.LargeBinary, nullable=True))
+    created_at: datetime | None = _ts()
+    locked_until: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    expires_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True))

@@ -29,6 +29,8 @@ from dashboard.api import (
 from dashboard.api.deps import authenticate, needs_key
 from dashboard.api.fields import publish_text_rules
 from dashboard.api.guard import ApiKeyGate, HostileInput, RequestContext
+from dashboard.api.idempotency import Idempotency
+from dashboard.api.idempotency import publish as publish_idempotency
 from dashboard.limits import BodyLimit
 from domain.settings import get_settings
 
@@ -50,7 +52,8 @@ def _method_not_allowed(allowed: list[str]) -> JSONResponse:
                         headers={"Allow": ", ".join(allowed)})
 
 
-@not_found.api_route("/api/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+@not_found.api_route("/api/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD", "TRACE"],
+                     include_in_schema=False)
 async def api_not_found(rest: str, request: Request) -> JSONResponse:
     """A path no route has: 404. A path that exists with other methods: 405 naming them in `Allow`."""
     allowed = _allowed(request.scope)
@@ -71,7 +74,8 @@ def build_api() -> FastAPI:
     api = FastAPI(title="Outbox API", version="1.0", openapi_url="/api/openapi.json" if docs else None,
                   docs_url="/api/docs" if docs else None, redoc_url=None)
     # add_middleware puts each new layer outside the previous ones: the request crosses them bottom-up, i.e.
-    # RequestContext -> ApiKeyGate -> BodyLimit -> HostileInput -> the route (see dashboard/api/guard.py).
+    # RequestContext -> ApiKeyGate -> BodyLimit -> HostileInput -> Idempotency -> the route (see guard.py).
+    api.add_middleware(Idempotency)
     api.add_middleware(HostileInput)
     api.add_middleware(BodyLimit, max_bytes=get_settings().max_body_bytes)
     # The gate matches a request against the routers' own routes (the same order the app matches them in).
@@ -86,9 +90,12 @@ def build_api() -> FastAPI:
     build_schema = api.openapi
 
     def openapi() -> dict[str, Any]:
-        """The generated document plus what HostileInput enforces (no NUL in any string), computed once."""
+        """The generated document plus what HostileInput enforces (no NUL in any string) and the Idempotency-Key
+        header, computed once."""
         if api.openapi_schema is None:
-            publish_text_rules(build_schema())
+            doc = build_schema()
+            publish_idempotency(doc)
+            publish_text_rules(doc)
         return api.openapi_schema  # type: ignore[return-value]
 
     api.openapi = openapi  # type: ignore[method-assign]

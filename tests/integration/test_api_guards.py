@@ -47,6 +47,11 @@ async def test_every_error_is_json_with_the_request_id_and_405_names_the_allowed
     assert_error(await client.get("/api/v1/orders"), 401, "unauthorized")
     assert_error(await client.get("/api/v1/orders/999999", headers=key42), 404, "not_found")
     assert_error(await client.get("/api/v1/nope"), 404, "not_found")
+    for method in ("OPTIONS", "TRACE"):  # a path no route has is a 404 whatever the method (no made-up Allow)
+        assert_error(await client.request(method, "/api/v1/nope"), 404, "not_found")
+    r = await client.request("OPTIONS", "/api/v1/orders", headers=key42)
+    assert_error(r, 405, "method_not_allowed")
+    assert r.headers["Allow"] == "GET, POST"
     r = await client.request("TRACE", "/api/v1/orders", headers=key42)
     assert_error(r, 405, "method_not_allowed")
     assert r.headers["Allow"] == "GET, POST"

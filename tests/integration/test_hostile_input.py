@@ -242,7 +242,9 @@ async def test_nul_in_a_query_string_is_refused_naming_the_parameter(client, key
 def test_the_production_app_is_built_with_the_same_guards(db):
     """Invariant: the layers are part of the app every deployment builds (standalone and inside Reflex)."""
     from dashboard.api.guard import ApiKeyGate, HostileInput, RequestContext
+    from dashboard.api.idempotency import Idempotency
     from dashboard.limits import BodyLimit
 
     api = build_api()
-    assert [m.cls for m in api.user_middleware] == [RequestContext, ApiKeyGate, BodyLimit, HostileInput]
+    assert [m.cls for m in api.user_middleware] == [RequestContext, ApiKeyGate, BodyLimit, HostileInput,
+                                                    Idempotency]
