@@ -15,11 +15,13 @@ from rich.table import Table
 
 from domain.delivery.queue import LANES
 from domain.settings import get_settings
+from jobs import cli_apikey
 
 app = typer.Typer(help="Outbox: durable notification outbox. Run `outbox up` to start everything.",
                   no_args_is_help=True, add_completion=False)
 apikey = typer.Typer(help="Tenant-scoped API keys", no_args_is_help=True)
 app.add_typer(apikey, name="apikey")
+cli_apikey.register(apikey)  # list, revoke
 campaign = typer.Typer(help="Campaigns on the bulk lane", no_args_is_help=True)
 app.add_typer(campaign, name="campaign")
 err = Console(stderr=True)

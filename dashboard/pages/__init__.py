@@ -20,6 +20,7 @@ class Page:
 
 def all_pages() -> list[Page]:
     from dashboard.pages import (
+        api_keys,
         audit,
         balance,
         campaigns,
@@ -34,4 +35,4 @@ def all_pages() -> list[Page]:
     )
 
     return [login.PAGE, order_detail.PAGE, orders.PAGE, ledger.PAGE, recipients.PAGE, recipient_detail.PAGE,
-            audit.PAGE, journeys.PAGE, campaigns.PAGE, balance.PAGE, ops.PAGE]
+            audit.PAGE, journeys.PAGE, campaigns.PAGE, balance.PAGE, api_keys.PAGE, ops.PAGE]

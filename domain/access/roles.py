@@ -7,7 +7,7 @@ the platform role belongs to NO tenant and owns what acts on every tenant at onc
 |-----------|--------|-----------------------------------------------------------------------|
 | support   | one    | read: orders, ledger, audit, recipients, journeys (answer customers)  |
 | operator  | one    | + orders, campaigns, journey events, replay/resolve, preferences      |
-| oncall    | one    | + top up the balance                                                  |
+| oncall    | one    | + top up the balance, create and revoke API keys                      |
 | platform  | none   | pause/resume lanes, fault switches (development), replay/resolve any  |
 """
 
@@ -31,6 +31,7 @@ class Act(StrEnum):
     TOP_UP = "top-up"
     PAUSE = "pause"
     FAULTS = "faults"
+    API_KEYS = "API keys"
 
 
 _MAY: Final[dict[Act, frozenset[str]]] = {
@@ -42,6 +43,7 @@ _MAY: Final[dict[Act, frozenset[str]]] = {
     Act.TOP_UP: frozenset({ONCALL}),
     Act.PAUSE: frozenset({PLATFORM}),
     Act.FAULTS: frozenset({PLATFORM}),
+    Act.API_KEYS: frozenset({ONCALL}),
 }
 
 _REFUSAL: Final[dict[Act, str]] = {
@@ -53,6 +55,7 @@ _REFUSAL: Final[dict[Act, str]] = {
     Act.TOP_UP: "Only this tenant's on-call operators can top up the balance.",
     Act.PAUSE: "Only platform on-call can pause or resume a lane: a lane carries every tenant's messages.",
     Act.FAULTS: "Fault switches exist only in development mode, for platform on-call.",
+    Act.API_KEYS: "Only this tenant's on-call operators can create or revoke API keys.",
 }
 
 
