@@ -277,6 +277,8 @@ class NotificationAttempt(SQLModel, table=True):
     error_class: str | None = None
     latency_ms: float | None = None
     response_excerpt: str | None = None  # the first 200 characters of what the other side answered
+    # A retry's answer: when the row is owed again (shown on the message page beside the attempt that caused it).
+    next_attempt_at: datetime | None = _ts(nullable=True, default=False)
 
 
 class Receipt(SQLModel, table=True):
@@ -436,6 +438,21 @@ class OperatorAction(SQLModel, table=True):
     target: str
     note: str | None = None
     at: datetime | None = _ts()
+
+
+class OperatorSession(SQLModel, table=True):
+    """A dashboard login kept in an HttpOnly cookie (only its SHA-256 is stored): every tab of the browser shares
+    it. A new one at every login; ended at logout (every tab loses it on its next step) or when it expires."""
+
+    __tablename__ = "operator_sessions"
+    token_hash: str = Field(primary_key=True)
+    operator_id: int = Field(sa_column=sa.Column(sa.BigInteger, sa.ForeignKey("operators.id", ondelete="CASCADE"),
+                                                 nullable=False, index=True))
+    # "ticket": minted by the login handler, exchanged once for the cookie within seconds; "session": the cookie.
+    kind: str = Field(default="session", sa_column=sa.Column(sa.Text, nullable=False, server_default="session"))
+    created_at: datetime | None = _ts()
+    expires_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    ended_at: datetime | None = _ts(nullable=True, default=False)
 
 
 class LoginThrottle(SQLModel, table=True):

@@ -20,11 +20,14 @@ from dashboard.api import (
     events,
     health,
     leads,
+    messages,
     notifications,
     orders,
     otp,
     receipts,
     recipients,
+    search,
+    session,
 )
 from dashboard.api.deps import authenticate, needs_key
 from dashboard.api.fields import publish_text_rules
@@ -35,7 +38,8 @@ from dashboard.limits import BodyLimit
 from domain.settings import get_settings
 
 ROUTERS: tuple[APIRouter, ...] = (orders.router, events.router, leads.router, recipients.router, notifications.router,
-                                  otp.router, campaigns.router, balance.router, receipts.router, health.router)
+                                  otp.router, campaigns.router, balance.router, receipts.router, health.router,
+                                  search.router, messages.router, session.router)
 
 # Unmatched /api/... would fall through to Reflex's HTML 404: answer JSON instead. Registered LAST.
 not_found = APIRouter()

@@ -43,7 +43,7 @@ class Principal:
         return roles.may(self.role, act)
 
 
-def _operator(row: sa.Row[Any]) -> Principal:
+def principal_of_operator(row: sa.Row[Any]) -> Principal:
     tenant = row.tenant_id if row.tenant_id is not None else roles.NO_TENANT
     return Principal(tenant, f"operator:{row.login}", row.display_name, row.role, row.id)
 
@@ -172,7 +172,7 @@ def login_operator(login: str, password: str, client: str = "unknown", now: date
         uow.commit()
     if not ok or row is None:
         return None
-    return _operator(row)
+    return principal_of_operator(row)
 
 
 def operator_now(operator_id: int, engine: Engine | None = None) -> Principal | None:
@@ -182,4 +182,4 @@ def operator_now(operator_id: int, engine: Engine | None = None) -> Principal | 
             "SELECT id, tenant_id, login, display_name, role FROM operators WHERE id = :i"), {"i": operator_id}).first()
     if row is None:
         return None
-    return _operator(row)
+    return principal_of_operator(row)

@@ -256,12 +256,12 @@ def _opt_out_detail(uow: UnitOfWork, c: Claim) -> str | None:
 
 def _attempt(uow: UnitOfWork, c: Claim, worker: str, started: datetime, outcome: str,
              status_code: int | None, error_class: str | None, latency_ms: float | None,
-             excerpt: str | None = None) -> None:
+             excerpt: str | None = None, next_attempt_at: datetime | None = None) -> None:
     # One line per claim; a stale claim's line may meet a later claim's number (a deferral gives the count back).
     uow.execute(pg_insert(table_of(NotificationAttempt)).values(
         notification_id=c.id, attempt_no=c.attempts, worker=worker, started_at=started,
         finished_at=sa.func.now(), outcome=outcome, status_code=status_code, error_class=error_class,
-        latency_ms=latency_ms, response_excerpt=excerpt,
+        latency_ms=latency_ms, response_excerpt=excerpt, next_attempt_at=next_attempt_at,
     ).on_conflict_do_nothing(constraint="notification_attempts_once"))
 
 
@@ -317,10 +317,12 @@ def record(
         elif isinstance(decision, Retry):
             matched = x(sa.text(
                 "UPDATE notifications SET next_attempt_at = now() + make_interval(secs => :d), leased_until = NULL, "
-                "last_error_class = :e WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok RETURNING id"),
+                "last_error_class = :e WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok "
+                "RETURNING id, next_attempt_at"),
                 {"d": decision.delay_seconds, "e": decision.error_class, "id": c.id, "tok": c.claim_token}).first()
             outcome = "retry" if matched else "stale"
-            _attempt(uow, c, worker, started, outcome, status_code, decision.error_class, latency_ms, excerpt)
+            _attempt(uow, c, worker, started, outcome, status_code, decision.error_class, latency_ms, excerpt,
+                     matched.next_attempt_at if matched else None)
         else:
             assert isinstance(decision, Fail)
             # Only a contract problem needs a human; exhausted retries are simply FAILED.

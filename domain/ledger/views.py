@@ -36,20 +36,45 @@ class LedgerFilter:
     lane: str | None = None
     since_hours: int | None = None
     limit: int = 100
+    # Keyset paging, newest first: rows older than `before_id`, or the page just newer than `after_id`.
+    before_id: int | None = None
+    after_id: int | None = None
+
+
+_LEDGER_WHERE = (
+    "n.tenant_id = :t AND (CAST(:c AS text) IS NULL OR n.channel = :c) "
+    "AND (CAST(:s AS text) IS NULL OR n.status = :s) AND (CAST(:r AS text) IS NULL OR n.recipient ILIKE :r) "
+    "AND (CAST(:l AS text) IS NULL OR n.lane = :l) "
+    "AND (CAST(:h AS int) IS NULL OR n.created_at > now() - make_interval(hours => CAST(:h AS int)))"
+)
+
+
+def _ledger_params(tenant_id: int, f: LedgerFilter) -> dict[str, Any]:
+    return {"t": tenant_id, "c": f.channel, "s": f.status, "h": f.since_hours,
+            "r": f"%{like_escape(f.recipient)}%" if f.recipient else None, "l": f.lane, "lim": f.limit,
+            "b": f.before_id, "a": f.after_id}
+
+
+def ledger_rows(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """One keyset page of the filtered ledger, newest first, and whether there is more beyond it (older rows for a
+    `before_id` or first page, newer rows for an `after_id` page)."""
+    p = {**_ledger_params(tenant_id, f), "lim": f.limit + 1}
+    order = "ASC" if f.after_id is not None else "DESC"
+    with UnitOfWork(engine) as uow:
+        rows = as_dicts(uow.execute(sa.text(
+            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE {_LEDGER_WHERE} "
+            "AND (CAST(:b AS bigint) IS NULL OR n.id < :b) AND (CAST(:a AS bigint) IS NULL OR n.id > :a) "
+            f"ORDER BY n.id {order} LIMIT :lim"), p))
+    more = len(rows) > f.limit
+    rows = rows[:f.limit]
+    return (rows[::-1] if f.after_id is not None else rows), more
 
 
 def ledger(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -> dict[str, Any]:
-    where = (
-        "n.tenant_id = :t AND (CAST(:c AS text) IS NULL OR n.channel = :c) "
-        "AND (CAST(:s AS text) IS NULL OR n.status = :s) AND (CAST(:r AS text) IS NULL OR n.recipient ILIKE :r) "
-        "AND (CAST(:l AS text) IS NULL OR n.lane = :l) "
-        "AND (CAST(:h AS int) IS NULL OR n.created_at > now() - make_interval(hours => CAST(:h AS int)))"
-    )
-    p = {"t": tenant_id, "c": f.channel, "s": f.status, "r": f"%{like_escape(f.recipient)}%" if f.recipient else None,
-         "l": f.lane, "h": f.since_hours, "lim": f.limit}
+    where = _LEDGER_WHERE
+    p = _ledger_params(tenant_id, f)
+    rows, more = ledger_rows(tenant_id, f, engine)
     with UnitOfWork(engine) as uow:
-        rows = as_dicts(uow.execute(sa.text(
-            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE {where} ORDER BY n.id DESC LIMIT :lim"), p))
         totals = uow.execute(sa.text(
             "SELECT count(*) AS total, "
             "coalesce(sum(n.cost_cents) FILTER (WHERE n.status IN ('SENT','DELIVERED')), 0) AS cost_cents, "
@@ -71,7 +96,7 @@ def ledger(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -> dic
     t["delivery_rate"] = (t["delivered"] / t["attempted_final"]) if t["attempted_final"] else None
     for ch in per_channel:
         ch["delivery_rate"] = (ch["delivered"] / ch["attempted_final"]) if ch["attempted_final"] else None
-    return {"rows": rows, "totals": t, "channels": per_channel}
+    return {"rows": rows, "more": more, "totals": t, "channels": per_channel}
 
 
 def audit_timeline(tenant_id: int, query: str, engine: Engine | None = None) -> list[dict[str, Any]]:

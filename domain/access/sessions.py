@@ -1,0 +1,132 @@
+"""Dashboard sessions that every tab of a browser shares: an HttpOnly, SameSite=Strict cookie holding a random token
+(only its SHA-256 is stored, in `operator_sessions`).
+
+A login never puts the token in a websocket message: the login handler mints a one-time *ticket* (valid
+`TICKET_SECONDS`, usable once), the page posts it to `POST /api/session`, and that HTTP answer sets the cookie — a
+new token at every login (the old session, if the browser had one, ends there: rotation). Logout ends the session
+in the database, so every other tab of that browser loses it at its next step, and clears the cookie.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from http.cookies import CookieError, SimpleCookie
+from typing import Final
+from urllib.parse import unquote, urlsplit
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from domain.access.auth import Principal, principal_of_operator
+from domain.db import UnitOfWork
+
+COOKIE: Final = "outbox_session"
+SESSION_TTL: Final = timedelta(hours=12)
+TICKET_SECONDS: Final = 60
+_TOKEN_CHARS: Final = 43  # secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class Session:
+    token_hash: str
+    principal: Principal
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _well_formed(token: str) -> bool:
+    return len(token) == _TOKEN_CHARS and all(c.isascii() and (c.isalnum() or c in "-_") for c in token)
+
+
+def cookie_token(cookie_header: str) -> str:
+    """The session token in a Cookie header ('' when there is none or it is malformed). Pure."""
+    try:
+        jar = SimpleCookie(cookie_header or "")
+    except CookieError:
+        return ""
+    morsel = jar.get(COOKIE)
+    token = morsel.value if morsel is not None else ""
+    return token if _well_formed(token) else ""
+
+
+def mint_ticket(operator_id: int, now: datetime | None = None, engine: Engine | None = None) -> str:
+    """A one-time ticket for the operator who just proved their password in this tab."""
+    now = now or datetime.now(UTC)
+    ticket = secrets.token_urlsafe(32)
+    with UnitOfWork(engine) as uow:
+        uow.execute(sa.text(
+            "INSERT INTO operator_sessions (token_hash, operator_id, kind, created_at, expires_at) "
+            "VALUES (:h, :o, 'ticket', :now, :exp)"),
+            {"h": token_hash(ticket), "o": operator_id, "now": now, "exp": now + timedelta(seconds=TICKET_SECONDS)})
+        uow.commit()
+    return ticket
+
+
+def exchange_ticket(ticket: str, previous_token: str = "", now: datetime | None = None,
+                    engine: Engine | None = None) -> str | None:
+    """The ticket spent (once, within its time) for a new session token; the browser's previous session ends in
+    the same commit. None for an unknown, spent or expired ticket (nothing changes then)."""
+    if not _well_formed(ticket):
+        return None
+    now = now or datetime.now(UTC)
+    token = secrets.token_urlsafe(32)
+    with UnitOfWork(engine) as uow:
+        row = uow.execute(sa.text(
+            "UPDATE operator_sessions SET ended_at = :now WHERE token_hash = :h AND kind = 'ticket' "
+            "AND ended_at IS NULL AND expires_at > :now RETURNING operator_id"),
+            {"h": token_hash(ticket), "now": now}).first()
+        if row is None:
+            return None
+        if _well_formed(previous_token):
+            uow.execute(sa.text("UPDATE operator_sessions SET ended_at = :now WHERE token_hash = :h "
+                                "AND kind = 'session' AND ended_at IS NULL"),
+                        {"h": token_hash(previous_token), "now": now})
+        uow.execute(sa.text(
+            "INSERT INTO operator_sessions (token_hash, operator_id, kind, created_at, expires_at) "
+            "VALUES (:h, :o, 'session', :now, :exp)"),
+            {"h": token_hash(token), "o": row.operator_id, "now": now, "exp": now + SESSION_TTL})
+        uow.commit()
+    return token
+
+
+_LIVE = sa.text(
+    "SELECT o.id, o.tenant_id, o.login, o.display_name, o.role FROM operator_sessions s "
+    "JOIN operators o ON o.id = s.operator_id WHERE s.token_hash = :h AND s.kind = 'session' "
+    "AND s.ended_at IS NULL AND s.expires_at > :now")
+
+
+def live_session(hashed: str, now: datetime | None = None, engine: Engine | None = None) -> Principal | None:
+    """The operator behind a live session (by the token's hash), with role and tenant as they are now."""
+    if not hashed:
+        return None
+    with UnitOfWork(engine) as uow:
+        row = uow.execute(_LIVE, {"h": hashed, "now": now or datetime.now(UTC)}).first()
+    return principal_of_operator(row) if row is not None else None
+
+
+def end_session(hashed: str, now: datetime | None = None, engine: Engine | None = None) -> None:
+    with UnitOfWork(engine) as uow:
+        uow.execute(sa.text("UPDATE operator_sessions SET ended_at = :now WHERE token_hash = :h "
+                            "AND ended_at IS NULL"), {"h": hashed, "now": now or datetime.now(UTC)})
+        uow.commit()
+
+
+def _local_path(target: str) -> bool:
+    parts = urlsplit(target)
+    return (target.startswith("/") and not target.startswith("//") and "\\" not in target and not parts.scheme
+            and not parts.netloc and not any(ord(c) < 32 for c in target))
+
+
+def safe_next(raw: str | None, default: str) -> str:
+    """Where to go after login: a path on this site only (never `//evil`, a scheme, or a backslash trick — checked
+    as given and once more decoded). Pure."""
+    target = raw or ""
+    if (len(target) > 2000 or not _local_path(target) or not _local_path(unquote(target))
+            or urlsplit(target).path.rstrip("/") == "/login"):
+        return default
+    return target

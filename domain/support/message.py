@@ -1,0 +1,78 @@
+"""One message, everything support and integrators ask about it: the envelope it came from (redacted), every
+attempt (time, outcome, HTTP status, latency, response excerpt, next retry), the receipt, the charge and any refund,
+and why it is where it is, in plain words."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy.engine import Engine
+
+from domain.db import UnitOfWork, as_dicts
+from domain.ledger.reasons import error_text, ledger_reason, message_answer
+from domain.support import sql
+
+# Keys whose values are never shown, whatever they hold; and values that look like contact points.
+SECRET_KEYS: Final = re.compile(r"(email|phone|mobile|msisdn|address|code|otp|secret|token|password|key|nonce)",
+                                re.IGNORECASE)
+_CONTACT = re.compile(r"[^@\s]+@[^@\s]+|\+?[0-9][0-9 ().-]{7,}")
+REDACTED: Final = "•••"
+
+
+def redact(value: Any, key: str = "") -> Any:
+    """A payload with secrets and contact points replaced (keys kept, so its shape stays readable). Pure."""
+    if isinstance(value, dict):
+        return {str(k): redact(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, key) for v in value]
+    if key and SECRET_KEYS.search(key) and value not in (None, ""):
+        return REDACTED
+    if isinstance(value, str) and _CONTACT.search(value):
+        return _CONTACT.sub(REDACTED, value)
+    return value
+
+
+def _attempt(a: dict[str, Any]) -> dict[str, Any]:
+    started, finished = a["started_at"], a["finished_at"]
+    return {**a, "error_text": error_text(a["error_class"]) if a["error_class"] else "",
+            "duration_ms": (finished - started).total_seconds() * 1000 if started and finished else None}
+
+
+def message_page(tenant_id: int, notification_id: int, now: datetime,
+                 engine: Engine | None = None) -> dict[str, Any] | None:
+    """None when this tenant has no such message (another tenant's id reads exactly like a missing one)."""
+    with UnitOfWork(engine) as uow:
+        n = uow.execute(sql.MESSAGE, {"t": tenant_id, "i": notification_id}).first()
+        if n is None:
+            return None
+        m = dict(n._mapping)
+        attempts = as_dicts(uow.execute(sql.ATTEMPTS, {"i": notification_id}))
+        receipts = as_dicts(uow.execute(sql.RECEIPTS, {"r": m["provider_reference"], "c": m["channel"]})) \
+            if m["provider_reference"] else []
+        money = as_dicts(uow.execute(sql.MONEY, {"t": tenant_id, "i": notification_id}))
+        envelope = uow.execute(sql.ENVELOPE, {"t": tenant_id, "e": m["event_id"]}).first() if m["event_id"] else None
+    charged = -sum(e["amount_cents"] for e in money if e["kind"] == "reserve")
+    refunded = sum(e["amount_cents"] for e in money if e["kind"] == "refund")
+    env = dict(envelope._mapping) if envelope is not None else None
+    if env is not None:
+        env["payload"] = redact(env["payload"])
+    return {
+        "notification_id": m["id"], "channel": m["channel"], "lane": m["lane"], "template": m["template"],
+        "template_version": m["template_version"], "status": m["status"], "recipient": m["recipient"],
+        "recipient_id": m["recipient_id"], "recipient_name": m["recipient_name"],
+        "suppressed_reason": m["suppressed_reason"], "review": m["review"],
+        "provider_reference": m["provider_reference"], "job_id": m["job_id"], "event_id": m["event_id"],
+        "order_id": m["order_id"], "campaign_id": m["campaign_id"], "campaign_name": m["campaign_name"],
+        "lead_id": m["lead_id"], "dedupe_key": m["dedupe_key"], "attempts": m["attempts"],
+        "max_attempts": m["max_attempts"], "created_at": m["created_at"], "sent_at": m["sent_at"],
+        "settled_at": m["settled_at"], "replayed_at": m["replayed_at"],
+        "next_retry_at": m["next_attempt_at"] if m["status"] == "QUEUED" else None,
+        "payload": redact(m["payload"]), "envelope": env,
+        "attempt_log": [_attempt(a) for a in attempts],
+        "receipts": receipts, "receipt": receipts[-1] if receipts else None,
+        "money": {"entries": money, "charged_cents": charged, "refunded_cents": refunded,
+                  "held_cents": m["reserved_cents"], "cost_cents": m["cost_cents"]},
+        "reason": ledger_reason(m), "answer": message_answer(m, now),
+    }
