@@ -8,6 +8,9 @@ from dashboard import components
 from dashboard.api.app import build_api
 from dashboard.pages import all_pages
 from dashboard.state import AuthState
+from domain import logs
+
+logs.configure("dashboard")
 
 
 def index() -> rx.Component:

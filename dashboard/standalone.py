@@ -2,5 +2,7 @@
 `uvicorn dashboard.standalone:app`."""
 
 from dashboard.api.app import build_api
+from domain import logs
 
+logs.configure("api")
 app = build_api()

@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     # The API's interactive docs and OpenAPI schema (/api/docs, /api/openapi.json). Unset: served in development,
     # not in production (an attacker's map of the API); production may opt in.
     api_docs: bool | None = Field(None, validation_alias="OUTBOX_API_DOCS")
+    # Every process's structured log lines (domain/logs.py) at this level and above.
+    log_level: str = Field("INFO", pattern=r"^(?i:debug|info|warning|error|critical)$")
     # Comma-separated fault points (domain/faults.py) at which this process dies: development and tests only.
     fault: str = ""
     # The two fast paths, on unless a test or drill turns one off (development only): the transient refresh hint on

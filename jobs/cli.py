@@ -186,17 +186,21 @@ def _lane(lane: str) -> None:
 @app.command()
 def worker(lane: str = typer.Option(..., help="critical | high | normal | bulk")) -> None:
     """Run one arq worker process for one lane."""
+    from domain import logs
     from jobs.worker import run_worker
 
     _lane(lane)
+    logs.configure(f"worker:{lane}")
     run_worker(lane)
 
 
 @app.command()
 def relay(once: bool = typer.Option(False, help="run one recovery scan and exit")) -> None:
     """LISTEN/NOTIFY relay plus periodic recovery scan."""
+    from domain import logs
     from jobs.relay import run_relay
 
+    logs.configure("relay")
     asyncio.run(run_relay(once=once))
 
 

@@ -127,7 +127,6 @@ async def run_relay(interval: float | None = None, once: bool = False) -> None:
         return
     conn = await listen(s.database_url)
     log.info("relay listening on %s, scan every %.1fs", NOTIFY_CHANNEL, interval)
-    print(f"relay listening channel={NOTIFY_CHANNEL} scan_interval={interval}s", flush=True)
     last_scan = 0.0
     while True:
         woke = False
@@ -143,7 +142,7 @@ async def run_relay(interval: float | None = None, once: bool = False) -> None:
             try:
                 seen, enq = await scan_once(redis)
                 if enq:
-                    print(f"relay {'wake' if woke else 'scan'} owed_due={seen} enqueued={enq}", flush=True)
+                    log.info("relay %s", "wake" if woke else "scan", extra={"owed_due": seen, "enqueued": enq})
             except Exception as exc:  # Redis down: keep going, the next scan catches up
                 log.warning("scan failed: %s", type(exc).__name__)
             last_scan = time.monotonic()

@@ -19,7 +19,7 @@ import httpx
 from arq import Retry
 from arq.worker import func
 
-from domain import faults
+from domain import faults, logs
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.delivery import claims, lanes, ratelimit
 from domain.delivery.claims import Claim
@@ -109,9 +109,13 @@ async def armed_from_ops(ctx: dict[str, Any], point: str) -> None:
         os._exit(faults.EXIT_CODE)
 
 
+log = logs.get_logger("outbox.worker")
+
+
 async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     s = get_settings()
     lane: str = ctx["lane"]
+    logs.bind_here(notification_id=notification_id, lane=lane)  # this job's task only
     if lane == "bulk":
         channel = await asyncio.to_thread(claims.channel_of, notification_id)
         if channel is None:
@@ -125,6 +129,9 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
             raise Retry(defer=1.0)  # the row stays QUEUED; the card shows pending until resume
         return "not_owed"  # already done, leased by another worker, or not yet due: the scan will bring it back
     c = claimed.claim
+    logs.bind_here(tenant=c.tenant_id, event_id=str(c.event_id) if c.event_id else None, attempt=c.attempts,
+                   request_id=c.envelope.request_id if c.envelope else None, channel=c.channel)
+    log.info("claimed", result=type(claimed).__name__.lower())
     faults.hit("after_worker_claim")
     if isinstance(claimed, claims.Suppressed):
         await _refresh(ctx, c)
@@ -147,6 +154,8 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     result = await asyncio.to_thread(
         claims.record, c, decision, worker=ctx["worker_name"], started=started,
         status_code=outcome.status_code, latency_ms=latency_ms, provider_reference=ref, excerpt=outcome.excerpt)
+    log.info("attempt recorded", result=result, status_code=outcome.status_code, error_class=outcome.error,
+             latency_ms=round(latency_ms, 1), retry_in=getattr(decision, "delay_seconds", None))
     faults.hit("after_local_ack")
     await _refresh(ctx, c)
     if isinstance(decision, RetryDecision):

@@ -9,7 +9,7 @@ import argparse
 
 import uvicorn
 
-from receiver import db
+from receiver import db, logs
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     db.migrate(reset=args.reset)
     if args.cmd == "serve":
-        uvicorn.run("receiver.app:app", host=args.host, port=args.port, log_level="warning")
+        logs.configure()
+        uvicorn.run("receiver.app:app", host=args.host, port=args.port, log_level="warning", log_config=None)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,8 @@ async def webhook(request: Request) -> Response:
         await asyncio.to_thread(_record_delivery, event_id, "422")
         return JSONResponse({"error": "unsupported_schema"}, status_code=422)
     outcome, result_ref = await asyncio.to_thread(apply_effect, event_id, digest(data))
+    log.info("webhook", extra={"event_id": str(event_id), "outcome": outcome, "result_ref": result_ref,
+                               "tenant": data.get("tenant_id")})
     if outcome == "identity_conflict":
         log.warning("identity conflict event_id=%s", event_id)
         return JSONResponse({"error": "identity_conflict", "result_ref": result_ref}, status_code=409)
@@ -233,6 +235,7 @@ async def provider_message(provider: str, m: ProviderMessageIn, tasks: Backgroun
         return JSONResponse({"error": "unavailable"}, status_code=503)
     # Each provider is its own company with its own capacity: an email blast never queues an SMS behind it.
     ref, fresh = await asyncio.get_running_loop().run_in_executor(PROVIDER_POOLS[provider], _store_message, provider, m)
+    log.info("provider message", extra={"provider": provider, "reference": ref, "fresh": fresh})
     if fresh:
         outcome = "failed" if "bounce" in m.to else "delivered"
         tasks.add_task(send_receipt, provider, ref, outcome, m.idempotency_key)

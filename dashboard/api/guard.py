@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import re
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -26,7 +27,9 @@ from urllib.parse import parse_qsl
 from fastapi.routing import APIRoute
 from starlette.routing import Match
 
+from dashboard.api.metrics import observe_request
 from dashboard.limits import replaying
+from domain import logs
 
 log = logging.getLogger("outbox.api")
 
@@ -82,9 +85,12 @@ class RequestContext:
         held: dict[str, Any] | None = None  # an error's start message, held until its body is known
         chunks: list[bytes] = []
 
+        status = 500
+
         async def wrapped(message: dict[str, Any]) -> None:
-            nonlocal started, held
+            nonlocal started, held, status
             if message["type"] == "http.response.start":
+                status = int(message["status"])
                 ours = {k for k, _ in extra}
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in ours]
                 message = {**message, "headers": headers + extra}
@@ -111,8 +117,12 @@ class RequestContext:
                 return
             await send(message)
 
+        t0 = time.perf_counter()
         try:
-            await self.app(scope, receive, wrapped)
+            with logs.bind(request_id=rid):
+                await self.app(scope, receive, wrapped)
+                if api:
+                    self._done(scope, status, time.perf_counter() - t0)
         except Exception:
             log.exception("unhandled error, request %s %s %s", rid, scope.get("method"), scope.get("path"))
             if started:
@@ -122,6 +132,18 @@ class RequestContext:
             await send({"type": "http.response.body", "body": json.dumps(
                 {"error": "internal_error", "detail": "something went wrong on our side; quote the request id",
                  "request_id": rid}).encode()})
+
+
+    @staticmethod
+    def _done(scope: dict[str, Any], status: int, seconds: float) -> None:
+        """One line per API request (never its query string: a search term may be a phone number) and its
+        latency in the route's histogram."""
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        observe_request(str(scope.get("method")), route, status, seconds)
+        principal = scope.get("state", {}).get("principal")
+        log.info("request", extra={"method": scope.get("method"), "route": route, "path": scope.get("path"),
+                                   "tenant": getattr(principal, "tenant_id", None),
+                                   "status": status, "duration_ms": round(seconds * 1000, 1)})
 
 
 def _with_request_id(start: dict[str, Any], body: bytes, rid: str, api: bool) -> bytes | None:
@@ -173,7 +195,8 @@ class ApiKeyGate:
             await send_json(send, exc.status, exc.body, exc.headers)
             return
         scope.setdefault("state", {})["principal"] = principal
-        await self.app(scope, receive, send)
+        with logs.bind(tenant=getattr(principal, "tenant_id", None)):
+            await self.app(scope, receive, send)
 
 
 # --- hostile input -------------------------------------------------------------------------------------------

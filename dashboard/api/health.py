@@ -15,8 +15,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from dashboard.api.deps import maybe_pool, redis_pool
+from dashboard.api.metrics import REQUESTS, TelemetryCollector
 from domain import invariants
 from domain.db import UnitOfWork
+from domain.delivery import telemetry
 from domain.delivery import views as delivery_views
 from domain.delivery.queue import REFRESH_PUBLISHES
 from domain.settings import get_settings
@@ -113,4 +115,6 @@ class LaneCollector:
 def render_metrics(publishes: int) -> bytes:
     reg = CollectorRegistry()
     reg.register(LaneCollector(delivery_views.lane_stats(), publishes))  # type: ignore[arg-type]
+    reg.register(TelemetryCollector(telemetry.snapshot(), get_settings().oldest_owed_slo_seconds))  # type: ignore[arg-type]
+    reg.register(REQUESTS)
     return generate_latest(reg)

@@ -110,6 +110,7 @@ async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
         job = await redis.enqueue_job(DELIVER_TASK, row.notification_id, _job_id=job_id(row.notification_id),
                                       _queue_name=queue_name(row.lane))
         if job is not None:
+            log.info("wake-up enqueued", extra={"notification_id": row.notification_id, "lane": row.lane})
             n += 1
             woken.add(row.lane)
     await wake_lanes(redis, woken)
@@ -172,6 +173,10 @@ async def enqueue_after_commit(redis: ArqRedis | None, rows: Iterable[OwedRow]) 
 
 async def after_commit(redis: ArqRedis | None, result: Committed) -> dict[str, int]:
     out = {"views": 0, "enqueued": 0}
+    log.info("order event committed", extra={
+        "tenant": result.tenant_id, "event_id": str(result.event_id), "order_id": result.order_id,
+        "revision": result.revision, "status": result.status,
+        "notification_ids": [r.notification_id for r in result.owed]})
     faults.hit("after_commit_before_publish")
     if redis is None:
         return out
