@@ -500,3 +500,22 @@ class IdempotencyKey(SQLModel, table=True):
     created_at: datetime | None = _ts()
     locked_until: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
     expires_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True))
+
+
+class WebhookEndpoint(SQLModel, table=True):
+    """A tenant's webhook endpoint (Svix's model): its URL, the event types it wants (NULL: every type), its
+    signing secret and, for 24 h after a rotation, the previous one (both sign meanwhile). Disabled endpoints
+    receive nothing. domain/endpoints/."""
+
+    __tablename__ = "webhook_endpoints"
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    url: str
+    description: str = ""
+    event_types: list[str] | None = Field(default=None, sa_column=sa.Column(pg.JSONB, nullable=True))
+    secret: str
+    previous_secret: str | None = None
+    previous_secret_until: datetime | None = _ts(nullable=True, default=False)
+    disabled_at: datetime | None = _ts(nullable=True, default=False)
+    created_at: datetime | None = _ts()
+    updated_at: datetime | None = _ts()

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     # The API's interactive docs and OpenAPI schema (/api/docs, /api/openapi.json). Unset: served in development,
     # not in production (an attacker's map of the API); production may opt in.
     api_docs: bool | None = Field(None, validation_alias="OUTBOX_API_DOCS")
+    # Development only: webhook endpoint targets (host:port, comma-separated) let past the private-address guard;
+    # the receiver's own host:port always is, in development (domain/endpoints/urls.py).
+    endpoint_allowlist: str = ""
     # Every process's structured log lines (domain/logs.py) at this level and above.
     log_level: str = Field("INFO", pattern=r"^(?i:debug|info|warning|error|critical)$")
     # Comma-separated fault points (domain/faults.py) at which this process dies: development and tests only.

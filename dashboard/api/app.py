@@ -16,6 +16,7 @@ from starlette.routing import Match
 from dashboard.api import (
     balance,
     campaigns,
+    endpoints,
     errors,
     events,
     health,
@@ -37,7 +38,7 @@ from dashboard.api.idempotency import publish as publish_idempotency
 from dashboard.limits import BodyLimit
 from domain.settings import get_settings
 
-ROUTERS: tuple[APIRouter, ...] = (orders.router, events.router, leads.router, recipients.router, notifications.router,
+ROUTERS: tuple[APIRouter, ...] = (endpoints.router, orders.router, events.router, leads.router, recipients.router, notifications.router,
                                   otp.router, campaigns.router, balance.router, receipts.router, health.router,
                                   search.router, messages.router, session.router)
 

@@ -1,0 +1,119 @@
+"""Webhook endpoints per tenant (Svix's model): create (201, the `whsec_…` secret answered once), list, read,
+disable, enable, delete, rotate (both secrets sign for 24 h). A URL to a loopback, private, link-local or metadata
+address is refused (422 `url_not_allowed`), and checked again after DNS at send time (domain/endpoints/urls.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from dashboard.api.deps import Auth, Id, tenant_row
+from dashboard.api.errors import ApiError
+from domain.endpoints import store, urls
+from domain.orders.policy import EVENT_TYPES
+from domain.settings import get_settings
+
+router = APIRouter(prefix="/api/v1/endpoints", tags=["webhook endpoints"])
+EVENTS = sorted(EVENT_TYPES.values())
+
+
+class EndpointIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(min_length=8, max_length=urls.MAX_URL, pattern=r"^https?://[^\s]+$",
+                     description="https:// (or http://) to a public address; checked again after DNS on each send")
+    description: str = Field("", max_length=200)
+    event_types: list[str] | None = Field(
+        None, min_length=1, max_length=len(EVENTS), description="omitted: every event type",
+        json_schema_extra={"items": {"type": "string", "enum": EVENTS}, "uniqueItems": True})
+
+
+class EndpointOut(BaseModel):
+    id: int
+    url: str
+    description: str
+    event_types: list[str] | None
+    enabled: bool
+    created_at: datetime
+    updated_at: datetime
+    rotating_until: datetime | None = Field(description="the previous secret still signs until then")
+
+
+class EndpointWithSecret(EndpointOut):
+    secret: str = Field(description="whsec_…: shown in this answer only — store it now")
+
+
+def allowlist() -> frozenset[str]:
+    """Development only: the mock receiver and OUTBOX_ENDPOINT_ALLOWLIST pass the private-address guard."""
+    s = get_settings()
+    if s.env != "development":
+        return frozenset()
+    parsed = urls.parse(s.receiver_url)
+    own = {f"{parsed[0]}:{parsed[1]}"} if not isinstance(parsed, urls.Refused) else set()
+    return frozenset(own | {a.strip().lower() for a in s.endpoint_allowlist.split(",") if a.strip()})
+
+
+def _checked(body: EndpointIn) -> None:
+    if body.event_types is not None:
+        unknown = sorted(set(body.event_types) - set(EVENTS))
+        if unknown or len(set(body.event_types)) != len(body.event_types):
+            raise ApiError(422, "invalid_request", field="event_types",
+                           detail=f"event_types: each once, from {', '.join(EVENTS)}")
+
+
+@router.post("", status_code=201, response_model=EndpointWithSecret)
+async def create(body: EndpointIn, p: Auth) -> JSONResponse:
+    _checked(body)
+    verdict = await asyncio.to_thread(urls.check, body.url, allowlist())
+    if isinstance(verdict, urls.Refused):
+        raise ApiError(422, "url_not_allowed", field="url", detail=f"url: {verdict.reason}; nothing was created")
+    row = await asyncio.to_thread(store.create, p.tenant_id, body.url, body.description, body.event_types,
+                                  p.actor_ref)
+    return JSONResponse(EndpointWithSecret(**row).model_dump(mode="json"), status_code=201)
+
+
+@router.get("")
+async def list_endpoints(p: Auth) -> dict[str, list[EndpointOut]]:
+    rows = await asyncio.to_thread(store.list_endpoints, p.tenant_id)
+    return {"endpoints": [EndpointOut(**r) for r in rows]}
+
+
+@router.get("/{endpoint_id}", response_model=EndpointOut)
+async def get(endpoint_id: Id, p: Auth) -> dict[str, Any]:
+    return await tenant_row(store.get, p.tenant_id, endpoint_id)
+
+
+async def _enabled(p: Any, endpoint_id: int, on: bool) -> dict[str, Any]:
+    row = await asyncio.to_thread(store.set_enabled, p.tenant_id, endpoint_id, on, p.actor_ref)
+    if row is None:
+        raise ApiError(404, "not_found")
+    return row
+
+
+@router.post("/{endpoint_id}/disable", response_model=EndpointOut)
+async def disable(endpoint_id: Id, p: Auth) -> dict[str, Any]:
+    return await _enabled(p, endpoint_id, False)
+
+
+@router.post("/{endpoint_id}/enable", response_model=EndpointOut)
+async def enable(endpoint_id: Id, p: Auth) -> dict[str, Any]:
+    return await _enabled(p, endpoint_id, True)
+
+
+@router.post("/{endpoint_id}/rotate", response_model=EndpointWithSecret)
+async def rotate(endpoint_id: Id, p: Auth) -> dict[str, Any]:
+    row = await asyncio.to_thread(store.rotate, p.tenant_id, endpoint_id, p.actor_ref)
+    if row is None:
+        raise ApiError(404, "not_found")
+    return row
+
+
+@router.delete("/{endpoint_id}", status_code=204, response_class=Response)
+async def delete(endpoint_id: Id, p: Auth) -> Response:
+    if not await asyncio.to_thread(store.delete, p.tenant_id, endpoint_id, p.actor_ref):
+        raise ApiError(404, "not_found")
+    return Response(status_code=204)

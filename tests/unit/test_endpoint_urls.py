@@ -1,0 +1,55 @@
+"""The webhook URL guard (domain/endpoints/urls.py), with a fake resolver.
+
+Invariants: no endpoint may point at a loopback, private, link-local, multicast, reserved or metadata address —
+by literal, by IPv4-mapped IPv6, by a local name, or by a name that resolves to one (one bad answer refuses the
+whole name, which is what catches DNS rebinding at send time); public addresses pass; only an exact `host:port` on
+the development allowlist passes otherwise.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.endpoints.urls import Allowed, Refused, addresses_for_send, check
+
+
+def fake(answers: dict[str, list[str]]):  # type: ignore[no-untyped-def]
+    def resolve(host: str, port: int) -> list[str]:
+        if host not in answers:
+            raise OSError("no such host")
+        return answers[host]
+    return resolve
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1/hook", "http://127.1.2.3:8080/", "https://[::1]/", "http://10.0.0.5/", "http://172.16.3.4/",
+    "http://192.168.1.10/", "http://169.254.169.254/latest/meta-data/", "http://[fd00:ec2::254]/",
+    "http://100.100.100.200/", "http://[::ffff:127.0.0.1]/", "http://0.0.0.0/", "http://224.0.0.1/",
+    "http://localhost:8090/", "http://api.localhost/", "http://metadata.google.internal/computeMetadata/v1/",
+    "http://[fe80::1]/", "http://100.64.0.1/", "ftp://example.com/", "https://user:pw@example.com/",
+    "http://rebinder.example/", "http://mixed.example/", "http://nowhere.example/",
+])
+def test_private_local_and_metadata_targets_are_refused(url: str) -> None:
+    resolve = fake({"rebinder.example": ["169.254.169.254"], "mixed.example": ["93.184.216.34", "10.1.1.1"]})
+    assert isinstance(check(url, resolve=resolve), Refused), url
+
+
+def test_public_targets_pass_with_the_addresses_to_connect_to() -> None:
+    resolve = fake({"hooks.example.com": ["93.184.216.34", "2606:2800:220:1::1"]})
+    got = check("https://hooks.example.com/outbox", resolve=resolve)
+    assert isinstance(got, Allowed) and got.port == 443 and "93.184.216.34" in got.addresses
+    assert isinstance(check("http://93.184.216.34:8443/x", resolve=resolve), Allowed)
+
+
+def test_a_name_that_turns_private_after_saving_is_refused_at_send_time() -> None:
+    answers = {"shop.example": ["93.184.216.34"]}
+    assert isinstance(check("https://shop.example/h", resolve=fake(answers)), Allowed)
+    answers["shop.example"] = ["127.0.0.1"]  # DNS rebinding: the same name, now pointing at us
+    assert isinstance(addresses_for_send("https://shop.example/h", resolve=fake(answers)), Refused)
+
+
+def test_only_an_exact_host_port_on_the_allowlist_passes() -> None:
+    allow = frozenset({"127.0.0.1:8090"})
+    assert isinstance(check("http://127.0.0.1:8090/webhooks/orders", allow), Allowed)
+    assert isinstance(check("http://127.0.0.1:8091/webhooks/orders", allow), Refused)
+    assert isinstance(check("http://127.0.0.1/webhooks/orders", allow), Refused)
