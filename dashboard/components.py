@@ -2,32 +2,48 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias, TypeVar
 
 import reflex as rx
+from reflex.vars import ArrayVar, ObjectVar
+from reflex_base.constants.colors import ColorType
+from reflex_components_lucide.icon import Icon
+from reflex_components_radix.themes.base import LiteralAccentColor
 
 from dashboard.state import AuthState
 
-STATUS_COLOURS = {
+# One row of a table as the browser holds it: every page formats its values to strings on the server.
+Row: TypeAlias = ObjectVar[dict[str, str]]
+
+# `rx.icon` is a function that shares its name with its own submodule (`reflex_components_lucide.icon`), and mypy
+# resolves the name to the module ("Module not callable"). `Icon.create` is that same function under a name it follows.
+icon = Icon.create
+
+T = TypeVar("T")
+
+STATUS_COLOURS: dict[str, LiteralAccentColor] = {
     "QUEUED": "amber", "SENT": "blue", "DELIVERED": "green", "FAILED": "red", "SUPPRESSED": "gray",
     "authorized": "amber", "approved": "green", "cancelled": "gray", "fulfilled": "blue",
 }
 
 
-def status_badge(status: rx.Var | str, **props) -> rx.Component:  # type: ignore[no-untyped-def]
-    return rx.match(
+def status_badge(status: rx.Var[str] | str, **props: Any) -> rx.Component:
+    badge = rx.match(
         status,
         *[(k, rx.badge(k, color_scheme=v, variant="soft", **props)) for k, v in STATUS_COLOURS.items()],
         rx.badge(status, variant="soft", **props),
     )
+    assert isinstance(badge, rx.Component)  # branches that are components make a Match component, never a Var
+    return badge
 
 
 NAV: list[tuple[str, str, str]] = []  # (label, route, icon) filled by the page registry
 
 
-def nav_link(label: str, route: str, icon: str) -> rx.Component:
+def nav_link(label: str, route: str, icon_name: str) -> rx.Component:
     link = rx.link(
-        rx.hstack(rx.icon(icon, size=16), rx.text(label, size="2", weight="medium"), spacing="2", align="center"),
+        rx.hstack(icon(icon_name, size=16), rx.text(label, size="2", weight="medium"), spacing="2", align="center"),
         href=route, underline="none", color_scheme="gray", high_contrast=True,
         padding_x="10px", padding_y="6px", border_radius="6px", _hover={"background": rx.color("gray", 3)},
     )
@@ -35,11 +51,11 @@ def nav_link(label: str, route: str, icon: str) -> rx.Component:
     return link if route == "/ops" else rx.cond(AuthState.platform, rx.fragment(), link)
 
 
-def shell(title: str, *children: rx.Component, actions: rx.Component | None = None) -> rx.Component:
+def shell(title: str | rx.Var[str], *children: rx.Component, actions: rx.Component | None = None) -> rx.Component:
     return rx.box(
         rx.hstack(
             rx.hstack(
-                rx.icon("send", size=20, color=rx.color("indigo", 9)),
+                icon("send", size=20, color=rx.color("indigo", 9)),
                 rx.heading("Outbox", size="4", weight="bold"),
                 spacing="2", align="center",
             ),
@@ -73,11 +89,27 @@ def shell(title: str, *children: rx.Component, actions: rx.Component | None = No
     )
 
 
-def card(*children: rx.Component, **props) -> rx.Component:  # type: ignore[no-untyped-def]
+def pick(condition: rx.Var[bool], when_true: T, when_false: T) -> rx.Var[T]:
+    """`rx.cond` between two plain values (a label, a colour): a conditional Var."""
+    # Reflex declares cond's value overloads after a TypeVar statement that ends the overload group, so mypy sees only
+    # the component ones; the call is the documented one.
+    chosen = rx.cond(condition, when_true, when_false)  # type: ignore[call-overload]  # see the comment above
+    assert isinstance(chosen, rx.Var)  # two plain values make a conditional Var, never a component
+    return chosen
+
+
+def lookup(value: rx.Var[str], table: Mapping[str, T], default: T) -> rx.Var[T]:
+    """`rx.match` from a value to plain values (a status to its colour): a Var."""
+    chosen = rx.match(value, *table.items(), default)
+    assert isinstance(chosen, rx.Var)  # plain values make a Var, never a component
+    return chosen
+
+
+def card(*children: rx.Component, **props: Any) -> rx.Component:
     return rx.card(*children, width="100%", **props)
 
 
-def stat(label: str, value: rx.Var | str, testid: str = "", colour: rx.Var | str = "gray") -> rx.Component:
+def stat(label: str, value: rx.Var[str] | str, testid: str = "", colour: ColorType = "gray") -> rx.Component:
     return card(
         rx.text(label, size="1", color=rx.color("gray", 11), weight="medium"),
         rx.text(value, size="6", weight="bold", color=rx.color(colour, 12), data_testid=testid or None),
@@ -85,9 +117,10 @@ def stat(label: str, value: rx.Var | str, testid: str = "", colour: rx.Var | str
     )
 
 
-def data_table(headers: Sequence[str], rows: rx.Var, render_row, empty: str, testid: str = "") -> rx.Component:  # type: ignore[no-untyped-def]
+def data_table(headers: Sequence[str], rows: ArrayVar[Any], render_row: Callable[[Row], rx.Component], empty: str,
+               testid: str = "") -> rx.Component:
     return rx.cond(
-        rows.length() > 0,  # type: ignore[attr-defined]
+        rows.length() > 0,
         rx.box(
             rx.table.root(
                 rx.table.header(rx.table.row(*[rx.table.column_header_cell(h) for h in headers])),
@@ -112,7 +145,7 @@ def action_row(a: dict[str, object]) -> dict[str, str]:
 ACTION_HEADERS = ("When (UTC)", "Tenant", "Who", "What", "On", "Note")
 
 
-def action_table_row(a: rx.Var) -> rx.Component:
+def action_table_row(a: Row) -> rx.Component:
     return rx.table.row(rx.table.cell(rx.text(a["at"], size="1")), rx.table.cell(rx.text(a["tenant"], size="1")),
                         rx.table.cell(a["who"]), rx.table.cell(rx.badge(a["what"], variant="soft")),
                         rx.table.cell(a["target"]), rx.table.cell(rx.text(a["note"], size="1")),
@@ -121,18 +154,18 @@ def action_table_row(a: rx.Var) -> rx.Component:
 
 def empty_state(text: str) -> rx.Component:
     return rx.center(
-        rx.vstack(rx.icon("inbox", size=28, color=rx.color("gray", 9)), rx.text(text, color=rx.color("gray", 11)),
+        rx.vstack(icon("inbox", size=28, color=rx.color("gray", 9)), rx.text(text, color=rx.color("gray", 11)),
                   align="center", spacing="2"),
         padding="32px", width="100%", border=f"1px dashed {rx.color('gray', 6)}", border_radius="8px",
         data_testid="empty-state",
     )
 
 
-def loading(flag: rx.Var, *children: rx.Component) -> rx.Component:
+def loading(flag: rx.Var[bool], *children: rx.Component) -> rx.Component:
     return rx.cond(flag, rx.center(rx.spinner(size="3"), padding="32px", data_testid="loading"),
                    rx.fragment(*children))
 
 
-def error_callout(message: rx.Var, testid: str = "error") -> rx.Component:
+def error_callout(message: rx.Var[str], testid: str = "error") -> rx.Component:
     return rx.cond(message != "", rx.callout(message, icon="triangle_alert", color_scheme="red", role="alert",
                                              data_testid=testid, width="100%"))

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+Receive = Callable[[], Awaitable[dict[str, Any]]]
 
-def replaying(body: bytes, receive: Any) -> Any:
+
+def replaying(body: bytes, receive: Receive) -> Receive:
     """An ASGI `receive` that hands the app a body already read, once, then defers to the real one (a later
     disconnect still reaches the app)."""
     sent = False

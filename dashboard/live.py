@@ -27,7 +27,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -74,7 +74,7 @@ class View:
         self.channel, self.still_wanted, self.probe, self.seen = channel, still_wanted, probe, seen
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=QUEUE_SIZE)
 
-    def hints(self) -> AsyncIterator[dict[str, Any]]:
+    def hints(self) -> AsyncGenerator[dict[str, Any], None]:
         """Hints while the view is wanted; ends when the tab's watch is superseded or ended."""
         return HUB.hints(self)
 
@@ -123,7 +123,7 @@ class Hub:
                 log.warning("live hub lost Redis (%s); reconnecting in %.1f s", type(e).__name__, delay)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py left PubSub.aclose unannotated
                     await client.aclose()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
@@ -182,7 +182,7 @@ class Hub:
                 await asyncio.sleep(1.0)
                 self._dirty.set()
 
-    async def hints(self, view: View) -> AsyncIterator[dict[str, Any]]:
+    async def hints(self, view: View) -> AsyncGenerator[dict[str, Any], None]:
         if self.view_count >= get_settings().live_views_max:
             log.warning("live views cap reached (%d): %s opens without live updates", self.view_count, view.channel)
             return

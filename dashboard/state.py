@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import reflex as rx
 
 from dashboard import live, routes
+from dashboard.events import Followup, event
 from domain.access import roles
 from domain.access.auth import LockedOut, login_operator, operator_now
 from domain.access.roles import Act
@@ -19,11 +21,11 @@ class AuthState(rx.State):
     _actor_ref: str = ""
     _role: str = ""
     _operator_id: int = 0
-    display_name: str = ""
-    tenant_label: str = ""
-    role: str = ""  # display only (which buttons to show); every handler asks `_allowed`, which re-reads the role
-    login_error: str = ""
-    logging_in: bool = False
+    display_name: rx.Field[str] = rx.field("")
+    tenant_label: rx.Field[str] = rx.field("")
+    role: rx.Field[str] = rx.field("")  # display only (which buttons to show); every handler asks `_allowed`, which re-reads the role
+    login_error: rx.Field[str] = rx.field("")
+    logging_in: rx.Field[bool] = rx.field(False)
 
     @rx.var
     def logged_in(self) -> bool:
@@ -46,11 +48,11 @@ class AuthState(rx.State):
         """Orders and preferences: everyone of a tenant but support (display only, like `role`)."""
         return roles.may(self.role, Act.ORDERS)
 
-    @rx.event
-    async def login(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+    @event
+    async def login(self, form: dict[str, str]) -> AsyncIterator[Followup]:
         self.logging_in = True
         self.login_error = ""
-        yield
+        yield None
         client = str(getattr(self.router.session, "client_ip", "") or "unknown")
         p = await asyncio.to_thread(login_operator, str(form.get("login", "")).strip(), str(form.get("password", "")),
                                     client)
@@ -95,16 +97,17 @@ class AuthState(rx.State):
         event with any arguments; hiding a button proves nothing)."""
         return await self._fresh() and roles.may(self._role, act)
 
-    @rx.event
-    def logout(self):  # type: ignore[no-untyped-def]
+    @event
+    def logout(self) -> Followup:
         """Forget the operator AND everything every page loaded for them: the next person at this tab starts from
         an empty session."""
         live.end_watch(self.router.session.client_token)  # this tab's live task stops before it pushes again
-        self.reset()  # Reflex resets substates too, and every page's state derives from this one
+        # Reflex resets substates too, and every page's state derives from this one.
+        self.reset()  # type: ignore[no-untyped-call]  # Reflex left BaseState.reset unannotated
         return rx.redirect(routes.LOGIN)
 
-    @rx.event
-    def require_login(self):  # type: ignore[no-untyped-def]
+    @event
+    def require_login(self) -> Followup:
         """First on_load of every page: no operator → the login page; a platform operator (no tenant) has only
         the Ops page."""
         if not self._operator_id:
@@ -113,6 +116,6 @@ class AuthState(rx.State):
             return rx.redirect(routes.OPS)
         return None
 
-    @rx.event
-    def go_home(self):  # type: ignore[no-untyped-def]
+    @event
+    def go_home(self) -> Followup:
         return rx.redirect(self._home())

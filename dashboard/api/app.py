@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import Scope
 
 from dashboard.api import (
     balance,
@@ -46,7 +47,7 @@ ROUTERS: tuple[APIRouter, ...] = (endpoints.router, orders.router, events.router
 not_found = APIRouter()
 
 
-def _allowed(scope: dict[str, Any]) -> list[str]:
+def _allowed(scope: Scope) -> list[str]:
     """Every method some route serves at this path (the router alone names only its first partial match's)."""
     return sorted({m for router in ROUTERS for r in router.routes if isinstance(r, APIRoute)
                    and r.matches(scope)[0] != Match.NONE for m in (r.methods or ())})
@@ -101,7 +102,9 @@ def build_api() -> FastAPI:
             doc = build_schema()
             publish_idempotency(doc)
             publish_text_rules(doc)
-        return api.openapi_schema  # type: ignore[return-value]
+        schema = api.openapi_schema
+        assert schema is not None  # FastAPI's openapi() stores what it built
+        return schema
 
-    api.openapi = openapi  # type: ignore[method-assign]
+    api.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented hook for a custom schema
     return api

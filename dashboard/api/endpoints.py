@@ -29,7 +29,7 @@ class EndpointIn(BaseModel):
     description: str = Field("", max_length=200)
     event_types: list[str] | None = Field(
         None, min_length=1, max_length=len(EVENTS), description="omitted: every event type",
-        json_schema_extra={"items": {"type": "string", "enum": EVENTS}, "uniqueItems": True})
+        json_schema_extra={"items": {"type": "string", "enum": [*EVENTS]}, "uniqueItems": True})
 
 
 class EndpointOut(BaseModel):

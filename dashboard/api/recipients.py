@@ -91,13 +91,13 @@ class RecipientIn(BaseModel):
 class RecipientPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
     # absent: unchanged. A name and the opt-out list cannot be null (the columns are NOT NULL).
-    display_name: str = Field(default=None, min_length=1, max_length=100)  # type: ignore[assignment]
+    display_name: str = Field(default=None, min_length=1, max_length=100)  # type: ignore[assignment]  # None = absent (unchanged); a sent null fails str
     email: Email | None = None
     phone: Phone | None = None
     timezone: Timezone | None = None
     quiet_hours: QuietHours | None = None  # null clears them
     daily_cap: Cap | None = None  # null removes the cap
-    opted_out_channels: list[Channel] = Field(default=None, max_length=10)  # type: ignore[assignment]
+    opted_out_channels: list[Channel] = Field(default=None, max_length=10)  # type: ignore[arg-type]  # None = absent (unchanged); a sent null fails the list type
 
 
 def _values(body: BaseModel) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from typing import Any
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import card, data_table, error_callout, shell
+from dashboard.components import Row, card, data_table, error_callout, shell
+from dashboard.events import event
 from dashboard.format import when
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -29,15 +30,16 @@ def _row(k: dict[str, Any]) -> dict[str, str]:
 
 
 class ApiKeysState(AuthState):
-    keys: list[dict[str, str]] = []
-    new_key: str = ""  # the whole key, in the answer that created it only: cleared by the next load or action
-    confirm_id: str = ""
-    confirm_prefix: str = ""
-    notice: str = ""
-    error: str = ""
+    keys: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    # The whole key, in the answer that created it only: cleared by the next load or action.
+    new_key: rx.Field[str] = rx.field("")
+    confirm_id: rx.Field[str] = rx.field("")
+    confirm_prefix: rx.Field[str] = rx.field("")
+    notice: rx.Field[str] = rx.field("")
+    error: rx.Field[str] = rx.field("")
 
-    @rx.event
-    async def load(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load(self) -> None:
         self.new_key = self.notice = self.error = ""
         self.confirm_id = self.confirm_prefix = ""
         if not self._tenant_id:
@@ -48,8 +50,8 @@ class ApiKeysState(AuthState):
     async def _reload(self) -> None:
         self.keys = [_row(k) for k in await asyncio.to_thread(list_keys, self._tenant_id)]
 
-    @rx.event
-    async def create(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+    @event
+    async def create(self, form: dict[str, str]) -> None:
         self.new_key = self.notice = self.error = ""
         if not await self._allowed(Act.API_KEYS) or not self._tenant_id:
             self.error = refusal(Act.API_KEYS)
@@ -63,20 +65,20 @@ class ApiKeysState(AuthState):
         self.notice = f"Key {key[:8]}… created. Copy it now: it is shown only this once."
         await self._reload()
 
-    @rx.event
-    async def ask_revoke(self, key_id: str, prefix: str):  # type: ignore[no-untyped-def]
+    @event
+    async def ask_revoke(self, key_id: str, prefix: str) -> None:
         self.new_key = self.notice = self.error = ""
         if not await self._allowed(Act.API_KEYS):
             self.error = refusal(Act.API_KEYS)
             return
         self.confirm_id, self.confirm_prefix = str(key_id), str(prefix)[:16]
 
-    @rx.event
-    def cancel_revoke(self):  # type: ignore[no-untyped-def]
+    @event
+    def cancel_revoke(self) -> None:
         self.confirm_id = self.confirm_prefix = ""
 
-    @rx.event
-    async def revoke(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+    @event
+    async def revoke(self, form: dict[str, str]) -> None:
         self.new_key = self.notice = self.error = ""
         if not await self._allowed(Act.API_KEYS) or not self._tenant_id:
             self.error = refusal(Act.API_KEYS)
@@ -97,7 +99,7 @@ class ApiKeysState(AuthState):
         await self._reload()
 
 
-def _key_row(k: rx.Var) -> rx.Component:
+def _key_row(k: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.code(k["prefix"])), rx.table.cell(k["actor"]), rx.table.cell(rx.text(k["created"], size="1")),
         rx.table.cell(rx.cond(k["state"] == "live", rx.badge("live", color_scheme="green"),

@@ -8,7 +8,17 @@ from datetime import UTC, datetime
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import ACTION_HEADERS, action_row, action_table_row, data_table, empty_state, shell
+from dashboard.components import (
+    ACTION_HEADERS,
+    Row,
+    action_row,
+    action_table_row,
+    data_table,
+    empty_state,
+    icon,
+    shell,
+)
+from dashboard.events import event
 from dashboard.format import when
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -21,20 +31,20 @@ KIND_ICON = {"event": "file-text", "ledger": "mail", "attempt": "send", "effect"
 
 
 class AuditState(AuthState):
-    query: str = ""
-    items: list[dict[str, str]] = []
-    searched: bool = False
+    query: rx.Field[str] = rx.field("")
+    items: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    searched: rx.Field[bool] = rx.field(False)
     # When the search is a recipient: the cross-channel answer first ("did we reach them at all?").
-    who: list[dict[str, str]] = []
-    actions: list[dict[str, str]] = []
+    who: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    actions: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
 
-    @rx.event
-    async def load_actions(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load_actions(self) -> None:
         if self._tenant_id:
             self.actions = [action_row(a) for a in await asyncio.to_thread(operator_actions.recent, self._tenant_id)]
 
-    @rx.event
-    async def load(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load(self) -> None:
         q = self.router.url.query_parameters.get("q", "")
         if q:
             self.query = q
@@ -58,15 +68,15 @@ class AuditState(AuthState):
                             f"{w['sent_this_week']} · reached by: {', '.join(w['reached_by']) or 'no channel yet'}"})
         self.searched = True
 
-    @rx.event
-    async def search(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+    @event
+    async def search(self, form: dict[str, str]) -> None:
         self.query = form.get("q", "")
         await self._search()
 
 
-def _item(i: rx.Var) -> rx.Component:
+def _item(i: Row) -> rx.Component:
     return rx.hstack(
-        rx.match(i["kind"], *[(k, rx.icon(v, size=16)) for k, v in KIND_ICON.items()], rx.icon("dot", size=16)),
+        rx.match(i["kind"], *[(k, icon(v, size=16)) for k, v in KIND_ICON.items()], icon("dot", size=16)),
         rx.text(i["at"], size="1", color=rx.color("gray", 11), min_width="140px"),
         rx.badge(i["kind"], variant="soft"),
         rx.text(i["text"], size="2"),
@@ -75,7 +85,7 @@ def _item(i: rx.Var) -> rx.Component:
     )
 
 
-def _who(w: rx.Var) -> rx.Component:
+def _who(w: Row) -> rx.Component:
     return rx.callout(rx.hstack(rx.text(w["name"], weight="bold"), rx.text(w["text"], data_testid="audit-why"),
                                 rx.link("every message and why →", href=f"/recipients/{w['id']}"),
                                 spacing="3", wrap="wrap"),

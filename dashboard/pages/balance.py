@@ -10,7 +10,8 @@ from typing import Any
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import card, data_table, error_callout, shell, stat
+from dashboard.components import Row, card, data_table, error_callout, shell, stat
+from dashboard.events import event
 from dashboard.format import money, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -30,16 +31,16 @@ def _entry(e: dict[str, Any]) -> dict[str, str]:
 
 
 class BalanceState(AuthState):
-    balance: str = ""
-    spent: str = ""
-    runs_out: str = ""
-    entries: list[dict[str, str]] = []
-    more: bool = False
-    notice: str = ""
-    error: str = ""
+    balance: rx.Field[str] = rx.field("")
+    spent: rx.Field[str] = rx.field("")
+    runs_out: rx.Field[str] = rx.field("")
+    entries: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    more: rx.Field[bool] = rx.field(False)
+    notice: rx.Field[str] = rx.field("")
+    error: rx.Field[str] = rx.field("")
 
-    @rx.event
-    async def load(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load(self) -> None:
         if not self._tenant_id:
             return
         tenant = self._tenant_id
@@ -50,16 +51,16 @@ class BalanceState(AuthState):
             else "does not run out at this rate"
         self.entries, self.more = [_entry(e) for e in rows[:PAGE_SIZE]], len(rows) > PAGE_SIZE
 
-    @rx.event
-    async def load_more(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load_more(self) -> None:
         if not self._tenant_id or not self.entries:
             return
         rows = await asyncio.to_thread(metering.entries, self._tenant_id, PAGE_SIZE + 1, int(self.entries[-1]["id"]))
         self.entries = self.entries + [_entry(e) for e in rows[:PAGE_SIZE]]
         self.more = len(rows) > PAGE_SIZE
 
-    @rx.event
-    async def top_up(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+    @event
+    async def top_up(self, form: dict[str, str]) -> None:
         self.notice = self.error = ""
         if not await self._allowed(Act.TOP_UP):
             self.error = refusal(Act.TOP_UP)
@@ -78,7 +79,7 @@ class BalanceState(AuthState):
         await self.load()
 
 
-def _entry_row(e: rx.Var) -> rx.Component:
+def _entry_row(e: Row) -> rx.Component:
     return rx.table.row(rx.table.cell(rx.text(e["at"], size="1")), rx.table.cell(e["kind"]),
                         rx.table.cell(rx.text(e["amount"], weight="medium")), rx.table.cell(e["reason"]),
                         rx.table.cell(e["message"]), rx.table.cell(e["who"]), data_testid="entry-row")

@@ -7,9 +7,11 @@ import asyncio
 from typing import Any
 
 import reflex as rx
+from reflex.vars import ObjectVar
 
 from dashboard import live, routes
 from dashboard.components import card, data_table, error_callout, shell
+from dashboard.events import Followup, event
 from dashboard.format import parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -37,19 +39,19 @@ def _row(s: dict[str, Any]) -> dict[str, Any]:
 
 
 class CampaignsState(AuthState):
-    rows: list[dict[str, Any]] = []
-    error: str = ""
-    notice: str = ""
+    rows: rx.Field[list[dict[str, Any]]] = rx.field(default_factory=list)
+    error: rx.Field[str] = rx.field("")
+    notice: rx.Field[str] = rx.field("")
 
-    @rx.event
-    async def load(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load(self) -> Followup:
         if not self._tenant_id:
             return None
         self.rows = [_row(s) for s in await asyncio.to_thread(campaign_views.list_campaigns, self._tenant_id)]
         return CampaignsState.follow
 
-    @rx.event(background=True)
-    async def follow(self):  # type: ignore[no-untyped-def]
+    @event(background=True)
+    async def follow(self) -> None:
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
             session = self._session()
@@ -64,8 +66,8 @@ class CampaignsState(AuthState):
                     return
                 self.rows = rows
 
-    @rx.event
-    async def create(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+    @event
+    async def create(self, form: dict[str, str]) -> None:
         self.error = self.notice = ""
         if not await self._allowed(Act.MESSAGES):
             self.error = refusal(Act.MESSAGES)
@@ -86,8 +88,8 @@ class CampaignsState(AuthState):
         self.notice = f"Campaign {cid} started: its messages are being written to the ledger."
         self.rows = [_row(s) for s in await asyncio.to_thread(campaign_views.list_campaigns, self._tenant_id)]
 
-    @rx.event
-    async def cancel(self, cid: str):  # type: ignore[no-untyped-def]
+    @event
+    async def cancel(self, cid: str) -> None:
         self.error = self.notice = ""
         campaign_id = parse_id(cid)
         if campaign_id is None:
@@ -100,12 +102,12 @@ class CampaignsState(AuthState):
         self.rows = [_row(s) for s in await asyncio.to_thread(campaign_views.list_campaigns, self._tenant_id)]
 
 
-def _bar(label: str, pct: rx.Var) -> rx.Component:
+def _bar(label: str, pct: rx.Var[int]) -> rx.Component:
     return rx.hstack(rx.text(label, size="1", width="64px"), rx.progress(value=pct, width="140px"),
                      rx.text(pct, "%", size="1"), spacing="2", align="center")
 
 
-def _campaign_row(c: rx.Var) -> rx.Component:
+def _campaign_row(c: ObjectVar[dict[str, Any]]) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.vstack(rx.text("#", c["id"], " ", c["name"], weight="bold"),
                                 rx.text(c["what"], size="1", color=rx.color("gray", 11)), spacing="0")),

@@ -8,7 +8,9 @@ import asyncio
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import card, data_table, shell, status_badge
+from dashboard.components import Row, card, data_table, lookup, shell, status_badge
+from dashboard.events import Followup
+from dashboard.events import event as handler  # this state has vars named `event` and `events`
 from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -32,16 +34,16 @@ OUTCOME_TEXT = {
 
 
 class JourneysState(AuthState):
-    leads: list[dict[str, str]] = []
-    selected: int = 0
-    intents: list[dict[str, str]] = []
-    messages: list[dict[str, str]] = []
-    events: list[dict[str, str]] = []
-    event: str = JOURNEY_STEPS[0]
-    result: str = ""
+    leads: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    selected: rx.Field[int] = rx.field(0)
+    intents: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    messages: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    events: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    event: rx.Field[str] = rx.field(JOURNEY_STEPS[0])
+    result: rx.Field[str] = rx.field("")
 
-    @rx.event
-    async def load(self):  # type: ignore[no-untyped-def]
+    @handler
+    async def load(self) -> None:
         if not self._tenant_id:
             return
         rows = await asyncio.to_thread(journey_views.list_leads, self._tenant_id)
@@ -69,32 +71,32 @@ class JourneysState(AuthState):
                         "decision": DECISION_TEXT.get(e["outcome"] or "", e["outcome"] or "")
                         + (f" ({e['reason']})" if e["reason"] else "")} for e in d["events"]]
 
-    @rx.event
-    async def select(self, lead_id: str):  # type: ignore[no-untyped-def]
+    @handler
+    async def select(self, lead_id: str) -> None:
         lid = parse_id(lead_id)
         if not self._tenant_id or lid is None:
             return
         self.selected, self.result = lid, ""
         await self._detail()
 
-    @rx.event
-    def set_event(self, value: str):  # type: ignore[no-untyped-def]
+    @handler
+    def set_event(self, value: str) -> None:
         if value in JOURNEY_STEPS or value in LIFECYCLE_EVENTS:
             self.event = value
 
-    @rx.event
-    async def record(self):  # type: ignore[no-untyped-def]
+    @handler
+    async def record(self) -> Followup:
         if not self.selected:
-            return
+            return None
         if not await self._allowed(Act.MESSAGES):
             self.result = refusal(Act.MESSAGES)
-            return
+            return None
         r = await asyncio.to_thread(journey_store.record_lead_event, self._tenant_id, self.selected, self.event)
         self.result = OUTCOME_TEXT[r.outcome].format(at=when(r.scheduled_for), step=r.current_step)
         return JourneysState.load
 
 
-def _lead_row(r: rx.Var) -> rx.Component:
+def _lead_row(r: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.link(f"#{r['id']}", on_click=JourneysState.select(r["id"]), cursor="pointer",
                               weight="bold")),
@@ -109,24 +111,24 @@ def _lead_row(r: rx.Var) -> rx.Component:
     )
 
 
-def _intent_row(i: rx.Var) -> rx.Component:
+def _intent_row(i: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.text("#", i["id"])), rx.table.cell(i["step"]),
-        rx.table.cell(rx.badge(i["status"], color_scheme=rx.match(
-            i["status"], ("scheduled", "amber"), ("pending", "amber"), ("sent", "green"), "gray"))),
+        rx.table.cell(rx.badge(i["status"], color_scheme=lookup(
+            i["status"], {"scheduled": "amber", "pending": "amber", "sent": "green"}, "gray"))),
         rx.table.cell(rx.text(i["why"], size="1", data_testid="intent-why")),
         rx.table.cell(rx.text(i["due"], size="1")), rx.table.cell(rx.text(i["created"], size="1")),
         data_testid="intent-row",
     )
 
 
-def _event_row(e: rx.Var) -> rx.Component:
+def _event_row(e: Row) -> rx.Component:
     return rx.table.row(rx.table.cell(rx.text(e["at"], size="1")), rx.table.cell(rx.text(e["event"], weight="medium")),
                         rx.table.cell(rx.text(e["decision"], size="2")),
                         rx.table.cell(rx.code(e["id"], size="1")), data_testid="event-row")
 
 
-def _message_row(n: rx.Var) -> rx.Component:
+def _message_row(n: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(n["intent"]),
         rx.table.cell(n["channel"]), rx.table.cell(n["recipient"]), rx.table.cell(rx.text(n["template"], size="1")),

@@ -7,7 +7,8 @@ import asyncio
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import data_table, loading, shell, stat, status_badge
+from dashboard.components import Row, data_table, loading, shell, stat, status_badge
+from dashboard.events import Followup, event
 from dashboard.format import money, notification
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -19,23 +20,23 @@ FILTERS = ("channel", "status", "lane", "window")
 
 
 class LedgerState(AuthState):
-    rows: list[dict[str, str]] = []
-    channels: list[dict[str, str]] = []
-    channel: str = ALL
-    status: str = ALL
-    lane: str = ALL
-    window: str = "24h"
-    recipient: str = ""
-    total: str = "0"
-    cost: str = money(0)
-    delivery_rate: str = "—"
-    suppressed: str = "0"
-    failed: str = "0"
-    queued: str = "0"
-    is_loading: bool = True
+    rows: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    channels: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    channel: rx.Field[str] = rx.field(ALL)
+    status: rx.Field[str] = rx.field(ALL)
+    lane: rx.Field[str] = rx.field(ALL)
+    window: rx.Field[str] = rx.field("24h")
+    recipient: rx.Field[str] = rx.field("")
+    total: rx.Field[str] = rx.field("0")
+    cost: rx.Field[str] = rx.field(money(0))
+    delivery_rate: rx.Field[str] = rx.field("—")
+    suppressed: rx.Field[str] = rx.field("0")
+    failed: rx.Field[str] = rx.field("0")
+    queued: rx.Field[str] = rx.field("0")
+    is_loading: rx.Field[bool] = rx.field(True)
 
-    @rx.event
-    async def load(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load(self) -> None:
         if not self._tenant_id:
             return
         hours = {"1h": 1, "24h": 24, "7d": 168}.get(self.window)
@@ -56,19 +57,19 @@ class LedgerState(AuthState):
         self.suppressed, self.failed, self.queued = str(t["suppressed"]), str(t["failed"]), str(t["queued"])
         self.is_loading = False
 
-    @rx.event
-    async def set_filter(self, name: str, value: str):  # type: ignore[no-untyped-def]
+    @event
+    async def set_filter(self, name: str, value: str) -> Followup:
         if name in FILTERS:  # the browser names the filter; only these four may be set
             setattr(self, name, value)
         return LedgerState.load
 
-    @rx.event
-    async def search_recipient(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+    @event
+    async def search_recipient(self, form: dict[str, str]) -> Followup:
         self.recipient = form.get("recipient", "")
         return LedgerState.load
 
 
-def _row(n: rx.Var) -> rx.Component:
+def _row(n: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.text(n["created"], size="1")),
         rx.table.cell(n["channel"]),
@@ -85,7 +86,7 @@ def _row(n: rx.Var) -> rx.Component:
     )
 
 
-def _channel_row(c: rx.Var) -> rx.Component:
+def _channel_row(c: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.link(c["channel"], on_click=LedgerState.set_filter("channel", c["channel"]),
                               weight="bold", cursor="pointer")),

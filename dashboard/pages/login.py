@@ -3,7 +3,7 @@ from __future__ import annotations
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import error_callout
+from dashboard.components import error_callout, icon
 from dashboard.pages import Page
 from dashboard.state import AuthState
 
@@ -13,7 +13,7 @@ def login_page() -> rx.Component:
         rx.card(
             rx.form(
                 rx.vstack(
-                    rx.hstack(rx.icon("send", size=22, color=rx.color("indigo", 9)), rx.heading("Outbox", size="6"),
+                    rx.hstack(icon("send", size=22, color=rx.color("indigo", 9)), rx.heading("Outbox", size="6"),
                               align="center", spacing="2"),
                     rx.text("Sign in to approve orders and see every message we sent.", size="2",
                             color=rx.color("gray", 11)),

@@ -11,14 +11,18 @@ import reflex as rx
 from dashboard import live, routes
 from dashboard.components import (
     ACTION_HEADERS,
+    Row,
     action_row,
     action_table_row,
     card,
     data_table,
+    icon,
+    pick,
     shell,
     stat,
     status_badge,
 )
+from dashboard.events import Followup, event
 from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -66,28 +70,28 @@ async def _snapshot(tenant_id: int | None) -> dict[str, Any]:
 
 
 class OpsState(AuthState):
-    lanes: list[dict[str, str]] = []
-    review: list[dict[str, str]] = []
-    actions: list[dict[str, str]] = []
-    series: list[dict[str, Any]] = []
-    pushes: str = "0"
-    push_p50: str = "—"
-    push_p99: str = "—"
-    slo: str = ""
-    bulk_rate: str = ""
-    dev_mode: bool = False
-    message: str = ""
+    lanes: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    review: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    actions: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    series: rx.Field[list[dict[str, Any]]] = rx.field(default_factory=list)
+    pushes: rx.Field[str] = rx.field("0")
+    push_p50: rx.Field[str] = rx.field("—")
+    push_p99: rx.Field[str] = rx.field("—")
+    slo: rx.Field[str] = rx.field("")
+    bulk_rate: rx.Field[str] = rx.field("")
+    dev_mode: rx.Field[bool] = rx.field(False)
+    message: rx.Field[str] = rx.field("")
 
-    @rx.event
-    async def load(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load(self) -> Followup:
         if not self._operator_id:
             return None
         for k, v in (await _snapshot(self._scope())).items():
             setattr(self, k, v)
         return OpsState.follow
 
-    @rx.event(background=True)
-    async def follow(self):  # type: ignore[no-untyped-def]
+    @event(background=True)
+    async def follow(self) -> None:
         """On-call leaves this page open: refresh every few seconds, reading outside the state lock."""
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
@@ -109,8 +113,8 @@ class OpsState(AuthState):
         """The tenant whose rows this operator acts on; None = every tenant (platform on-call)."""
         return self._tenant_id if roles.has_tenant(self._role) else None
 
-    @rx.event
-    async def toggle_lane(self, lane: str, paused: str):  # type: ignore[no-untyped-def]
+    @event
+    async def toggle_lane(self, lane: str, paused: str) -> Followup:
         if lane not in LANES or not await self._allowed(Act.PAUSE):  # a lane carries every tenant's messages
             self.message = refusal(Act.PAUSE)
             return None
@@ -118,8 +122,8 @@ class OpsState(AuthState):
         self.message = f"Lane {lane} {'resumed' if paused == 'yes' else 'paused'}."
         return OpsState.load
 
-    @rx.event
-    async def replay(self, nid: str):  # type: ignore[no-untyped-def]
+    @event
+    async def replay(self, nid: str) -> Followup:
         if parse_id(nid) is None:
             return None
         if not await self._allowed(Act.REPLAY):
@@ -130,8 +134,8 @@ class OpsState(AuthState):
         self.message = f"#{nid} queued again with the same event id." if ok else f"#{nid} is no longer FAILED."
         return OpsState.load
 
-    @rx.event
-    async def resolve(self, nid: str):  # type: ignore[no-untyped-def]
+    @event
+    async def resolve(self, nid: str) -> Followup:
         if parse_id(nid) is None:
             return None
         if not await self._allowed(Act.RESOLVE):
@@ -142,8 +146,8 @@ class OpsState(AuthState):
         self.message = f"#{nid} marked resolved by hand." if ok else f"#{nid} could not be resolved."
         return OpsState.load
 
-    @rx.event
-    async def arm_worker_crash(self, lane: str):  # type: ignore[no-untyped-def]
+    @event
+    async def arm_worker_crash(self, lane: str) -> None:
         if not faults.may_arm_crash(lane) or not await self._allowed(Act.FAULTS):
             self.message = refusal(Act.FAULTS)
             return
@@ -151,8 +155,8 @@ class OpsState(AuthState):
         self.message = (f"Armed: the next {lane} worker to get an accepted response dies before recording it. "
                         "`outbox up` restarts it; the retry must find the effect already applied.")
 
-    @rx.event
-    async def fault(self, name: str):  # type: ignore[no-untyped-def]
+    @event
+    async def fault(self, name: str) -> None:
         if not faults.may_switch_receiver(name) or not await self._allowed(Act.FAULTS):
             self.message = refusal(Act.FAULTS)
             return
@@ -160,11 +164,11 @@ class OpsState(AuthState):
         self.message = f"Receiver fault set: {name}." if answered else "The receiver did not answer."
 
 
-def _lane_row(x: rx.Var) -> rx.Component:
+def _lane_row(x: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.text(x["lane"], weight="bold")),
         rx.table.cell(rx.text(x["depth"], data_testid="lane-depth")),
-        rx.table.cell(rx.badge(x["oldest"], color_scheme=rx.cond(x["breach"] == "yes", "red", "green"),
+        rx.table.cell(rx.badge(x["oldest"], color_scheme=pick(x["breach"] == "yes", "red", "green"),
                                data_testid="lane-oldest")),
         rx.table.cell(rx.text(x["scheduled"], data_testid="lane-scheduled")),
         rx.table.cell(rx.text(x["next_due"], size="1")),
@@ -175,16 +179,16 @@ def _lane_row(x: rx.Var) -> rx.Component:
         rx.table.cell(x["p99"]),
         rx.table.cell(rx.cond(
             OpsState.platform,
-            rx.button(rx.cond(x["paused"] == "yes", "Resume", "Pause"), size="1",
-                      color_scheme=rx.cond(x["paused"] == "yes", "green", "amber"), variant="soft",
+            rx.button(pick(x["paused"] == "yes", "Resume", "Pause"), size="1",
+                      color_scheme=pick(x["paused"] == "yes", "green", "amber"), variant="soft",
                       on_click=OpsState.toggle_lane(x["lane"], x["paused"]), data_testid="lane-toggle"),
-            rx.badge(rx.cond(x["paused"] == "yes", "paused", "running"), variant="soft",
-                     color_scheme=rx.cond(x["paused"] == "yes", "amber", "green")))),
+            rx.badge(pick(x["paused"] == "yes", "paused", "running"), variant="soft",
+                     color_scheme=pick(x["paused"] == "yes", "amber", "green")))),
         data_testid="lane-row",
     )
 
 
-def _review_row(n: rx.Var) -> rx.Component:
+def _review_row(n: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.text("#", n["id"])),
         rx.table.cell(n["tenant"]),
@@ -258,7 +262,7 @@ def ops_page() -> rx.Component:
                                   on_click=OpsState.arm_worker_crash(lane), data_testid=f"arm-crash-{lane}")
                         for lane in ("high", "normal")], wrap="wrap", spacing="2"),
         )),
-        actions=rx.button(rx.icon("refresh_cw", size=14), "Refresh", on_click=OpsState.load, variant="soft",
+        actions=rx.button(icon("refresh_cw", size=14), "Refresh", on_click=OpsState.load, variant="soft",
                           size="2", data_testid="ops-refresh"),
     )
 

@@ -14,12 +14,24 @@ import contextlib
 import functools
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import reflex as rx
 
 from dashboard import live, routes
-from dashboard.components import card, data_table, empty_state, error_callout, shell, status_badge
+from dashboard.components import (
+    Row,
+    card,
+    data_table,
+    empty_state,
+    error_callout,
+    icon,
+    pick,
+    shell,
+    status_badge,
+)
+from dashboard.events import Followup, event
 from dashboard.format import money, notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -51,22 +63,22 @@ def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[
 
 
 class OrderState(AuthState):
-    order_id: int = 0
-    found: bool = True
-    status: str = ""
-    revision: int = 0
-    customer: str = ""
-    amount: str = ""
-    updated: str = ""
-    notifications: list[dict[str, str]] = []
-    can_approve: bool = False
-    can_fulfill: bool = False
-    error: str = ""
-    notice: str = ""
-    missed: str = ""
-    busy: bool = False
+    order_id: rx.Field[int] = rx.field(0)
+    found: rx.Field[bool] = rx.field(True)
+    status: rx.Field[str] = rx.field("")
+    revision: rx.Field[int] = rx.field(0)
+    customer: rx.Field[str] = rx.field("")
+    amount: rx.Field[str] = rx.field("")
+    updated: rx.Field[str] = rx.field("")
+    notifications: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    can_approve: rx.Field[bool] = rx.field(False)
+    can_fulfill: rx.Field[bool] = rx.field(False)
+    error: rx.Field[str] = rx.field("")
+    notice: rx.Field[str] = rx.field("")
+    missed: rx.Field[str] = rx.field("")
+    busy: rx.Field[bool] = rx.field(False)
     # "<order_id>:<revision>" last delivered to this browser tab (client-side storage).
-    seen: str = rx.SessionStorage("", name="outbox_seen_revision")
+    seen: rx.Field[str] = rx.field( rx.SessionStorage("", name="outbox_seen_revision"))
     _version: str | None = None  # backend-only: `order_views.order_version` read just before what is shown
 
     def _apply(self, order: dict[str, Any] | None, notes: list[dict[str, str]], version: str | None) -> None:
@@ -88,8 +100,8 @@ class OrderState(AuthState):
         self.notifications = notes
         self.seen = f"{self.order_id}:{new_rev}"
 
-    @rx.event
-    async def load(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load(self) -> Followup:
         """Runs on every page load AND every websocket (re)connect: authoritative reload from PostgreSQL."""
         if not self._tenant_id:
             return None
@@ -103,9 +115,9 @@ class OrderState(AuthState):
         self._apply(*await asyncio.to_thread(_load, self._tenant_id, self.order_id))
         return OrderState.watch if self.found else None
 
-    async def _command(self, command: str):  # type: ignore[no-untyped-def]
+    async def _command(self, command: str) -> AsyncIterator[Followup]:
         self.busy, self.error, self.notice = True, "", ""
-        yield
+        yield None
         if not self.order_id or not await self._allowed(Act.ORDERS):
             self.busy, self.error = False, refusal(Act.ORDERS)
             return
@@ -126,27 +138,27 @@ class OrderState(AuthState):
         self._apply(*loaded)
         self.busy = False
 
-    @rx.event
-    async def approve(self):  # type: ignore[no-untyped-def]
+    @event
+    async def approve(self) -> AsyncIterator[Followup]:
         async for u in self._command("approve"):
             yield u
 
-    @rx.event
-    async def cancel(self):  # type: ignore[no-untyped-def]
+    @event
+    async def cancel(self) -> AsyncIterator[Followup]:
         async for u in self._command("cancel"):
             yield u
 
-    @rx.event
-    async def fulfill(self):  # type: ignore[no-untyped-def]
+    @event
+    async def fulfill(self) -> AsyncIterator[Followup]:
         async for u in self._command("fulfill"):
             yield u
 
-    @rx.event
-    def dismiss_missed(self):  # type: ignore[no-untyped-def]
+    @event
+    def dismiss_missed(self) -> None:
         self.missed = ""
 
-    @rx.event(background=True)
-    async def watch(self):  # type: ignore[no-untyped-def]
+    @event(background=True)
+    async def watch(self) -> None:
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
             session, order_id, seen = self._session(), self.order_id, self._version
@@ -173,7 +185,7 @@ class OrderState(AuthState):
                     await asyncio.to_thread(telemetry.record_push_latency, tenant, latency)
 
 
-def _note_row(n: rx.Var) -> rx.Component:
+def _note_row(n: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.vstack(rx.text(n["channel"], weight="medium"), rx.text(n["recipient"], size="1",
                                 color=rx.color("gray", 11)), spacing="0")),
@@ -195,7 +207,7 @@ def _note_row(n: rx.Var) -> rx.Component:
 
 def order_page() -> rx.Component:
     return shell(
-        rx.cond(OrderState.found, f"Order #{OrderState.order_id}", "Order not found"),
+        pick(OrderState.found, f"Order #{OrderState.order_id}", "Order not found"),
         rx.cond(
             OrderState.found,
             rx.vstack(
@@ -225,13 +237,13 @@ def order_page() -> rx.Component:
                         rx.cond(~OrderState.may_change, rx.badge("read-only (support)", variant="soft",
                                                                   color_scheme="gray", data_testid="read-only")),
                         rx.cond(OrderState.may_change, rx.hstack(
-                            rx.button(rx.icon("check", size=16), "Approve", on_click=OrderState.approve,
+                            rx.button(icon("check", size=16), "Approve", on_click=OrderState.approve,
                                       disabled=~OrderState.can_approve, loading=OrderState.busy,
                                       data_testid="approve", color_scheme="green"),
                             rx.cond(OrderState.can_fulfill, rx.button(
-                                rx.icon("truck", size=16), "Mark fulfilled", on_click=OrderState.fulfill,
+                                icon("truck", size=16), "Mark fulfilled", on_click=OrderState.fulfill,
                                 loading=OrderState.busy, data_testid="fulfill", color_scheme="blue")),
-                            rx.button(rx.icon("x", size=16), "Cancel order", on_click=OrderState.cancel,
+                            rx.button(icon("x", size=16), "Cancel order", on_click=OrderState.cancel,
                                       loading=OrderState.busy, data_testid="cancel", color_scheme="red",
                                       variant="soft"),
                             spacing="2",

@@ -9,7 +9,8 @@ import functools
 import reflex as rx
 
 from dashboard import live, routes
-from dashboard.components import data_table, loading, shell, status_badge
+from dashboard.components import Row, data_table, loading, shell, status_badge
+from dashboard.events import Followup, event
 from dashboard.format import money, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -18,26 +19,26 @@ from domain.orders import views as order_views
 
 
 class OrdersState(AuthState):
-    rows: list[dict[str, str]] = []
-    status_filter: str = "all"
-    is_loading: bool = True
+    rows: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    status_filter: rx.Field[str] = rx.field("all")
+    is_loading: rx.Field[bool] = rx.field(True)
     _version: str = ""  # backend-only: `order_views.orders_version` read just before `rows`
 
-    @rx.event
-    async def load(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load(self) -> Followup:
         if not self._tenant_id:
-            return
+            return None
         self._version, self.rows = await asyncio.to_thread(self._fetch_for, self._tenant_id, self.status_filter)
         self.is_loading = False
         return OrdersState.watch
 
-    @rx.event
-    async def set_status_filter(self, value: str):  # type: ignore[no-untyped-def]
+    @event
+    async def set_status_filter(self, value: str) -> None:
         self.status_filter = value
         self._version, self.rows = await asyncio.to_thread(self._fetch_for, self._tenant_id, self.status_filter)
 
-    @rx.event(background=True)
-    async def watch(self):  # type: ignore[no-untyped-def]
+    @event(background=True)
+    async def watch(self) -> None:
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
             session, seen = self._session(), self._version
@@ -69,7 +70,7 @@ class OrdersState(AuthState):
                          for o in order_views.list_orders(tenant, status, 200)]
 
 
-def _row(o: rx.Var) -> rx.Component:
+def _row(o: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.link(f"#{o['id']}", href=f"/orders/{o['id']}", weight="bold",
                               data_testid="order-link")),

@@ -10,7 +10,18 @@ from datetime import UTC, datetime
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import card, data_table, empty_state, error_callout, shell, stat, status_badge
+from dashboard.components import (
+    Row,
+    card,
+    data_table,
+    empty_state,
+    error_callout,
+    pick,
+    shell,
+    stat,
+    status_badge,
+)
+from dashboard.events import event
 from dashboard.format import money, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -22,25 +33,25 @@ from domain.ledger.recipients import PEOPLE_CHANNELS
 
 
 class RecipientState(AuthState):
-    found: bool = False
-    rid: int = 0
-    ref: str = ""
-    name: str = ""
-    contact: str = ""
-    timezone: str = ""
-    quiet: str = ""
-    cap: str = ""
-    opted_out: list[str] = []
-    heard_today: str = ""
-    this_week: str = ""
-    reached_by: str = ""
-    messages: list[dict[str, str]] = []
-    changes: list[dict[str, str]] = []
-    notice: str = ""
-    error: str = ""
+    found: rx.Field[bool] = rx.field(False)
+    rid: rx.Field[int] = rx.field(0)
+    ref: rx.Field[str] = rx.field("")
+    name: rx.Field[str] = rx.field("")
+    contact: rx.Field[str] = rx.field("")
+    timezone: rx.Field[str] = rx.field("")
+    quiet: rx.Field[str] = rx.field("")
+    cap: rx.Field[str] = rx.field("")
+    opted_out: rx.Field[list[str]] = rx.field(default_factory=list)
+    heard_today: rx.Field[str] = rx.field("")
+    this_week: rx.Field[str] = rx.field("")
+    reached_by: rx.Field[str] = rx.field("")
+    messages: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    changes: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    notice: rx.Field[str] = rx.field("")
+    error: rx.Field[str] = rx.field("")
 
-    @rx.event
-    async def load(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load(self) -> None:
         rid = parse_id(self.router.page.params.get("recipient_id", ""))
         self.notice = self.error = ""
         if not self._tenant_id or rid is None:
@@ -71,8 +82,8 @@ class RecipientState(AuthState):
         self.changes = [{"at": when(c["changed_at"]), "who": c["actor_ref"], "field": c["field"],
                          "old": c["old_value"] or "—", "new": c["new_value"] or "—"} for c in r["changes"]]
 
-    @rx.event
-    async def set_channel(self, channel: str, accepts: bool):  # type: ignore[no-untyped-def]
+    @event
+    async def set_channel(self, channel: str, accepts: bool) -> None:
         """An operator of this tenant may honour "stop messaging me on X"; login, role, tenant and channel are
         checked here, in the handler, whatever the browser sends."""
         if not self.rid:
@@ -97,7 +108,7 @@ class RecipientState(AuthState):
         await self._reload(self.rid)
 
 
-def _message_row(m: rx.Var) -> rx.Component:
+def _message_row(m: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.text(m["created"], size="1")),
         rx.table.cell(rx.vstack(rx.text(m["channel"], weight="medium"), rx.text(m["template"], size="1",
@@ -111,7 +122,7 @@ def _message_row(m: rx.Var) -> rx.Component:
     )
 
 
-def _change_row(c: rx.Var) -> rx.Component:
+def _change_row(c: Row) -> rx.Component:
     return rx.table.row(rx.table.cell(rx.text(c["at"], size="1")), rx.table.cell(c["who"]),
                         rx.table.cell(c["field"]), rx.table.cell(c["old"]), rx.table.cell(c["new"]),
                         data_testid="change-row")
@@ -123,7 +134,7 @@ def _opt_out_switch(channel: str) -> rx.Component:
         rx.switch(checked=~on, on_change=lambda accepts: RecipientState.set_channel(channel, accepts),
                   disabled=~RecipientState.may_change, data_testid=f"channel-{channel}"),
         rx.text(CHANNEL_NAME[channel], size="2"),
-        rx.badge(rx.cond(on, "opted out", "allowed"), color_scheme=rx.cond(on, "red", "green"), variant="soft"),
+        rx.badge(pick(on, "opted out", "allowed"), color_scheme=pick(on, "red", "green"), variant="soft"),
         spacing="2", align="center")
 
 

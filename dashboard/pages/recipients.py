@@ -9,7 +9,8 @@ from typing import Any
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import data_table, shell
+from dashboard.components import Row, data_table, shell
+from dashboard.events import event
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.ledger import recipients
@@ -25,24 +26,24 @@ def _summary_row(r: dict[str, Any]) -> dict[str, str]:
 
 
 class RecipientsState(AuthState):
-    rows: list[dict[str, str]] = []
-    query: str = ""
-    more: bool = False
+    rows: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    query: rx.Field[str] = rx.field("")
+    more: rx.Field[bool] = rx.field(False)
 
-    @rx.event
-    async def load(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load(self) -> None:
         if not self._tenant_id:
             return
         found = await asyncio.to_thread(recipients.list_recipients, self._tenant_id, self.query, PAGE_SIZE + 1)
         self.rows, self.more = [_summary_row(r) for r in found[:PAGE_SIZE]], len(found) > PAGE_SIZE
 
-    @rx.event
-    async def search(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+    @event
+    async def search(self, form: dict[str, str]) -> None:
         self.query = str(form.get("q", ""))[:64]
         await self.load()
 
-    @rx.event
-    async def load_more(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load_more(self) -> None:
         if not self._tenant_id or not self.rows:
             return
         after = int(self.rows[-1]["id"])
@@ -52,7 +53,7 @@ class RecipientsState(AuthState):
         self.more = len(found) > PAGE_SIZE
 
 
-def _list_row(r: rx.Var) -> rx.Component:
+def _list_row(r: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.link(r["ref"], href=f"/recipients/{r['id']}", weight="bold", data_testid="recipient-link")),
         rx.table.cell(r["name"]), rx.table.cell(r["timezone"]), rx.table.cell(r["opted_out"]),
