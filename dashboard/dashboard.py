@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import reflex as rx
 
-from dashboard import components
+from dashboard import components, sessions
 from dashboard.api.app import build_api
 from dashboard.pages import all_pages
 from dashboard.state import AuthState
@@ -20,6 +20,7 @@ def index() -> rx.Component:
 app = rx.App(
     api_transformer=build_api(),
 )
+app.register_lifespan_task(sessions.keep_sessions_portable)
 pages = all_pages()
 components.NAV.extend((p.nav[0], p.route, p.nav[1]) for p in pages if p.nav)
 for page in pages:

@@ -275,11 +275,23 @@ def chaos(duration: float = typer.Option(120.0, help="seconds of load while faul
 def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int = 8090,
        no_dashboard: bool = typer.Option(False, help="start everything but the dashboard"),
        time_scale: float = typer.Option(60.0, help="journey delays divided by this (60: a 30-minute nudge fires "
-                                                   "in 30 s, so the journeys page is alive)")) -> None:
+                                                   "in 30 s, so the journeys page is alive)"),
+       scale: int = typer.Option(1, min=1, max=8, help="N relays, N workers per lane and N dashboard backends "
+                                                       "(ports PORT+1…PORT+N) behind nginx on PORT")) -> None:
     """Migrate, seed, then start receiver, relay, four lane workers and the dashboard; Ctrl-C stops them."""
     from jobs.ops import demo
 
-    demo.up(err.print, port, receiver_port, no_dashboard, time_scale)
+    demo.up(err.print, port, receiver_port, no_dashboard, time_scale, scale)
+
+
+@app.command("vacuum-drill")
+def vacuum_drill(hold: float = typer.Option(180.0, help="seconds the one transaction stays open"),
+                 window: float = typer.Option(60.0, help="seconds measured before and after it"),
+                 evidence: bool = typer.Option(False, help="merge the figures into evidence/bench.json and .md")) -> None:
+    """Delivery saturated, then one transaction holding its snapshot: the throughput drop and dead tuples."""
+    from jobs.drills.vacuum import run_vacuum_drill
+
+    run_vacuum_drill(hold, window, evidence=evidence)
 
 
 @campaign.command("create")

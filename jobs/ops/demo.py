@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from domain.settings import get_settings, reload_settings
+from jobs.ops import scaled
 from jobs.ops.dbadmin import ensure_database
 from jobs.ops.dbadmin import migrate as run_migrate
 from jobs.ops.procs import ROOT, System, stop_on_sigterm
@@ -34,9 +35,10 @@ def seed_demo(say: Say, recipients: int = 0) -> None:
         + f", password {DEMO_PASSWORD!r}")
 
 
-def up(say: Say, port: int, receiver_port: int, no_dashboard: bool, time_scale: float) -> None:
+def up(say: Say, port: int, receiver_port: int, no_dashboard: bool, time_scale: float, scale: int = 1) -> None:
     """Migrate, seed, start receiver, relay, four lane workers and (unless told not to) the dashboard; restart any
-    that exits; on Ctrl-C or SIGTERM stop them all."""
+    that exits; on Ctrl-C or SIGTERM stop them all. `scale` N > 1: N relays, N workers per lane, N dashboard
+    backends on PORT+1…PORT+N behind nginx on PORT, sharing sessions in Redis db 1 (jobs/ops/scaled.py)."""
     os.environ["OUTBOX_TIME_SCALE"] = str(time_scale)
     os.environ.setdefault("OUTBOX_ENV", "development")
     s = reload_settings()
@@ -56,9 +58,15 @@ def up(say: Say, port: int, receiver_port: int, no_dashboard: bool, time_scale: 
     try:
         say("starting receiver, relay and lane workers …")
         system.receiver(receiver_port)
-        system.relay()
-        system.workers()
-        if not no_dashboard:
+        if scale > 1:
+            say(f"scale {scale}: {scale} relays, {scale} workers per lane, {scale} dashboard backends behind nginx …")
+            state = s.redis_url.rsplit("/", 1)[0] + "/1"
+            scaled.start(system, scaled.Topology(port, tuple(port + i for i in range(1, scale + 1)), state,
+                                                 ROOT / ".run" / "scale-demo"), dashboards=not no_dashboard)
+        else:
+            system.relay()
+            system.workers()
+        if not no_dashboard and scale == 1:
             say("starting dashboard (first build takes a minute) …")
             system.dashboard(port)
         say(f"\n[bold green]Outbox is up[/]: open http://127.0.0.1:{port}/login  "

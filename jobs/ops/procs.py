@@ -91,8 +91,8 @@ class System:
         for lane in LANES:
             self.worker(lane)
 
-    def relay(self) -> Proc:
-        return self._proc("relay", [str(BIN / "outbox"), "relay"])
+    def relay(self, name: str = "relay") -> Proc:
+        return self._proc(name, [str(BIN / "outbox"), "relay"])
 
     def api(self, port: int, timeout: float = 60) -> Proc:
         """The HTTP API alone (no pages): receipts land here in tests and benchmarks."""
