@@ -18,7 +18,8 @@ import asyncio
 import contextlib
 import logging
 import pickle
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -41,7 +42,7 @@ async def keep_sessions_portable(app: Any) -> None:
         conn = aioredis.Redis.from_url(url, client_name=NAME_PREFIX + tm.instance_id)
         try:
             while True:
-                await conn.ping()
+                await cast(Awaitable[bool], conn.ping())  # redis-py types sync|async
                 delay = 0.5
                 await asyncio.sleep(5)  # keeps the named connection open (and notices Redis going away)
         except (RedisError, OSError) as e:
