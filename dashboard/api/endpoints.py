@@ -16,7 +16,6 @@ from dashboard.api.deps import Auth, Id, tenant_row
 from dashboard.api.errors import ApiError
 from domain.endpoints import store, urls
 from domain.orders.policy import EVENT_TYPES
-from domain.settings import get_settings
 
 router = APIRouter(prefix="/api/v1/endpoints", tags=["webhook endpoints"])
 EVENTS = sorted(EVENT_TYPES.values())
@@ -47,16 +46,6 @@ class EndpointWithSecret(EndpointOut):
     secret: str = Field(description="whsec_…: shown in this answer only — store it now")
 
 
-def allowlist() -> frozenset[str]:
-    """Development only: the mock receiver and OUTBOX_ENDPOINT_ALLOWLIST pass the private-address guard."""
-    s = get_settings()
-    if s.env != "development":
-        return frozenset()
-    parsed = urls.parse(s.receiver_url)
-    own = {f"{parsed[0]}:{parsed[1]}"} if not isinstance(parsed, urls.Refused) else set()
-    return frozenset(own | {a.strip().lower() for a in s.endpoint_allowlist.split(",") if a.strip()})
-
-
 def _checked(body: EndpointIn) -> None:
     if body.event_types is not None:
         unknown = sorted(set(body.event_types) - set(EVENTS))
@@ -68,7 +57,7 @@ def _checked(body: EndpointIn) -> None:
 @router.post("", status_code=201, response_model=EndpointWithSecret)
 async def create(body: EndpointIn, p: Auth) -> JSONResponse:
     _checked(body)
-    verdict = await asyncio.to_thread(urls.check, body.url, allowlist())
+    verdict = await asyncio.to_thread(urls.check, body.url, urls.dev_allowlist())
     if isinstance(verdict, urls.Refused):
         raise ApiError(422, "url_not_allowed", field="url", detail=f"url: {verdict.reason}; nothing was created")
     row = await asyncio.to_thread(store.create, p.tenant_id, body.url, body.description, body.event_types,

@@ -100,6 +100,13 @@ class RequestContext:
                 started = True
                 await send(message)
                 return
+            if message["type"] == "http.response.pathsend" and held is not None:
+                # A page's error served as a file (Reflex's 404.html through the pathsend extension): no body to
+                # rewrite, so the held start goes out as it is, before the file.
+                start, held, started = held, None, True
+                await send(start)
+                await send(message)
+                return
             if message["type"] == "http.response.body" and held is not None:
                 chunks.append(message.get("body", b""))
                 if message.get("more_body", False):

@@ -24,6 +24,7 @@ def all_pages() -> list[Page]:
         audit,
         balance,
         campaigns,
+        endpoints,
         journeys,
         ledger,
         login,
@@ -35,4 +36,4 @@ def all_pages() -> list[Page]:
     )
 
     return [login.PAGE, order_detail.PAGE, orders.PAGE, ledger.PAGE, recipients.PAGE, recipient_detail.PAGE,
-            audit.PAGE, journeys.PAGE, campaigns.PAGE, balance.PAGE, api_keys.PAGE, ops.PAGE]
+            audit.PAGE, journeys.PAGE, campaigns.PAGE, balance.PAGE, api_keys.PAGE, endpoints.PAGE, ops.PAGE]

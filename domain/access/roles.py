@@ -7,7 +7,7 @@ the platform role belongs to NO tenant and owns what acts on every tenant at onc
 |-----------|--------|-----------------------------------------------------------------------|
 | support   | one    | read: orders, ledger, audit, recipients, journeys (answer customers)  |
 | operator  | one    | + orders, campaigns, journey events, replay/resolve, preferences      |
-| oncall    | one    | + top up the balance, create and revoke API keys                      |
+| oncall    | one    | + top up the balance, API keys and webhook endpoints                  |
 | platform  | none   | pause/resume lanes, fault switches (development), replay/resolve any  |
 """
 
@@ -32,6 +32,7 @@ class Act(StrEnum):
     PAUSE = "pause"
     FAULTS = "faults"
     API_KEYS = "API keys"
+    ENDPOINTS = "webhook endpoints"
 
 
 _MAY: Final[dict[Act, frozenset[str]]] = {
@@ -44,6 +45,7 @@ _MAY: Final[dict[Act, frozenset[str]]] = {
     Act.PAUSE: frozenset({PLATFORM}),
     Act.FAULTS: frozenset({PLATFORM}),
     Act.API_KEYS: frozenset({ONCALL}),
+    Act.ENDPOINTS: frozenset({ONCALL}),
 }
 
 _REFUSAL: Final[dict[Act, str]] = {
@@ -56,6 +58,7 @@ _REFUSAL: Final[dict[Act, str]] = {
     Act.PAUSE: "Only platform on-call can pause or resume a lane: a lane carries every tenant's messages.",
     Act.FAULTS: "Fault switches exist only in development mode, for platform on-call.",
     Act.API_KEYS: "Only this tenant's on-call operators can create or revoke API keys.",
+    Act.ENDPOINTS: "Only this tenant's on-call operators can change webhook endpoints.",
 }
 
 

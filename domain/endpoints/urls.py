@@ -110,3 +110,15 @@ def addresses_for_send(url: str, allowlist: frozenset[str] = frozenset(),
                        resolve: Resolver = system_resolver) -> Allowed | Refused:
     """The same check after a fresh DNS lookup, at send time: the sender connects only to `addresses`."""
     return check(url, allowlist, resolve)
+
+
+def dev_allowlist() -> frozenset[str]:
+    """Development only: the mock receiver's host:port and OUTBOX_ENDPOINT_ALLOWLIST; production: nothing."""
+    from domain.settings import get_settings
+
+    s = get_settings()
+    if s.env != "development":
+        return frozenset()
+    parsed = parse(s.receiver_url)
+    own = {f"{parsed[0]}:{parsed[1]}"} if not isinstance(parsed, Refused) else set()
+    return frozenset(own | {a.strip().lower() for a in s.endpoint_allowlist.split(",") if a.strip()})

@@ -24,7 +24,8 @@ from domain.access.roles import (
 EXPECTED = {
     SUPPORT: set(),
     OPERATOR: {Act.ORDERS, Act.MESSAGES, Act.REPLAY, Act.RESOLVE, Act.PREFERENCES},
-    ONCALL: {Act.ORDERS, Act.MESSAGES, Act.REPLAY, Act.RESOLVE, Act.PREFERENCES, Act.TOP_UP, Act.API_KEYS},
+    ONCALL: {Act.ORDERS, Act.MESSAGES, Act.REPLAY, Act.RESOLVE, Act.PREFERENCES, Act.TOP_UP, Act.API_KEYS,
+             Act.ENDPOINTS},
     PLATFORM: {Act.REPLAY, Act.RESOLVE, Act.PAUSE, Act.FAULTS},
 }
 

@@ -1,0 +1,164 @@
+"""Webhook endpoints: the tenant's endpoints (URL, event types, enabled, rotation under way); on-call adds one (its
+`whsec_…` secret shown once, in that answer only), disables, enables, rotates (the new secret shown once; both sign
+for 24 h) and deletes after a confirmation. Every handler asks `_allowed(Act.ENDPOINTS)` itself and acts on the
+session's tenant only. The URL guard is the API's (domain/endpoints/urls.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import reflex as rx
+
+from dashboard import routes
+from dashboard.components import card, data_table, error_callout, shell
+from dashboard.format import when
+from dashboard.pages import Page
+from dashboard.state import AuthState
+from domain.access.roles import Act, refusal
+from domain.endpoints import store, urls
+
+
+def _row(e: dict[str, Any]) -> dict[str, str]:
+    return {"id": str(e["id"]), "url": str(e["url"]), "description": str(e["description"] or ""),
+            "types": ", ".join(e["event_types"]) if e["event_types"] else "every event",
+            "state": "enabled" if e["enabled"] else "disabled",
+            "rotating": f"old secret signs until {when(e['rotating_until'])}" if e["rotating_until"] else ""}
+
+
+class EndpointsState(AuthState):
+    endpoints: list[dict[str, str]] = []
+    secret: str = ""  # a secret just created or rotated: cleared by the next load or action
+    confirm_id: str = ""
+    notice: str = ""
+    error: str = ""
+
+    def _clear(self) -> None:
+        self.secret = self.notice = self.error = ""
+
+    async def _reload(self) -> None:
+        self.endpoints = [_row(e) for e in await asyncio.to_thread(store.list_endpoints, self._tenant_id)]
+
+    @rx.event
+    async def load(self):  # type: ignore[no-untyped-def]
+        self._clear()
+        self.confirm_id = ""
+        if not self._tenant_id:
+            self.endpoints = []
+            return
+        await self._reload()
+
+    async def _may(self) -> bool:
+        if await self._allowed(Act.ENDPOINTS) and self._tenant_id:
+            return True
+        self.error = refusal(Act.ENDPOINTS)
+        return False
+
+    @rx.event
+    async def create(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+        self._clear()
+        if not await self._may():
+            return
+        url, description = str(form.get("url", "")).strip(), str(form.get("description", "")).strip()[:200]
+        verdict = await asyncio.to_thread(urls.check, url, urls.dev_allowlist())
+        if isinstance(verdict, urls.Refused):
+            self.error = f"Not added: the URL {verdict.reason}."
+            return
+        row = await asyncio.to_thread(store.create, self._tenant_id, url, description, None, self._actor_ref)
+        self.secret, self.notice = row["secret"], (f"Endpoint {row['id']} added. Copy its signing secret now: "
+                                                   "it is shown only this once.")
+        await self._reload()
+
+    @rx.event
+    async def set_enabled(self, endpoint_id: str, on: bool):  # type: ignore[no-untyped-def]
+        self._clear()
+        if not await self._may() or not str(endpoint_id).isdigit():
+            return
+        row = await asyncio.to_thread(store.set_enabled, self._tenant_id, int(endpoint_id), bool(on), self._actor_ref)
+        self.notice = "No such endpoint." if row is None else f"Endpoint {endpoint_id} {'enabled' if on else 'disabled'}."
+        await self._reload()
+
+    @rx.event
+    async def rotate(self, endpoint_id: str):  # type: ignore[no-untyped-def]
+        self._clear()
+        if not await self._may() or not str(endpoint_id).isdigit():
+            return
+        row = await asyncio.to_thread(store.rotate, self._tenant_id, int(endpoint_id), self._actor_ref)
+        if row is None:
+            self.error = "No such endpoint."
+        else:
+            self.secret = row["secret"]
+            self.notice = (f"Endpoint {endpoint_id}: new secret below (shown only this once); the old one keeps "
+                           "signing for 24 hours.")
+        await self._reload()
+
+    @rx.event
+    async def ask_delete(self, endpoint_id: str):  # type: ignore[no-untyped-def]
+        self._clear()
+        if await self._may():
+            self.confirm_id = str(endpoint_id)
+
+    @rx.event
+    def keep(self):  # type: ignore[no-untyped-def]
+        self.confirm_id = ""
+
+    @rx.event
+    async def delete(self):  # type: ignore[no-untyped-def]
+        self._clear()
+        endpoint_id, self.confirm_id = self.confirm_id, ""
+        if not await self._may() or not endpoint_id.isdigit():
+            return
+        gone = await asyncio.to_thread(store.delete, self._tenant_id, int(endpoint_id), self._actor_ref)
+        self.notice = f"Endpoint {endpoint_id} deleted." if gone else "No such endpoint."
+        await self._reload()
+
+
+def _endpoint_row(e: rx.Var) -> rx.Component:
+    actions = rx.hstack(
+        rx.cond(e["state"] == "enabled",
+                rx.button("Disable", size="1", variant="soft", on_click=EndpointsState.set_enabled(e["id"], False),
+                          data_testid="disable-endpoint"),
+                rx.button("Enable", size="1", variant="soft", on_click=EndpointsState.set_enabled(e["id"], True),
+                          data_testid="enable-endpoint")),
+        rx.button("Rotate secret", size="1", variant="soft", on_click=EndpointsState.rotate(e["id"]),
+                  data_testid="rotate-endpoint"),
+        rx.button("Delete", size="1", variant="soft", color_scheme="red", on_click=EndpointsState.ask_delete(e["id"]),
+                  data_testid="delete-endpoint"),
+        spacing="2", wrap="wrap")
+    return rx.table.row(
+        rx.table.cell(rx.code(e["url"]), rx.text(e["description"], size="1")), rx.table.cell(e["types"]),
+        rx.table.cell(rx.cond(e["state"] == "enabled", rx.badge("enabled", color_scheme="green"),
+                              rx.badge("disabled", color_scheme="gray")), rx.text(e["rotating"], size="1")),
+        rx.table.cell(rx.cond(EndpointsState.oncall, actions)), data_testid="endpoint-row")
+
+
+def endpoints_page() -> rx.Component:
+    return shell(
+        "Webhook endpoints",
+        rx.text("Where this tenant's order events are signed and sent (see docs/webhooks.md). Private, loopback and "
+                "metadata addresses are refused.", size="2", color=rx.color("gray", 11), margin_bottom="12px"),
+        rx.cond(EndpointsState.oncall, card(rx.form(rx.flex(
+            rx.vstack(rx.text("URL", size="1"), rx.input(name="url", placeholder="https://hooks.example.com/outbox",
+                                                         width="360px", data_testid="endpoint-url"), spacing="1"),
+            rx.vstack(rx.text("Description", size="1"), rx.input(name="description", data_testid="endpoint-description"),
+                      spacing="1"),
+            rx.button("Add endpoint", type="submit", data_testid="add-endpoint"),
+            gap="12px", align="end", wrap="wrap"), on_submit=EndpointsState.create, reset_on_submit=True),
+            margin_bottom="12px")),
+        rx.cond(EndpointsState.notice != "", rx.callout(
+            rx.vstack(rx.text(EndpointsState.notice, data_testid="endpoints-notice"),
+                      rx.cond(EndpointsState.secret != "", rx.code(EndpointsState.secret, data_testid="endpoint-secret")),
+                      spacing="2"), icon="key_round", width="100%", margin_bottom="12px")),
+        error_callout(EndpointsState.error),
+        rx.cond(EndpointsState.confirm_id != "", card(rx.hstack(
+            rx.text("Delete endpoint ", EndpointsState.confirm_id, "? It receives nothing more.", weight="medium"),
+            rx.button("Delete", color_scheme="red", on_click=EndpointsState.delete, data_testid="confirm-delete"),
+            rx.button("Keep it", variant="soft", on_click=EndpointsState.keep), align="center", wrap="wrap"),
+            margin_bottom="12px")),
+        data_table(["Endpoint", "Events", "State", ""], EndpointsState.endpoints, _endpoint_row,
+                   "No webhook endpoints yet.", "endpoints-table"),
+    )
+
+
+PAGE = Page(routes.ENDPOINTS, endpoints_page, "Webhook endpoints · Outbox",
+            [AuthState.require_login, EndpointsState.load], ("Endpoints", "webhook"))

@@ -1,0 +1,64 @@
+"""The webhook endpoints page in a real browser.
+
+Invariants: on-call adds an endpoint and sees its secret once (a reload shows none); a private URL is refused
+with its reason and adds nothing; disable, rotate (a new secret, once) and delete (after a confirmation) change the
+stored endpoint; support sees the list without actions.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from domain.db import get_engine
+from e2e.conftest import APP, RECEIVER, shot
+from jobs.ops.procs import wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def stored(url: str) -> list[sa.Row]:
+    with get_engine().connect() as c:
+        return list(c.execute(sa.text("SELECT id, secret, disabled_at FROM webhook_endpoints WHERE url = :u"),
+                              {"u": url}))
+
+
+def test_oncall_adds_disables_rotates_and_deletes_an_endpoint(new_operator):
+    url = f"{RECEIVER}/webhooks/orders"
+    a = new_operator("alice")
+    a.goto(f"{APP}/endpoints")
+    a.get_by_test_id("endpoint-url").fill("http://169.254.169.254/latest/meta-data/")
+    a.get_by_test_id("add-endpoint").click()
+    a.get_by_test_id("error").wait_for()
+    assert "metadata" in a.get_by_test_id("error").inner_text() and not stored("http://169.254.169.254/latest/meta-data/")
+    a.get_by_test_id("endpoint-url").fill(url)
+    a.get_by_test_id("endpoint-description").fill("mock receiver")
+    a.get_by_test_id("add-endpoint").click()
+    a.get_by_test_id("endpoint-secret").wait_for()
+    secret = a.get_by_test_id("endpoint-secret").inner_text().strip()
+    ((_, kept, _),) = stored(url)
+    assert secret.startswith("whsec_") and secret == kept
+    shot(a, "endpoint-added")
+    a.reload()
+    a.get_by_test_id("endpoint-row").first.wait_for()
+    assert secret not in a.content()
+    row = a.get_by_test_id("endpoint-row").filter(has_text=url)
+    row.get_by_test_id("disable-endpoint").click()
+    wait_until(lambda: stored(url)[0][2] is not None, 10, "the endpoint to be disabled")
+    a.get_by_test_id("endpoint-row").filter(has_text=url).get_by_test_id("rotate-endpoint").click()
+    a.get_by_test_id("endpoint-secret").wait_for()
+    rotated = a.get_by_test_id("endpoint-secret").inner_text().strip()
+    assert rotated != secret and stored(url)[0][1] == rotated
+    a.get_by_test_id("endpoint-row").filter(has_text=url).get_by_test_id("delete-endpoint").click()
+    a.get_by_test_id("confirm-delete").click()
+    wait_until(lambda: not stored(url), 10, "the endpoint to be deleted")
+
+
+def test_support_sees_endpoints_without_actions(new_operator):
+    from domain.endpoints import store
+
+    store.create(42, "http://93.184.216.34/hooks", "visible", None, "test")
+    s = new_operator("sam")
+    s.goto(f"{APP}/endpoints")
+    s.get_by_test_id("endpoint-row").first.wait_for()
+    assert s.get_by_test_id("add-endpoint").count() == 0 and s.get_by_test_id("rotate-endpoint").count() == 0
