@@ -11,7 +11,8 @@ from typing import Any
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import card, data_table, error_callout, shell
+from dashboard.components import Row, card, data_table, error_callout, shell
+from dashboard.events import event
 from dashboard.format import when
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -27,11 +28,11 @@ def _row(e: dict[str, Any]) -> dict[str, str]:
 
 
 class EndpointsState(AuthState):
-    endpoints: list[dict[str, str]] = []
-    secret: str = ""  # a secret just created or rotated: cleared by the next load or action
-    confirm_id: str = ""
-    notice: str = ""
-    error: str = ""
+    endpoints: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    secret: rx.Field[str] = rx.field("")  # a secret just created or rotated: cleared by the next load or action
+    confirm_id: rx.Field[str] = rx.field("")
+    notice: rx.Field[str] = rx.field("")
+    error: rx.Field[str] = rx.field("")
 
     def _clear(self) -> None:
         self.secret = self.notice = self.error = ""
@@ -39,8 +40,8 @@ class EndpointsState(AuthState):
     async def _reload(self) -> None:
         self.endpoints = [_row(e) for e in await asyncio.to_thread(store.list_endpoints, self._tenant_id)]
 
-    @rx.event
-    async def load(self):  # type: ignore[no-untyped-def]
+    @event
+    async def load(self) -> None:
         self._clear()
         self.confirm_id = ""
         if not self._tenant_id:
@@ -54,8 +55,8 @@ class EndpointsState(AuthState):
         self.error = refusal(Act.ENDPOINTS)
         return False
 
-    @rx.event
-    async def create(self, form: dict[str, str]):  # type: ignore[no-untyped-def]
+    @event
+    async def create(self, form: dict[str, str]) -> None:
         self._clear()
         if not await self._may():
             return
@@ -69,8 +70,8 @@ class EndpointsState(AuthState):
                                                    "it is shown only this once.")
         await self._reload()
 
-    @rx.event
-    async def set_enabled(self, endpoint_id: str, on: bool):  # type: ignore[no-untyped-def]
+    @event
+    async def set_enabled(self, endpoint_id: str, on: bool) -> None:
         self._clear()
         if not await self._may() or not str(endpoint_id).isdigit():
             return
@@ -78,8 +79,8 @@ class EndpointsState(AuthState):
         self.notice = "No such endpoint." if row is None else f"Endpoint {endpoint_id} {'enabled' if on else 'disabled'}."
         await self._reload()
 
-    @rx.event
-    async def rotate(self, endpoint_id: str):  # type: ignore[no-untyped-def]
+    @event
+    async def rotate(self, endpoint_id: str) -> None:
         self._clear()
         if not await self._may() or not str(endpoint_id).isdigit():
             return
@@ -92,18 +93,18 @@ class EndpointsState(AuthState):
                            "signing for 24 hours.")
         await self._reload()
 
-    @rx.event
-    async def ask_delete(self, endpoint_id: str):  # type: ignore[no-untyped-def]
+    @event
+    async def ask_delete(self, endpoint_id: str) -> None:
         self._clear()
         if await self._may():
             self.confirm_id = str(endpoint_id)
 
-    @rx.event
-    def keep(self):  # type: ignore[no-untyped-def]
+    @event
+    def keep(self) -> None:
         self.confirm_id = ""
 
-    @rx.event
-    async def delete(self):  # type: ignore[no-untyped-def]
+    @event
+    async def delete(self) -> None:
         self._clear()
         endpoint_id, self.confirm_id = self.confirm_id, ""
         if not await self._may() or not endpoint_id.isdigit():
@@ -113,7 +114,7 @@ class EndpointsState(AuthState):
         await self._reload()
 
 
-def _endpoint_row(e: rx.Var) -> rx.Component:
+def _endpoint_row(e: Row) -> rx.Component:
     actions = rx.hstack(
         rx.cond(e["state"] == "enabled",
                 rx.button("Disable", size="1", variant="soft", on_click=EndpointsState.set_enabled(e["id"], False),
