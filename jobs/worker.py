@@ -21,7 +21,7 @@ from arq.worker import func
 
 from domain import faults, logs
 from domain.campaigns import fan_out as campaign_fan_out
-from domain.delivery import claims, lanes, ratelimit
+from domain.delivery import claims, hot, lanes, ratelimit
 from domain.delivery.claims import Claim
 from domain.delivery.queue import DELIVER_TASK, FAN_OUT_TASK, RATE_KEY, job_timeout_seconds, queue_name
 from domain.delivery.retry import Outcome, decide_retry
@@ -117,13 +117,13 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     lane: str = ctx["lane"]
     logs.bind_here(notification_id=notification_id, lane=lane)  # this job's task only
     if lane == "bulk":
-        channel = await asyncio.to_thread(claims.channel_of, notification_id)
+        channel = await hot.channel_of(ctx["db"], notification_id)
         if channel is None:
             return "not_owed"
         await take_bulk_token(ctx["redis"], channel, s.bulk_rate_per_second)
     now = datetime.now(UTC)
     claim_started = time.monotonic()
-    claimed = await asyncio.to_thread(claims.claim, notification_id, s.lease_seconds, now, ctx["worker_name"])
+    claimed = await hot.claim(ctx["db"], notification_id, s.lease_seconds, now, ctx["worker_name"])
     if claimed is None:
         if await asyncio.to_thread(lanes.lane_paused, lane):
             raise Retry(defer=1.0)  # the row stays QUEUED; the card shows pending until resume
@@ -151,8 +151,8 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
         await armed_from_ops(ctx, "after_remote_accept_before_local_ack")
         faults.hit("after_remote_accept_before_local_ack")
     decision = decide_retry(outcome, c.attempts, c.max_attempts, s.backoff_base, s.backoff_cap, ctx["rng"])
-    result = await asyncio.to_thread(
-        claims.record, c, decision, worker=ctx["worker_name"], started=started,
+    result = await hot.record(
+        ctx["db"], c, decision, worker=ctx["worker_name"], started=started,
         status_code=outcome.status_code, latency_ms=latency_ms, provider_reference=ref, excerpt=outcome.excerpt)
     log.info("attempt recorded", result=result, status_code=outcome.status_code, error_class=outcome.error,
              latency_ms=round(latency_ms, 1), retry_in=getattr(decision, "delay_seconds", None))
@@ -183,9 +183,12 @@ def settings_for(lane: str) -> dict[str, Any]:
         ctx["http"] = httpx.AsyncClient(timeout=HTTP_TIMEOUT)
         ctx["worker_name"] = f"{socket.gethostname()}:{os.getpid()}:{lane}"
         ctx["rng"] = random.Random()
+        # The claim/record path's own pool, one per lane worker process (domain/delivery/hot.py).
+        ctx["db"] = await hot.open_pool(get_settings().database_url, f"outbox-worker-{lane}")
 
     async def shutdown(ctx: dict[str, Any]) -> None:
         await ctx["http"].aclose()
+        await ctx["db"].close()
 
     return {
         "functions": [func(deliver, name=DELIVER_TASK)] + (

@@ -5,6 +5,9 @@
 for a message that may go — its cap slot and its price taken with guarded updates (domain/ledger/metering.py). It
 settles what must not go (SUPPRESSED with its reason, or deferred to the end of quiet hours) in that same transaction.
 `record` settles the attempt: SENT keeps the money, FAILED gives it back; only contract errors go to review.
+The common case of each is one statement of domain/delivery/sql.py (`CLAIM` then `TAKE`; `RECORD_SENT` or
+`RECORD_RETRY`), decided by claimed.py's `plan`; everything else goes the long way below, in the same transaction.
+The workers run the same statements through an async pool first (hot.py) and come here for the long way.
 Status machine: QUEUED -> SENT -> DELIVERED | FAILED; QUEUED -> FAILED | SUPPRESSED.
 
 Fencing: every claim takes the row's next `claim_token`; every write that follows — suppress, defer, retry, fail —
@@ -15,9 +18,7 @@ exception is an accepted send: that is the truth and is recorded whatever the ro
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -26,6 +27,23 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
+from domain.delivery import sql
+from domain.delivery.claimed import (
+    EVENT_REQUIRES_STATUS,
+    Claim,
+    ClaimResult,
+    Deferred,
+    Ready,
+    SendContext,
+    Suppressed,
+    Take,
+    claim_params,
+    idempotency_key,
+    local_day,
+    plan,
+    still_eligible,
+    superseded,
+)
 from domain.delivery.receipts import apply_pending
 from domain.delivery.retry import Fail, Retry, RetryDecision, Succeeded
 from domain.ledger import metering
@@ -33,154 +51,50 @@ from domain.ledger.floor import Defer, Send, Suppress, floor_decision
 from domain.ledger.templates import render_for_send
 from domain.ledger.write import accept_truth, settle_unsent
 from domain.models import NotificationAttempt, table_of
-from domain.orders.envelope import Envelope
 
-# ---- worker claim: a lease, guarded by status and time, and the next fence token ---------------------------------
-# One round trip: the guarded lease and its token, plus what the worker needs to decide and send (envelope, order
-# status, the intent and the campaign it belongs to).
-CLAIM_NOTIFICATION = sa.text(
-    """
-    WITH c AS (
-      UPDATE notifications SET attempts = attempts + 1, leased_until = now() + make_interval(secs => :lease),
-                               claimed_at = now(), claim_token = claim_token + 1
-      WHERE id = :id AND status = 'QUEUED' AND next_attempt_at <= now() + interval '1 second'
-        AND (leased_until IS NULL OR leased_until < now())
-        AND NOT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = notifications.lane AND l.paused)
-      RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts,
-                max_attempts, event_id, order_id, intent_id, campaign_id, reserved_cents, cap_day, claim_token,
-                provider_key
-    )
-    SELECT c.*, o.status AS order_status, e.aggregate_type, e.aggregate_id, e.aggregate_revision, e.event_type,
-           e.schema_version, e.occurred_at, e.request_id, e.causation_id, e.actor_ref, e.payload AS event_payload,
-           i.status AS intent_status, i.step AS intent_step, ld.current_step AS lead_step,
-           cp.status AS campaign_status
-    FROM c
-    LEFT JOIN outbox_events e ON e.event_id = c.event_id
-    LEFT JOIN orders o ON o.tenant_id = c.tenant_id AND o.id = c.order_id
-    LEFT JOIN lead_notification_intents i ON i.id = c.intent_id
-    LEFT JOIN leads ld ON ld.id = i.lead_id
-    LEFT JOIN campaigns cp ON cp.id = c.campaign_id
-    """
-)
+__all__ = ["EVENT_REQUIRES_STATUS", "Claim", "ClaimResult", "Deferred", "Ready", "Suppressed", "claim", "give_back",
+           "idempotency_key", "local_day", "record", "still_eligible", "superseded"]
 
-
-# Which order status each event is about: checked again at send time (eligibility).
-EVENT_REQUIRES_STATUS = {"order.approved": ("approved", "fulfilled"), "order.cancelled": ("cancelled",),
-                         "order.fulfilled": ("fulfilled",)}
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A claimed ledger row (a frozen record crossing from the database into the worker)."""
-
-    id: int
-    tenant_id: int
-    recipient: str
-    channel: str
-    lane: str
-    template: str
-    payload: dict[str, Any]
-    dedupe_key: str
-    cost_cents: int
-    attempts: int
-    max_attempts: int
-    event_id: uuid.UUID | None
-    order_id: int | None
-    order_status: str | None = None
-    envelope: Envelope | None = None
-    claim_token: int = 0
-    provider_key: str | None = None
-    campaign_status: str | None = None
-    intent_id: int | None = None
-    intent_status: str | None = None
-    intent_step: str | None = None
-    lead_step: str | None = None
-    reserved_cents: int = 0
-    cap_day: date | None = None
-
-    @classmethod
-    def from_row(cls, row: Any) -> Claim:
-        m = dict(row._mapping)
-        env = None
-        if m.get("event_id") is not None and m.get("event_type") is not None:
-            env = Envelope(
-                event_id=m["event_id"], tenant_id=m["tenant_id"], aggregate_type=m["aggregate_type"],
-                aggregate_id=m["aggregate_id"], aggregate_revision=m["aggregate_revision"],
-                event_type=m["event_type"], schema_version=m["schema_version"], occurred_at=m["occurred_at"],
-                request_id=m["request_id"], causation_id=m["causation_id"], actor_ref=m["actor_ref"],
-                payload=m["event_payload"])
-        fields = {k: m[k] for k in ("id", "tenant_id", "recipient", "channel", "lane", "template", "payload",
-                                    "dedupe_key", "cost_cents", "attempts", "max_attempts", "event_id", "order_id",
-                                    "order_status", "intent_id", "intent_status", "intent_step", "lead_step",
-                                    "reserved_cents", "cap_day", "claim_token", "provider_key",
-                                    "campaign_status")}
-        return cls(**fields, envelope=env)
-
-
-@dataclass(frozen=True)
-class Ready:
-    """The row is ours (leased) with its cap slot and price held: send it now. The contact point and the rendered
-    text travel in memory only, never in job arguments."""
-
-    claim: Claim
-    contact: str | None = None
-    body: str | None = None
-
-
-@dataclass(frozen=True)
-class Suppressed:
-    claim: Claim
-    reason: str
-
-
-@dataclass(frozen=True)
-class Deferred:
-    claim: Claim
-    until: datetime
-
-
-ClaimResult = Ready | Suppressed | Deferred
-
-
-def idempotency_key(c: Claim) -> str:
-    """The key the provider dedupes on: the dedupe key, or the replay's own key after a bounce."""
-    return c.provider_key or c.dedupe_key
-
-
-def still_eligible(c: Claim) -> bool:
-    """Send-time eligibility: the order is still in a state this event is about."""
-    if c.envelope is None or c.order_id is None:
-        return True
-    want = EVENT_REQUIRES_STATUS.get(c.envelope.event_type)
-    return want is None or c.order_status in want
-
-
-def superseded(c: Claim) -> bool:
-    """A journey nudge whose intent was cancelled, or whose lead has moved past its step, must not go out."""
-    return c.intent_id is not None and (c.intent_status == "cancelled" or c.lead_step != c.intent_step)
+CLAIM_NOTIFICATION = sa.text(sql.CLAIM)
+_TAKE = sa.text(sql.TAKE)
+_RECORD_SENT = sa.text(sql.RECORD_SENT)
+_RECORD_RETRY = sa.text(sql.RECORD_RETRY)
 
 
 def channel_of(notification_id: int, engine: Engine | None = None) -> str | None:
     """The channel of a row still owed (the bulk lane takes that channel's token before claiming)."""
     with UnitOfWork(engine) as uow:
-        return uow.execute(sa.text("SELECT channel FROM notifications WHERE id = :i AND status = 'QUEUED'"),
-                           {"i": notification_id}).scalar()
+        return uow.execute(sa.text(sql.CHANNEL_OF), {"id": notification_id}).scalar()
 
 
 def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str = "worker",
           engine: Engine | None = None) -> ClaimResult | None:
     """None: not owed now (done, leased by another worker, paused or not yet due)."""
     with UnitOfWork(engine) as uow:
-        row = uow.execute(CLAIM_NOTIFICATION, {"id": notification_id, "lease": lease_seconds}).first()
+        row = uow.execute(CLAIM_NOTIFICATION, claim_params(notification_id, lease_seconds, now)).first()
         if row is None:
             return None
-        c = Claim.from_row(row)
-        result = _decide_and_take(uow, c, now, worker)
+        m = dict(row._mapping)
+        c, x = Claim.from_mapping(m), SendContext.from_mapping(m)
+        take = plan(c, x, now)
+        result = _decide_and_take(uow, c, x, now, worker) if take is None else take_for_send(uow, c, take, worker, now)
         uow.commit()
     return result
 
 
-def _decide_and_take(uow: UnitOfWork, c: Claim, now: datetime, worker: str) -> ClaimResult:
+def take_for_send(uow: UnitOfWork, c: Claim, take: Take, worker: str, now: datetime) -> ClaimResult:
+    """The common case in one statement (`sql.TAKE`): at the cap, or without the money, it is suppressed."""
+    if not take.takes_nothing:
+        got = uow.execute(_TAKE, take.params(c)).one()
+        if not got.slot_ok:
+            return _suppress(uow, c, worker, "daily_cap", now)
+        if not got.paid:
+            return _suppress(uow, c, worker, "insufficient_balance", now)
+    return Ready(c, take.contact, take.body)
+
+
+def _decide_and_take(uow: UnitOfWork, c: Claim, x: SendContext, now: datetime, worker: str) -> ClaimResult:
+    """The long way: everything `plan` leaves out (suppress, defer, a cap slot of another day), settled here."""
     if superseded(c):
         return _suppress(uow, c, worker, "superseded", now)
     if c.campaign_status == "cancelled":  # a row left to a worker at cancel comes back here after a retry
@@ -194,13 +108,10 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, now: datetime, worker: str) -> C
         if not _take_money(uow, c):
             return _suppress(uow, c, worker, "insufficient_balance", now)
         return Ready(c)
-    rcp = uow.execute(sa.text(
-        "SELECT timezone, quiet_start, quiet_end, daily_cap, opted_out_channels, email, phone "
-        "FROM recipients WHERE tenant_id = :t AND ref = :r"), {"t": c.tenant_id, "r": c.recipient}).first()
-    contact = (rcp.email if c.channel == "email" else rcp.phone) if rcp else None
-    if rcp is None or not contact:
+    contact = x.contact(c.channel)
+    if not x.found or not contact:
         return _suppress(uow, c, worker, "no_contact_point", now)
-    day = local_day(now, rcp.timezone)
+    day = local_day(now, x.timezone)
     taken = uow.execute(sa.text(
         "SELECT taken FROM recipient_daily_counts WHERE tenant_id = :t AND recipient = :r AND day = :d"),
         {"t": c.tenant_id, "r": c.recipient, "d": day}).scalar() or 0
@@ -209,29 +120,25 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, now: datetime, worker: str) -> C
         metering.release_stale_slot(uow, c.id)
     decision = floor_decision(
         now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),
-        opted_out_channels=tuple(rcp.opted_out_channels), sent_today=0 if holds_slot else int(taken),
-        daily_cap=rcp.daily_cap, tz=rcp.timezone, quiet_start=rcp.quiet_start, quiet_end=rcp.quiet_end,
+        opted_out_channels=x.opted_out, sent_today=0 if holds_slot else int(taken),
+        daily_cap=x.daily_cap, tz=x.timezone, quiet_start=x.quiet_start, quiet_end=x.quiet_end,
     )
     if isinstance(decision, Suppress):
         detail = _opt_out_detail(uow, c) if decision.reason == "opted_out" else None
         return _suppress(uow, c, worker, decision.reason, now, detail)
     if isinstance(decision, Defer):
-        until_local = decision.until.astimezone(ZoneInfo(rcp.timezone))
-        return _defer(uow, c, decision.until, f"quiet hours until {until_local:%H:%M} {rcp.timezone}")
+        until_local = decision.until.astimezone(ZoneInfo(x.timezone))
+        return _defer(uow, c, decision.until, f"quiet hours until {until_local:%H:%M} {x.timezone}")
     assert isinstance(decision, Send)
     # The cap slot and the money, each once per row, each a guarded update: the pure rule above is the fast
     # answer, these are what hold under concurrency.
-    if rcp.daily_cap is not None and c.lane != "critical" and not holds_slot and not metering.take_cap_slot(
-            uow, tenant_id=c.tenant_id, recipient=c.recipient, day=day, cap=rcp.daily_cap, notification_id=c.id):
+    if x.daily_cap is not None and c.lane != "critical" and not holds_slot and not metering.take_cap_slot(
+            uow, tenant_id=c.tenant_id, recipient=c.recipient, day=day, cap=x.daily_cap, notification_id=c.id):
         return _suppress(uow, c, worker, "daily_cap", now)
     body = render_for_send(uow, notification_id=c.id, template=c.template, channel=c.channel, payload=c.payload)
     if not _take_money(uow, c):  # last: see metering._RESERVE
         return _suppress(uow, c, worker, "insufficient_balance", now)
     return Ready(c, contact, body)
-
-
-def local_day(now: datetime, tz: str) -> date:
-    return now.astimezone(ZoneInfo(tz)).date()
 
 
 def _take_money(uow: UnitOfWork, c: Claim) -> bool:
@@ -306,7 +213,11 @@ def record(
     An accepted send is recorded whatever the row says by now (the truth is never dropped)."""
     with UnitOfWork(engine) as uow:
         x = uow.execute
-        if isinstance(decision, Succeeded):
+        if isinstance(decision, Succeeded) and x(_RECORD_SENT, record_params(
+                c, decision, worker=worker, started=started, status_code=status_code, latency_ms=latency_ms,
+                provider_reference=provider_reference, excerpt=excerpt)).scalar_one():
+            outcome = "already_processed" if decision.already_processed else "sent"  # the common case, one statement
+        elif isinstance(decision, Succeeded):
             # A webhook's 2xx IS its delivery; providers confirm later with a receipt.
             accepted = accept_truth(uow, c.id, final="DELIVERED" if c.channel == "webhook" else "SENT",
                                     provider_reference=provider_reference, sent_key=idempotency_key(c))
@@ -315,14 +226,11 @@ def record(
                 outcome = "already_processed"
             _attempt(uow, c, worker, started, outcome, status_code, None, latency_ms, excerpt)
         elif isinstance(decision, Retry):
-            matched = x(sa.text(
-                "UPDATE notifications SET next_attempt_at = now() + make_interval(secs => :d), leased_until = NULL, "
-                "last_error_class = :e WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok "
-                "RETURNING id, next_attempt_at"),
-                {"d": decision.delay_seconds, "e": decision.error_class, "id": c.id, "tok": c.claim_token}).first()
-            outcome = "retry" if matched else "stale"
-            _attempt(uow, c, worker, started, outcome, status_code, decision.error_class, latency_ms, excerpt,
-                     matched.next_attempt_at if matched else None)
+            outcome = "retry" if x(_RECORD_RETRY, record_params(
+                c, decision, worker=worker, started=started, status_code=status_code, latency_ms=latency_ms,
+                provider_reference=provider_reference, excerpt=excerpt)).scalar_one() else "stale"
+            if outcome == "stale":
+                _attempt(uow, c, worker, started, outcome, status_code, decision.error_class, latency_ms, excerpt)
         else:
             assert isinstance(decision, Fail)
             # Only a contract problem needs a human; exhausted retries are simply FAILED.
@@ -335,3 +243,16 @@ def record(
         apply_pending(uow, c.id)  # receipts that came before this record
         uow.commit()
     return outcome
+
+
+def record_params(c: Claim, decision: RetryDecision, *, worker: str, started: datetime, status_code: int | None,
+                  latency_ms: float, provider_reference: str | None, excerpt: str | None) -> dict[str, Any]:
+    """`sql.RECORD_SENT`'s and `sql.RECORD_RETRY`'s parameters (both stores)."""
+    p: dict[str, Any] = {"id": c.id, "no": c.attempts, "worker": worker, "started": started, "code": status_code,
+                         "latency": latency_ms, "excerpt": excerpt}
+    if isinstance(decision, Succeeded):
+        p.update(final="DELIVERED" if c.channel == "webhook" else "SENT", p=provider_reference,
+                 key=idempotency_key(c), outcome="already_processed" if decision.already_processed else "sent")
+    elif isinstance(decision, Retry):
+        p.update(delay=decision.delay_seconds, err=decision.error_class, tok=c.claim_token)
+    return p

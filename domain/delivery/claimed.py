@@ -1,0 +1,219 @@
+"""What a claim returns, and the one decision both stores share: may this claimed row go now, the common way?
+
+`Claim` and `SendContext` are read from ONE row of `sql.CLAIM` (the lease, the fence token and everything the floor
+rules and the send need). `plan` answers with a `Take` — the cap slot, the template version and the price that
+`sql.TAKE` takes in one statement — or None for anything else (suppress, defer, a cap slot of another day, a
+superseded nudge, a cancelled campaign): that goes the long way, claims.py's `_decide_and_take`, which settles it
+in the same transaction. Pure: no unit of work, no SQL.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from domain.ledger import otp
+from domain.ledger.floor import Send, floor_decision
+from domain.ledger.templates import render
+from domain.orders.envelope import Envelope
+
+# Which order status each event is about: checked again at send time (eligibility).
+EVENT_REQUIRES_STATUS = {"order.approved": ("approved", "fulfilled"), "order.cancelled": ("cancelled",),
+                         "order.fulfilled": ("fulfilled",)}
+
+_CLAIM_FIELDS = ("id", "tenant_id", "recipient", "channel", "lane", "template", "payload", "dedupe_key", "cost_cents",
+                 "attempts", "max_attempts", "event_id", "order_id", "order_status", "intent_id", "intent_status",
+                 "intent_step", "lead_step", "reserved_cents", "cap_day", "claim_token", "provider_key",
+                 "campaign_status")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed ledger row (a frozen record crossing from the database into the worker)."""
+
+    id: int
+    tenant_id: int
+    recipient: str
+    channel: str
+    lane: str
+    template: str
+    payload: dict[str, Any]
+    dedupe_key: str
+    cost_cents: int
+    attempts: int
+    max_attempts: int
+    event_id: uuid.UUID | None
+    order_id: int | None
+    order_status: str | None = None
+    envelope: Envelope | None = None
+    claim_token: int = 0
+    provider_key: str | None = None
+    campaign_status: str | None = None
+    intent_id: int | None = None
+    intent_status: str | None = None
+    intent_step: str | None = None
+    lead_step: str | None = None
+    reserved_cents: int = 0
+    cap_day: date | None = None
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> Claim:
+        env = None
+        if m.get("event_id") is not None and m.get("event_type") is not None:
+            env = Envelope(
+                event_id=m["event_id"], tenant_id=m["tenant_id"], aggregate_type=m["aggregate_type"],
+                aggregate_id=m["aggregate_id"], aggregate_revision=m["aggregate_revision"],
+                event_type=m["event_type"], schema_version=m["schema_version"], occurred_at=m["occurred_at"],
+                request_id=m["request_id"], causation_id=m["causation_id"], actor_ref=m["actor_ref"],
+                payload=m["event_payload"])
+        return cls(**{k: m[k] for k in _CLAIM_FIELDS}, envelope=env)
+
+
+@dataclass(frozen=True)
+class SendContext:
+    """The recipient's floor rules and contact point, their cap counts around today, the template and a code's
+    nonce, read by the claim's own statement (`found` False: no such recipient, or a webhook)."""
+
+    found: bool
+    timezone: str = "UTC"
+    quiet_start: time | None = None
+    quiet_end: time | None = None
+    daily_cap: int | None = None
+    opted_out: tuple[str, ...] = ()
+    email: str | None = None
+    phone: str | None = None
+    taken_by_day: Mapping[str, int] | None = None
+    template_version: int | None = None
+    template_body: str | None = None
+    otp_nonce: str | None = None
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> SendContext:
+        if not m["rcp_found"]:
+            return cls(False)
+        return cls(True, m["rcp_timezone"], m["rcp_quiet_start"], m["rcp_quiet_end"], m["rcp_daily_cap"],
+                   tuple(m["rcp_opted_out"] or ()), m["rcp_email"], m["rcp_phone"], m["taken_by_day"] or {},
+                   m["template_version"], m["template_body"], m["otp_nonce"])
+
+    def contact(self, channel: str) -> str | None:
+        return self.email if channel == "email" else self.phone
+
+    def taken_on(self, day: date) -> int:
+        return int((self.taken_by_day or {}).get(day.isoformat(), 0))
+
+
+def claim_params(notification_id: int, lease_seconds: float, now: datetime) -> dict[str, Any]:
+    """`sql.CLAIM`'s parameters: the cap counts of the UTC days around `now` hold every local day there is."""
+    utc_day = now.astimezone(ZoneInfo("UTC")).date()
+    return {"id": notification_id, "lease": lease_seconds, "otp_template": otp.TEMPLATE,
+            "day_from": utc_day - timedelta(days=1), "day_to": utc_day + timedelta(days=1)}
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The row is ours (leased) with its cap slot and price held: send it now. The contact point and the rendered
+    text travel in memory only, never in job arguments."""
+
+    claim: Claim
+    contact: str | None = None
+    body: str | None = None
+
+
+@dataclass(frozen=True)
+class Suppressed:
+    claim: Claim
+    reason: str
+
+
+@dataclass(frozen=True)
+class Deferred:
+    claim: Claim
+    until: datetime
+
+
+ClaimResult = Ready | Suppressed | Deferred
+
+
+@dataclass(frozen=True)
+class Take:
+    """The common case: send now, once `sql.TAKE` has taken the cap slot of `day` (None: none needed), kept the
+    template version and held `cents` (0: held since an earlier attempt, or free)."""
+
+    day: date | None
+    cap: int
+    cents: int
+    template_version: int | None
+    contact: str | None = None
+    body: str | None = None
+
+    @property
+    def takes_nothing(self) -> bool:
+        return self.day is None and self.cents == 0 and self.template_version is None
+
+    def params(self, c: Claim) -> dict[str, Any]:
+        return {"t": c.tenant_id, "r": c.recipient, "day": self.day, "cap": self.cap, "c": self.cents, "n": c.id,
+                "reason": f"{c.channel} {c.template}", "v": self.template_version}
+
+
+def idempotency_key(c: Claim) -> str:
+    """The key the provider dedupes on: the dedupe key, or the replay's own key after a bounce."""
+    return c.provider_key or c.dedupe_key
+
+
+def still_eligible(c: Claim) -> bool:
+    """Send-time eligibility: the order is still in a state this event is about."""
+    if c.envelope is None or c.order_id is None:
+        return True
+    want = EVENT_REQUIRES_STATUS.get(c.envelope.event_type)
+    return want is None or c.order_status in want
+
+
+def superseded(c: Claim) -> bool:
+    """A journey nudge whose intent was cancelled, or whose lead has moved past its step, must not go out."""
+    return c.intent_id is not None and (c.intent_status == "cancelled" or c.lead_step != c.intent_step)
+
+
+def local_day(now: datetime, tz: str) -> date:
+    return now.astimezone(ZoneInfo(tz)).date()
+
+
+def price_to_hold(c: Claim) -> int:
+    return 0 if c.reserved_cents > 0 or c.cost_cents <= 0 else c.cost_cents
+
+
+def plan(c: Claim, x: SendContext, now: datetime) -> Take | None:
+    """A `Take` when the row may go now and only needs its slot, version and price; None: the long way decides."""
+    if superseded(c) or c.campaign_status == "cancelled":
+        return None
+    if c.channel == "webhook":  # a system, not a person: no quiet hours, cap or contact point
+        decision = floor_decision(now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),
+                                  opted_out_channels=(), sent_today=0, daily_cap=None, tz="UTC",
+                                  quiet_start=None, quiet_end=None)
+        return Take(None, 0, price_to_hold(c), None) if isinstance(decision, Send) else None
+    contact = x.contact(c.channel)
+    if not x.found or not contact:
+        return None
+    day = local_day(now, x.timezone)
+    holds_slot = c.cap_day == day
+    if c.cap_day is not None and not holds_slot:
+        return None  # a slot of an earlier day is given back first: the long way
+    decision = floor_decision(
+        now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c), opted_out_channels=x.opted_out,
+        sent_today=0 if holds_slot else x.taken_on(day), daily_cap=x.daily_cap, tz=x.timezone,
+        quiet_start=x.quiet_start, quiet_end=x.quiet_end)
+    if not isinstance(decision, Send):
+        return None
+    take_slot = x.daily_cap is not None and c.lane != "critical" and not holds_slot
+    if take_slot and (x.daily_cap or 0) <= 0:
+        return None
+    body = None
+    if x.template_body is not None:
+        data = dict(c.payload)
+        if c.template == otp.TEMPLATE:
+            data["code"] = otp.derive_code(x.otp_nonce) if x.otp_nonce else ""
+        body = render(x.template_body, data)
+    return Take(day if take_slot else None, x.daily_cap or 0, price_to_hold(c), x.template_version, contact, body)

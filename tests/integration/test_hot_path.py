@@ -1,0 +1,129 @@
+"""The workers' async store (domain/delivery/hot.py) keeps every rule of the sync one (claims.py).
+
+Invariants protected: the async claim and record, on their own pool, take the same lease, token, cap slot, price and
+template as the sync store and settle the row the same way; anything but the common case (a suppress, the cap, a
+stale token, a pending receipt) is rolled back whole and settled by the long way, so no fence is skipped; a
+connection the server dropped costs a retry by the long way, never a lost or doubled claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+import sqlalchemy as sa
+
+from domain.db import get_engine
+from domain.delivery import claims, hot
+from domain.delivery.receipts import apply_receipt
+from domain.delivery.retry import Retry, Succeeded
+from domain.ledger import otp
+from domain.settings import get_settings
+from tests.integration.test_fencing import assert_invariants, entries, lease_runs_out, ready, row
+from tests.integration.test_fencing_review import person, sms
+
+LEASE = 30.0
+
+
+@pytest.fixture
+async def pool(db) -> AsyncIterator[hot.Pool]:  # type: ignore[no-untyped-def]
+    p = await hot.open_pool(get_settings().database_url, "outbox-test-hot", max_size=2)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+async def fast_claim(pool: hot.Pool, nid: int) -> claims.ClaimResult | None:
+    return await hot.claim(pool, nid, LEASE, datetime.now(UTC), "hot")
+
+
+async def fast_record(pool: hot.Pool, c: claims.Claim, decision: Succeeded | Retry, ref: str | None = None) -> str:
+    return await hot.record(pool, c, decision, worker="hot", started=datetime.now(UTC), status_code=201,
+                            latency_ms=1.0, provider_reference=ref)
+
+
+async def test_a_code_claimed_and_recorded_on_the_pool_is_leased_charged_rendered_and_sent(pool):
+    """The common case: the claim leases the row under a new token, holds its price once, keeps the template
+    version and renders the code (never stored); the record makes it SENT with one attempt line."""
+    rid, _ = person(cap=None)
+    nid = otp.request(42, rid, "sms", datetime.now(UTC)).notification_id  # type: ignore[union-attr]
+    got = await fast_claim(pool, nid)
+    assert isinstance(got, claims.Ready), got
+    r = row(nid)
+    assert (r.claim_token, r.attempts, r.reserved_cents) == (got.claim.claim_token, 1, r.cost_cents)
+    assert r.leased_until is not None and r.template_version is not None
+    assert got.body is not None and "{code}" not in got.body and got.contact == "+15550002222"
+    assert entries(nid) == [("reserve", -r.cost_cents)]
+    assert await fast_claim(pool, nid) is None  # leased: a second claim gets nothing
+    assert await fast_record(pool, got.claim, Succeeded(False), "sms-1") == "sent"
+    r = row(nid)
+    assert (r.status, r.provider_reference, r.leased_until) == ("SENT", "sms-1", None)
+    assert r.claim_token == got.claim.claim_token + 1  # a later claim is fenced out by the new token
+    assert entries(nid) == [("reserve", -r.cost_cents)]
+    assert_invariants()
+
+
+async def test_the_cap_on_the_pool_takes_one_slot_and_suppresses_the_next_by_the_long_way(pool):
+    """Cap 1: the first message takes the slot in the one TAKE statement; the second is refused there, rolled
+    back whole, and suppressed `daily_cap` by the sync store with nothing charged."""
+    rid, _ = person(cap=1)
+    first, second = sms(rid, "hot-1"), sms(rid, "hot-2")
+    a = await fast_claim(pool, first)
+    assert isinstance(a, claims.Ready), a
+    assert row(first).cap_day is not None
+    b = await fast_claim(pool, second)
+    assert isinstance(b, claims.Suppressed) and b.reason == "daily_cap", b
+    r = row(second)
+    assert (r.status, r.suppressed_reason, r.reserved_cents, r.cap_day) == ("SUPPRESSED", "daily_cap", 0, None)
+    assert entries(second) == []
+    assert_invariants()
+
+
+async def test_a_stale_retry_on_the_pool_changes_nothing(pool):
+    """A's late Retry after B claimed: the fast statement matches nothing, the long way answers `stale`, and
+    B's lease stands."""
+    rid, _ = person()
+    nid = sms(rid, "hot-stale")
+    a = await fast_claim(pool, nid)
+    assert isinstance(a, claims.Ready)
+    lease_runs_out(nid)
+    b = ready(nid, "B")
+    assert await fast_record(pool, a.claim, Retry("timeout", 0.0)) == "stale"
+    r = row(nid)
+    assert (r.status, r.claim_token) == ("QUEUED", b.claim_token) and r.leased_until is not None
+    assert await fast_record(pool, b, Succeeded(False), "sms-b") == "sent"
+    assert_invariants()
+
+
+async def test_a_receipt_kept_before_the_record_is_applied_by_the_long_way(pool):
+    """A `failed` receipt that came while the row was owed is kept; the fast record sees it and goes the long
+    way, which records the send and then applies the receipt (FAILED, refunded)."""
+    rid, _ = person()
+    nid = sms(rid, "hot-receipt")
+    got = await fast_claim(pool, nid)
+    assert isinstance(got, claims.Ready)
+    kept = apply_receipt("sms", "rcpt-hot-1", "sms-hot", "failed", client_reference=claims.idempotency_key(got.claim))
+    assert kept.status == "pending"
+    assert await fast_record(pool, got.claim, Succeeded(False), "sms-hot") == "sent"
+    r = row(nid)
+    assert (r.status, r.reserved_cents) == ("FAILED", 0)
+    assert_invariants()
+
+
+async def test_a_dropped_connection_costs_a_retry_by_the_long_way(pool):
+    """The server ends the pool's connection (no pre-ping on this pool): the claim is retried by the sync store
+    and leases the row exactly once; the pool replaces the dead connection for the next call."""
+    rid, _ = person()
+    first, second = sms(rid, "hot-drop-1"), sms(rid, "hot-drop-2")
+    assert isinstance(await fast_claim(pool, first), claims.Ready)  # the pool's connection exists now
+    with get_engine().begin() as c:
+        killed = c.execute(sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                   "WHERE application_name = 'outbox-test-hot'")).scalar_one()
+    assert killed >= 1
+    got = await fast_claim(pool, second)
+    assert isinstance(got, claims.Ready), got
+    assert row(second).attempts == 1
+    assert await fast_record(pool, got.claim, Succeeded(False), "sms-d") == "sent"
+    assert_invariants()
