@@ -55,8 +55,11 @@ class LaneWorker(Worker):
         timeout = await self._timeout()
         self.waiting = True
         try:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that lands as the event is set,
+            # and a cancelled worker then polls on forever (a test's teardown hung 300 s that way under load).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
         finally:
             self.waiting = False
 
