@@ -110,7 +110,7 @@ async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
         job = await redis.enqueue_job(DELIVER_TASK, row.notification_id, _job_id=job_id(row.notification_id),
                                       _queue_name=queue_name(row.lane))
         if job is not None:
-            log.info("wake-up enqueued", extra={"notification_id": row.notification_id, "lane": row.lane})
+            log.debug("wake-up enqueued", extra={"notification_id": row.notification_id, "lane": row.lane})
             n += 1
             woken.add(row.lane)
     await wake_lanes(redis, woken)
