@@ -28,7 +28,7 @@ from domain.db import UnitOfWork
 from domain.ledger.metering import top_up
 from domain.orders.commands import execute_order_command
 from jobs.ops.dbadmin import isolated_environment
-from jobs.ops.procs import ROOT, System, wait_until, wait_worker_ready
+from jobs.ops.procs import ROOT, System, stop_on_sigterm, wait_until, wait_worker_ready
 
 _SLOT = int(os.environ.get("OUTBOX_TEST_SLOT", "0") or 0)
 DB_NAME, REDIS_DB = "outbox_vacuum", 7
@@ -189,6 +189,7 @@ def _dead_tuples() -> dict[str, int]:
 
 def run_vacuum_drill(hold: float = 180.0, window: float = 60.0, warmup: float = 20.0,
                      evidence: bool = False) -> dict[str, Any]:
+    stop_on_sigterm()  # SIGTERM stops every process this drill started, like Ctrl-C
     isolated_environment(DB_NAME, REDIS_DB, OUTBOX_SCAN_INTERVAL="0.5",
                          OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{RECEIVER_PORT}",
                          OUTBOX_APP_URL=f"http://127.0.0.1:{API_PORT}")
