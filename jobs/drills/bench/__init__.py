@@ -1,0 +1,110 @@
+"""`outbox bench`: what the outbox costs, as ratios against raw baselines measured in the same run.
+
+Steps (issue 17), in order; `outbox bench --only wake,commit` runs some and replaces their figures in the last
+run's evidence:
+- wake (on a system at rest): commit to the critical worker starting a code's attempt — woken after commit, through
+  the relay's NOTIFY, and by the scan alone — beside a bare commit → PUBLISH → other process's UPDATE; then the CPU
+  and memory every process holds at rest (wake.py);
+- commit: the order command at 1/4/16 clients beside the same statements by raw psycopg (commit.py);
+- delivery: a webhook backlog through ledger → arq → 2 workers → receiver beside the receiver's own capacity; then
+  commit-to-effect latency at half that rate (delivery.py);
+- recovery: seconds from a Redis FLUSHDB with a backlog owed until every row is delivered (delivery.py);
+- lanes: one-time codes idle and with a campaign in flight, the fan-out beside a bare INSERT … SELECT, the
+  campaign's rate with the bucket set high beside the provider's capacity (lanes.py);
+- scan: the relay's claim draining a backlog over two index designs, then one scan among 1,000,000 settled rows
+  in a database kept between runs (scan.py).
+
+Runs in its own database `outbox_bench` and Redis db 4; writes evidence/bench.md and evidence/bench.json
+(report.py). Progress is printed as it goes, with the seconds since the start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import UTC, datetime
+
+import redis as redis_lib
+
+from jobs.drills.bench import commit, delivery, lanes, report, scan, wake
+from jobs.drills.bench.common import API_PORT, BENCH_DB, BENCH_REDIS_DB, RECEIVER_PORT, say
+from jobs.ops.dbadmin import isolated_environment
+from jobs.ops.procs import ROOT, System
+
+STEPS = ("wake", "commit", "delivery", "recovery", "lanes", "scan")
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, recipients: int = 40_000,
+              codes: int = 30, window: float = 30.0, only: tuple[str, ...] = ()) -> dict[str, object]:
+    """Every step in STEPS, or `only` some of them (their figures replace those of the last run in the evidence).
+    Flat keys (`wake_p50_ms`, `commit_per_s_4` …) sit at the top of bench.json, each beside its raw baseline."""
+    unknown = set(only) - set(STEPS)
+    if unknown:
+        raise ValueError(f"unknown step(s) {', '.join(sorted(unknown))}; steps are {', '.join(STEPS)}")
+    redis_url = isolated_environment(BENCH_DB, BENCH_REDIS_DB, OUTBOX_SCAN_INTERVAL="0.5",
+                                     OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{RECEIVER_PORT}",
+                                     OUTBOX_APP_URL=f"http://127.0.0.1:{API_PORT}")
+    r = redis_lib.Redis.from_url(redis_url)
+    system = System(dict(os.environ), ROOT / ".run" / "bench-logs")
+    evidence = ROOT / "evidence" / "bench.json"
+    last: dict[str, object] = json.loads(evidence.read_text()) if evidence.exists() else {}
+    # `--only` replaces its steps' figures; a full run keeps only what another command merged in (vacuum-drill).
+    results = last if only else {k: v for k, v in last.items() if k.startswith("vacuum")}
+    results.update({"measured_at": datetime.now(UTC).isoformat(), "n": n, "cpu_count": os.cpu_count(),
+                    "uptime_start": _uptime(), "load_avg_1m_start": os.getloadavg()[0],
+                    "steps_run": ",".join(only or STEPS)})
+    steps = [step for step in STEPS if not only or step in only]
+    what = {"wake": f"wake-ups: {codes} one-time codes at rest, three ways, then idle CPU and memory",
+            "commit": f"commit path, {n} commands at 1 client, then at 1/4/16 clients beside raw psycopg",
+            "delivery": f"delivery path, {n} webhooks, 2 workers on the lane, then commit-to-effect at half rate",
+            "recovery": f"recovery after Redis flush, {n} owed",
+            "lanes": f"lanes: {codes} one-time codes idle, then with a {recipients}-recipient campaign in flight",
+            "scan": f"relay claim draining {scan_owed} owed among {scan_done} settled rows, then among 1,000,000"}
+    try:
+        system.receiver(RECEIVER_PORT, reset=True)
+        system.api(API_PORT)  # delivery receipts land here
+        for i, step in enumerate(steps, 1):
+            print(f"[{i}/{len(steps)}] {what[step]} …", flush=True)
+            if step == "wake":
+                results.update(wake.bench_wake(system, r, codes))
+                _stop(system, lambda name: name.startswith("worker-") or name == "relay")
+            elif step == "commit":
+                results["commit"] = commit.bench_commit(n)
+                results.update(commit.bench_commit_clients(n))
+            elif step == "delivery":
+                d = delivery.bench_delivery(system, n, r)
+                results.update({"delivery": d, **delivery.e2e_keys(d)})
+                results.update(delivery.bench_e2e_latency(max(1.0, d["outbox_deliveries_per_s"] / 2)))
+                _stop(system, lambda name: name.startswith("worker-") or name == "relay")
+            elif step == "recovery":
+                results["recovery"] = delivery.bench_recovery(system, n, r)
+            elif step == "lanes":
+                if "relay" not in system.procs or not system.procs["relay"].alive():
+                    system.relay()
+                ln = lanes.bench_lanes(system, r, recipients, codes, window)
+                results.update({"lanes": ln, **lanes.lanes_keys(ln)})
+                system.stop_all()
+            elif step == "scan":
+                system.stop_all()
+                results["scan"] = scan.bench_scan(scan_owed, scan_done)
+                s1m = scan.bench_scan_1m()
+                results["scan_1m"] = {"plan": s1m.pop("scan_1m_plan")}
+                results.update(s1m)
+            say(f"{step} done")
+    finally:
+        system.stop_all()
+        r.close()
+    results.update({"load_avg_1m_end": os.getloadavg()[0], "uptime_end": _uptime()})
+    report.write(results)
+    return results
+
+
+def _stop(system: System, which: object) -> None:
+    assert callable(which)
+    for name in [k for k in system.procs if which(k)]:
+        system.procs.pop(name).stop()

@@ -1,0 +1,196 @@
+"""What every bench step shares: its database and ports, orders to command, codes to ask for, waiting, percentiles,
+and the CPU and memory of the processes it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import redis as redis_lib
+import sqlalchemy as sa
+from arq.constants import health_check_key_suffix
+
+from domain.db import UnitOfWork
+from domain.delivery.queue import queue_name
+from jobs.ops.procs import System, receiver_database_url, wait_until, wait_worker_ready
+
+# A parallel checkout (OUTBOX_TEST_SLOT, see tests/conftest.py) gets its own databases and ports.
+_SLOT = int(os.environ.get("OUTBOX_TEST_SLOT", "0") or 0)
+SUFFIX = f"_s{_SLOT}" if _SLOT else ""
+BENCH_DB = f"outbox_bench{SUFFIX}"
+SCAN_DB = f"outbox_bench_scan{SUFFIX}"  # kept between runs: 1,001,000 ledger rows are built once
+BENCH_REDIS_DB, RECEIVER_PORT, API_PORT = 4, 8096 + 100 * _SLOT, 8093 + 100 * _SLOT
+T0 = time.perf_counter()
+
+
+def say(msg: str) -> None:
+    """Progress, with the seconds since the bench started."""
+    print(f"      [{time.perf_counter() - T0:6.1f}s] {msg}", flush=True)
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * q))]
+
+
+def orders(n: int) -> list[int]:
+    with UnitOfWork() as uow:
+        ids = uow.execute(sa.text(
+            "INSERT INTO orders (tenant_id, status, revision, base_revision, customer_ref, amount_cents, currency) "
+            "SELECT 42, 'authorized', 1, 1, 'cust-001', 100, 'EUR' FROM generate_series(1, :n) RETURNING id"),
+            {"n": n}).scalars().all()
+        uow.commit()
+    return list(ids)
+
+
+def owed_webhooks() -> int:
+    with UnitOfWork() as uow:
+        return int(uow.execute(sa.text("SELECT count(*) FROM notifications WHERE status = 'QUEUED' "
+                                       "AND channel = 'webhook'")).scalar_one())
+
+
+def wait_drained(timeout: float = 300) -> float:
+    t0 = time.perf_counter()
+    last = [0.0]
+
+    def drained() -> bool:
+        left = owed_webhooks()
+        if time.perf_counter() - last[0] > 5:
+            say(f"{left} webhooks still owed")
+            last[0] = time.perf_counter()
+        return left == 0
+
+    wait_until(drained, timeout, "the webhook backlog to drain")
+    return time.perf_counter() - t0
+
+
+def worker_ready(r: redis_lib.Redis, lane: str) -> None:
+    """arq writes its health-check key as soon as the worker polls: process start-up is not part of the run."""
+    r.delete(queue_name(lane) + health_check_key_suffix)
+    wait_worker_ready(r, lane, 60)
+
+
+def sent(nid: int) -> bool:
+    with UnitOfWork() as uow:
+        return bool(uow.execute(sa.text("SELECT sent_at IS NOT NULL FROM notifications WHERE id = :i"),
+                                {"i": nid}).scalar())
+
+
+def codes(n: int, recipient_id: int, committed: dict[int, float] | None = None) -> list[int]:
+    """One code at a time, as people ask for them: ask, wait until the provider has it, ask the next. `committed`
+    gets each code's commit time (this process's wall clock, right after the ledger commit returned)."""
+    from domain.delivery.wakeups import arq_pool, enqueue_after_commit
+    from domain.ledger import otp
+    from domain.orders.commands import OwedRow
+
+    async def run() -> list[int]:
+        pool = await arq_pool()
+        ids = []
+        try:
+            for _ in range(n):
+                row = otp.request(42, recipient_id, "sms", datetime.now(UTC))
+                assert row is not None
+                if committed is not None:
+                    committed[row.notification_id] = time.time()
+                await enqueue_after_commit(pool, [OwedRow(row.notification_id, row.lane, row.job_id)])
+                await asyncio.to_thread(wait_until, lambda nid=row.notification_id: sent(nid), 30, "a code")
+                ids.append(row.notification_id)
+        finally:
+            await pool.aclose()
+        return ids
+
+    return asyncio.run(run())
+
+
+def provider_latency_ms(notification_ids: list[int]) -> list[float]:
+    """Request to provider accepted: from the ledger row's commit to the provider's own receipt of the request
+    (both clocks are the one PostgreSQL server's)."""
+    with UnitOfWork() as uow:
+        keys: dict[str, datetime] = {r.dedupe_key: r.created_at for r in uow.execute(sa.text(
+            "SELECT dedupe_key, created_at FROM notifications WHERE id = ANY(:i)"), {"i": notification_ids})}
+    with receiver_engine().connect() as c:
+        got: dict[str, datetime] = {r.idempotency_key: r.received_at for r in c.execute(sa.text(
+            "SELECT idempotency_key, received_at FROM provider_messages WHERE idempotency_key = ANY(:k)"),
+            {"k": list(keys)})}
+    return sorted((got[k] - keys[k]).total_seconds() * 1000 for k in keys)
+
+
+_RECEIVER_ENGINES: dict[str, sa.Engine] = {}
+
+
+def receiver_engine() -> sa.Engine:
+    url = receiver_database_url(os.environ["OUTBOX_DATABASE_URL"])
+    if url not in _RECEIVER_ENGINES:
+        _RECEIVER_ENGINES[url] = sa.create_engine(url, pool_size=1)
+    return _RECEIVER_ENGINES[url]
+
+
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of one process, in clock ticks (/proc/<pid>/stat fields 14 and 15)."""
+    try:
+        fields = _stat(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every process of one of our sessions (the supervisor starts each process in its own; children included)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[3]) == sid:
+                pids.append(int(stat.parent.name))
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+    return pids
+
+
+def system_pids(system: System) -> dict[str, list[int]]:
+    return {name: session_pids(p.popen.pid) for name, p in system.procs.items() if p.alive() and p.popen}
+
+
+def rss_total_mb(system: System) -> float:
+    """Resident memory of every process the bench runs (and their children), plus this process."""
+    kb = sum(rss_kb(pid) for pids in system_pids(system).values() for pid in pids) + rss_kb(os.getpid())
+    return kb / 1024
+
+
+class RssPeak:
+    """The highest total RSS seen while a step runs, sampled every half second in a thread."""
+
+    def __init__(self, system: System) -> None:
+        self.system, self.peak_mb = system, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_mb = max(self.peak_mb, rss_total_mb(self.system))
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> RssPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
