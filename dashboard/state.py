@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from urllib.parse import quote
 
 import reflex as rx
 
 from dashboard import live, routes
 from dashboard.events import Followup, event
-from domain.access import roles
-from domain.access.auth import LockedOut, login_operator, operator_now
+from domain.access import roles, sessions
+from domain.access.auth import LockedOut, Principal, login_operator
 from domain.access.roles import Act
 
 
@@ -21,6 +23,9 @@ class AuthState(rx.State):
     _actor_ref: str = ""
     _role: str = ""
     _operator_id: int = 0
+    # The browser's cookie session (its token's hash): shared by every tab; ended at logout for all of them.
+    _session_hash: str = ""
+    _ticket_hash: str = ""  # the login ticket this tab minted, until the page spent it
     display_name: rx.Field[str] = rx.field("")
     tenant_label: rx.Field[str] = rx.field("")
     role: rx.Field[str] = rx.field("")  # display only (which buttons to show); every handler asks `_allowed`, which re-reads the role
@@ -65,27 +70,64 @@ class AuthState(rx.State):
         if p is None:
             self.login_error = "That login and password do not match an operator."
             return
-        self._tenant_id, self._actor_ref, self.display_name = p.tenant_id, p.actor_ref, p.display_name
-        self._operator_id = p.operator_id or 0
-        self._role = self.role = p.role
-        self.tenant_label = f"tenant {p.tenant_id}" if roles.has_tenant(p.role) else "platform on-call"
-        yield rx.redirect(self._home())
+        # The session lives in an HttpOnly cookie that only an HTTP answer can set: a one-time ticket goes to the
+        # page, the page spends it at POST /api/session, and `adopt` then takes the session that ticket bought
+        # (found by the ticket's hash, which only this tab's server state knows).
+        ticket = await asyncio.to_thread(sessions.mint_ticket, p.operator_id or 0)
+        self._ticket_hash = sessions.token_hash(ticket)
+        self.logging_in = True
+        yield rx.call_script(
+            "fetch('/api/session', {method: 'POST', credentials: 'same-origin', "
+            "headers: {'content-type': 'application/json'}, "
+            f"body: JSON.stringify({{ticket: {json.dumps(ticket)}}})}})"
+            ".then(r => r.ok).catch(() => false)", callback=AuthState.adopt)
+
+    @event
+    async def adopt(self, started: bool) -> Followup:
+        """The page spent this tab's ticket: take the session it bought and go where the login was asked from."""
+        ticket_hash, self._ticket_hash = self._ticket_hash, ""
+        found = await asyncio.to_thread(sessions.bought_with, ticket_hash) if started is True else None
+        self.logging_in = False
+        if found is None:
+            self.login_error = "Could not start a session: this browser must accept cookies from this site."
+            return None
+        self._become(found[1], found[0])
+        return rx.redirect(sessions.safe_next(self.router.url.query_parameters.get("next"), self._home()))
 
     def _home(self) -> str:
         if not self._operator_id:
             return routes.LOGIN
         return routes.ORDERS if roles.has_tenant(self._role) else routes.OPS
 
-    async def _fresh(self) -> bool:
-        """Re-read role and tenant from the database; a removed operator loses every right on the spot."""
-        if not self._operator_id:
-            return False
-        p = await asyncio.to_thread(operator_now, self._operator_id)
+    def _become(self, p: Principal | None, hashed: str = "") -> bool:
         if p is None:
-            self._tenant_id, self._role, self.role, self._operator_id = 0, "", "", 0
+            self._tenant_id, self._role, self.role, self._operator_id, self._session_hash = 0, "", "", 0, ""
+            self.display_name = self.tenant_label = ""
             return False
         self._tenant_id, self._actor_ref, self._role, self.role = p.tenant_id, p.actor_ref, p.role, p.role
+        self._operator_id, self.display_name = p.operator_id or 0, p.display_name
+        self.tenant_label = f"tenant {p.tenant_id}" if roles.has_tenant(p.role) else "platform on-call"
+        if hashed:
+            self._session_hash = hashed
         return True
+
+    async def _fresh(self) -> bool:
+        """Re-read the session, role and tenant from the database: a logout in another tab, a removed or demoted
+        operator, an expired session — each loses every right on the spot."""
+        if not self._session_hash:
+            return self._become(None)
+        return self._become(await asyncio.to_thread(sessions.live_session, self._session_hash))
+
+    async def _restore(self) -> bool:
+        """The browser's cookie (sent with this tab's websocket) first — a new tab, a reload, a newer login in
+        another tab — else the session this tab already holds."""
+        token = sessions.cookie_token(self.router.headers.cookie)
+        hashed = sessions.token_hash(token) if token else ""
+        if hashed and hashed != self._session_hash:
+            p = await asyncio.to_thread(sessions.live_session, hashed)
+            if p is not None:
+                return self._become(p, hashed)
+        return await self._fresh()
 
     def _session(self) -> tuple[int, int]:
         """Who this tab is logged in as. A live task takes it when it starts and compares before it assigns
@@ -98,24 +140,32 @@ class AuthState(rx.State):
         return await self._fresh() and roles.may(self._role, act)
 
     @event
-    def logout(self) -> Followup:
-        """Forget the operator AND everything every page loaded for them: the next person at this tab starts from
-        an empty session."""
+    async def logout(self) -> list[Followup]:
+        """End the session for every tab of this browser (in the database, and the cookie), and forget everything
+        every page loaded for this operator: the next person at this tab starts from an empty session."""
         live.end_watch(self.router.session.client_token)  # this tab's live task stops before it pushes again
+        if self._session_hash:
+            await asyncio.to_thread(sessions.end_session, self._session_hash)
         # Reflex resets substates too, and every page's state derives from this one.
         self.reset()  # type: ignore[no-untyped-call]  # Reflex left BaseState.reset unannotated
-        return rx.redirect(routes.LOGIN)
+        # The cookie is cleared by the HTTP answer; the session is already over in the database for every tab.
+        return [rx.call_script("fetch('/api/session/end', {method: 'POST', credentials: 'same-origin'})"),
+                rx.redirect(routes.LOGIN)]
 
     @event
-    def require_login(self) -> Followup:
-        """First on_load of every page: no operator → the login page; a platform operator (no tenant) has only
-        the Ops page."""
-        if not self._operator_id:
-            return rx.redirect(routes.LOGIN)
+    async def require_login(self) -> Followup:
+        """First on_load of every page: no live session → the login page, which comes back here after login; a
+        platform operator (no tenant) has only the Ops page."""
+        if not await self._restore():
+            # A full load of /ledger arrives as /ledger/ (the static export's folders): come back without it.
+            here = (self.router.url.path.rstrip("/") or "/") + (f"?{self.router.url.query}" if self.router.url.query
+                                                                 else "")
+            return rx.redirect(f"{routes.LOGIN}?next={quote(here, safe='')}" if here not in ("", "/") else routes.LOGIN)
         if not roles.has_tenant(self._role) and self.router.url.path.rstrip("/") != routes.OPS:
             return rx.redirect(routes.OPS)
         return None
 
     @event
-    def go_home(self) -> Followup:
+    async def go_home(self) -> Followup:
+        await self._restore()
         return rx.redirect(self._home())

@@ -445,6 +445,8 @@ class OperatorSession(SQLModel, table=True):
     it. A new one at every login; ended at logout (every tab loses it on its next step) or when it expires."""
 
     __tablename__ = "operator_sessions"
+    __table_args__ = (sa.Index("operator_sessions_ticket", "ticket_hash", unique=True,
+                               postgresql_where=sa.text("ticket_hash IS NOT NULL")),)
     token_hash: str = Field(primary_key=True)
     operator_id: int = Field(sa_column=sa.Column(sa.BigInteger, sa.ForeignKey("operators.id", ondelete="CASCADE"),
                                                  nullable=False, index=True))
@@ -453,6 +455,8 @@ class OperatorSession(SQLModel, table=True):
     created_at: datetime | None = _ts()
     expires_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
     ended_at: datetime | None = _ts(nullable=True, default=False)
+    # A session: the hash of the ticket it was bought with (the tab that logged in finds its session by it).
+    ticket_hash: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
 
 
 class LoginThrottle(SQLModel, table=True):

@@ -46,6 +46,7 @@ class Tap:
         self.server = None
         self.generation = 0  # websockets opened so far (a full page load opens a new one)
         self.frames_on_current = 0  # frames the backend sent on the newest one
+        self.hydrated_on_current = False  # the backend said the newest one's page is hydrated (on_load ran)
         page.route_web_socket(EVENT_SOCKET, self._route)
 
     def _route(self, ws) -> None:  # type: ignore[no-untyped-def]
@@ -53,6 +54,7 @@ class Tap:
         self.server = server
         self.generation += 1
         self.frames_on_current = 0
+        self.hydrated_on_current = False
         mine = self.generation
 
         def up(m: str | bytes) -> None:
@@ -63,19 +65,22 @@ class Tap:
             self.received.append(m if isinstance(m, str) else m.decode(errors="replace"))
             if mine == self.generation:
                 self.frames_on_current += 1
+                if '"is_hydrated_rx_state_":true' in (m if isinstance(m, str) else m.decode(errors="replace")):
+                    self.hydrated_on_current = True
             ws.send(m)
 
         ws.on_message(up)
         server.on_message(down)
 
     def goto(self, url: str) -> None:
-        """A full page load, returning once the new page's own websocket is up and the backend has answered on it
-        (a forged event sent before that would go down the previous page's closed socket)."""
+        """A full page load, returning once the new page's own websocket is up and the backend has hydrated the
+        page on it (a forged event sent before that would go down the previous page's closed socket, or race the
+        page's own load — which reads the session from the database)."""
         gen = self.generation
         self.page.goto(url)
         # Playwright's sync API delivers the socket callbacks only while it runs: wait inside it, with a deadline.
         deadline = time.monotonic() + 20
-        while not (self.generation > gen and self.frames_on_current > 0):
+        while not (self.generation > gen and self.frames_on_current > 0 and self.hydrated_on_current):
             assert time.monotonic() < deadline, "the new page's websocket never answered"
             self.page.wait_for_timeout(50)
 

@@ -23,17 +23,22 @@ def all_pages() -> list[Page]:
         api_keys,
         audit,
         balance,
+        campaign_detail,
         campaigns,
         endpoints,
+        journey_detail,
         journeys,
         ledger,
         login,
+        message_detail,
         ops,
         order_detail,
         orders,
         recipient_detail,
         recipients,
+        search,
     )
 
     return [login.PAGE, order_detail.PAGE, orders.PAGE, ledger.PAGE, recipients.PAGE, recipient_detail.PAGE,
-            audit.PAGE, journeys.PAGE, campaigns.PAGE, balance.PAGE, api_keys.PAGE, endpoints.PAGE, ops.PAGE]
+            audit.PAGE, journeys.PAGE, campaigns.PAGE, balance.PAGE, api_keys.PAGE, endpoints.PAGE, ops.PAGE,
+            search.PAGE, message_detail.PAGE, campaign_detail.PAGE, journey_detail.PAGE]

@@ -3,7 +3,8 @@
 
 A login never puts the token in a websocket message: the login handler mints a one-time *ticket* (valid
 `TICKET_SECONDS`, usable once), the page posts it to `POST /api/session`, and that HTTP answer sets the cookie — a
-new token at every login (the old session, if the browser had one, ends there: rotation). Logout ends the session
+new token at every login (the old session, if the browser had one, ends there: rotation). The session row keeps the
+ticket's hash, by which the tab that logged in adopts it; every other tab reads the cookie off its websocket. Logout ends the session
 in the database, so every other tab of that browser loses it at its next step, and clears the cookie.
 """
 
@@ -87,9 +88,10 @@ def exchange_ticket(ticket: str, previous_token: str = "", now: datetime | None 
                                 "AND kind = 'session' AND ended_at IS NULL"),
                         {"h": token_hash(previous_token), "now": now})
         uow.execute(sa.text(
-            "INSERT INTO operator_sessions (token_hash, operator_id, kind, created_at, expires_at) "
-            "VALUES (:h, :o, 'session', :now, :exp)"),
-            {"h": token_hash(token), "o": row.operator_id, "now": now, "exp": now + SESSION_TTL})
+            "INSERT INTO operator_sessions (token_hash, operator_id, kind, created_at, expires_at, ticket_hash) "
+            "VALUES (:h, :o, 'session', :now, :exp, :th)"),
+            {"h": token_hash(token), "o": row.operator_id, "now": now, "exp": now + SESSION_TTL,
+             "th": token_hash(ticket)})
         uow.commit()
     return token
 
@@ -107,6 +109,21 @@ def live_session(hashed: str, now: datetime | None = None, engine: Engine | None
     with UnitOfWork(engine) as uow:
         row = uow.execute(_LIVE, {"h": hashed, "now": now or datetime.now(UTC)}).first()
     return principal_of_operator(row) if row is not None else None
+
+
+def bought_with(ticket_hash: str, now: datetime | None = None,
+                engine: Engine | None = None) -> tuple[str, Principal] | None:
+    """The live session a ticket was spent for, and its operator: how the tab that logged in (whose websocket
+    opened before the cookie existed) adopts the session — it alone knows the ticket's hash (a backend-only var)."""
+    if not ticket_hash:
+        return None
+    with UnitOfWork(engine) as uow:
+        row = uow.execute(sa.text(
+            "SELECT s.token_hash, o.id, o.tenant_id, o.login, o.display_name, o.role FROM operator_sessions s "
+            "JOIN operators o ON o.id = s.operator_id WHERE s.ticket_hash = :t AND s.kind = 'session' "
+            "AND s.ended_at IS NULL AND s.expires_at > :now"), {"t": ticket_hash, "now": now or datetime.now(UTC)}
+        ).first()
+    return (str(row.token_hash), principal_of_operator(row)) if row is not None else None
 
 
 def end_session(hashed: str, now: datetime | None = None, engine: Engine | None = None) -> None:

@@ -140,13 +140,15 @@ def audit_timeline(tenant_id: int, query: str, engine: Engine | None = None) -> 
         reason = ledger_reason(n)
         if reason:
             line += " — " + reason
-        timeline.append({"at": n["created_at"], "kind": "ledger", "ref": str(n["event_id"] or ""), "text": line})
+        timeline.append({"at": n["created_at"], "kind": "ledger", "ref": str(n["event_id"] or ""), "text": line,
+                         "message_id": n["id"]})
     for a in attempts:
         n = by_id[a["notification_id"]]
         extra = f" ({a['error_class']})" if a["error_class"] else ""
         lat = f" in {a['latency_ms']:.0f} ms" if a["latency_ms"] is not None else ""
         timeline.append({"at": a["started_at"], "kind": "attempt", "ref": str(n["event_id"] or ""),
-                         "text": f"#{n['id']} attempt {a['attempt_no']} by {a['worker']}: {a['outcome']}{extra}{lat}"})
+                         "text": f"#{n['id']} attempt {a['attempt_no']} by {a['worker']}: {a['outcome']}{extra}{lat}",
+                         "message_id": n["id"]})
     for n in notes:
         if n["effect_ref"] and n["sent_at"]:
             timeline.append({"at": n["sent_at"], "kind": "effect", "ref": str(n["event_id"] or ""),

@@ -31,6 +31,10 @@ async def test_a_ticket_buys_one_strict_httponly_cookie_and_logout_ends_it(clien
     token = r.cookies[sessions.COOKIE]
     p = sessions.live_session(sessions.token_hash(token))
     assert p is not None and p.operator_id == op and p.tenant_id == 42
+    # The tab that logged in finds the session by its ticket's hash (it never sees the cookie's token).
+    adopted = sessions.bought_with(sessions.token_hash(ticket))
+    assert adopted is not None and adopted[0] == sessions.token_hash(token) and adopted[1].operator_id == op
+    assert sessions.bought_with(sessions.token_hash("y" * 43)) is None and sessions.bought_with("") is None
     again = await client.post("/api/session", json={"ticket": ticket})
     assert again.status_code == 401 and again.json()["error"] == "unauthorized"  # spent
     with get_engine().connect() as c:

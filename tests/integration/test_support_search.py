@@ -70,6 +70,8 @@ async def test_every_kind_of_query_finds_its_row(client, key42):
         assert [(h["id"], h["matched_by"]) for h in people] == [(asha, matched)], q
         assert "Heard from us today" in people[0]["answer"] and people[0]["href"] == f"/recipients/{asha}"
         assert "+91" not in str(people) and "@" not in str(people)  # the answer never repeats a contact point
+        body = await client.post("/api/v1/search", json={"q": q}, headers=key42)  # the query out of the URL
+        assert body.status_code == 200 and [h["id"] for h in _hits(body.json(), "recipient")] == [asha], q
     for q, matched in ((str(nid), "message id"), (f"#{nid}", "message id"), (f"n-{nid}", "message id"),
                        ("email-88753550ad4f", "provider reference")):
         msgs = _hits(await _search(client, key42, q), "message")
@@ -124,6 +126,9 @@ async def test_hostile_queries_get_a_clear_4xx_and_change_nothing(client, key42)
             assert r.json()["error"] in ("invalid_request", "invalid_query", "empty_query", "query_too_long")
         else:
             assert r.json()["items"] == [], q
+    for body in ({"q": "a\x00b"}, {"q": "x" * 10_000}, {"q": ""}, {"q": 5}, {}, {"q": "a", "extra": 1}):
+        r = await client.post("/api/v1/search", json=body, headers=key42)
+        assert r.status_code == 422 and r.json()["error"] == "invalid_request", (str(body)[:40], r.text[:200])
     big = await client.get("/api/v1/messages/99999999999", headers=key42)
     assert big.status_code == 422 and big.json()["field"] == "notification_id"
     assert (await client.get("/api/v1/search", params={"q": "x"})).status_code == 401
