@@ -6,10 +6,27 @@
 from __future__ import annotations
 
 import argparse
+import time
+
+import sqlalchemy as sa
 
 import uvicorn
 
 from receiver import db, logs
+
+
+def _migrate_when_reachable(reset: bool, deadline_s: float = 30.0) -> None:
+    """Migrate, waiting up to `deadline_s` for PostgreSQL: a receiver restarted while the database itself restarts
+    (the chaos drill can do both at once) waits for it instead of exiting."""
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            db.migrate(reset=reset)
+            return
+        except sa.exc.OperationalError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.25)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -22,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--port", type=int, default=8090)
     s.add_argument("--reset", action="store_true", help="start from an empty database")
     args = ap.parse_args(argv)
-    db.migrate(reset=args.reset)
+    _migrate_when_reachable(args.reset)
     if args.cmd == "serve":
         logs.configure()
         uvicorn.run("receiver.app:app", host=args.host, port=args.port, log_level="warning", log_config=None)
