@@ -114,6 +114,8 @@ def views_per_process(channel: str) -> list[int]:
         r.close()
 
 
+# The topology builds its own bundle and starts 14 processes: about 2 min on 2 quiet cores, far more when shared.
+@pytest.mark.timeout(900)
 def test_two_backends_share_sessions_and_pushes_and_one_of_each_role_can_die(topology, browser):
     """Operators pinned to different backends see each other's changes live; after killing a worker, a relay and
     a backend under load, the tab of the dead backend is still logged in on the other one and still live, and the
