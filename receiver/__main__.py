@@ -9,7 +9,6 @@ import argparse
 import time
 
 import sqlalchemy as sa
-
 import uvicorn
 
 from receiver import db, logs
