@@ -20,8 +20,8 @@ from typing import Final
 import httpx
 from arq import ArqRedis
 
-from domain.delivery.queue import ARMED_FAULTS, LANES
 from domain.settings import get_settings
+from domain.vocabulary import ARMED_FAULTS, LANES
 
 POINTS: Final[tuple[str, ...]] = (
     "after_decision",

@@ -13,8 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 from sqlmodel import Field, SQLModel
 
-from domain.delivery.queue import lanes_sql_list
-from domain.orders.policy import ORDER_STATUSES
+from domain.vocabulary import ORDER_STATUSES, lanes_sql_list
 
 NOW = sa.text("now()")
 

@@ -17,7 +17,6 @@ from dashboard.api.fields import JsonInt, Scalar
 from domain.delivery.wakeups import enqueue_after_commit
 from domain.ledger import views as ledger_views
 from domain.ledger import write as ledger_write
-from domain.orders.commands import OwedRow
 
 router = APIRouter(prefix="/api/v1/notifications", tags=["notifications"])
 
@@ -45,7 +44,7 @@ async def send(body: NotificationIn, p: Auth) -> JSONResponse:
     if row is None:
         raise ApiError(404, "not_found", detail="no such recipient")
     if row.created:
-        await enqueue_after_commit(await maybe_pool(), [OwedRow(row.notification_id, row.lane, row.job_id)])
+        await enqueue_after_commit(await maybe_pool(), [row.owed()])
     return JSONResponse({"notification_id": row.notification_id, "status": row.status, "lane": row.lane,
                          "job_id": row.job_id, "created": row.created}, status_code=201 if row.created else 200)
 

@@ -16,8 +16,8 @@ from dashboard.api.fields import JsonInt
 from domain.access.auth import Principal
 from domain.delivery.wakeups import after_commit
 from domain.orders import views as order_views
-from domain.orders.commands import Committed, NotFound, Rejected, create_order, execute_order_command
-from domain.orders.policy import COMMANDS, OrderStatus
+from domain.orders.commands import Committed, NotFound, create_order, execute_order_command
+from domain.orders.policy import COMMANDS, OrderStatus, Reject
 
 router = APIRouter(prefix="/api/v1/orders", tags=["orders"])
 
@@ -48,7 +48,7 @@ async def _transition(p: Principal, order_id: int, command: str, body: Transitio
         expected_revision=body.expected_revision, actor_ref=p.actor_ref, request_id=body.request_id)
     if isinstance(result, NotFound):
         return JSONResponse({"error": "not_found"}, status_code=404)
-    if isinstance(result, Rejected):
+    if isinstance(result, Reject):
         if result.error == "optimistic_conflict":
             return JSONResponse({"error": "optimistic_conflict", "current_revision": result.current_revision},
                                 status_code=409)

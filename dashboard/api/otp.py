@@ -17,7 +17,6 @@ from dashboard.api.fields import JsonInt
 from domain.delivery.wakeups import enqueue_after_commit
 from domain.ledger import otp
 from domain.ledger.write import SendRefused
-from domain.orders.commands import OwedRow
 
 router = APIRouter(prefix="/api/v1/otp", tags=["one-time codes"])
 
@@ -41,7 +40,7 @@ async def request_code(body: OtpIn, p: Auth) -> JSONResponse:
         raise ApiError(422, exc.code, detail=str(exc)) from None
     if row is None:
         raise ApiError(404, "not_found", detail="no such recipient")
-    await enqueue_after_commit(await maybe_pool(), [OwedRow(row.notification_id, row.lane, row.job_id)])
+    await enqueue_after_commit(await maybe_pool(), [row.owed()])
     return JSONResponse({"notification_id": row.notification_id, "lane": row.lane, "status": row.status},
                         status_code=201)
 

@@ -40,8 +40,8 @@ from domain.delivery import wakeups as telemetry
 from domain.delivery.queue import order_channel
 from domain.delivery.wakeups import after_commit
 from domain.orders import views as order_views
-from domain.orders.commands import Committed, NotFound, Rejected, execute_order_command
-from domain.orders.policy import allowed_commands
+from domain.orders.commands import Committed, NotFound, execute_order_command
+from domain.orders.policy import Reject, allowed_commands
 
 PAST = {"approve": "approved", "cancel": "cancelled", "fulfill": "fulfilled"}
 
@@ -127,13 +127,13 @@ class OrderState(AuthState):
         if isinstance(result, Committed):
             await after_commit(await live.arq(), result)
             self.notice = f"{PAST[command]} at revision {result.revision} · event {result.event_id}"
-        elif isinstance(result, Rejected):
+        elif isinstance(result, Reject):
             self.error = ERROR_TEXT[result.error].format(rev=result.current_revision, status=result.current_status,
                                                          requested=PAST[command])
         elif isinstance(result, NotFound):
             self.error = "This order no longer exists for your tenant."
         loaded = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
-        if isinstance(result, Rejected):
+        if isinstance(result, Reject):
             self.seen = ""  # a conflict reload is expected, not a missed refresh
         self._apply(*loaded)
         self.busy = False

@@ -5,26 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from domain.access import sql
 from domain.db import UnitOfWork
-
-_INSERT = sa.text(
-    "INSERT INTO operator_actions (tenant_id, actor_ref, action, target, note) VALUES (:t, :a, :w, :g, :n)")
 
 
 def record(uow: UnitOfWork, *, tenant_id: int | None, actor_ref: str, action: str, target: str,
            note: str = "") -> None:
     """Inside the caller's transaction: the action and its record commit together or not at all."""
-    uow.execute(_INSERT, {"t": tenant_id, "a": actor_ref, "w": action, "g": target, "n": note or None})
+    uow.execute(sql.RECORD_ACTION, {"t": tenant_id, "a": actor_ref, "w": action, "g": target, "n": note or None})
 
 
 def recent(tenant_id: int | None, limit: int = 50, engine: Engine | None = None) -> list[dict[str, Any]]:
     """This tenant's actions and the platform-wide ones (lane controls act on every tenant), newest first;
     tenant_id None (platform on-call): every tenant's."""
     with UnitOfWork(engine) as uow:
-        return [dict(r._mapping) for r in uow.execute(sa.text(
-            "SELECT at, actor_ref, action, target, note, tenant_id FROM operator_actions "
-            "WHERE CAST(:t AS integer) IS NULL OR tenant_id = :t OR tenant_id IS NULL ORDER BY id DESC LIMIT :l"),
-            {"t": tenant_id, "l": limit})]
+        return [dict(r._mapping) for r in uow.execute(sql.RECENT_ACTIONS, {"t": tenant_id, "l": limit})]

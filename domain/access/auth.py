@@ -17,9 +17,8 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy.engine import Engine
 
-from domain.access import actions, roles
+from domain.access import actions, roles, sql
 from domain.db import UnitOfWork
-from domain.models import ApiKey, table_of
 
 _hasher = PasswordHasher()
 KEY_PREFIX = "obx_"
@@ -67,10 +66,10 @@ def create_api_key(tenant_id: int, actor_ref: str | None = None, engine: Engine 
                    created_by: str = "cli") -> str:
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     with UnitOfWork(engine) as uow:
-        exists = uow.execute(sa.text("SELECT 1 FROM tenants WHERE id = :t"), {"t": tenant_id}).first()
+        exists = uow.execute(sql.TENANT_EXISTS, {"t": tenant_id}).first()
         if exists is None:
             raise LookupError(f"tenant {tenant_id} does not exist")
-        uow.execute(sa.insert(table_of(ApiKey)).values(
+        uow.execute(sql.INSERT_API_KEY.values(
             tenant_id=tenant_id, key_hash=_key_hash(key), prefix=key[:8],
             actor_ref=actor_ref or f"apikey:{key[:8]}",
         ))
@@ -84,9 +83,7 @@ def principal_for_key(key: str, engine: Engine | None = None) -> Principal | Non
     if not key.startswith(KEY_PREFIX):
         return None
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sa.text(
-            "SELECT tenant_id, actor_ref FROM api_keys WHERE key_hash = :h AND revoked_at IS NULL"
-        ), {"h": _key_hash(key)}).first()
+        row = uow.execute(sql.PRINCIPAL_FOR_KEY, {"h": _key_hash(key)}).first()
     return Principal(row.tenant_id, row.actor_ref) if row else None
 
 
@@ -124,18 +121,6 @@ def leak_seconds(limit: int) -> float:
     return FAILURE_WINDOW.total_seconds() / limit
 
 
-# One statement: the failures left after the leak since `updated_at`, plus this one. `updated_at` advances only by
-# the whole failures forgiven (the leak's remainder carries over), or to now when all were forgiven.
-_FORGIVEN = "floor(GREATEST(extract(epoch FROM (CAST(:now AS timestamptz) - t.updated_at)), 0) / :leak)::int"
-RECORD_FAILURE = sa.text(f"""
-INSERT INTO login_throttle AS t (key, failures, updated_at) VALUES (:k, 1, :now)
-ON CONFLICT (key) DO UPDATE SET
-  failures = GREATEST(t.failures - {_FORGIVEN}, 0) + 1,
-  updated_at = CASE WHEN {_FORGIVEN} >= t.failures THEN CAST(:now AS timestamptz)
-                    ELSE t.updated_at + make_interval(secs => {_FORGIVEN} * CAST(:leak AS float8)) END
-RETURNING t.failures""")
-
-
 def login_operator(login: str, password: str, client: str = "unknown", now: datetime | None = None,
                    engine: Engine | None = None) -> Principal | LockedOut | None:
     """A principal, a lockout (with when it ends), or None for a wrong login or password."""
@@ -144,12 +129,8 @@ def login_operator(login: str, password: str, client: str = "unknown", now: date
         return None  # refused before any hashing: a megabyte password costs us nothing
     keys = {f"login:{login.lower()}": LOGIN_LIMIT, f"client:{client}": CLIENT_LIMIT}
     with UnitOfWork(engine) as uow:
-        until = uow.execute(sa.text(
-            "SELECT max(locked_until) FROM login_throttle WHERE key = ANY(:k) AND locked_until > :now"),
-            {"k": list(keys), "now": now}).scalar()
-        row = None if until else uow.execute(sa.text(
-            "SELECT id, tenant_id, login, display_name, password_hash, role FROM operators WHERE login = :l"
-        ), {"l": login}).first()
+        until = uow.execute(sql.LOCKED_UNTIL, {"k": list(keys), "now": now}).scalar()
+        row = None if until else uow.execute(sql.OPERATOR_BY_LOGIN, {"l": login}).first()
     if until is not None:
         return LockedOut(until)
     with _HASHING:
@@ -160,15 +141,14 @@ def login_operator(login: str, password: str, client: str = "unknown", now: date
             ok = verify_password(row.password_hash, password)
     with UnitOfWork(engine) as uow:
         if ok:
-            uow.execute(sa.text("DELETE FROM login_throttle WHERE key = :k"), {"k": f"login:{login.lower()}"})
+            uow.execute(sql.FORGET_FAILURES, {"k": f"login:{login.lower()}"})
         else:
             for key, limit in keys.items():
-                failures = uow.execute(RECORD_FAILURE, {"k": key, "now": now,
+                failures = uow.execute(sql.RECORD_FAILURE, {"k": key, "now": now,
                                                         "leak": leak_seconds(limit)}).scalar_one()
                 lock = lockout_for(int(failures), limit)
                 if lock is not None:
-                    uow.execute(sa.text("UPDATE login_throttle SET locked_until = :u WHERE key = :k"),
-                                {"u": now + lock, "k": key})
+                    uow.execute(sql.LOCK_OUT, {"u": now + lock, "k": key})
         uow.commit()
     if not ok or row is None:
         return None
@@ -178,8 +158,7 @@ def login_operator(login: str, password: str, client: str = "unknown", now: date
 def operator_now(operator_id: int, engine: Engine | None = None) -> Principal | None:
     """Tenant and role as they are NOW (a demoted or removed operator loses rights at their next action)."""
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sa.text(
-            "SELECT id, tenant_id, login, display_name, role FROM operators WHERE id = :i"), {"i": operator_id}).first()
+        row = uow.execute(sql.OPERATOR_NOW, {"i": operator_id}).first()
     if row is None:
         return None
     return principal_of_operator(row)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from domain.access import sql
 from domain.db import UnitOfWork
 
 TTL: Final = timedelta(hours=24)
@@ -69,38 +69,17 @@ class InFlight:
 
 Outcome = Claimed | Replay | Reused | InFlight
 
-# Claim the key unless a live row holds it: an expired row, or an unfinished one past its hold, is taken over.
-_CLAIM = sa.text("""
-INSERT INTO idempotency_keys AS k (tenant_id, key, request_digest, method, path, locked_until, expires_at)
-VALUES (:t, :k, :d, :m, :p, :hold, :exp)
-ON CONFLICT (tenant_id, key) DO UPDATE SET
-  request_digest = EXCLUDED.request_digest, method = EXCLUDED.method, path = EXCLUDED.path, status = NULL,
-  content_type = NULL, response_body = NULL, created_at = now(), locked_until = EXCLUDED.locked_until,
-  expires_at = EXCLUDED.expires_at
-WHERE k.expires_at <= :now OR (k.status IS NULL AND k.locked_until <= :now)
-RETURNING true""")
-_READ = sa.text("SELECT request_digest, status, content_type, response_body FROM idempotency_keys "
-                "WHERE tenant_id = :t AND key = :k")
-_FINISH = sa.text("UPDATE idempotency_keys SET status = :s, content_type = :c, response_body = :b "
-                  "WHERE tenant_id = :t AND key = :k AND request_digest = :d AND status IS NULL")
-_RELEASE = sa.text("DELETE FROM idempotency_keys WHERE tenant_id = :t AND key = :k AND request_digest = :d "
-                   "AND status IS NULL")
-# Expired keys are removed a few at a time by the requests that claim new ones (the expiry index keeps it cheap).
-_PURGE = sa.text("DELETE FROM idempotency_keys WHERE ctid IN (SELECT ctid FROM idempotency_keys "
-                 "WHERE expires_at <= :now LIMIT 100)")
-
-
 def claim(tenant_id: int, key: str, digest: str, method: str, path: str, now: datetime | None = None,
           engine: Engine | None = None) -> Outcome:
     now = now or datetime.now(UTC)
     with UnitOfWork(engine) as uow:
-        got = uow.execute(_CLAIM, {"t": tenant_id, "k": key, "d": digest, "m": method, "p": path, "now": now,
+        got = uow.execute(sql.CLAIM_KEY, {"t": tenant_id, "k": key, "d": digest, "m": method, "p": path, "now": now,
                                    "hold": now + HOLD, "exp": now + TTL}).first()
         if got is not None:
-            uow.execute(_PURGE, {"now": now})
+            uow.execute(sql.PURGE_KEYS, {"now": now})
             uow.commit()
             return Claimed()
-        row = uow.execute(_READ, {"t": tenant_id, "k": key}).first()
+        row = uow.execute(sql.READ_KEY, {"t": tenant_id, "k": key}).first()
     if row is None:  # removed between the two statements (its first request failed): the client may retry
         return InFlight()
     if row.request_digest != digest:
@@ -113,12 +92,12 @@ def claim(tenant_id: int, key: str, digest: str, method: str, path: str, now: da
 def finish(tenant_id: int, key: str, digest: str, status: int, content_type: str, body: bytes,
            engine: Engine | None = None) -> None:
     with UnitOfWork(engine) as uow:
-        uow.execute(_FINISH, {"t": tenant_id, "k": key, "d": digest, "s": status, "c": content_type, "b": body})
+        uow.execute(sql.FINISH_KEY, {"t": tenant_id, "k": key, "d": digest, "s": status, "c": content_type, "b": body})
         uow.commit()
 
 
 def release(tenant_id: int, key: str, digest: str, engine: Engine | None = None) -> None:
     """The request failed before it had an answer worth keeping: the key is free for a retry."""
     with UnitOfWork(engine) as uow:
-        uow.execute(_RELEASE, {"t": tenant_id, "k": key, "d": digest})
+        uow.execute(sql.RELEASE_KEY, {"t": tenant_id, "k": key, "d": digest})
         uow.commit()

@@ -18,9 +18,9 @@ from http.cookies import CookieError, SimpleCookie
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from domain.access import sql
 from domain.access.auth import Principal, principal_of_operator
 from domain.db import UnitOfWork
 
@@ -60,10 +60,8 @@ def mint_ticket(operator_id: int, now: datetime | None = None, engine: Engine | 
     now = now or datetime.now(UTC)
     ticket = secrets.token_urlsafe(32)
     with UnitOfWork(engine) as uow:
-        uow.execute(sa.text(
-            "INSERT INTO operator_sessions (token_hash, operator_id, kind, created_at, expires_at) "
-            "VALUES (:h, :o, 'ticket', :now, :exp)"),
-            {"h": token_hash(ticket), "o": operator_id, "now": now, "exp": now + timedelta(seconds=TICKET_SECONDS)})
+        uow.execute(sql.INSERT_SESSION, {"h": token_hash(ticket), "o": operator_id, "kind": "ticket", "now": now,
+                                         "exp": now + timedelta(seconds=TICKET_SECONDS), "th": None})
         uow.commit()
     return ticket
 
@@ -77,29 +75,15 @@ def exchange_ticket(ticket: str, previous_token: str = "", now: datetime | None 
     now = now or datetime.now(UTC)
     token = secrets.token_urlsafe(32)
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sa.text(
-            "UPDATE operator_sessions SET ended_at = :now WHERE token_hash = :h AND kind = 'ticket' "
-            "AND ended_at IS NULL AND expires_at > :now RETURNING operator_id"),
-            {"h": token_hash(ticket), "now": now}).first()
+        row = uow.execute(sql.SPEND_TICKET, {"h": token_hash(ticket), "now": now}).first()
         if row is None:
             return None
         if _well_formed(previous_token):
-            uow.execute(sa.text("UPDATE operator_sessions SET ended_at = :now WHERE token_hash = :h "
-                                "AND kind = 'session' AND ended_at IS NULL"),
-                        {"h": token_hash(previous_token), "now": now})
-        uow.execute(sa.text(
-            "INSERT INTO operator_sessions (token_hash, operator_id, kind, created_at, expires_at, ticket_hash) "
-            "VALUES (:h, :o, 'session', :now, :exp, :th)"),
-            {"h": token_hash(token), "o": row.operator_id, "now": now, "exp": now + SESSION_TTL,
-             "th": token_hash(ticket)})
+            uow.execute(sql.END_PREVIOUS_SESSION, {"h": token_hash(previous_token), "now": now})
+        uow.execute(sql.INSERT_SESSION, {"h": token_hash(token), "o": row.operator_id, "kind": "session", "now": now,
+                                         "exp": now + SESSION_TTL, "th": token_hash(ticket)})
         uow.commit()
     return token
-
-
-_LIVE = sa.text(
-    "SELECT o.id, o.tenant_id, o.login, o.display_name, o.role FROM operator_sessions s "
-    "JOIN operators o ON o.id = s.operator_id WHERE s.token_hash = :h AND s.kind = 'session' "
-    "AND s.ended_at IS NULL AND s.expires_at > :now")
 
 
 def live_session(hashed: str, now: datetime | None = None, engine: Engine | None = None) -> Principal | None:
@@ -107,7 +91,7 @@ def live_session(hashed: str, now: datetime | None = None, engine: Engine | None
     if not hashed:
         return None
     with UnitOfWork(engine) as uow:
-        row = uow.execute(_LIVE, {"h": hashed, "now": now or datetime.now(UTC)}).first()
+        row = uow.execute(sql.LIVE_SESSION, {"h": hashed, "now": now or datetime.now(UTC)}).first()
     return principal_of_operator(row) if row is not None else None
 
 
@@ -118,18 +102,13 @@ def bought_with(ticket_hash: str, now: datetime | None = None,
     if not ticket_hash:
         return None
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sa.text(
-            "SELECT s.token_hash, o.id, o.tenant_id, o.login, o.display_name, o.role FROM operator_sessions s "
-            "JOIN operators o ON o.id = s.operator_id WHERE s.ticket_hash = :t AND s.kind = 'session' "
-            "AND s.ended_at IS NULL AND s.expires_at > :now"), {"t": ticket_hash, "now": now or datetime.now(UTC)}
-        ).first()
+        row = uow.execute(sql.SESSION_BOUGHT_WITH, {"t": ticket_hash, "now": now or datetime.now(UTC)}).first()
     return (str(row.token_hash), principal_of_operator(row)) if row is not None else None
 
 
 def end_session(hashed: str, now: datetime | None = None, engine: Engine | None = None) -> None:
     with UnitOfWork(engine) as uow:
-        uow.execute(sa.text("UPDATE operator_sessions SET ended_at = :now WHERE token_hash = :h "
-                            "AND ended_at IS NULL"), {"h": hashed, "now": now or datetime.now(UTC)})
+        uow.execute(sql.END_SESSION, {"h": hashed, "now": now or datetime.now(UTC)})
         uow.commit()
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from domain.campaigns import sql
 from domain.db import UnitOfWork
 
 CONTACT_COLUMN: Final[dict[str, str]] = {"email": "r.email", "sms": "r.phone", "whatsapp": "r.phone"}
@@ -36,6 +36,5 @@ SEGMENTS: Final[dict[str, Callable[[str], str]]] = {
 def segment_refs(tenant_id: int, segment: str, channel: str, engine: Engine | None = None) -> list[str]:
     """Who a segment selects right now (for tests and previews)."""
     with UnitOfWork(engine) as uow:
-        return [str(r) for r in uow.execute(sa.text(
-            f"SELECT r.ref FROM recipients r WHERE r.tenant_id = :t AND {SEGMENTS[segment](channel)} ORDER BY r.id"),
-            {"t": tenant_id, "channel": channel}).scalars()]
+        return [str(r) for r in uow.execute(sql.audience_refs(SEGMENTS[segment](channel)),
+                                            {"t": tenant_id, "channel": channel}).scalars()]

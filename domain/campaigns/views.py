@@ -13,31 +13,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from domain.campaigns import sql
 from domain.db import UnitOfWork
-
-# One pass for the whole list: each campaign with its counts and its suppressions by reason (most first).
-_CAMPAIGNS = sa.text(
-    """
-    SELECT c.id, c.name, c.segment, c.template, c.channel, c.status, c.total, c.ledgered, c.created_at,
-           c.started_at, c.finished_at, k.queued, k.deferred, k.sent, k.delivered, k.failed, k.last_settled,
-           s.suppressed
-    FROM campaigns c
-    CROSS JOIN LATERAL (
-      SELECT count(*) FILTER (WHERE status = 'QUEUED' AND reason_detail IS NULL) AS queued,
-             count(*) FILTER (WHERE status = 'QUEUED' AND reason_detail IS NOT NULL) AS deferred,
-             count(*) FILTER (WHERE status IN ('SENT', 'DELIVERED')) AS sent,
-             count(*) FILTER (WHERE status = 'DELIVERED') AS delivered,
-             count(*) FILTER (WHERE status = 'FAILED') AS failed,
-             max(coalesce(settled_at, sent_at)) AS last_settled
-      FROM notifications WHERE campaign_id = c.id) k
-    CROSS JOIN LATERAL (
-      SELECT json_object_agg(reason, n ORDER BY n DESC) AS suppressed
-      FROM (SELECT suppressed_reason AS reason, count(*) AS n FROM notifications
-            WHERE campaign_id = c.id AND status = 'SUPPRESSED' GROUP BY suppressed_reason) r) s
-    WHERE c.tenant_id = :t AND (CAST(:i AS bigint) IS NULL OR c.id = :i)
-    ORDER BY c.id DESC LIMIT :l
-    """
-)
 
 
 def _progress(c: sa.Row[Any]) -> dict[str, Any]:
@@ -54,11 +31,11 @@ def _progress(c: sa.Row[Any]) -> dict[str, Any]:
 def status(tenant_id: int, campaign_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
     """One campaign's progress; None when the tenant has no such campaign."""
     with UnitOfWork(engine) as uow:
-        c = uow.execute(_CAMPAIGNS, {"t": tenant_id, "i": campaign_id, "l": 1}).first()
+        c = uow.execute(sql.CAMPAIGNS, {"t": tenant_id, "i": campaign_id, "l": 1}).first()
     return _progress(c) if c is not None else None
 
 
 def list_campaigns(tenant_id: int, limit: int = 50, engine: Engine | None = None) -> list[dict[str, Any]]:
     """The tenant's newest campaigns with their progress, in one query."""
     with UnitOfWork(engine) as uow:
-        return [_progress(c) for c in uow.execute(_CAMPAIGNS, {"t": tenant_id, "i": None, "l": limit})]
+        return [_progress(c) for c in uow.execute(sql.CAMPAIGNS, {"t": tenant_id, "i": None, "l": limit})]

@@ -5,13 +5,18 @@ the lane CHECK constraint of `notifications` is built from `LANES` too.
 
 from __future__ import annotations
 
-from typing import Final, Literal, get_args
+from typing import Final
 
-import sqlalchemy as sa
-
-Lane = Literal["critical", "high", "normal", "bulk"]
-# Priority order: the ops screen, `outbox status` and /metrics list lanes this way.
-LANES: Final[tuple[Lane, ...]] = get_args(Lane)
+# Lanes, the NOTIFY channel and job ids are the domain's shared words (`domain.vocabulary`): handed on from here.
+from domain.vocabulary import ARMED_FAULTS as ARMED_FAULTS
+from domain.vocabulary import JOB_ID_SQL as JOB_ID_SQL
+from domain.vocabulary import LANES as LANES
+from domain.vocabulary import NOTIFY_CHANNEL as NOTIFY_CHANNEL
+from domain.vocabulary import NOTIFY_OWED as NOTIFY_OWED
+from domain.vocabulary import Lane as Lane
+from domain.vocabulary import is_lane as is_lane
+from domain.vocabulary import job_id as job_id
+from domain.vocabulary import lanes_sql_list as lanes_sql_list
 
 QUEUE_PREFIX: Final[str] = "outbox:queue:"
 API_RATE_KEY: Final[str] = "outbox:rate:api:"  # + a digest of the API key: one bucket per key
@@ -20,13 +25,9 @@ REFRESH_PREFIX: Final[str] = "outbox:refresh:"
 REFRESH_PUBLISHES: Final[str] = "outbox:metrics:refresh_publishes"
 # + ":<host>:<pid>": a hash, refresh channel -> live views one dashboard process has open (dashboard/live.py).
 LIVE_VIEWS_KEY: Final[str] = "outbox:live:views"
-# Development-only one-shot process faults armed from /ops: members are "<lane>:<fault point>".
-ARMED_FAULTS: Final[str] = "outbox:faults:armed"
 # Development-only switches a test or drill flips at runtime, read by every process of the system: members are
 # "refresh_publish" (no pub/sub refresh hints) and "view_check" (no periodic revision checks of open views).
 SWITCHED_OFF: Final[str] = "outbox:dev:switched_off"
-# PostgreSQL LISTEN/NOTIFY channel: a commit that owes work wakes the relay (payload: the lane).
-NOTIFY_CHANNEL: Final[str] = "outbox_owed"
 # Redis pub/sub, + "<db>:<lane>": a wake-up just enqueued on that lane's queue (jobs/wake.py). Pub/sub ignores the
 # database number, so the channel carries it (a benchmark on db 4 never wakes the demo's workers on db 0). A hint
 # only: a worker that misses it still polls its queue at least every second; the relay's scan rebuilds lost jobs.
@@ -45,10 +46,6 @@ def job_timeout_seconds(lane: str) -> int:
     return 600 if lane == "bulk" else 60  # a bulk job may run a campaign fan-out: seconds per 5,000 rows
 
 
-def is_lane(value: str) -> bool:
-    return value in LANES
-
-
 def queue_name(lane: str) -> str:
     if not is_lane(lane):
         raise ValueError(f"unknown lane {lane!r}; lanes are {', '.join(LANES)}")
@@ -59,14 +56,6 @@ def wake_channel(lane: str, db: int) -> str:
     return f"{WAKE_PREFIX}{db}:{lane}"
 
 
-def job_id(notification_id: int) -> str:
-    """The arq `_job_id`: the same notification always maps to the same job, so enqueues are idempotent."""
-    return f"n-{notification_id}"
-
-
-JOB_ID_SQL: Final[str] = "'n-' || id"  # job_id() for a notifications row, in SQL (kept equal by a unit test)
-
-
 def order_channel(tenant_id: int, order_id: int) -> str:
     return f"{REFRESH_PREFIX}tenant:{tenant_id}:order:{order_id}"
 
@@ -74,10 +63,3 @@ def order_channel(tenant_id: int, order_id: int) -> str:
 def tenant_channel(tenant_id: int) -> str:
     return f"{REFRESH_PREFIX}tenant:{tenant_id}"
 
-
-def lanes_sql_list() -> str:
-    """`'critical','high','normal','bulk'` for CHECK constraints and ORDER BY array_position."""
-    return ",".join(f"'{lane}'" for lane in LANES)
-
-
-NOTIFY_OWED = sa.text(f"SELECT pg_notify('{NOTIFY_CHANNEL}', :lane)")

@@ -18,10 +18,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
+from domain.journeys import sql
 from domain.journeys.decide import Drop, Lifecycle, UnknownEvent, decide
 from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
 from domain.ledger.write import NewMessage, ledger_message, settle_unsent_where
-from domain.models import LeadNotificationIntent, table_of
 from domain.settings import get_settings
 
 
@@ -76,30 +76,21 @@ def _messages(uow: UnitOfWork, *, tenant_id: int, lead: sa.Row[Any], template: s
 def _apply(tenant_id: int, lead_id: int, event: str, event_id: str, occurred_at: datetime | None, now: datetime,
            engine: Engine | None) -> LeadEventResult:
     with UnitOfWork(engine) as uow:
-        lead = uow.execute(sa.text(
-            "SELECT id, recipient_ref, advisor_ref, current_step, last_step_at FROM leads "
-            "WHERE tenant_id = :t AND id = :l"), {"t": tenant_id, "l": lead_id}).first()
+        lead = uow.execute(sql.READ_LEAD, {"t": tenant_id, "l": lead_id}).first()
         if lead is None:
             return LeadEventResult("not_found", lead_id)
         if event not in JOURNEY_STEPS and event not in LIFECYCLE_EVENTS:
             return LeadEventResult("unknown_event", lead_id, current_step=lead.current_step)
         # The event is recorded first: a concurrent duplicate waits on this row and then reads our answer.
-        fresh = uow.execute(sa.text(
-            "INSERT INTO lead_events (tenant_id, lead_id, event_id, event, occurred_at) VALUES (:t, :l, :e, :ev, :o) "
-            "ON CONFLICT (tenant_id, event_id) DO NOTHING RETURNING id"),
-            {"t": tenant_id, "l": lead_id, "e": event_id, "ev": event, "o": occurred_at or now}).first()
+        fresh = uow.execute(sql.RECORD_EVENT, {"t": tenant_id, "l": lead_id, "e": event_id, "ev": event, "o": occurred_at or now}).first()
         if fresh is None:
-            prior = uow.execute(sa.text(
-                "SELECT lead_id, answer FROM lead_events WHERE tenant_id = :t AND event_id = :e"),
-                {"t": tenant_id, "e": event_id}).one()
+            prior = uow.execute(sql.PRIOR_ANSWER, {"t": tenant_id, "e": event_id}).one()
             if prior.lead_id != lead_id or prior.answer is None:
                 return LeadEventResult("not_found", lead_id)  # an event id of another lead: no existence leak
             return LeadEventResult.duplicate_of(lead_id, event_id, prior.answer)
         result = _decide_and_write(uow, tenant_id, lead, event, occurred_at, now)
         result = replace(result, event_id=event_id)
-        uow.execute(sa.text("UPDATE lead_events SET outcome = :o, answer = CAST(:a AS jsonb), "
-                            "applied_at = clock_timestamp() WHERE id = :i"),
-                    {"o": result.outcome, "a": json.dumps(result.answer()), "i": fresh.id})
+        uow.execute(sql.KEEP_ANSWER, {"o": result.outcome, "a": json.dumps(result.answer()), "i": fresh.id})
         uow.commit()
     return result
 
@@ -119,11 +110,7 @@ def _decide_and_write(uow: UnitOfWork, tenant_id: int, lead: sa.Row[Any], event:
                         lane="high", at=now, intent_id=None)
         return LeadEventResult("lifecycle", lead_id, notification_ids=ids, current_step=lead.current_step)
     # Forward step. Move the lead only if nobody moved it since we read it (optimistic guard) ...
-    moved = uow.execute(sa.text(
-        "UPDATE leads SET current_step = :new, last_step_at = greatest(last_step_at, CAST(:at AS timestamptz)) "
-        "WHERE id = :l "
-        "AND current_step IS NOT DISTINCT FROM CAST(:old AS varchar) RETURNING id"),
-        {"new": decision.step, "at": occurred_at, "l": lead_id, "old": lead.current_step}).first()  # NULL: kept
+    moved = uow.execute(sql.MOVE_LEAD, {"new": decision.step, "at": occurred_at, "l": lead_id, "old": lead.current_step}).first()  # NULL: kept
     if moved is None:
         raise _LostRace()
     # ... tear down the live nudge and its owed messages. The messages first, then the intent: the same order
@@ -132,19 +119,14 @@ def _decide_and_write(uow: UnitOfWork, tenant_id: int, lead: sa.Row[Any], event:
     # worker, and a later claim suppresses it as superseded. A send still in flight after its lease ran out is
     # settled here; if it was accepted after all, the worker records the late truth (write.accept_truth).
     # The intents are ended just below ("superseded by …"), so the ledger does not close them itself.
-    intents = table_of(LeadNotificationIntent)
-    live = sa.select(intents.c.id).where(intents.c.lead_id == lead_id, intents.c.status.in_(("pending", "scheduled")))
-    settle_unsent_where(uow, intent_ids=live, reason="superseded", close_intents=False)
-    cancelled = uow.execute(sa.text(
-        "UPDATE lead_notification_intents SET status = 'cancelled', updated_at = now(), "
-        "final_reason = :why WHERE lead_id = :l AND status IN ('pending', 'scheduled') RETURNING id"),
-        {"l": lead_id, "why": f"superseded by {decision.step} at {now:%Y-%m-%d %H:%M:%S} UTC"}).scalar()
+    settle_unsent_where(uow, intent_ids=sql.live_intents(lead_id), reason="superseded", close_intents=False)
+    cancelled = uow.execute(sql.CANCEL_LIVE_INTENTS, {"l": lead_id, "why": f"superseded by {decision.step} at {now:%Y-%m-%d %H:%M:%S} UTC"}).scalar()
     # ... and put the new one in place (the partial unique index is the backstop if we still raced).
     at = now + decision.delay if decision.delay is not None else now
-    intent_id = uow.execute(sa.insert(table_of(LeadNotificationIntent)).values(
+    intent_id = uow.execute(sql.INSERT_INTENT.values(
         tenant_id=tenant_id, lead_id=lead_id, step=decision.step,
         status="scheduled" if decision.delay is not None else "pending", scheduled_for=at,
-    ).returning(table_of(LeadNotificationIntent).c.id)).scalar_one()
+    )).scalar_one()
     ids = _messages(uow, tenant_id=tenant_id, lead=lead, template=f"nudge_{decision.step}",
                     subject=f"lead-{lead_id}-intent-{intent_id}", lane="normal", at=at, intent_id=intent_id)
     return LeadEventResult("scheduled" if decision.delay is not None else "sent_now", lead_id, int(intent_id),
@@ -172,8 +154,6 @@ def record_lead_event(tenant_id: int, lead_id: int, event: str, now: datetime | 
 def create_lead(tenant_id: int, recipient_ref: str, advisor_ref: str | None = None,
                 engine: Engine | None = None) -> int:
     with UnitOfWork(engine) as uow:
-        lid = uow.execute(sa.text(
-            "INSERT INTO leads (tenant_id, recipient_ref, advisor_ref) VALUES (:t, :r, :a) RETURNING id"),
-            {"t": tenant_id, "r": recipient_ref, "a": advisor_ref}).scalar_one()
+        lid = uow.execute(sql.INSERT_LEAD, {"t": tenant_id, "r": recipient_ref, "a": advisor_ref}).scalar_one()
         uow.commit()
     return int(lid)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
+from domain.ledger import sql
 from domain.ledger.write import Ledgered, NewMessage, SendRefused, ledger_message, recipient_ref
 from domain.settings import get_settings
 
@@ -52,10 +52,7 @@ def request(tenant_id: int, recipient_id: int, channel: str, now: datetime,
         row = ledger_message(uow, NewMessage(tenant_id=tenant_id, recipient=ref, channel=channel, lane=LANE,
                                              template=TEMPLATE, subject=f"otp-{uuid.uuid4().hex}"))
         nonce = secrets.token_hex(16)
-        uow.execute(sa.text(
-            "INSERT INTO otp_codes (notification_id, tenant_id, nonce, code_hash, expires_at) "
-            "VALUES (:n, :t, :nonce, :h, :exp)"),
-            {"n": row.notification_id, "t": tenant_id, "nonce": nonce,
+        uow.execute(sql.INSERT_OTP, {"n": row.notification_id, "t": tenant_id, "nonce": nonce,
              "h": _check_hash(row.notification_id, derive_code(nonce)), "exp": now + TTL})
         uow.commit()
     return row
@@ -63,8 +60,7 @@ def request(tenant_id: int, recipient_id: int, channel: str, now: datetime,
 
 def code_for_send(uow: UnitOfWork, notification_id: int) -> str | None:
     """At send time only: the code to render into the provider request."""
-    nonce = uow.execute(sa.text("SELECT nonce FROM otp_codes WHERE notification_id = :n"),
-                        {"n": notification_id}).scalar()
+    nonce = uow.execute(sql.OTP_NONCE, {"n": notification_id}).scalar()
     return derive_code(nonce) if nonce else None
 
 
@@ -77,9 +73,7 @@ def verify(tenant_id: int, notification_id: int, code: str, now: datetime,
            engine: Engine | None = None) -> Verification:
     """Once per code, at most MAX_TRIES guesses, within its lifetime."""
     with UnitOfWork(engine) as uow:
-        r = uow.execute(sa.text(
-            "SELECT code_hash, expires_at, tries, verified_at FROM otp_codes WHERE tenant_id = :t "
-            "AND notification_id = :n FOR UPDATE"), {"t": tenant_id, "n": notification_id}).first()
+        r = uow.execute(sql.OTP_FOR_CHECK, {"t": tenant_id, "n": notification_id}).first()
         if r is None:
             return Verification("not_found")
         if r.verified_at is not None:
@@ -89,7 +83,6 @@ def verify(tenant_id: int, notification_id: int, code: str, now: datetime,
         if r.expires_at < now:
             return Verification("expired")
         ok = hmac.compare_digest(r.code_hash, _check_hash(notification_id, code))
-        uow.execute(sa.text("UPDATE otp_codes SET tries = tries + 1, verified_at = CASE WHEN :ok THEN now() END "
-                            "WHERE notification_id = :n"), {"ok": ok, "n": notification_id})
+        uow.execute(sql.OTP_TRIED, {"ok": ok, "n": notification_id})
         uow.commit()
     return Verification("valid" if ok else "invalid")

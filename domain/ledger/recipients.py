@@ -12,19 +12,17 @@ from datetime import time
 from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.access import actions
 from domain.db import UnitOfWork, like_escape
+from domain.ledger import sql
 
 PEOPLE_CHANNELS: Final[tuple[str, ...]] = ("email", "sms", "whatsapp")
 
 
 EDITABLE = ("display_name", "email", "phone", "timezone", "quiet_start", "quiet_end", "daily_cap",
             "opted_out_channels")
-_COLUMNS = ("id, ref, display_name, email, phone, timezone, quiet_start, quiet_end, daily_cap, opted_out_channels, "
-            "created_at, updated_at")
 
 
 class RecipientError(ValueError):
@@ -78,54 +76,38 @@ def create(tenant_id: int, values: dict[str, Any], actor_ref: str,
     check_quiet_hours(values.get("quiet_start"), values.get("quiet_end"))
     values = {**values, "opted_out_channels": check_channels(values.get("opted_out_channels") or [])}
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sa.text(
-            "INSERT INTO recipients (tenant_id, ref, display_name, email, phone, timezone, quiet_start, quiet_end, "
-            "daily_cap, opted_out_channels) VALUES (:t, :ref, :display_name, :email, :phone, :timezone, "
-            ":quiet_start, :quiet_end, :daily_cap, :opted_out_channels) "
-            f"ON CONFLICT (tenant_id, ref) DO NOTHING RETURNING {_COLUMNS}"),
-            {"t": tenant_id, "email": None, "phone": None, "timezone": "UTC", "quiet_start": None,
+        row = uow.execute(sql.INSERT_RECIPIENT, {"t": tenant_id, "email": None, "phone": None, "timezone": "UTC", "quiet_start": None,
              "quiet_end": None, "daily_cap": None, **values}).first()
         if row is None:
-            prior = uow.execute(sa.text("SELECT id FROM recipients WHERE tenant_id = :t AND ref = :r"),
-                                {"t": tenant_id, "r": values["ref"]}).scalar_one()
+            prior = uow.execute(sql.RECIPIENT_ID_BY_REF, {"t": tenant_id, "r": values["ref"]}).scalar_one()
             raise DuplicateRecipient(int(prior))
-        uow.execute(sa.text(
-            "INSERT INTO recipient_changes (tenant_id, recipient_id, actor_ref, field, old_value, new_value) "
-            "VALUES (:t, :r, :a, 'created', NULL, :ref)"), {"t": tenant_id, "r": row.id, "a": actor_ref,
-                                                            "ref": values["ref"]})
+        uow.execute(sql.INSERT_RECIPIENT_CHANGE, {"t": tenant_id, "r": row.id, "a": actor_ref, "f": "created",
+                                                  "o": None, "n": values["ref"]})
         uow.commit()
     return _row(row)
 
 
 def get(tenant_id: int, recipient_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
     with UnitOfWork(engine) as uow:
-        r = uow.execute(sa.text(f"SELECT {_COLUMNS} FROM recipients WHERE tenant_id = :t AND id = :i"),
-                        {"t": tenant_id, "i": recipient_id}).first()
+        r = uow.execute(sql.GET_RECIPIENT, {"t": tenant_id, "i": recipient_id}).first()
         if r is None:
             return None
         out = _row(r)
-        out["changes"] = [dict(c._mapping) for c in uow.execute(sa.text(
-            "SELECT field, old_value, new_value, actor_ref, changed_at FROM recipient_changes "
-            "WHERE recipient_id = :i ORDER BY id DESC LIMIT 100"), {"i": recipient_id})]
+        out["changes"] = [dict(c._mapping) for c in uow.execute(sql.RECIPIENT_CHANGES, {"i": recipient_id})]
     return out
 
 
 def find_by_ref(tenant_id: int | None, ref: str, engine: Engine | None = None) -> list[tuple[int, int]]:
     """(tenant_id, recipient_id) of every recipient with this ref (all tenants for on-call tooling)."""
     with UnitOfWork(engine) as uow:
-        return [(int(r.tenant_id), int(r.id)) for r in uow.execute(sa.text(
-            "SELECT tenant_id, id FROM recipients WHERE ref = :r AND (CAST(:t AS int) IS NULL OR tenant_id = :t) "
-            "ORDER BY tenant_id"), {"r": ref, "t": tenant_id})]
+        return [(int(r.tenant_id), int(r.id)) for r in uow.execute(sql.FIND_BY_REF, {"r": ref, "t": tenant_id})]
 
 
 def list_recipients(tenant_id: int, query: str = "", limit: int = 50, after_id: int = 0,
                     engine: Engine | None = None) -> list[dict[str, Any]]:
     like = "%" + like_escape(query) + "%"
     with UnitOfWork(engine) as uow:
-        return [_row(r) for r in uow.execute(sa.text(
-            f"SELECT {_COLUMNS} FROM recipients WHERE tenant_id = :t AND id > :a "
-            "AND (ref ILIKE :q OR display_name ILIKE :q) ORDER BY id LIMIT :l"),
-            {"t": tenant_id, "a": after_id, "q": like, "l": limit})]
+        return [_row(r) for r in uow.execute(sql.LIST_RECIPIENTS, {"t": tenant_id, "a": after_id, "q": like, "l": limit})]
 
 
 @dataclass(frozen=True)
@@ -156,8 +138,7 @@ def update(tenant_id: int, recipient_id: int, values: dict[str, Any], actor_ref:
     if "opted_out_channels" in values:
         values = {**values, "opted_out_channels": check_channels(values["opted_out_channels"] or [])}
     with UnitOfWork(engine) as uow:
-        cur = uow.execute(sa.text(f"SELECT {_COLUMNS} FROM recipients WHERE tenant_id = :t AND id = :i FOR UPDATE"),
-                          {"t": tenant_id, "i": recipient_id}).first()
+        cur = uow.execute(sql.LOCK_RECIPIENT, {"t": tenant_id, "i": recipient_id}).first()
         if cur is None:
             return None
         current = dict(cur._mapping)
@@ -166,16 +147,13 @@ def update(tenant_id: int, recipient_id: int, values: dict[str, Any], actor_ref:
         changes = [Change(k, _text(current[k]), _text(v)) for k, v in values.items()
                    if _text(current[k]) != _text(v)]
         if changes:
-            sets = ", ".join(f"{c.field} = :{c.field}" for c in changes)
-            uow.execute(sa.text(f"UPDATE recipients SET {sets}, updated_at = now() WHERE id = :i"),
+            uow.execute(sql.update_recipient(c.field for c in changes),
                         {"i": recipient_id, **{c.field: values[c.field] for c in changes}})
             actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="preference change",
                            target=f"recipient {current['ref']}",
                            note="; ".join(f"{c.field}: {c.old or '—'} → {c.new or '—'}" for c in changes))
             for c in changes:
-                uow.execute(sa.text(
-                    "INSERT INTO recipient_changes (tenant_id, recipient_id, actor_ref, field, old_value, new_value) "
-                    "VALUES (:t, :r, :a, :f, :o, :n)"),
-                    {"t": tenant_id, "r": recipient_id, "a": actor_ref, "f": c.field, "o": c.old, "n": c.new})
+                uow.execute(sql.INSERT_RECIPIENT_CHANGE,
+                            {"t": tenant_id, "r": recipient_id, "a": actor_ref, "f": c.field, "o": c.old, "n": c.new})
         uow.commit()
     return get(tenant_id, recipient_id, engine)

@@ -5,14 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
-
 from domain.db import UnitOfWork
-from domain.ledger import otp
-
-_NEWEST = sa.text(
-    "SELECT version, body FROM templates WHERE name = :n AND :c = ANY(channels) ORDER BY version DESC LIMIT 1")
-_KEEP_VERSION = sa.text("UPDATE notifications SET template_version = :v WHERE id = :id")
+from domain.ledger import otp, sql
 
 
 class _Format(dict[str, Any]):
@@ -28,10 +22,10 @@ def render(body: str, data: dict[str, Any]) -> str:
 def render_for_send(uow: UnitOfWork, *, notification_id: int, template: str, channel: str,
                     payload: dict[str, Any]) -> str | None:
     """The text of one message about to be sent; None when no version of the template covers the channel."""
-    t = uow.execute(_NEWEST, {"n": template, "c": channel}).first()
+    t = uow.execute(sql.NEWEST_TEMPLATE, {"n": template, "c": channel}).first()
     if t is None:
         return None
-    uow.execute(_KEEP_VERSION, {"v": t.version, "id": notification_id})
+    uow.execute(sql.KEEP_TEMPLATE_VERSION, {"v": t.version, "id": notification_id})
     data = dict(payload)
     if template == otp.TEMPLATE:
         data["code"] = otp.code_for_send(uow, notification_id) or ""

@@ -10,22 +10,14 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork, as_dicts, like_escape
+from domain.ledger import sql
 from domain.ledger.reasons import effect_text, ledger_reason, message_answer
 
-NOTIFICATION_COLUMNS = (
-    "n.id, n.tenant_id, n.recipient, n.channel, n.lane, n.template, n.status, n.suppressed_reason, n.review, "
-    "n.provider_reference, n.cost_cents, n.attempts, n.last_error_class, n.event_id, n.order_id, n.job_id, "
-    "n.created_at, n.sent_at, n.settled_at, n.next_attempt_at, n.reason_detail, "
-    # What the receiver told the worker, as the worker recorded it: the effect reference (a webhook's 2xx
-    # carries it) and the last answer (`already_processed` when a redelivery met an effect applied before).
-    "CASE WHEN n.channel = 'webhook' THEN n.provider_reference END AS effect_ref, "
-    "(SELECT a.outcome FROM notification_attempts a WHERE a.notification_id = n.id "
-    "  ORDER BY a.attempt_no DESC LIMIT 1) AS last_outcome"
-)
+# The ledger's read shape of a row: public, so every capability's views read rows the same way.
+from domain.ledger.sql import NOTIFICATION_COLUMNS as NOTIFICATION_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -41,14 +33,6 @@ class LedgerFilter:
     after_id: int | None = None
 
 
-_LEDGER_WHERE = (
-    "n.tenant_id = :t AND (CAST(:c AS text) IS NULL OR n.channel = :c) "
-    "AND (CAST(:s AS text) IS NULL OR n.status = :s) AND (CAST(:r AS text) IS NULL OR n.recipient ILIKE :r) "
-    "AND (CAST(:l AS text) IS NULL OR n.lane = :l) "
-    "AND (CAST(:h AS int) IS NULL OR n.created_at > now() - make_interval(hours => CAST(:h AS int)))"
-)
-
-
 def _ledger_params(tenant_id: int, f: LedgerFilter) -> dict[str, Any]:
     return {"t": tenant_id, "c": f.channel, "s": f.status, "h": f.since_hours,
             "r": f"%{like_escape(f.recipient)}%" if f.recipient else None, "l": f.lane, "lim": f.limit,
@@ -59,39 +43,20 @@ def ledger_rows(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -
     """One keyset page of the filtered ledger, newest first, and whether there is more beyond it (older rows for a
     `before_id` or first page, newer rows for an `after_id` page)."""
     p = {**_ledger_params(tenant_id, f), "lim": f.limit + 1}
-    order = "ASC" if f.after_id is not None else "DESC"
+    newer = f.after_id is not None
     with UnitOfWork(engine) as uow:
-        rows = as_dicts(uow.execute(sa.text(
-            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE {_LEDGER_WHERE} "
-            "AND (CAST(:b AS bigint) IS NULL OR n.id < :b) AND (CAST(:a AS bigint) IS NULL OR n.id > :a) "
-            f"ORDER BY n.id {order} LIMIT :lim"), p))
+        rows = as_dicts(uow.execute(sql.LEDGER_PAGE_NEWER if newer else sql.LEDGER_PAGE_OLDER, p))
     more = len(rows) > f.limit
     rows = rows[:f.limit]
-    return (rows[::-1] if f.after_id is not None else rows), more
+    return (rows[::-1] if newer else rows), more
 
 
 def ledger(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -> dict[str, Any]:
-    where = _LEDGER_WHERE
     p = _ledger_params(tenant_id, f)
     rows, more = ledger_rows(tenant_id, f, engine)
     with UnitOfWork(engine) as uow:
-        totals = uow.execute(sa.text(
-            "SELECT count(*) AS total, "
-            "coalesce(sum(n.cost_cents) FILTER (WHERE n.status IN ('SENT','DELIVERED')), 0) AS cost_cents, "
-            "count(*) FILTER (WHERE n.status = 'DELIVERED') AS delivered, "
-            "count(*) FILTER (WHERE n.status IN ('SENT','DELIVERED','FAILED')) AS attempted_final, "
-            "count(*) FILTER (WHERE n.status = 'SUPPRESSED') AS suppressed, "
-            "count(*) FILTER (WHERE n.status = 'FAILED') AS failed, "
-            "count(*) FILTER (WHERE n.status = 'QUEUED') AS queued "
-            f"FROM notifications n WHERE {where}"), p).one()
-        per_channel = as_dicts(uow.execute(sa.text(
-            "SELECT n.channel, count(*) AS total, "
-            "count(*) FILTER (WHERE n.status = 'DELIVERED') AS delivered, "
-            "count(*) FILTER (WHERE n.status IN ('SENT','DELIVERED','FAILED')) AS attempted_final, "
-            "count(*) FILTER (WHERE n.status = 'SUPPRESSED') AS suppressed, "
-            "count(*) FILTER (WHERE n.status = 'FAILED') AS failed, "
-            "coalesce(sum(n.cost_cents) FILTER (WHERE n.status IN ('SENT','DELIVERED')), 0) AS cost_cents "
-            f"FROM notifications n WHERE {where} GROUP BY n.channel ORDER BY n.channel"), p))
+        totals = uow.execute(sql.LEDGER_TOTALS, p).one()
+        per_channel = as_dicts(uow.execute(sql.LEDGER_BY_CHANNEL, p))
     t = dict(totals._mapping)
     t["delivery_rate"] = (t["delivered"] / t["attempted_final"]) if t["attempted_final"] else None
     for ch in per_channel:
@@ -111,24 +76,13 @@ def audit_timeline(tenant_id: int, query: str, engine: Engine | None = None) -> 
     if q.isascii() and q.isdigit() and int(q) <= 2**63 - 1:
         params["oid"] = int(q)
     with UnitOfWork(engine) as uow:
-        notes = as_dicts(uow.execute(sa.text(
-            f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE n.tenant_id = :t AND "
-            "(n.recipient = :q OR n.event_id = CAST(:ev AS uuid) OR n.order_id = CAST(:oid AS bigint)) "
-            "ORDER BY n.id LIMIT 200"), params))
+        notes = as_dicts(uow.execute(sql.AUDIT_NOTIFICATIONS, params))
         ids = [n["id"] for n in notes]
         events = {n["event_id"] for n in notes if n["event_id"]}
-        attempts = as_dicts(uow.execute(sa.text(
-            "SELECT notification_id, attempt_no, worker, started_at, finished_at, outcome, status_code, "
-            "error_class, latency_ms FROM notification_attempts WHERE notification_id = ANY(:ids)"),
-            {"ids": ids})) if ids else []
-        evs = as_dicts(uow.execute(sa.text(
-            "SELECT event_id, event_type, aggregate_id, aggregate_revision, occurred_at, request_id, actor_ref "
-            "FROM outbox_events WHERE tenant_id = :t AND event_id = ANY(:e)"),
-            {"t": tenant_id, "e": list(events)})) if events else []
+        attempts = as_dicts(uow.execute(sql.AUDIT_ATTEMPTS, {"ids": ids})) if ids else []
+        evs = as_dicts(uow.execute(sql.AUDIT_EVENTS, {"t": tenant_id, "e": list(events)})) if events else []
         refs = [n["provider_reference"] for n in notes if n["provider_reference"]]
-        receipts = as_dicts(uow.execute(sa.text(
-            "SELECT provider, provider_reference, outcome, received_at FROM delivery_receipts "
-            "WHERE provider_reference = ANY(:r)"), {"r": refs})) if refs else []
+        receipts = as_dicts(uow.execute(sql.AUDIT_RECEIPTS, {"r": refs})) if refs else []
     timeline: list[dict[str, Any]] = []
     for e in evs:
         timeline.append({"at": e["occurred_at"], "kind": "event", "ref": str(e["event_id"]),
@@ -165,19 +119,11 @@ def notification_detail(tenant_id: int, notification_id: int, now: datetime,
     """One message: the row, every attempt (time, outcome, HTTP status, latency, response excerpt), the next retry,
     provider reference, receipt and cost."""
     with UnitOfWork(engine) as uow:
-        n = uow.execute(sa.text(
-            f"SELECT {NOTIFICATION_COLUMNS}, n.dedupe_key, n.template_version, n.reserved_cents "
-            "FROM notifications n WHERE n.tenant_id = :t AND n.id = :i"), {"t": tenant_id, "i": notification_id}
-        ).first()
+        n = uow.execute(sql.MESSAGE, {"t": tenant_id, "i": notification_id}).first()
         if n is None:
             return None
-        attempts = as_dicts(uow.execute(sa.text(
-            "SELECT attempt_no, started_at, finished_at, outcome, status_code, error_class, latency_ms, "
-            "response_excerpt FROM notification_attempts WHERE notification_id = :i ORDER BY attempt_no"),
-            {"i": notification_id}))
-        receipt = uow.execute(sa.text(
-            "SELECT outcome, received_at FROM delivery_receipts WHERE provider_reference = :r AND provider = :c "
-            "ORDER BY id DESC LIMIT 1"), {"r": n.provider_reference, "c": n.channel}).first() \
+        attempts = as_dicts(uow.execute(sql.MESSAGE_ATTEMPTS, {"i": notification_id}))
+        receipt = uow.execute(sql.MESSAGE_RECEIPT, {"r": n.provider_reference, "c": n.channel}).first() \
             if n.provider_reference else None
     out = dict(n._mapping)
     out["notification_id"] = out["id"]
@@ -194,25 +140,12 @@ def recipient_messages(tenant_id: int, recipient_id: int, now: datetime, limit: 
     """"Why didn't they get it?": every message to one recipient with its answer in plain words, and on top the
     cross-channel answers — heard from us today at all, how many this week, which channel actually reached them."""
     with UnitOfWork(engine) as uow:
-        r = uow.execute(sa.text(
-            "SELECT id, ref, display_name, timezone FROM recipients WHERE tenant_id = :t AND id = :i"),
-            {"t": tenant_id, "i": recipient_id}).first()
+        r = uow.execute(sql.RECIPIENT_HEADER, {"t": tenant_id, "i": recipient_id}).first()
         if r is None:
             return None
-        rows = as_dicts(uow.execute(sa.text(
-            f"SELECT {NOTIFICATION_COLUMNS}, n.reserved_cents, "
-            "(SELECT max(d.received_at) FROM delivery_receipts d WHERE d.provider_reference = n.provider_reference "
-            "  AND d.provider = n.channel) AS receipt_at "
-            "FROM notifications n WHERE n.tenant_id = :t AND n.recipient = :ref "
-            "AND (CAST(:b AS bigint) IS NULL OR n.id < :b) ORDER BY n.id DESC LIMIT :l"),
-            {"t": tenant_id, "ref": r.ref, "b": before_id, "l": limit}))
+        rows = as_dicts(uow.execute(sql.RECIPIENT_MESSAGES, {"t": tenant_id, "ref": r.ref, "b": before_id, "l": limit}))
         day_start = now.astimezone(ZoneInfo(r.timezone)).replace(hour=0, minute=0, second=0, microsecond=0)
-        s = uow.execute(sa.text(
-            "SELECT count(*) FILTER (WHERE sent_at >= :day) AS today, "
-            "count(*) FILTER (WHERE sent_at >= CAST(:now AS timestamptz) - interval '7 days') AS week, "
-            "array_remove(array_agg(DISTINCT channel) FILTER (WHERE status = 'DELIVERED'), NULL) AS reached "
-            "FROM notifications WHERE tenant_id = :t AND recipient = :ref AND status IN ('SENT', 'DELIVERED')"),
-            {"t": tenant_id, "ref": r.ref, "day": day_start, "now": now}).one()
+        s = uow.execute(sql.RECIPIENT_REACH, {"t": tenant_id, "ref": r.ref, "day": day_start, "now": now}).one()
     for m in rows:
         m["answer"] = message_answer(m, now)
     return {"recipient_id": r.id, "ref": r.ref, "display_name": r.display_name, "timezone": r.timezone,

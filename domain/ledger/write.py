@@ -32,10 +32,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
-from domain.delivery.queue import JOB_ID_SQL, LANES, NOTIFY_OWED, is_lane
-from domain.ledger import metering
-from domain.models import Notification, table_of
+from domain.ledger import metering, sql
+from domain.ledger.owed import OwedRow
 from domain.settings import get_settings
+from domain.vocabulary import LANES, is_lane
 
 
 @dataclass(frozen=True)
@@ -65,37 +65,50 @@ class Ledgered:
     status: str
     created: bool  # False: the key existed, nothing new is owed
 
-
-_INSERT = sa.text(
-    """
-    INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status,
-                               cost_cents, next_attempt_at, event_id, order_id, intent_id, job_id, attempts,
-                               max_attempts, reserved_cents)
-    VALUES (:t, :r, CAST(:c AS varchar), :l, :tpl, CAST(:p AS jsonb), :k, 'QUEUED',
-            coalesce((SELECT price_cents FROM channel_prices WHERE tenant_id = :t AND channel = CAST(:c AS varchar)), 0),
-            coalesce(CAST(:at AS timestamptz), now()), :e, :o, :i, NULL, 0, :max, 0)
-    ON CONFLICT (dedupe_key) DO NOTHING
-    RETURNING id, lane, status
-    """
-)
-_SET_JOB_ID = sa.text(f"UPDATE notifications SET job_id = {JOB_ID_SQL} WHERE id = :id RETURNING job_id")
-_EXISTING = sa.text("SELECT id, lane, status, job_id FROM notifications WHERE dedupe_key = :k")
+    def owed(self) -> OwedRow:
+        """What this row owes the runtime after commit: its ids, never its payload."""
+        return OwedRow(self.notification_id, self.lane, self.job_id)
 
 
 def ledger_message(uow: UnitOfWork, m: NewMessage) -> Ledgered:
     """Write the ledger row (or find the one already there). Never commits: the caller's transaction decides."""
-    row = uow.execute(_INSERT, {
+    row = uow.execute(sql.INSERT_MESSAGE, {
         "t": m.tenant_id, "r": m.recipient, "c": m.channel, "l": m.lane, "tpl": m.template,
         "p": json.dumps(m.payload, default=str), "k": m.dedupe_key, "at": m.next_attempt_at, "e": m.event_id,
         "o": m.order_id, "i": m.intent_id, "max": get_settings().max_attempts,
     }).first()
     if row is None:
-        prior = uow.execute(_EXISTING, {"k": m.dedupe_key}).one()
+        prior = uow.execute(sql.EXISTING, {"k": m.dedupe_key}).one()
         return Ledgered(prior.id, prior.lane, prior.job_id, prior.status, created=False)
-    job = uow.execute(_SET_JOB_ID, {"id": row.id}).scalar_one()
+    job = uow.execute(sql.SET_JOB_ID, {"id": row.id}).scalar_one()
     # NOTIFY is transactional: the relay hears it only if the caller's commit happens.
-    uow.execute(NOTIFY_OWED, {"lane": row.lane})
+    uow.execute(sql.NOTIFY_OWED, {"lane": row.lane})
     return Ledgered(row.id, row.lane, job, row.status, created=True)
+
+
+@dataclass(frozen=True)
+class AudienceBatch:
+    picked: int  # fewer than asked for: the audience is exhausted
+    inserted: int  # new rows; a key that existed was skipped
+    last_recipient_id: int | None  # the keyset position to resume after
+
+
+def ledger_audience_batch(uow: UnitOfWork, *, tenant_id: int, campaign_id: int, audience: str, after: int,
+                          limit: int, channel: str, lane: str, template: str,
+                          payload: dict[str, Any]) -> AudienceBatch:
+    """The bulk way in (a campaign's fan-out): the next `limit` people after recipient id `after` that `audience`
+    (an SQL condition over `recipients r`, binding `:t` and `:channel`) selects, one row each in one statement,
+    with the same dedupe rule as `ledger_message` (key: campaign + recipient + channel; existing key means skip).
+    Never commits."""
+    prefix, suffix = dedupe_key(tenant_id, channel, "{ref}", template, f"campaign-{campaign_id}").split("{ref}")
+    b = uow.execute(sql.insert_audience_batch(audience), {
+        "t": tenant_id, "after": after, "n": limit, "c": channel, "channel": channel, "l": lane, "tpl": template,
+        "p": json.dumps(payload, default=str), "prefix": prefix, "suffix": suffix,
+        "max": get_settings().max_attempts, "cid": campaign_id}).one()
+    uow.execute(sql.SET_CAMPAIGN_JOB_IDS, {"c": campaign_id})
+    if b.inserted:
+        uow.execute(sql.NOTIFY_OWED, {"lane": lane})
+    return AudienceBatch(int(b.picked), int(b.inserted), b.last_id)
 
 
 class SendRefused(ValueError):
@@ -108,15 +121,13 @@ class SendRefused(ValueError):
 
 def recipient_ref(uow: UnitOfWork, tenant_id: int, recipient_id: int) -> str | None:
     """The ledger names people by ref; None when the id is not this tenant's (or does not exist)."""
-    ref = uow.execute(sa.text("SELECT ref FROM recipients WHERE tenant_id = :t AND id = :i"),
-                      {"t": tenant_id, "i": recipient_id}).scalar()
+    ref = uow.execute(sql.RECIPIENT_REF, {"t": tenant_id, "i": recipient_id}).scalar()
     return str(ref) if ref is not None else None
 
 
 def check_template(uow: UnitOfWork, template: str, channel: str) -> None:
     """The template exists and has a version for this channel (its newest version decides)."""
-    channels = uow.execute(sa.text(
-        "SELECT channels FROM templates WHERE name = :n ORDER BY version DESC LIMIT 1"), {"n": template}).scalar()
+    channels = uow.execute(sql.TEMPLATE_CHANNELS, {"n": template}).scalar()
     if channels is None:
         raise SendRefused("unknown_template", f"no template named {template!r}")
     if channel not in channels:
@@ -146,19 +157,12 @@ def dedupe_key(tenant_id: int, channel: str, recipient: str, template: str, subj
     return f"t{tenant_id}:{channel}:{recipient}:{template}:{subject}"
 
 
-_NOTIFICATIONS = table_of(Notification)
-_SETTLE_UNSENT = sa.text(
-    "UPDATE notifications SET status = CAST(:s AS text), suppressed_reason = :r, reason_detail = :d, "
-    "last_error_class = coalesce(:e, last_error_class), review = :rv, settled_at = now(), leased_until = NULL "
-    "WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok RETURNING intent_id")
-
-
 def settle_unsent(uow: UnitOfWork, notification_id: int, token: int, *, status: str, reason: str | None = None,
                   detail: str | None = None, error_class: str | None = None, review: str | None = None,
                   refund_reason: str = "refund: not sent", intent_why: str | None = None) -> bool:
     """Settle a row unsent under claim `token`. False: the token is stale (another claim owns the row, or it is
     settled already) and nothing changed, no money moved."""
-    row = uow.execute(_SETTLE_UNSENT, {"s": status, "r": reason, "d": detail, "e": error_class, "rv": review,
+    row = uow.execute(sql.SETTLE_UNSENT, {"s": status, "r": reason, "d": detail, "e": error_class, "rv": review,
                                        "id": notification_id, "tok": token}).first()
     if row is None:
         return False
@@ -178,21 +182,9 @@ def settle_unsent_where(uow: UnitOfWork, *, reason: str, campaign_id: int | None
     passes False. Returns the ids settled, in no particular order."""
     if (campaign_id is None) == (intent_ids is None):
         raise ValueError("settle_unsent_where: give exactly one of campaign_id, intent_ids")
-    n = _NOTIFICATIONS
-    if campaign_id is not None:
-        scope = n.c.campaign_id == campaign_id
-    elif isinstance(intent_ids, sa.Select):
-        scope = n.c.intent_id.in_(intent_ids)  # judged inside the one UPDATE, on its snapshot
-    elif intent_ids:
-        scope = n.c.intent_id.in_(list(intent_ids))
-    else:
+    if intent_ids is not None and not isinstance(intent_ids, sa.Select) and not intent_ids:
         return []  # no intents: nothing of theirs to settle
-    rows = uow.execute(
-        sa.update(n)
-        .where(scope, n.c.status == "QUEUED", sa.or_(n.c.leased_until.is_(None), n.c.leased_until < sa.func.now()))
-        .values(status="SUPPRESSED", suppressed_reason=reason, settled_at=sa.func.now(), leased_until=None)
-        .returning(n.c.id, n.c.intent_id, ((n.c.reserved_cents > 0) | n.c.cap_day.is_not(None)).label("holds"))
-    ).all()
+    rows = uow.execute(sql.settle_unleased(reason, campaign_id=campaign_id, intent_ids=intent_ids)).all()
     for r in rows:
         if r.holds:  # only a row a claim already charged (a retry in progress) holds anything to give back
             metering.release(uow, int(r.id), refund_reason)
@@ -210,12 +202,8 @@ def finish_intent_if_nothing_left(uow: UnitOfWork, intent_id: int, why: str) -> 
     applicant's and the advisor's) take turns, and the second one's check runs on a snapshot taken after the first
     committed, so it sees both rows settled (under READ COMMITTED a single UPDATE would judge its NOT EXISTS on the
     snapshot from before it waited)."""
-    uow.execute(sa.text("SELECT 1 FROM lead_notification_intents WHERE id = :i FOR NO KEY UPDATE"), {"i": intent_id})
-    uow.execute(sa.text(
-        "UPDATE lead_notification_intents i SET status = 'suppressed', final_reason = :why, updated_at = now() "
-        "WHERE i.id = :i AND i.status IN ('pending', 'scheduled') AND NOT EXISTS ("
-        "  SELECT 1 FROM notifications n WHERE n.intent_id = i.id AND n.status IN ('QUEUED', 'SENT', 'DELIVERED'))"),
-        {"i": intent_id, "why": why})
+    uow.execute(sql.LOCK_INTENT, {"i": intent_id})
+    uow.execute(sql.FINISH_INTENT_IF_NOTHING_LEFT, {"i": intent_id, "why": why})
 
 
 @dataclass(frozen=True)
@@ -232,11 +220,7 @@ def accept_truth(uow: UnitOfWork, notification_id: int, *, final: str, provider_
     `sent_key` is the idempotency key a worker's attempt sent (None for a receipt, already matched to the row's
     current identity). An answer about an identity the row no longer has (it was replayed as a new message since)
     or about a message the provider has since said it could not deliver is old news: "stale", nothing changes."""
-    row = uow.execute(sa.text(
-        "SELECT status, suppressed_reason, last_error_class, reserved_cents, cost_cents, tenant_id, channel, "
-        "template, intent_id, provider_reference, recipient, lane, cap_day, coalesce(provider_key, dedupe_key) "
-        "AS current_key FROM notifications WHERE id = :id FOR UPDATE"),
-        {"id": notification_id}).first()
+    row = uow.execute(sql.READ_FOR_TRUTH, {"id": notification_id}).first()
     if row is None:
         return Accepted("already_recorded", "missing")
     if sent_key is not None and (sent_key != row.current_key or (
@@ -244,10 +228,7 @@ def accept_truth(uow: UnitOfWork, notification_id: int, *, final: str, provider_
         return Accepted("stale", str(row.status))
     if row.status in ("SENT", "DELIVERED"):
         to = "DELIVERED" if delivered or row.status == "DELIVERED" else "SENT"
-        uow.execute(sa.text(
-            "UPDATE notifications SET status = CAST(:s AS text), provider_reference = coalesce(provider_reference, :p), "
-            "settled_at = CASE WHEN CAST(:s AS text) = 'DELIVERED' THEN coalesce(settled_at, now()) END "
-            "WHERE id = :id"), {"s": to, "p": provider_reference, "id": notification_id})
+        uow.execute(sql.RECORD_AGAIN, {"s": to, "p": provider_reference, "id": notification_id})
         return Accepted("already_recorded", to)
     to = "DELIVERED" if delivered else final
     late = row.status != "QUEUED"
@@ -255,13 +236,7 @@ def accept_truth(uow: UnitOfWork, notification_id: int, *, final: str, provider_
     if late:
         was = row.suppressed_reason or row.last_error_class or "unsent"
         detail = f"accepted after it was settled {row.status.lower()} ({was}): recorded as sent and charged"
-    # A claim that follows (a second worker whose lease began after ours ran out) is fenced out by the new token.
-    uow.execute(sa.text(
-        "UPDATE notifications SET status = CAST(:s AS text), provider_reference = coalesce(:p, provider_reference), "
-        "sent_at = coalesce(sent_at, now()), settled_at = CASE WHEN CAST(:s AS text) = 'DELIVERED' THEN now() END, "
-        "leased_until = NULL, last_error_class = NULL, suppressed_reason = NULL, review = NULL, reason_detail = :d, "
-        "claim_token = claim_token + 1 WHERE id = :id"),
-        {"s": to, "p": provider_reference, "d": detail, "id": notification_id})
+    uow.execute(sql.RECORD_SENT, {"s": to, "p": provider_reference, "d": detail, "id": notification_id})
     if row.cap_day is None and row.channel != "webhook" and row.lane != "critical":
         _count_against_cap(uow, row, notification_id)
     if row.reserved_cents == 0 and row.cost_cents > 0 and not metering.reserve(
@@ -269,21 +244,16 @@ def accept_truth(uow: UnitOfWork, notification_id: int, *, final: str, provider_
             reason=f"{row.channel} {row.template} (accepted late)"):
         # The balance was spent while the row stood unsent: the truth stays (it was sent); `outbox check` shows
         # the uncharged message and the detail says why.
-        uow.execute(sa.text("UPDATE notifications SET reason_detail = :d WHERE id = :id"),
-                    {"d": "accepted late; the balance could not cover it", "id": notification_id})
+        uow.execute(sql.SET_REASON_DETAIL, {"d": "accepted late; the balance could not cover it", "id": notification_id})
     if row.intent_id is not None:
-        uow.execute(sa.text(
-            "UPDATE lead_notification_intents SET status = 'sent', updated_at = now(), "
-            "final_reason = 'sent at ' || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC' "
-            "WHERE id = :i AND status IN ('pending', 'scheduled')"), {"i": row.intent_id})
+        uow.execute(sql.INTENT_SENT, {"i": row.intent_id})
     return Accepted("late_accept" if late else "sent", to)
 
 
 def _count_against_cap(uow: UnitOfWork, row: Any, notification_id: int) -> None:
     """A sent message holds a slot of its person's cap for their local day (a late truth gave its slot back when
     it was settled unsent): taken again, without the cap check — it was sent."""
-    rcp = uow.execute(sa.text("SELECT daily_cap, timezone FROM recipients WHERE tenant_id = :t AND ref = :r"),
-                      {"t": row.tenant_id, "r": row.recipient}).first()
+    rcp = uow.execute(sql.RECIPIENT_CAP, {"t": row.tenant_id, "r": row.recipient}).first()
     if rcp is None or rcp.daily_cap is None:
         return
     day = datetime.now(ZoneInfo(rcp.timezone)).date()

@@ -10,42 +10,20 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain import faults
 from domain.db import UnitOfWork
+from domain.ledger.owed import (
+    OwedRow as OwedRow,  # also imported from here by the relay, wake-ups and the bench
+)
 from domain.ledger.write import NewMessage, ledger_message
-from domain.models import Order, OutboxEvent, table_of
+from domain.orders import sql
 from domain.orders.audience import order_event_audience
 from domain.orders.envelope import Envelope
-from domain.orders.policy import Accept, decide_transition
-
-# ---- order command -------------------------------------------------------------------------------------------
-# A plain read (no FOR UPDATE): the guarded UPDATE below is what settles a race.
-READ_ORDER = sa.text(
-    "SELECT id, tenant_id, status, revision, customer_ref FROM orders "
-    "WHERE tenant_id = :tenant_id AND id = :order_id"
-)
-
-
-UPDATE_ORDER_GUARDED = sa.text(
-    "UPDATE orders SET status = :to_status, revision = revision + 1, updated_at = now() "
-    "WHERE tenant_id = :tenant_id AND id = :order_id AND revision = :expected_revision "
-    "RETURNING revision"
-)
-
+from domain.orders.policy import Accept, Reject, decide_transition
 
 SCHEMA_VERSION = 1
-
-
-@dataclass(frozen=True)
-class OwedRow:
-    """A ledger row crossing the process boundary: ids only, never payloads."""
-
-    notification_id: int
-    lane: str
-    job_id: str
 
 
 @dataclass(frozen=True)
@@ -59,23 +37,16 @@ class Committed:
 
 
 @dataclass(frozen=True)
-class Rejected:
-    error: str  # optimistic_conflict | policy_denied | unknown_command
-    current_revision: int
-    current_status: str
-    requested: str
-
-
-@dataclass(frozen=True)
 class NotFound:
     order_id: int
 
 
-CommandResult = Committed | Rejected | NotFound
+# A refusal is the policy's own decision value (`policy.Reject`): what was asked, and the state it met.
+CommandResult = Committed | Reject | NotFound
 
 
 def _insert_handoff(uow: UnitOfWork, env: Envelope, customer_ref: str, order_id: int) -> tuple[OwedRow, ...]:
-    uow.execute(sa.insert(table_of(OutboxEvent)).values(
+    uow.execute(sql.INSERT_EVENT.values(
         event_id=env.event_id, tenant_id=env.tenant_id, aggregate_type=env.aggregate_type,
         aggregate_id=env.aggregate_id, aggregate_revision=env.aggregate_revision, event_type=env.event_type,
         schema_version=env.schema_version, occurred_at=env.occurred_at, request_id=env.request_id,
@@ -88,7 +59,7 @@ def _insert_handoff(uow: UnitOfWork, env: Envelope, customer_ref: str, order_id:
             tenant_id=env.tenant_id, recipient=msg.recipient, channel=msg.channel, lane=msg.lane,
             template=msg.template, subject=subject, payload=env.payload, event_id=env.event_id, order_id=order_id))
         if row.created:
-            owed.append(OwedRow(row.notification_id, row.lane, row.job_id))
+            owed.append(row.owed())
     return tuple(owed)
 
 
@@ -111,22 +82,22 @@ def execute_order_command(
     occurred_at = now or datetime.now(UTC)
     with UnitOfWork(engine) as uow:
         faults.hit("after_begin", plan)
-        row = uow.execute(READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).first()
+        row = uow.execute(sql.READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).first()
         if row is None:
             return NotFound(order_id)
         decision = decide_transition(row.status, row.revision, command, expected_revision)
         if not isinstance(decision, Accept):
-            return Rejected(decision.error, decision.current_revision, decision.current_status, command)
+            return decision
         faults.hit("after_decision", plan)
-        updated = uow.execute(UPDATE_ORDER_GUARDED, {
+        updated = uow.execute(sql.UPDATE_ORDER_GUARDED, {
             "to_status": decision.to_status, "tenant_id": tenant_id, "order_id": order_id,
             "expected_revision": expected_revision,
         }).first()
         if updated is None:
             # A concurrent command committed first; READ COMMITTED re-checked our WHERE and matched nothing.
             uow.session.rollback()
-            current = uow.execute(READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).one()
-            return Rejected("optimistic_conflict", current.revision, current.status, command)
+            current = uow.execute(sql.READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).one()
+            return Reject("optimistic_conflict", current.revision, current.status, command)
         faults.hit("after_order_update", plan)
         env = Envelope(
             event_id=event_id, tenant_id=tenant_id, aggregate_type="order", aggregate_id=str(order_id),
@@ -147,9 +118,9 @@ def create_order(
     *, tenant_id: int, customer_ref: str, amount_cents: int, currency: str, engine: Engine | None = None
 ) -> int:
     with UnitOfWork(engine) as uow:
-        oid = uow.execute(sa.insert(table_of(Order)).values(
+        oid = uow.execute(sql.INSERT_ORDER.values(
             tenant_id=tenant_id, status="authorized", revision=1, base_revision=1,
             customer_ref=customer_ref, amount_cents=amount_cents, currency=currency.upper(),
-        ).returning(table_of(Order).c.id)).scalar_one()
+        )).scalar_one()
         uow.commit()
     return int(oid)

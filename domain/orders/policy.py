@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-OrderStatus = Literal["authorized", "approved", "cancelled", "fulfilled"]
+from domain.vocabulary import OrderStatus as OrderStatus  # the statuses are the schema's word too (its CHECK)
+
 Command = Literal["approve", "cancel", "fulfill"]
 
 # The whole policy table: (from status, command) -> to status. Anything absent is `policy_denied`.
-ORDER_STATUSES: Final[tuple[OrderStatus, ...]] = get_args(OrderStatus)
 COMMANDS: Final[tuple[Command, ...]] = get_args(Command)
 
 TRANSITIONS: Final[dict[tuple[OrderStatus, Command], OrderStatus]] = {

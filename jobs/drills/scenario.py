@@ -33,7 +33,8 @@ from domain.db import UnitOfWork
 from domain.delivery.lanes import set_lane_paused
 from domain.delivery.queue import order_channel
 from domain.delivery.wakeups import after_commit, arq_pool
-from domain.orders.commands import Committed, Rejected, execute_order_command
+from domain.orders.commands import Committed, execute_order_command
+from domain.orders.policy import Reject
 from jobs.ops.checks import all_invariants
 from jobs.ops.dbadmin import ensure_database, isolated_environment
 from jobs.ops.procs import ROOT, System, job_tries, receiver_database_url, wait_until, wait_worker_ready
@@ -210,7 +211,7 @@ def run_scenario(keep: bool = False, out: Path = EVIDENCE, seed: int | None = No
         bad = execute_order_command(tenant_id=42, order_id=913, command="cancel", expected_revision=18,
                                     actor_ref="operator:bob", request_id=ids.request_ids[1],
                                     event_id=ids.event_ids[1], now=ids.clock[1])
-        assert isinstance(bad, Rejected)
+        assert isinstance(bad, Reject)
         after = _counts()
         say(f"invalid transition expected=18 requested=cancelled request_id={ids.request_ids[1]} "
             f"at={ids.clock[1]:%Y-%m-%dT%H:%M:%SZ} reason={bad.error}")
@@ -220,7 +221,7 @@ def run_scenario(keep: bool = False, out: Path = EVIDENCE, seed: int | None = No
         stale = execute_order_command(tenant_id=42, order_id=913, command="approve", expected_revision=17,
                                       actor_ref="operator:bob", request_id=ids.request_ids[2],
                                       event_id=ids.event_ids[2], now=ids.clock[2])
-        assert isinstance(stale, Rejected)
+        assert isinstance(stale, Reject)
         say(f"optimistic conflict expected=17 request_id={ids.request_ids[2]} at={ids.clock[2]:%Y-%m-%dT%H:%M:%SZ} "
             f"reason={stale.error} current_revision={stale.current_revision} new_events={_counts()[0] - after[0]}")
         checks["stale command wrote nothing"] = stale.error == "optimistic_conflict" and _counts() == after

@@ -1,8 +1,8 @@
-"""Schemathesis hooks for tests/integration/test_conformance.py (loaded by file path via SCHEMATHESIS_HOOKS).
+"""Schemathesis hooks for tests/integration/test_dashboard_api_conformance.py (loaded by file path via SCHEMATHESIS_HOOKS).
 
 Idempotency-Key: schemathesis generates header values independently per case, so two cases often share a key
 ("0") with different bodies, which the API rightly answers 422 `idempotency_key_reused` — a stateful contract
-the generator cannot know about (tests/integration/test_idempotency.py proves it). So every *valid* generated key
+the generator cannot know about (tests/integration/test_dashboard_api_idempotency.py proves it). So every *valid* generated key
 gets a fresh suffix (still valid); an invalid one (negative testing) is sent as generated.
 """
 

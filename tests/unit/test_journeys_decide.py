@@ -1,11 +1,12 @@
 """Invariant (pure): only a strictly further step supersedes; lifecycle events never compete with nudges;
 anything else is an unknown event."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from domain.journeys.decide import Drop, Lifecycle, Supersede, UnknownEvent, decide
-from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS, NUDGE_DELAY
+from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS, NUDGE_DELAY, is_further
 
 CURRENT = st.one_of(st.none(), st.sampled_from(JOURNEY_STEPS))
 
@@ -44,3 +45,12 @@ def test_a_step_older_than_the_last_applied_one_is_late_and_delays_follow_the_ti
     d = decide(step, current, last, last, scale)
     if isinstance(d, Supersede) and NUDGE_DELAY[step] is not None:
         assert d.delay == NUDGE_DELAY[step] / scale  # type: ignore[operator]
+
+
+def test_journey_order_is_list_position():
+    assert is_further("credit_check_done", "initiated")
+    assert not is_further("initiated", "credit_check_done")
+    assert not is_further("initiated", "initiated")
+    assert is_further(JOURNEY_STEPS[0], None)
+    with pytest.raises(ValueError):
+        is_further("teleported", None)

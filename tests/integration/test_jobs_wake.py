@@ -18,7 +18,7 @@ from arq.worker import func
 
 from domain.delivery import wakeups
 from domain.delivery.queue import DELIVER_TASK, job_id, queue_name, wake_channel
-from domain.orders.commands import OwedRow
+from domain.ledger.owed import OwedRow
 from jobs import wake
 from tests.conftest import TEST_REDIS_URL
 

@@ -1,15 +1,27 @@
-"""`outbox apikey list|revoke` (create stays in jobs/cli.py): keys are shown by prefix only — the whole key was
-printed once, by `create`, and we keep only its SHA-256."""
+"""`outbox apikey create|list|revoke`: a new key is printed whole once, by `create`; after that keys are shown by
+prefix only — we keep only its SHA-256."""
 
 from __future__ import annotations
 
 import json
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-err = Console(stderr=True)
+from jobs.cli.console import err, out
+
+
+def apikey_create(tenant: int = typer.Option(..., help="tenant id the key acts for"),
+                  actor: str = typer.Option("", help="audited actor reference")) -> None:
+    """Print a new API key (only the key, on stdout)."""
+    from domain.access.auth import create_api_key
+
+    try:
+        key = create_api_key(tenant, actor or None)
+    except LookupError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    print(key)
 
 
 def apikey_list(tenant: int = typer.Option(0, help="only this tenant's keys (0: every tenant's)"),
@@ -29,7 +41,7 @@ def apikey_list(tenant: int = typer.Option(0, help="only this tenant's keys (0: 
         t.add_row(str(r["id"]), f"{r['tenant_id']} {r['tenant_name']}", f"{r['prefix']}…", r["actor_ref"],
                   f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
                   f"{r['revoked_at']:%Y-%m-%d %H:%M:%S}" if r["revoked_at"] else "live")
-    Console().print(t)
+    out.print(t)
 
 
 def apikey_revoke(key_id: int = typer.Argument(..., help="the key's id (`outbox apikey list`)"),
@@ -47,5 +59,6 @@ def apikey_revoke(key_id: int = typer.Argument(..., help="the key's id (`outbox 
 
 
 def register(apikey: typer.Typer) -> None:
+    apikey.command("create")(apikey_create)
     apikey.command("list")(apikey_list)
     apikey.command("revoke")(apikey_revoke)

@@ -1,7 +1,7 @@
 """The `outbox` command as operators and CI run it: real processes, real exit codes.
 
 Invariants: `check` fails exactly when an invariant is broken and lists them in numeric order; `apikey create`
-prints only the key (`scenario`: see test_scenario.py).
+prints only the key (`scenario`: see test_jobs_drills_scenario.py).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ import sqlalchemy as sa
 from domain import faults
 from domain.db import get_engine
 from domain.invariants import invariant_counts
-from domain.orders.commands import Committed, NotFound, Rejected, execute_order_command
+from domain.orders.commands import Committed, NotFound, execute_order_command
+from domain.orders.policy import Reject
 
 
 def _state(order_id: int = 913) -> tuple[int, str, int, int]:
@@ -56,14 +57,14 @@ def test_policy_denied_writes_nothing(db):
     before = _state()
     r = execute_order_command(tenant_id=42, order_id=913, command="cancel", expected_revision=18,
                               actor_ref="operator:bob", request_id="req-502")
-    assert isinstance(r, Rejected) and r.error == "policy_denied"
+    assert isinstance(r, Reject) and r.error == "policy_denied"
     assert _state() == before
 
 
 def test_stale_revision_is_optimistic_conflict_and_writes_nothing(db):
     before = _state()
     r = approve(expected=16)
-    assert isinstance(r, Rejected) and r.error == "optimistic_conflict" and r.current_revision == 17
+    assert isinstance(r, Reject) and r.error == "optimistic_conflict" and r.current_revision == 17
     assert _state() == before
 
 
@@ -89,7 +90,7 @@ def test_two_concurrent_approvals_one_commits_one_conflicts(db):
     for t in threads:
         t.join()
     committed = [r for r in results if isinstance(r, Committed)]
-    conflicts = [r for r in results if isinstance(r, Rejected) and r.error == "optimistic_conflict"]
+    conflicts = [r for r in results if isinstance(r, Reject) and r.error == "optimistic_conflict"]
     assert len(committed) == 1 and len(conflicts) == 1
     assert _state() == (18, "approved", 1, 2)
 

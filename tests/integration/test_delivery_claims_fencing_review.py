@@ -24,7 +24,7 @@ from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Fail, Retry, Succeeded
 from domain.invariants import invariant_counts
 from domain.ledger import write
-from tests.integration.test_fencing import claim, lease_runs_out, ready, record, row
+from tests.integration.test_delivery_claims_fencing import claim, lease_runs_out, ready, record, row
 from tests.integration.test_ledger import one
 
 

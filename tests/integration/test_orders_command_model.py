@@ -19,8 +19,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from domain import faults
 from domain.db import get_engine
 from domain.invariants import invariant_counts
-from domain.orders.commands import Committed, Rejected, execute_order_command
-from domain.orders.policy import TRANSITIONS
+from domain.orders.commands import Committed, execute_order_command
+from domain.orders.policy import TRANSITIONS, Reject
 
 ORDER = 913
 
@@ -45,9 +45,9 @@ class OrderCommands(RuleBasedStateMachine):
             return  # rolled back: the model does not move
         allowed = TRANSITIONS.get((self.status, command))
         if expected != self.revision:
-            assert isinstance(r, Rejected) and r.error == "optimistic_conflict"
+            assert isinstance(r, Reject) and r.error == "optimistic_conflict"
         elif allowed is None:
-            assert isinstance(r, Rejected) and r.error == "policy_denied"
+            assert isinstance(r, Reject) and r.error == "policy_denied"
         else:
             assert isinstance(r, Committed) and r.revision == self.revision + 1
             if event_id is not None:

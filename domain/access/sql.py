@@ -1,0 +1,97 @@
+"""What access asks of the database, named in one place: API keys, operators, the login throttle, the
+privileged-action log, Idempotency-Key claims and the dashboard's sessions. Plain CRUD is Core over the one schema; `text()` for the throttle's leaky bucket (one
+`INSERT … ON CONFLICT` that forgives and counts in the same statement).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from domain.models import ApiKey, table_of
+
+API_KEYS = table_of(ApiKey)
+
+TENANT_EXISTS = sa.text("SELECT 1 FROM tenants WHERE id = :t")
+INSERT_API_KEY = sa.insert(API_KEYS)
+PRINCIPAL_FOR_KEY = sa.text("SELECT tenant_id, actor_ref FROM api_keys WHERE key_hash = :h AND revoked_at IS NULL")
+OPERATOR_BY_LOGIN = sa.text(
+    "SELECT id, tenant_id, login, display_name, password_hash, role FROM operators WHERE login = :l")
+OPERATOR_NOW = sa.text("SELECT id, tenant_id, login, display_name, role FROM operators WHERE id = :i")
+
+# ---- the login throttle --------------------------------------------------------------------------------------
+LOCKED_UNTIL = sa.text("SELECT max(locked_until) FROM login_throttle WHERE key = ANY(:k) AND locked_until > :now")
+# One statement: the failures left after the leak since `updated_at`, plus this one. `updated_at` advances only by
+# the whole failures forgiven (the leak's remainder carries over), or to now when all were forgiven.
+_FORGIVEN = "floor(GREATEST(extract(epoch FROM (CAST(:now AS timestamptz) - t.updated_at)), 0) / :leak)::int"
+RECORD_FAILURE = sa.text(f"""
+INSERT INTO login_throttle AS t (key, failures, updated_at) VALUES (:k, 1, :now)
+ON CONFLICT (key) DO UPDATE SET
+  failures = GREATEST(t.failures - {_FORGIVEN}, 0) + 1,
+  updated_at = CASE WHEN {_FORGIVEN} >= t.failures THEN CAST(:now AS timestamptz)
+                    ELSE t.updated_at + make_interval(secs => {_FORGIVEN} * CAST(:leak AS float8)) END
+RETURNING t.failures""")
+LOCK_OUT = sa.text("UPDATE login_throttle SET locked_until = :u WHERE key = :k")
+FORGET_FAILURES = sa.text("DELETE FROM login_throttle WHERE key = :k")
+
+# ---- the privileged-action log -------------------------------------------------------------------------------
+RECORD_ACTION = sa.text(
+    "INSERT INTO operator_actions (tenant_id, actor_ref, action, target, note) VALUES (:t, :a, :w, :g, :n)")
+RECENT_ACTIONS = sa.text(
+    "SELECT at, actor_ref, action, target, note, tenant_id FROM operator_actions "
+    "WHERE CAST(:t AS integer) IS NULL OR tenant_id = :t OR tenant_id IS NULL ORDER BY id DESC LIMIT :l")
+
+# ---- listing and revoking keys -------------------------------------------------------------------------------
+# tenant NULL: every tenant's (the command line, run by whoever holds the database).
+LIST_KEYS = sa.text("""
+SELECT k.id, k.tenant_id, t.name AS tenant_name, k.prefix, k.actor_ref, k.created_at, k.revoked_at
+FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+WHERE CAST(:t AS integer) IS NULL OR k.tenant_id = :t
+ORDER BY k.revoked_at IS NOT NULL, k.id DESC
+LIMIT :l""")
+REVOKE_KEY = sa.text("""
+UPDATE api_keys SET revoked_at = now()
+WHERE id = :id AND (CAST(:t AS integer) IS NULL OR tenant_id = :t) AND revoked_at IS NULL
+RETURNING id, tenant_id, prefix, actor_ref, revoked_at""")
+ONE_KEY = sa.text("SELECT id, tenant_id, prefix, actor_ref, revoked_at FROM api_keys "
+                  "WHERE id = :id AND (CAST(:t AS integer) IS NULL OR tenant_id = :t)")
+
+# ---- Idempotency-Key claims ----------------------------------------------------------------------------------
+# Claim the key unless a live row holds it: an expired row, or an unfinished one past its hold, is taken over.
+CLAIM_KEY = sa.text("""
+INSERT INTO idempotency_keys AS k (tenant_id, key, request_digest, method, path, locked_until, expires_at)
+VALUES (:t, :k, :d, :m, :p, :hold, :exp)
+ON CONFLICT (tenant_id, key) DO UPDATE SET
+  request_digest = EXCLUDED.request_digest, method = EXCLUDED.method, path = EXCLUDED.path, status = NULL,
+  content_type = NULL, response_body = NULL, created_at = now(), locked_until = EXCLUDED.locked_until,
+  expires_at = EXCLUDED.expires_at
+WHERE k.expires_at <= :now OR (k.status IS NULL AND k.locked_until <= :now)
+RETURNING true""")
+READ_KEY = sa.text("SELECT request_digest, status, content_type, response_body FROM idempotency_keys "
+                   "WHERE tenant_id = :t AND key = :k")
+FINISH_KEY = sa.text("UPDATE idempotency_keys SET status = :s, content_type = :c, response_body = :b "
+                     "WHERE tenant_id = :t AND key = :k AND request_digest = :d AND status IS NULL")
+RELEASE_KEY = sa.text("DELETE FROM idempotency_keys WHERE tenant_id = :t AND key = :k AND request_digest = :d "
+                      "AND status IS NULL")
+# Expired keys are removed a few at a time by the requests that claim new ones (the expiry index keeps it cheap).
+PURGE_KEYS = sa.text("DELETE FROM idempotency_keys WHERE ctid IN (SELECT ctid FROM idempotency_keys "
+                     "WHERE expires_at <= :now LIMIT 100)")
+
+# ---- the dashboard's cookie sessions -------------------------------------------------------------------------
+# A ticket (`:th` NULL) or a session, which keeps the hash of the ticket spent for it (`bought_with`).
+INSERT_SESSION = sa.text(
+    "INSERT INTO operator_sessions (token_hash, operator_id, kind, created_at, expires_at, ticket_hash) "
+    "VALUES (:h, :o, :kind, :now, :exp, :th)")
+SPEND_TICKET = sa.text(
+    "UPDATE operator_sessions SET ended_at = :now WHERE token_hash = :h AND kind = 'ticket' "
+    "AND ended_at IS NULL AND expires_at > :now RETURNING operator_id")
+END_PREVIOUS_SESSION = sa.text("UPDATE operator_sessions SET ended_at = :now WHERE token_hash = :h "
+                               "AND kind = 'session' AND ended_at IS NULL")
+LIVE_SESSION = sa.text(
+    "SELECT o.id, o.tenant_id, o.login, o.display_name, o.role FROM operator_sessions s "
+    "JOIN operators o ON o.id = s.operator_id WHERE s.token_hash = :h AND s.kind = 'session' "
+    "AND s.ended_at IS NULL AND s.expires_at > :now")
+SESSION_BOUGHT_WITH = sa.text(
+    "SELECT s.token_hash, o.id, o.tenant_id, o.login, o.display_name, o.role FROM operator_sessions s "
+    "JOIN operators o ON o.id = s.operator_id WHERE s.ticket_hash = :t AND s.kind = 'session' "
+    "AND s.ended_at IS NULL AND s.expires_at > :now")
+END_SESSION = sa.text("UPDATE operator_sessions SET ended_at = :now WHERE token_hash = :h AND ended_at IS NULL")

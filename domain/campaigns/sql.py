@@ -1,0 +1,59 @@
+"""What campaigns ask of the database, named in one place. A segment is an SQL condition over `recipients r`
+(`segments`), so the statements that select people take it as their one argument. The ledger rows themselves are
+written by `domain.ledger.write` (`ledger_audience_batch` in, `settle_unsent_where` out), never here.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+
+def count_audience(audience: str) -> sa.TextClause:
+    return sa.text(f"SELECT count(*) FROM recipients r WHERE r.tenant_id = :t AND {audience}")
+
+
+def audience_refs(audience: str) -> sa.TextClause:
+    return sa.text(f"SELECT r.ref FROM recipients r WHERE r.tenant_id = :t AND {audience} ORDER BY r.id")
+
+
+INSERT_CAMPAIGN = sa.text(
+    "INSERT INTO campaigns (tenant_id, name, segment, template, channel, status, total, ledgered, "
+    "last_recipient_id, actor_ref, started_at) VALUES (:t, :n, :s, :tpl, :c, 'ledgering', :total, 0, 0, :a, "
+    "now()) RETURNING id")
+LOCK_CAMPAIGN = sa.text(
+    "SELECT id, tenant_id, name, segment, template, channel, status, last_recipient_id FROM campaigns "
+    "WHERE id = :i FOR UPDATE")
+ADVANCE = sa.text(
+    "UPDATE campaigns SET ledgered = ledgered + :k, last_recipient_id = coalesce(:last, last_recipient_id), "
+    "status = CASE WHEN :done THEN 'running' ELSE status END WHERE id = :i")
+UNFINISHED = sa.text("SELECT id FROM campaigns WHERE status = 'ledgering' ORDER BY id")
+# A campaign whose fan-out is over and of which nothing is owed any more is done (views computes that on read):
+# cancelling it changes nothing.
+CANCEL = sa.text(
+    "UPDATE campaigns c SET status = CASE WHEN c.status = 'ledgering' OR (c.status = 'running' AND EXISTS ("
+    "  SELECT 1 FROM notifications n WHERE n.campaign_id = c.id AND n.status = 'QUEUED')) THEN 'cancelled' "
+    "ELSE c.status END WHERE c.tenant_id = :t AND c.id = :i RETURNING c.id")
+
+# One pass for the whole list: each campaign with its counts and its suppressions by reason (most first).
+CAMPAIGNS = sa.text(
+    """
+    SELECT c.id, c.name, c.segment, c.template, c.channel, c.status, c.total, c.ledgered, c.created_at,
+           c.started_at, c.finished_at, k.queued, k.deferred, k.sent, k.delivered, k.failed, k.last_settled,
+           s.suppressed
+    FROM campaigns c
+    CROSS JOIN LATERAL (
+      SELECT count(*) FILTER (WHERE status = 'QUEUED' AND reason_detail IS NULL) AS queued,
+             count(*) FILTER (WHERE status = 'QUEUED' AND reason_detail IS NOT NULL) AS deferred,
+             count(*) FILTER (WHERE status IN ('SENT', 'DELIVERED')) AS sent,
+             count(*) FILTER (WHERE status = 'DELIVERED') AS delivered,
+             count(*) FILTER (WHERE status = 'FAILED') AS failed,
+             max(coalesce(settled_at, sent_at)) AS last_settled
+      FROM notifications WHERE campaign_id = c.id) k
+    CROSS JOIN LATERAL (
+      SELECT json_object_agg(reason, n ORDER BY n DESC) AS suppressed
+      FROM (SELECT suppressed_reason AS reason, count(*) AS n FROM notifications
+            WHERE campaign_id = c.id AND status = 'SUPPRESSED' GROUP BY suppressed_reason) r) s
+    WHERE c.tenant_id = :t AND (CAST(:i AS bigint) IS NULL OR c.id = :i)
+    ORDER BY c.id DESC LIMIT :l
+    """
+)

@@ -1,0 +1,16 @@
+"""What a ledger write owes: the row's id, lane and job id, and nothing else. It crosses process boundaries (the
+after-commit wake-up, the relay's scan, the API's enqueue), so it carries ids only, never payloads or contact points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OwedRow:
+    """A ledger row crossing the process boundary: ids only, never payloads."""
+
+    notification_id: int
+    lane: str
+    job_id: str

@@ -1,0 +1,295 @@
+"""What the ledger asks of the database, named in one place: the way in, the ways out, metering, recipients,
+one-time codes, templates and the read models. Nearly every statement is `text()`: each leans on PostgreSQL
+(`ON CONFLICT`, data-modifying CTEs, `FOR UPDATE`, `FILTER`, arrays); the many-row settle is Core, its scope composed
+from the caller's campaign or intents (`settle_unleased`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+import sqlalchemy as sa
+
+from domain.models import Notification, table_of
+from domain.vocabulary import JOB_ID_SQL
+from domain.vocabulary import (
+    NOTIFY_OWED as NOTIFY_OWED,  # the relay's wake-up, sent inside the writing transaction
+)
+
+# ---- the way in ----------------------------------------------------------------------------------------------
+# What a new row costs, read from the tenant's price list inside the INSERT.
+_PRICE = "coalesce((SELECT price_cents FROM channel_prices WHERE tenant_id = :t AND channel = CAST(:c AS varchar)), 0)"
+INSERT_MESSAGE = sa.text(
+    f"""
+    INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status,
+                               cost_cents, next_attempt_at, event_id, order_id, intent_id, job_id, attempts,
+                               max_attempts, reserved_cents)
+    VALUES (:t, :r, CAST(:c AS varchar), :l, :tpl, CAST(:p AS jsonb), :k, 'QUEUED', {_PRICE},
+            coalesce(CAST(:at AS timestamptz), now()), :e, :o, :i, NULL, 0, :max, 0)
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING id, lane, status
+    """
+)
+SET_JOB_ID = sa.text(f"UPDATE notifications SET job_id = {JOB_ID_SQL} WHERE id = :id RETURNING job_id")
+EXISTING = sa.text("SELECT id, lane, status, job_id FROM notifications WHERE dedupe_key = :k")
+
+
+def insert_audience_batch(audience: str) -> sa.TextClause:
+    """A campaign's next batch in one statement: the next `:n` people of `recipients r` after id `:after` that the
+    audience condition (SQL over `r`, from the campaign's segment) selects, each ledgered with its dedupe key
+    `:prefix || ref || :suffix` (an existing key means skip). Answers how many were picked and inserted, and the
+    last recipient id picked (the keyset position to resume after)."""
+    return sa.text(
+        f"""
+        WITH picked AS (
+          SELECT r.id, r.ref FROM recipients r
+          WHERE r.tenant_id = :t AND r.id > :after AND {audience}
+          ORDER BY r.id LIMIT :n
+        ), ins AS (
+          INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status,
+                                     cost_cents, next_attempt_at, attempts, max_attempts, reserved_cents,
+                                     campaign_id)
+          SELECT :t, p.ref, CAST(:c AS varchar), :l, :tpl, CAST(:p AS jsonb), :prefix || p.ref || :suffix, 'QUEUED',
+                 {_PRICE}, now(), 0, :max, 0, :cid
+          FROM picked p ORDER BY p.id
+          ON CONFLICT (dedupe_key) DO NOTHING
+          RETURNING id
+        )
+        SELECT (SELECT count(*) FROM ins) AS inserted, (SELECT max(id) FROM picked) AS last_id,
+               (SELECT count(*) FROM picked) AS picked
+        """)
+
+
+SET_CAMPAIGN_JOB_IDS = sa.text(
+    f"UPDATE notifications SET job_id = {JOB_ID_SQL} WHERE campaign_id = :c AND job_id IS NULL")
+RECIPIENT_REF = sa.text("SELECT ref FROM recipients WHERE tenant_id = :t AND id = :i")
+TEMPLATE_CHANNELS = sa.text("SELECT channels FROM templates WHERE name = :n ORDER BY version DESC LIMIT 1")
+
+# ---- the ways out --------------------------------------------------------------------------------------------
+SETTLE_UNSENT = sa.text(
+    "UPDATE notifications SET status = CAST(:s AS text), suppressed_reason = :r, reason_detail = :d, "
+    "last_error_class = coalesce(:e, last_error_class), review = :rv, settled_at = now(), leased_until = NULL "
+    "WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok RETURNING intent_id")
+NOTIFICATIONS = table_of(Notification)
+
+
+def settle_unleased(reason: str, *, campaign_id: int | None = None,
+                    intent_ids: Collection[int] | sa.Select[tuple[int]] | None = None) -> sa.Update:
+    """QUEUED -> SUPPRESSED (`reason`) for one campaign's rows or the given intents' rows (ids, or a SELECT judged
+    inside this one UPDATE, on its snapshot) that no live lease holds; returns each row's id, intent and whether it
+    holds anything (only a row a claim already charged, a retry in progress, holds money or a cap slot)."""
+    n = NOTIFICATIONS
+    if campaign_id is not None:
+        scope = n.c.campaign_id == campaign_id
+    elif isinstance(intent_ids, sa.Select):
+        scope = n.c.intent_id.in_(intent_ids)
+    else:
+        scope = n.c.intent_id.in_(list(intent_ids or ()))
+    return (
+        sa.update(n)
+        .where(scope, n.c.status == "QUEUED", sa.or_(n.c.leased_until.is_(None), n.c.leased_until < sa.func.now()))
+        .values(status="SUPPRESSED", suppressed_reason=reason, settled_at=sa.func.now(), leased_until=None)
+        .returning(n.c.id, n.c.intent_id, ((n.c.reserved_cents > 0) | n.c.cap_day.is_not(None)).label("holds"))
+    )
+
+
+LOCK_INTENT = sa.text("SELECT 1 FROM lead_notification_intents WHERE id = :i FOR NO KEY UPDATE")
+FINISH_INTENT_IF_NOTHING_LEFT = sa.text(
+    "UPDATE lead_notification_intents i SET status = 'suppressed', final_reason = :why, updated_at = now() "
+    "WHERE i.id = :i AND i.status IN ('pending', 'scheduled') AND NOT EXISTS ("
+    "  SELECT 1 FROM notifications n WHERE n.intent_id = i.id AND n.status IN ('QUEUED', 'SENT', 'DELIVERED'))")
+READ_FOR_TRUTH = sa.text(
+    "SELECT status, suppressed_reason, last_error_class, reserved_cents, cost_cents, tenant_id, channel, "
+    "template, intent_id, provider_reference, recipient, lane, cap_day, coalesce(provider_key, dedupe_key) "
+    "AS current_key FROM notifications WHERE id = :id FOR UPDATE")
+RECORD_AGAIN = sa.text(
+    "UPDATE notifications SET status = CAST(:s AS text), provider_reference = coalesce(provider_reference, :p), "
+    "settled_at = CASE WHEN CAST(:s AS text) = 'DELIVERED' THEN coalesce(settled_at, now()) END "
+    "WHERE id = :id")
+# A claim that follows (a second worker whose lease began after ours ran out) is fenced out by the new token.
+RECORD_SENT = sa.text(
+    "UPDATE notifications SET status = CAST(:s AS text), provider_reference = coalesce(:p, provider_reference), "
+    "sent_at = coalesce(sent_at, now()), settled_at = CASE WHEN CAST(:s AS text) = 'DELIVERED' THEN now() END, "
+    "leased_until = NULL, last_error_class = NULL, suppressed_reason = NULL, review = NULL, reason_detail = :d, "
+    "claim_token = claim_token + 1 WHERE id = :id")
+SET_REASON_DETAIL = sa.text("UPDATE notifications SET reason_detail = :d WHERE id = :id")
+INTENT_SENT = sa.text(
+    "UPDATE lead_notification_intents SET status = 'sent', updated_at = now(), "
+    "final_reason = 'sent at ' || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC' "
+    "WHERE id = :i AND status IN ('pending', 'scheduled')")
+RECIPIENT_CAP = sa.text("SELECT daily_cap, timezone FROM recipients WHERE tenant_id = :t AND ref = :r")
+
+# ---- metering ------------------------------------------------------------------------------------------------
+# One statement: the guarded debit, its entry and the row's hold. The tenant's balance row is the one row every
+# send of that tenant locks, so the claim takes money LAST and in one round trip, and commits right after: the lock
+# is held for a statement and a commit, not for the rest of the claim (a code waits behind bulk claims' locks).
+RESERVE = sa.text(
+    "WITH b AS (UPDATE balances SET balance_cents = balance_cents - :c WHERE tenant_id = :t AND balance_cents >= :c "
+    "RETURNING tenant_id), "
+    "e AS (INSERT INTO balance_entries (tenant_id, notification_id, kind, amount_cents, reason) "
+    "SELECT tenant_id, :n, 'reserve', -:c, :r FROM b), "
+    "u AS (UPDATE notifications SET reserved_cents = :c WHERE id = :n AND EXISTS (SELECT 1 FROM b)) "
+    "SELECT count(*) FROM b")
+ENTRY = sa.text(
+    "INSERT INTO balance_entries (tenant_id, notification_id, kind, amount_cents, reason) "
+    "VALUES (:t, :n, :k, :a, :r)")
+TAKE_CAP_SLOT = sa.text(
+    "INSERT INTO recipient_daily_counts (tenant_id, recipient, day, taken) VALUES (:t, :r, :d, 1) "
+    "ON CONFLICT (tenant_id, recipient, day) DO UPDATE SET taken = recipient_daily_counts.taken + 1 "
+    "WHERE recipient_daily_counts.taken < :cap RETURNING taken")
+# Without the cap check: a message that went out counts whether or not the cap had room.
+COUNT_SENT_SLOT = sa.text(
+    "INSERT INTO recipient_daily_counts (tenant_id, recipient, day, taken) VALUES (:t, :r, :d, 1) "
+    "ON CONFLICT (tenant_id, recipient, day) DO UPDATE SET taken = recipient_daily_counts.taken + 1")
+SET_CAP_DAY = sa.text("UPDATE notifications SET cap_day = :d WHERE id = :n")
+READ_HOLD = sa.text(
+    "SELECT tenant_id, recipient, reserved_cents AS held, cap_day AS day FROM notifications WHERE id = :n "
+    "FOR UPDATE")
+CLEAR_HOLD = sa.text("UPDATE notifications SET reserved_cents = 0, cap_day = NULL WHERE id = :n")
+CREDIT = sa.text("UPDATE balances SET balance_cents = balance_cents + :c WHERE tenant_id = :t")
+GIVE_BACK_SLOT = sa.text(
+    "UPDATE recipient_daily_counts SET taken = taken - 1 WHERE tenant_id = :t AND recipient = :r "
+    "AND day = :d AND taken > 0")
+CLEAR_STALE_CAP_DAY = sa.text(
+    "UPDATE notifications n SET cap_day = NULL FROM (SELECT id, cap_day FROM notifications WHERE id = :n "
+    "FOR UPDATE) old WHERE n.id = old.id AND old.cap_day IS NOT NULL "
+    "RETURNING n.tenant_id, n.recipient, old.cap_day AS day")
+LOCK_BALANCE = sa.text("SELECT balance_cents FROM balances WHERE tenant_id = :t FOR UPDATE")
+KNOWN_REFERENCE = sa.text("SELECT 1 FROM balance_entries WHERE tenant_id = :t AND reference = :ref")
+INSERT_TOP_UP = sa.text(
+    "INSERT INTO balance_entries (tenant_id, kind, amount_cents, reason, reference, actor_ref) "
+    "VALUES (:t, 'top_up', :a, :r, :ref, :who) ON CONFLICT (tenant_id, reference) DO NOTHING RETURNING id")
+ADD_TO_BALANCE = sa.text(
+    "INSERT INTO balances (tenant_id, balance_cents) VALUES (:t, :a) "
+    "ON CONFLICT (tenant_id) DO UPDATE SET balance_cents = balances.balance_cents + :a")
+BALANCE = sa.text("SELECT balance_cents FROM balances WHERE tenant_id = :t")
+BALANCE_VIEW = sa.text(
+    "SELECT coalesce((SELECT balance_cents FROM balances WHERE tenant_id = :t), 0) AS balance_cents, "
+    "coalesce((SELECT -sum(amount_cents) FROM balance_entries WHERE tenant_id = :t "
+    "  AND kind IN ('reserve', 'refund') AND created_at > CAST(:now AS timestamptz) - interval '1 hour'), 0)"
+    "  AS spent_last_hour_cents")
+ENTRIES = sa.text(
+    "SELECT id, kind, amount_cents, reason, reference, actor_ref, notification_id, created_at "
+    "FROM balance_entries WHERE tenant_id = :t AND (CAST(:b AS bigint) IS NULL OR id < :b) "
+    "ORDER BY id DESC LIMIT :l")
+
+# ---- one-time codes and templates ----------------------------------------------------------------------------
+INSERT_OTP = sa.text(
+    "INSERT INTO otp_codes (notification_id, tenant_id, nonce, code_hash, expires_at) "
+    "VALUES (:n, :t, :nonce, :h, :exp)")
+OTP_NONCE = sa.text("SELECT nonce FROM otp_codes WHERE notification_id = :n")
+OTP_FOR_CHECK = sa.text(
+    "SELECT code_hash, expires_at, tries, verified_at FROM otp_codes WHERE tenant_id = :t "
+    "AND notification_id = :n FOR UPDATE")
+OTP_TRIED = sa.text("UPDATE otp_codes SET tries = tries + 1, verified_at = CASE WHEN :ok THEN now() END "
+                    "WHERE notification_id = :n")
+NEWEST_TEMPLATE = sa.text(
+    "SELECT version, body FROM templates WHERE name = :n AND :c = ANY(channels) ORDER BY version DESC LIMIT 1")
+KEEP_TEMPLATE_VERSION = sa.text("UPDATE notifications SET template_version = :v WHERE id = :id")
+
+# ---- recipients ----------------------------------------------------------------------------------------------
+RECIPIENT_COLUMNS = ("id, ref, display_name, email, phone, timezone, quiet_start, quiet_end, daily_cap, "
+                     "opted_out_channels, created_at, updated_at")
+INSERT_RECIPIENT = sa.text(
+    "INSERT INTO recipients (tenant_id, ref, display_name, email, phone, timezone, quiet_start, quiet_end, "
+    "daily_cap, opted_out_channels) VALUES (:t, :ref, :display_name, :email, :phone, :timezone, "
+    ":quiet_start, :quiet_end, :daily_cap, :opted_out_channels) "
+    f"ON CONFLICT (tenant_id, ref) DO NOTHING RETURNING {RECIPIENT_COLUMNS}")
+RECIPIENT_ID_BY_REF = sa.text("SELECT id FROM recipients WHERE tenant_id = :t AND ref = :r")
+INSERT_RECIPIENT_CHANGE = sa.text(
+    "INSERT INTO recipient_changes (tenant_id, recipient_id, actor_ref, field, old_value, new_value) "
+    "VALUES (:t, :r, :a, :f, :o, :n)")
+GET_RECIPIENT = sa.text(f"SELECT {RECIPIENT_COLUMNS} FROM recipients WHERE tenant_id = :t AND id = :i")
+LOCK_RECIPIENT = sa.text(f"SELECT {RECIPIENT_COLUMNS} FROM recipients WHERE tenant_id = :t AND id = :i FOR UPDATE")
+RECIPIENT_CHANGES = sa.text(
+    "SELECT field, old_value, new_value, actor_ref, changed_at FROM recipient_changes "
+    "WHERE recipient_id = :i ORDER BY id DESC LIMIT 100")
+FIND_BY_REF = sa.text(
+    "SELECT tenant_id, id FROM recipients WHERE ref = :r AND (CAST(:t AS int) IS NULL OR tenant_id = :t) "
+    "ORDER BY tenant_id")
+LIST_RECIPIENTS = sa.text(
+    f"SELECT {RECIPIENT_COLUMNS} FROM recipients WHERE tenant_id = :t AND id > :a "
+    "AND (ref ILIKE :q OR display_name ILIKE :q) ORDER BY id LIMIT :l")
+
+
+def update_recipient(fields: Iterable[str]) -> sa.TextClause:
+    """SET each named field from the parameter of the same name (the caller names only editable fields)."""
+    sets = ", ".join(f"{f} = :{f}" for f in fields)
+    return sa.text(f"UPDATE recipients SET {sets}, updated_at = now() WHERE id = :i")
+
+
+# ---- read models ---------------------------------------------------------------------------------------------
+# The ledger's read shape of a row, shared by every capability's views (`views.NOTIFICATION_COLUMNS`).
+NOTIFICATION_COLUMNS = (
+    "n.id, n.tenant_id, n.recipient, n.channel, n.lane, n.template, n.status, n.suppressed_reason, n.review, "
+    "n.provider_reference, n.cost_cents, n.attempts, n.last_error_class, n.event_id, n.order_id, n.job_id, "
+    "n.created_at, n.sent_at, n.settled_at, n.next_attempt_at, n.reason_detail, "
+    # What the receiver told the worker, as the worker recorded it: the effect reference (a webhook's 2xx
+    # carries it) and the last answer (`already_processed` when a redelivery met an effect applied before).
+    "CASE WHEN n.channel = 'webhook' THEN n.provider_reference END AS effect_ref, "
+    "(SELECT a.outcome FROM notification_attempts a WHERE a.notification_id = n.id "
+    "  ORDER BY a.attempt_no DESC LIMIT 1) AS last_outcome"
+)
+_LEDGER_WHERE = (
+    "n.tenant_id = :t AND (CAST(:c AS text) IS NULL OR n.channel = :c) "
+    "AND (CAST(:s AS text) IS NULL OR n.status = :s) AND (CAST(:r AS text) IS NULL OR n.recipient ILIKE :r) "
+    "AND (CAST(:l AS text) IS NULL OR n.lane = :l) "
+    "AND (CAST(:h AS int) IS NULL OR n.created_at > now() - make_interval(hours => CAST(:h AS int)))"
+)
+_FINAL = "n.status IN ('SENT','DELIVERED','FAILED')"
+# A keyset page: older than `:b` (or the newest), or just newer than `:a` (read oldest first, shown newest first).
+_LEDGER_PAGE = (f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE {_LEDGER_WHERE} "
+                "AND (CAST(:b AS bigint) IS NULL OR n.id < :b) AND (CAST(:a AS bigint) IS NULL OR n.id > :a) ")
+LEDGER_PAGE_OLDER = sa.text(_LEDGER_PAGE + "ORDER BY n.id DESC LIMIT :lim")
+LEDGER_PAGE_NEWER = sa.text(_LEDGER_PAGE + "ORDER BY n.id ASC LIMIT :lim")
+LEDGER_TOTALS = sa.text(
+    "SELECT count(*) AS total, "
+    "coalesce(sum(n.cost_cents) FILTER (WHERE n.status IN ('SENT','DELIVERED')), 0) AS cost_cents, "
+    "count(*) FILTER (WHERE n.status = 'DELIVERED') AS delivered, "
+    f"count(*) FILTER (WHERE {_FINAL}) AS attempted_final, "
+    "count(*) FILTER (WHERE n.status = 'SUPPRESSED') AS suppressed, "
+    "count(*) FILTER (WHERE n.status = 'FAILED') AS failed, "
+    "count(*) FILTER (WHERE n.status = 'QUEUED') AS queued "
+    f"FROM notifications n WHERE {_LEDGER_WHERE}")
+LEDGER_BY_CHANNEL = sa.text(
+    "SELECT n.channel, count(*) AS total, "
+    "count(*) FILTER (WHERE n.status = 'DELIVERED') AS delivered, "
+    f"count(*) FILTER (WHERE {_FINAL}) AS attempted_final, "
+    "count(*) FILTER (WHERE n.status = 'SUPPRESSED') AS suppressed, "
+    "count(*) FILTER (WHERE n.status = 'FAILED') AS failed, "
+    "coalesce(sum(n.cost_cents) FILTER (WHERE n.status IN ('SENT','DELIVERED')), 0) AS cost_cents "
+    f"FROM notifications n WHERE {_LEDGER_WHERE} GROUP BY n.channel ORDER BY n.channel")
+AUDIT_NOTIFICATIONS = sa.text(
+    f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE n.tenant_id = :t AND "
+    "(n.recipient = :q OR n.event_id = CAST(:ev AS uuid) OR n.order_id = CAST(:oid AS bigint)) "
+    "ORDER BY n.id LIMIT 200")
+AUDIT_ATTEMPTS = sa.text(
+    "SELECT notification_id, attempt_no, worker, started_at, finished_at, outcome, status_code, "
+    "error_class, latency_ms FROM notification_attempts WHERE notification_id = ANY(:ids)")
+AUDIT_EVENTS = sa.text(
+    "SELECT event_id, event_type, aggregate_id, aggregate_revision, occurred_at, request_id, actor_ref "
+    "FROM outbox_events WHERE tenant_id = :t AND event_id = ANY(:e)")
+AUDIT_RECEIPTS = sa.text(
+    "SELECT provider, provider_reference, outcome, received_at FROM delivery_receipts "
+    "WHERE provider_reference = ANY(:r)")
+MESSAGE = sa.text(
+    f"SELECT {NOTIFICATION_COLUMNS}, n.dedupe_key, n.template_version, n.reserved_cents "
+    "FROM notifications n WHERE n.tenant_id = :t AND n.id = :i")
+MESSAGE_ATTEMPTS = sa.text(
+    "SELECT attempt_no, started_at, finished_at, outcome, status_code, error_class, latency_ms, "
+    "response_excerpt FROM notification_attempts WHERE notification_id = :i ORDER BY attempt_no")
+MESSAGE_RECEIPT = sa.text(
+    "SELECT outcome, received_at FROM delivery_receipts WHERE provider_reference = :r AND provider = :c "
+    "ORDER BY id DESC LIMIT 1")
+RECIPIENT_HEADER = sa.text("SELECT id, ref, display_name, timezone FROM recipients WHERE tenant_id = :t AND id = :i")
+RECIPIENT_MESSAGES = sa.text(
+    f"SELECT {NOTIFICATION_COLUMNS}, n.reserved_cents, "
+    "(SELECT max(d.received_at) FROM delivery_receipts d WHERE d.provider_reference = n.provider_reference "
+    "  AND d.provider = n.channel) AS receipt_at "
+    "FROM notifications n WHERE n.tenant_id = :t AND n.recipient = :ref "
+    "AND (CAST(:b AS bigint) IS NULL OR n.id < :b) ORDER BY n.id DESC LIMIT :l")
+RECIPIENT_REACH = sa.text(
+    "SELECT count(*) FILTER (WHERE sent_at >= :day) AS today, "
+    "count(*) FILTER (WHERE sent_at >= CAST(:now AS timestamptz) - interval '7 days') AS week, "
+    "array_remove(array_agg(DISTINCT channel) FILTER (WHERE status = 'DELIVERED'), NULL) AS reached "
+    "FROM notifications WHERE tenant_id = :t AND recipient = :ref AND status IN ('SENT', 'DELIVERED')")

@@ -1,0 +1,53 @@
+"""What orders ask of the database, named in one place. Plain CRUD is Core over the one schema; `text()` where
+PostgreSQL earns it (the guarded update's RETURNING, the version digests). The ledger rows an order event owes are
+not here: they are written through `domain.ledger.write`, the one way in.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from domain.ledger.views import NOTIFICATION_COLUMNS
+from domain.models import Order, OutboxEvent, table_of
+
+ORDERS = table_of(Order)
+EVENTS = table_of(OutboxEvent)
+
+# ---- commands ------------------------------------------------------------------------------------------------
+# A plain read (no FOR UPDATE): the guarded UPDATE below is what settles a race.
+READ_ORDER = sa.text(
+    "SELECT id, tenant_id, status, revision, customer_ref FROM orders "
+    "WHERE tenant_id = :tenant_id AND id = :order_id"
+)
+UPDATE_ORDER_GUARDED = sa.text(
+    "UPDATE orders SET status = :to_status, revision = revision + 1, updated_at = now() "
+    "WHERE tenant_id = :tenant_id AND id = :order_id AND revision = :expected_revision "
+    "RETURNING revision"
+)
+INSERT_EVENT = sa.insert(EVENTS)
+INSERT_ORDER = sa.insert(ORDERS).returning(ORDERS.c.id)
+
+# ---- views ---------------------------------------------------------------------------------------------------
+GET_ORDER = sa.text(
+    "SELECT id, tenant_id, status, revision, customer_ref, amount_cents, currency, created_at, updated_at "
+    "FROM orders WHERE tenant_id = :t AND id = :o")
+# The order's revision and a digest of its ledger rows (a handful, by the `order_id` index).
+ORDER_VERSION = sa.text(
+    "SELECT o.revision || ':' || coalesce((SELECT md5(string_agg(n::text, ',' ORDER BY n.id)) "
+    "FROM notifications n WHERE n.tenant_id = o.tenant_id AND n.order_id = o.id), '') "
+    "FROM orders o WHERE o.tenant_id = :t AND o.id = :o")
+# How many orders and the sum of their revisions: one pass over the tenant's entries of the (tenant_id, id) index.
+ORDERS_VERSION = sa.text("SELECT count(*) || ':' || coalesce(sum(revision), 0) FROM orders WHERE tenant_id = :t")
+LIST_ORDERS = sa.text(
+    "SELECT id, status, revision, customer_ref, amount_cents, currency, updated_at FROM orders "
+    "WHERE tenant_id = :t AND (CAST(:s AS text) IS NULL OR status = :s) ORDER BY id LIMIT :l")
+_EVENT_COLUMNS = ("event_id, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type, "
+                  "schema_version, occurred_at, request_id, causation_id, actor_ref, payload")
+GET_EVENT = sa.text(f"SELECT {_EVENT_COLUMNS}, digest FROM outbox_events WHERE tenant_id = :t AND event_id = :e")
+EVENT_NOTIFICATIONS = sa.text(
+    f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE n.tenant_id = :t AND n.event_id = :e ORDER BY n.id")
+ENVELOPE = sa.text(f"SELECT {_EVENT_COLUMNS} FROM outbox_events WHERE event_id = :e")
+ORDER_NOTIFICATIONS = sa.text(
+    f"SELECT {NOTIFICATION_COLUMNS}, e.aggregate_revision FROM notifications n "
+    "JOIN outbox_events e ON e.event_id = n.event_id "
+    "WHERE n.tenant_id = :t AND n.order_id = :o ORDER BY n.id DESC LIMIT 20")

@@ -1,0 +1,50 @@
+"""`outbox` commands that start the system: one process of it (worker, relay, receiver) or all of it (up)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+
+from jobs.cli.console import check_lane, err
+
+
+def worker(lane: str = typer.Option(..., help="critical | high | normal | bulk")) -> None:
+    """Run one arq worker process for one lane."""
+    from domain import logs
+    from jobs.worker import run_worker
+
+    check_lane(lane)
+    logs.configure(f"worker:{lane}")
+    run_worker(lane)
+
+
+def relay(once: bool = typer.Option(False, help="run one recovery scan and exit")) -> None:
+    """LISTEN/NOTIFY relay plus periodic recovery scan."""
+    from domain import logs
+    from jobs.relay import run_relay
+
+    logs.configure("relay")
+    asyncio.run(run_relay(once=once))
+
+
+def receiver(port: int = 8090) -> None:
+    """Run the mock outside world (webhook receiver and channel providers) in its own database."""
+    from jobs.ops.procs import exec_receiver
+
+    exec_receiver(port)
+
+
+def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int = 8090,
+       no_dashboard: bool = typer.Option(False, help="start everything but the dashboard"),
+       time_scale: float = typer.Option(60.0, help="journey delays divided by this (60: a 30-minute nudge fires "
+                                                   "in 30 s, so the journeys page is alive)"),
+       scale: int = typer.Option(1, min=1, max=8, help="N relays, N workers per lane and N dashboard backends "
+                                                       "(ports PORT+1…PORT+N) behind nginx on PORT")) -> None:
+    """Migrate, seed, then start receiver, relay, four lane workers and the dashboard; Ctrl-C stops them."""
+    from jobs.ops import demo
+
+    demo.up(err.print, port, receiver_port, no_dashboard, time_scale, scale)
+
+
+COMMANDS = (worker, relay, receiver, up)

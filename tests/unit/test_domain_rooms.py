@@ -1,0 +1,50 @@
+"""The rooms of `domain/` hold their shape: each capability's SQL is named in its `sql.py`, and only the ledger
+writes messages. Read from the source, so a new inline statement fails here before anyone reviews it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# delivery/ names its SQL in its own modules for now (the claim path is being rewritten); the others are done.
+NAMED_SQL_PACKAGES = ("access", "orders", "ledger", "journeys", "campaigns", "support")
+# A statement: raw text, or a Core statement built on the spot.
+INLINE_SQL = re.compile(r"\bsa\.(text|insert|update|delete|select)\(|\btext\(\s*[\"f]")
+INSERTS_MESSAGES = re.compile(r"INSERT\s+INTO\s+notifications\b|insert\(\s*(table_of\(Notification\)|NOTIFICATIONS)")
+
+
+@pytest.mark.parametrize("package", NAMED_SQL_PACKAGES)
+def test_a_capability_names_every_statement_in_its_sql_module(package: str) -> None:
+    """Invariant: in access, orders, ledger, journeys, campaigns and support, every statement lives in the package's
+    `sql.py`; no other module of the package builds SQL inline (there is one place to read what it asks)."""
+    folder = ROOT / "domain" / package
+    assert (folder / "sql.py").is_file(), f"domain/{package}/ has no sql.py"
+    inline = [f"domain/{package}/{f.name}:{n}" for f in sorted(folder.glob("*.py")) if f.name != "sql.py"
+              for n, line in enumerate(f.read_text().splitlines(), 1) if INLINE_SQL.search(line)]
+    assert inline == [], f"SQL written outside sql.py: {inline}"
+
+
+def test_only_the_ledger_inserts_messages() -> None:
+    """Invariant: the ledger is the one way in. No module of the domain, the dashboard or the runtime but
+    `domain/ledger/sql.py` inserts into `notifications` (the drills seed their own databases and are exempt)."""
+    writers = []
+    for base in ("domain", "dashboard", "jobs"):
+        for f in sorted((ROOT / base).rglob("*.py")):
+            rel = f.relative_to(ROOT).as_posix()
+            if rel.startswith("jobs/drills/") or rel == "domain/ledger/sql.py":
+                continue
+            if INSERTS_MESSAGES.search(f.read_text()):
+                writers.append(rel)
+    assert writers == [], f"modules that write messages around the ledger: {writers}"
+
+
+def test_the_checks_see_what_they_are_meant_to_see() -> None:
+    """The two patterns above match what they forbid (a check that matches nothing would pass forever)."""
+    assert INLINE_SQL.search('row = uow.execute(sa.text("SELECT 1"))')
+    assert INLINE_SQL.search("q = sa.update(t).where(t.c.id == 1)")
+    assert not INLINE_SQL.search("uow.execute(sql.READ_ORDER, {})")
+    assert INSERTS_MESSAGES.search('"INSERT INTO notifications (tenant_id) VALUES (1)"')
+    assert not INSERTS_MESSAGES.search('"INSERT INTO notification_attempts (id) VALUES (1)"')
