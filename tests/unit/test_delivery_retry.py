@@ -23,6 +23,7 @@ def test_transient_http_errors_retry(code, attempt):
 
 @given(st.sampled_from(["timeout", "connection"]))
 def test_network_errors_retry(kind):
+    """A timeout or a dropped connection says nothing about the message: it is retried, never failed."""
     assert isinstance(decide_retry(Outcome(None, error=kind), 1, 8, 1, 60, random.Random(1)), Retry)
 
 
@@ -44,6 +45,7 @@ def test_exhausted_attempts_fail_visibly_without_review_flag():
 
 @given(st.integers(200, 299))
 def test_2xx_succeeds(code):
+    """Any 2xx is the other side's acceptance, whatever attempt it came on."""
     assert isinstance(decide_retry(Outcome(code), 3, 8, 1, 60, random.Random(0)), Succeeded)
 
 
