@@ -122,3 +122,38 @@ def test_another_tenants_message_looks_missing(new_operator):
     c.goto(f"{APP}/search?q={nid}")
     c.get_by_test_id("empty-state").wait_for()
     c.wait_for_function("() => document.body.innerText.includes('Nothing of your tenant matches')")
+
+
+def test_the_ledger_pages_by_keyset_keeps_filters_in_the_url_and_exports_them(new_operator):
+    """Beyond 200 rows the ledger pages (older / newer), every filter and the position live in the URL (a reload
+    shows the same page), each row links to its message, and the export holds the filtered rows, no contact point."""
+    ((tenant, rid),) = find_by_ref(42, "cust-kolkata")  # opted out of SMS: each one settles at once, suppressed
+    stamp = f"{datetime.now(UTC):%H%M%S%f}"
+    ids = []
+    for i in range(205):
+        row = send(tenant_id=tenant, recipient_id=rid, channel="sms", template="offer", lane="normal",
+                   data={"headline": "x"}, subject_period=f"e2e-paging-{stamp}-{i}")
+        assert row is not None
+        ids.append(row.notification_id)
+    s = new_operator("sam")
+    s.goto(f"{APP}/ledger?channel=sms&recipient=cust-kolkata&window=all")
+    s.wait_for_function("() => document.querySelectorAll('[data-testid=ledger-row]').length === 200")
+    first = s.get_by_test_id("message-link").first.inner_text()
+    assert s.get_by_test_id("ledger-pager-newer").is_disabled()
+    s.get_by_test_id("ledger-pager-older").click()
+    s.wait_for_function("() => location.search.includes('before=') && location.search.includes('channel=sms')")
+    s.wait_for_function("() => document.querySelectorAll('[data-testid=ledger-row]').length >= 5")
+    older = s.evaluate("() => location.search")
+    older_first = s.get_by_test_id("message-link").first.inner_text()
+    s.reload()  # the page position is a link
+    s.wait_for_function(f"() => (document.querySelector('[data-testid=message-link]') || {{}}).innerText === '{older_first}'")
+    assert s.evaluate("() => location.search") == older and older_first != first
+    s.get_by_test_id("ledger-pager-newer").click()
+    s.wait_for_function(f"() => (document.querySelector('[data-testid=message-link]') || {{}}).innerText === '{first}'")
+    with s.expect_download() as dl:
+        s.get_by_test_id("ledger-export").click()
+    text = open(dl.value.path(), encoding="utf-8").read()
+    assert all(f"\n{i}," in text for i in ids) and "+91" not in text and "asha@" not in text
+    s.get_by_test_id("message-link").first.click()
+    s.wait_for_url(f"**/messages/{first.lstrip('#')}")
+    s.get_by_test_id("message-answer").wait_for()

@@ -57,7 +57,8 @@ class AuditState(AuthState):
         tenant, q = self._tenant_id, self.query.strip()[:200]
         rows, matches = await asyncio.gather(asyncio.to_thread(ledger_views.audit_timeline, tenant, q),
                                              asyncio.to_thread(recipients.find_by_ref, tenant, q))
-        self.items = [{"at": when(r["at"]), "kind": r["kind"], "ref": r["ref"], "text": r["text"]} for r in rows]
+        self.items = [{"at": when(r["at"]), "kind": r["kind"], "ref": r["ref"], "text": r["text"],
+                       "message_id": str(r.get("message_id") or "")} for r in rows]
         self.who = []
         for _, rid in matches:
             w = await asyncio.to_thread(ledger_views.recipient_messages, tenant, rid, datetime.now(UTC), 1)
@@ -80,6 +81,8 @@ def _item(i: Row) -> rx.Component:
         rx.text(i["at"], size="1", color=rx.color("gray", 11), min_width="140px"),
         rx.badge(i["kind"], variant="soft"),
         rx.text(i["text"], size="2"),
+        rx.cond(i["message_id"] != "", rx.link("message →", href="/messages/" + i["message_id"], size="1",
+                                               data_testid="message-link")),
         spacing="3", align="center", padding_y="6px", border_bottom=f"1px solid {rx.color('gray', 4)}",
         width="100%", wrap="wrap", data_testid="audit-item",
     )

@@ -27,7 +27,8 @@ def _entry(e: dict[str, Any]) -> dict[str, str]:
     amount = int(e["amount_cents"])
     return {"id": str(e["id"]), "at": when(e["created_at"]), "kind": KIND_TEXT.get(e["kind"], e["kind"]),
             "amount": ("+" if amount > 0 else "") + money(amount), "reason": str(e["reason"]),
-            "who": str(e["actor_ref"] or "—"), "message": f"#{e['notification_id']}" if e["notification_id"] else ""}
+            "who": str(e["actor_ref"] or "—"), "message": f"#{e['notification_id']}" if e["notification_id"] else "",
+            "message_id": str(e["notification_id"] or "")}
 
 
 class BalanceState(AuthState):
@@ -82,7 +83,8 @@ class BalanceState(AuthState):
 def _entry_row(e: Row) -> rx.Component:
     return rx.table.row(rx.table.cell(rx.text(e["at"], size="1")), rx.table.cell(e["kind"]),
                         rx.table.cell(rx.text(e["amount"], weight="medium")), rx.table.cell(e["reason"]),
-                        rx.table.cell(e["message"]), rx.table.cell(e["who"]), data_testid="entry-row")
+                        rx.table.cell(rx.link(e["message"], href="/messages/" + e["message_id"])),
+                        rx.table.cell(e["who"]), data_testid="entry-row")
 
 
 def balance_page() -> rx.Component:

@@ -109,7 +109,8 @@ def _bar(label: str, pct: rx.Var[int]) -> rx.Component:
 
 def _campaign_row(c: ObjectVar[dict[str, Any]]) -> rx.Component:
     return rx.table.row(
-        rx.table.cell(rx.vstack(rx.text("#", c["id"], " ", c["name"], weight="bold"),
+        rx.table.cell(rx.vstack(rx.link(rx.text("#", c["id"], " ", c["name"], weight="bold"),
+                                        href="/campaigns/" + c["id"].to(str), data_testid="campaign-link"),
                                 rx.text(c["what"], size="1", color=rx.color("gray", 11)), spacing="0")),
         rx.table.cell(rx.badge(c["status"], variant="soft", data_testid="campaign-status")),
         rx.table.cell(rx.vstack(_bar("ledgered", c["ledgered_pct"]), _bar("settled", c["settled_pct"]),

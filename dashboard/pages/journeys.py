@@ -98,8 +98,10 @@ class JourneysState(AuthState):
 
 def _lead_row(r: Row) -> rx.Component:
     return rx.table.row(
-        rx.table.cell(rx.link(f"#{r['id']}", on_click=JourneysState.select(r["id"]), cursor="pointer",
-                              weight="bold")),
+        rx.table.cell(rx.hstack(rx.link(f"#{r['id']}", on_click=JourneysState.select(r["id"]), cursor="pointer",
+                                        weight="bold"),
+                                rx.link("page →", href="/journeys/" + r["id"], size="1", data_testid="lead-link"),
+                                spacing="2", align="center")),
         rx.table.cell(r["recipient"]),
         rx.table.cell(r["advisor"]),
         rx.table.cell(rx.vstack(rx.text(r["step"]), rx.text(r["progress"], size="1", color=rx.color("gray", 11)),

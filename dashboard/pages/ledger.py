@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from datetime import UTC, datetime
 
 import reflex as rx
 
-from dashboard import routes
+from dashboard import paging, routes
 from dashboard.components import Row, data_table, loading, shell, stat, status_badge
 from dashboard.events import Followup, event
 from dashboard.format import money, notification
@@ -14,9 +16,14 @@ from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.delivery.queue import LANES
 from domain.ledger import views as ledger_views
+from domain.support.export import ledger_csv
 
 ALL = "all"
 FILTERS = ("channel", "status", "lane", "window")
+CHOICES = {"channel": ("webhook", "email", "sms", "whatsapp"), "status": ("QUEUED", "SENT", "DELIVERED", "FAILED",
+                                                                        "SUPPRESSED"),
+           "lane": tuple(LANES), "window": ("1h", "24h", "7d")}
+PAGE_SIZE = 200
 
 
 class LedgerState(AuthState):
@@ -34,17 +41,48 @@ class LedgerState(AuthState):
     failed: rx.Field[str] = rx.field("0")
     queued: rx.Field[str] = rx.field("0")
     is_loading: rx.Field[bool] = rx.field(True)
+    has_older: rx.Field[bool] = rx.field(False)
+    has_newer: rx.Field[bool] = rx.field(False)
+    _before: int = 0
+    _after: int = 0
+
+    def _filter(self, limit: int = PAGE_SIZE) -> ledger_views.LedgerFilter:
+        return ledger_views.LedgerFilter(
+            channel=None if self.channel == ALL else self.channel, status=None if self.status == ALL else self.status,
+            lane=None if self.lane == ALL else self.lane, recipient=self.recipient.strip()[:64] or None,
+            since_hours={"1h": 1, "24h": 24, "7d": 168}.get(self.window), limit=limit,
+            before_id=self._before or None, after_id=self._after or None)
+
+    def _url(self) -> Followup:
+        """The filters and the page position in the URL: the view is a link (replaced, no reload)."""
+        where = paging.url(routes.LEDGER, {"channel": self.channel if self.channel != ALL else "",
+                                           "status": self.status if self.status != ALL else "",
+                                           "lane": self.lane if self.lane != ALL else "",
+                                           "window": self.window if self.window != "24h" else "",
+                                           "recipient": self.recipient.strip(), "before": self._before,
+                                           "after": self._after})
+        return rx.call_script(f"window.history.replaceState(null, '', {json.dumps(where)})")
 
     @event
     async def load(self) -> None:
-        if not self._tenant_id:
+        """A page load: filters and position from the URL (anything unknown is ignored), then the rows."""
+        params = self.router.url.query_parameters
+        for name, choices in CHOICES.items():
+            value = params.get(name, "")
+            setattr(self, name, value if value in choices else ("24h" if name == "window" else ALL))
+        if params.get("window") == ALL:
+            self.window = ALL
+        self.recipient = params.get("recipient", "")[:64]
+        before, after = paging.position(params)
+        self._before, self._after = before or 0, after or 0
+        await self._query()
+
+    async def _query(self) -> None:
+        if not await self._fresh() or not self._tenant_id:
             return
-        hours = {"1h": 1, "24h": 24, "7d": 168}.get(self.window)
-        f = ledger_views.LedgerFilter(
-            channel=None if self.channel == ALL else self.channel, status=None if self.status == ALL else self.status,
-            lane=None if self.lane == ALL else self.lane, recipient=self.recipient.strip() or None,
-            since_hours=hours, limit=200)
-        data = await asyncio.to_thread(ledger_views.ledger, self._tenant_id, f)
+        data = await asyncio.to_thread(ledger_views.ledger, self._tenant_id, self._filter())
+        self.has_older = bool(data["more"]) or bool(self._after)
+        self.has_newer = bool(self._before) or (bool(self._after) and bool(data["more"]))
         t = data["totals"]
         self.rows = [notification(n) for n in data["rows"]]
         self.channels = [{
@@ -59,18 +97,49 @@ class LedgerState(AuthState):
 
     @event
     async def set_filter(self, name: str, value: str) -> Followup:
-        if name in FILTERS:  # the browser names the filter; only these four may be set
+        if name in FILTERS and (value in CHOICES[name] or value == ALL):  # only these four, only known values
             setattr(self, name, value)
-        return LedgerState.load
+        self._before = self._after = 0
+        await self._query()
+        return self._url()
 
     @event
     async def search_recipient(self, form: dict[str, str]) -> Followup:
-        self.recipient = form.get("recipient", "")
-        return LedgerState.load
+        self.recipient = str(form.get("recipient", ""))[:64]
+        self._before = self._after = 0
+        await self._query()
+        return self._url()
+
+    @event
+    async def older(self) -> Followup:
+        if not self.rows:
+            return None
+        self._before, self._after = int(self.rows[-1]["id"]), 0
+        await self._query()
+        return self._url()
+
+    @event
+    async def newer(self) -> Followup:
+        if not self.rows:
+            return None
+        self._before, self._after = 0, int(self.rows[0]["id"])
+        await self._query()
+        return self._url()
+
+    @event
+    async def export(self) -> Followup:
+        """The filtered view (every page of it) as CSV: recipients by ref, no phone or email."""
+        if not await self._fresh() or not self._tenant_id:
+            return None
+        f = self._filter()
+        data = await asyncio.to_thread(ledger_csv, self._tenant_id, ledger_views.LedgerFilter(
+            channel=f.channel, status=f.status, lane=f.lane, recipient=f.recipient, since_hours=f.since_hours))
+        return rx.download(data=data, filename=f"ledger-{datetime.now(UTC):%Y%m%d-%H%M%S}.csv")
 
 
 def _row(n: Row) -> rx.Component:
     return rx.table.row(
+        rx.table.cell(rx.link("#" + n["id"], href="/messages/" + n["id"], data_testid="message-link")),
         rx.table.cell(rx.text(n["created"], size="1")),
         rx.table.cell(n["channel"]),
         rx.table.cell(rx.badge(n["lane"], variant="outline")),
@@ -128,8 +197,12 @@ def ledger_page() -> rx.Component:
                     on_submit=LedgerState.search_recipient),
             gap="12px", wrap="wrap", align="end", margin_bottom="16px",
         ),
+        rx.hstack(rx.button("Export CSV", on_click=LedgerState.export, variant="soft", size="1",
+                            data_testid="ledger-export"),
+                  paging.pager(LedgerState.older, LedgerState.newer, LedgerState.has_older, LedgerState.has_newer,
+                               "ledger-pager"), width="100%", align="center"),
         loading(LedgerState.is_loading,
-                data_table(["Created (UTC)", "Channel", "Lane", "Recipient", "Template", "Status", "Attempts",
+                data_table(["Message", "Created (UTC)", "Channel", "Lane", "Recipient", "Template", "Status", "Attempts",
                             "Cost", "Event"], LedgerState.rows, _row, "No messages match these filters.",
                            "ledger-table")),
     )

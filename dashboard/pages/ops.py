@@ -190,7 +190,7 @@ def _lane_row(x: Row) -> rx.Component:
 
 def _review_row(n: Row) -> rx.Component:
     return rx.table.row(
-        rx.table.cell(rx.text("#", n["id"])),
+        rx.table.cell(rx.link(rx.text("#", n["id"]), href="/messages/" + n["id"])),
         rx.table.cell(n["tenant"]),
         rx.table.cell(n["channel"]),
         rx.table.cell(n["recipient"]),

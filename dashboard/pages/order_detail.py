@@ -190,8 +190,9 @@ def _note_row(n: Row) -> rx.Component:
         rx.table.cell(rx.vstack(rx.text(n["channel"], weight="medium"), rx.text(n["recipient"], size="1",
                                 color=rx.color("gray", 11)), spacing="0")),
         rx.table.cell(rx.badge(n["lane"], variant="outline")),
-        rx.table.cell(rx.code(n["event_short"], title=n["event_id"], data_testid="notification-event")),
-        rx.table.cell(rx.code(n["job_id"], data_testid="notification-job")),
+        rx.table.cell(rx.link(rx.code(n["event_short"], title=n["event_id"], data_testid="notification-event"),
+                              href="/audit?q=" + n["event_id"])),
+        rx.table.cell(rx.link(rx.code(n["job_id"], data_testid="notification-job"), href="/messages/" + n["id"])),
         rx.table.cell(rx.text("r", n["revision"])),
         rx.table.cell(rx.vstack(
             rx.hstack(status_badge(n["status"], data_testid="notification-status"),

@@ -110,7 +110,8 @@ class RecipientState(AuthState):
 
 def _message_row(m: Row) -> rx.Component:
     return rx.table.row(
-        rx.table.cell(rx.text(m["created"], size="1")),
+        rx.table.cell(rx.link(rx.text("#", m["id"], " · ", m["created"], size="1"), href="/messages/" + m["id"],
+                              data_testid="message-link")),
         rx.table.cell(rx.vstack(rx.text(m["channel"], weight="medium"), rx.text(m["template"], size="1",
                                 color=rx.color("gray", 11)), spacing="0")),
         rx.table.cell(status_badge(m["status"])),
