@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from domain.db import UnitOfWork
 from domain.settings import get_settings
-from jobs.drills.bench.common import codes, pct, provider_latency_ms, say
+from jobs.drills.bench.common import codes, pct, provider_latency_ms, say, worker_ready
 from jobs.ops.procs import System, wait_until, wait_worker_ready
 
 HIGH_BUCKET = 10_000.0  # per second: the bucket out of the way, so the provider or we are the limit
@@ -121,7 +121,7 @@ def bench_lanes(system: System, r: redis_lib.Redis, recipients: int, n_codes: in
     system.env["OUTBOX_BULK_RATE"] = str(HIGH_BUCKET)
     try:
         system.worker("bulk")
-        wait_worker_ready(r, "bulk", 60)
+        worker_ready(r, "bulk")  # the stopped worker's health key is dropped first: wait for the new one
         sent_high = _rate(cid, window / 2)
     finally:
         del system.env["OUTBOX_BULK_RATE"]
