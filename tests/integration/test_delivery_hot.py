@@ -20,8 +20,14 @@ from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Retry, Succeeded
 from domain.ledger import otp
 from domain.settings import get_settings
-from tests.integration.test_fencing import assert_invariants, entries, lease_runs_out, ready, row
-from tests.integration.test_fencing_review import person, sms
+from tests.integration.test_delivery_claims_fencing import (
+    assert_invariants,
+    entries,
+    lease_runs_out,
+    ready,
+    row,
+)
+from tests.integration.test_delivery_claims_fencing_review import person, sms
 
 LEASE = 30.0
 
