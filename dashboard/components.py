@@ -11,6 +11,7 @@ from reflex_base.constants.colors import ColorType
 from reflex_components_lucide.icon import Icon
 from reflex_components_radix.themes.base import LiteralAccentColor
 
+from dashboard.search_state import search_box
 from dashboard.state import AuthState
 
 # One row of a table as the browser holds it: every page formats its values to strings on the server.
@@ -61,6 +62,8 @@ def shell(title: str | rx.Var[str], *children: rx.Component, actions: rx.Compone
             ),
             rx.hstack(*[nav_link(*n) for n in NAV], spacing="1", wrap="wrap", display=["none", "none", "flex"]),
             rx.spacer(),
+            rx.cond(AuthState.logged_in & ~AuthState.platform,
+                    rx.box(search_box(testid="nav-search"), width="260px", display=["none", "none", "block"])),
             rx.cond(
                 AuthState.logged_in,
                 rx.hstack(

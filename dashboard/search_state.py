@@ -11,9 +11,9 @@ from typing import Any
 from urllib.parse import quote
 
 import reflex as rx
+from reflex_components_lucide.icon import Icon
 
 from dashboard import routes
-from dashboard.components import icon
 from dashboard.events import Followup, event
 from dashboard.state import AuthState
 from domain.support.query import QueryRefused, names_contact_point
@@ -74,6 +74,6 @@ def search_box(width: str = "100%", testid: str = "search-query") -> rx.Componen
     return rx.form(
         rx.hstack(rx.input(name="q", placeholder="ref, name, phone, email, #message, n-job, provider ref, event, order",
                            default_value=SearchState.query, width="100%", data_testid=testid, max_length=200),
-                  rx.button(icon("search", size=14), "Search", type="submit", data_testid=f"{testid}-go"),
+                  rx.button(Icon.create("search", size=14), "Search", type="submit", data_testid=f"{testid}-go"),
                   width="100%"),
         on_submit=SearchState.search, width=width, reset_on_submit=False)

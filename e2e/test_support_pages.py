@@ -157,3 +157,15 @@ def test_the_ledger_pages_by_keyset_keeps_filters_in_the_url_and_exports_them(ne
     s.get_by_test_id("message-link").first.click()
     s.wait_for_url(f"**/messages/{first.lstrip('#')}")
     s.get_by_test_id("message-answer").wait_for()
+
+
+def test_the_navigation_search_box_answers_from_any_page(new_operator):
+    """The box in the navigation: from any page, a `#id` lands on the search page with that message found."""
+    nid = _message("cust-006")
+    s = new_operator("sam")
+    s.goto(f"{APP}/ledger")
+    s.get_by_test_id("nav-search").fill(f"#{nid}")
+    s.get_by_test_id("nav-search").press("Enter")
+    s.wait_for_function(f"() => location.pathname.startsWith('/search') && location.search.includes('{nid}')")
+    s.wait_for_function("() => [...document.querySelectorAll('[data-testid=search-hit]')]"
+                        f".some(e => e.innerText.includes('#{nid} email offer'))")
