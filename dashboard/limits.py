@@ -9,6 +9,18 @@ from typing import Any
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body, or None when the client went away first (then nothing is to be answered)."""
+    chunks: list[bytes] = []
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return None
+        chunks.append(msg.get("body", b""))
+        if not msg.get("more_body", False):
+            return b"".join(chunks)
+
+
 def replaying(body: bytes, receive: Receive) -> Receive:
     """An ASGI `receive` that hands the app a body already read, once, then defers to the real one (a later
     disconnect still reaches the app)."""

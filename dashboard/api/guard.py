@@ -28,7 +28,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import Match
 
 from dashboard.api.metrics import observe_request
-from dashboard.limits import replaying
+from dashboard.limits import read_body, replaying
 from domain import logs
 
 log = logging.getLogger("outbox.api")
@@ -255,15 +255,9 @@ class HostileInput:
         if b"json" not in headers.get(b"content-type", b"").lower():
             await self.app(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                return
-            chunks.append(msg.get("body", b""))
-            if not msg.get("more_body", False):
-                break
-        raw = b"".join(chunks)
+        raw = await read_body(receive)
+        if raw is None:
+            return
         try:
             parsed = json.loads(raw) if raw.strip() else None
         except (ValueError, RecursionError):

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from dashboard.api.guard import ASGI, Receive, Send, send_json
-from dashboard.limits import replaying
+from dashboard.limits import read_body, replaying
 from domain.access import idempotency as idem
 
 _NOT_KEPT = {"invalid_request", "malformed_json"}
@@ -64,15 +64,9 @@ class Idempotency:
                 "detail": f"{idem.HEADER} must be 1 to 255 printable ASCII characters without spaces",
                 "details": [{"loc": ["header", idem.HEADER], "msg": "invalid idempotency key"}]})
             return
-        chunks: list[bytes] = []
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                return
-            chunks.append(msg.get("body", b""))
-            if not msg.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        body = await read_body(receive)
+        if body is None:
+            return
         tenant, path = int(principal.tenant_id), str(scope.get("path", ""))
         digest = idem.request_digest("POST", path, scope.get("query_string", b"").decode("latin-1"), body)
         outcome = await asyncio.to_thread(idem.claim, tenant, key, digest, "POST", path)

@@ -112,6 +112,9 @@ def valid_bodies(ids: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "POST /api/v1/campaigns": {"name": "Spring", "segment": "all_reachable", "template": "offer",
                                    "channel": "email"},
         "POST /api/v1/balance/top-ups": {"amount_cents": 100, "reference": "INV-sweep"},
+        "POST /api/v1/endpoints": {"url": "https://hooks.example.com/outbox", "description": "ERP",
+                                   "event_types": ["order.approved"]},
+        "POST /api/v1/search": {"q": "cust-001"},
     }
 
 
