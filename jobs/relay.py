@@ -22,7 +22,7 @@ from domain.db import UnitOfWork
 from domain.delivery import wakeups
 from domain.delivery.queue import LANES, NOTIFY_CHANNEL, job_id, job_timeout_seconds
 from domain.delivery.wakeups import arq_pool, enqueue_fan_out, enqueue_missing
-from domain.orders.commands import OwedRow
+from domain.ledger.owed import OwedRow
 from domain.settings import get_settings
 
 log = logging.getLogger("outbox.relay")

@@ -55,16 +55,16 @@ from domain.models import NotificationAttempt, table_of
 __all__ = ["EVENT_REQUIRES_STATUS", "Claim", "ClaimResult", "Deferred", "Ready", "Suppressed", "claim", "give_back",
            "idempotency_key", "local_day", "record", "still_eligible", "superseded"]
 
-CLAIM_NOTIFICATION = sa.text(sql.CLAIM)
-_TAKE = sa.text(sql.TAKE)
-_RECORD_SENT = sa.text(sql.RECORD_SENT)
-_RECORD_RETRY = sa.text(sql.RECORD_RETRY)
+CLAIM_NOTIFICATION = sql.CLAIM_NOTIFICATION
+_TAKE = sql.TAKE_STMT
+_RECORD_SENT = sql.RECORD_SENT_STMT
+_RECORD_RETRY = sql.RECORD_RETRY_STMT
 
 
 def channel_of(notification_id: int, engine: Engine | None = None) -> str | None:
     """The channel of a row still owed (the bulk lane takes that channel's token before claiming)."""
     with UnitOfWork(engine) as uow:
-        return uow.execute(sa.text(sql.CHANNEL_OF), {"id": notification_id}).scalar()
+        return uow.execute(sql.CHANNEL_OF_STMT, {"id": notification_id}).scalar()
 
 
 def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str = "worker",
@@ -112,9 +112,7 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, x: SendContext, now: datetime, w
     if not x.found or not contact:
         return _suppress(uow, c, worker, "no_contact_point", now)
     day = local_day(now, x.timezone)
-    taken = uow.execute(sa.text(
-        "SELECT taken FROM recipient_daily_counts WHERE tenant_id = :t AND recipient = :r AND day = :d"),
-        {"t": c.tenant_id, "r": c.recipient, "d": day}).scalar() or 0
+    taken = uow.execute(sql.CAP_TAKEN, {"t": c.tenant_id, "r": c.recipient, "d": day}).scalar() or 0
     holds_slot = c.cap_day == day  # a slot of an earlier day does not count for today's send
     if c.cap_day is not None and not holds_slot:
         metering.release_stale_slot(uow, c.id)
@@ -150,11 +148,7 @@ def _take_money(uow: UnitOfWork, c: Claim) -> bool:
 
 def _opt_out_detail(uow: UnitOfWork, c: Claim) -> str | None:
     """"opted out of SMS on 2026-11-28 by support": the change that did it, from the recipient's change log."""
-    ch = uow.execute(sa.text(
-        "SELECT ch.changed_at, ch.actor_ref FROM recipient_changes ch JOIN recipients r ON r.id = ch.recipient_id "
-        "WHERE r.tenant_id = :t AND r.ref = :ref AND ch.field = 'opted_out_channels' "
-        "AND ch.new_value LIKE :like ORDER BY ch.id DESC LIMIT 1"),
-        {"t": c.tenant_id, "ref": c.recipient, "like": f"%{c.channel}%"}).first()
+    ch = uow.execute(sql.OPT_OUT_CHANGE, {"t": c.tenant_id, "ref": c.recipient, "like": f"%{c.channel}%"}).first()
     if ch is None:
         return None
     return f"opted out of {c.channel.upper() if c.channel == 'sms' else c.channel} on {ch.changed_at:%Y-%m-%d} " \
@@ -184,10 +178,7 @@ def _suppress(uow: UnitOfWork, c: Claim, worker: str, reason: str, now: datetime
 
 def _defer(uow: UnitOfWork, c: Claim, until: datetime, detail: str) -> Deferred:
     """Quiet hours: not an attempt, so the attempt count is given back; what it holds stays held."""
-    uow.execute(sa.text(
-        "UPDATE notifications SET attempts = attempts - 1, next_attempt_at = :u, leased_until = NULL, "
-        "reason_detail = :d WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok"),
-        {"u": until, "d": detail, "id": c.id, "tok": c.claim_token})
+    uow.execute(sql.DEFER, {"u": until, "d": detail, "id": c.id, "tok": c.claim_token})
     return Deferred(c, until)
 
 
@@ -195,10 +186,7 @@ def give_back(c: Claim, engine: Engine | None = None) -> bool:
     """The worker will not send under this claim (too little of its lease is left to try): the attempt is given
     back and the row is owed again at once; what it holds stays held. Guarded by the token like every write."""
     with UnitOfWork(engine) as uow:
-        done = uow.execute(sa.text(
-            "UPDATE notifications SET attempts = attempts - 1, leased_until = NULL, next_attempt_at = now() "
-            "WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok RETURNING id"),
-            {"id": c.id, "tok": c.claim_token}).first()
+        done = uow.execute(sql.GIVE_BACK, {"id": c.id, "tok": c.claim_token}).first()
         uow.commit()
     return done is not None
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.access import actions
 from domain.db import UnitOfWork
+from domain.delivery import sql
 from domain.delivery.queue import NOTIFY_OWED
 
 
 def lane_paused(lane: str, engine: Engine | None = None) -> bool:
     with UnitOfWork(engine) as uow:
-        return bool(uow.execute(sa.text("SELECT paused FROM lane_controls WHERE lane = :l"), {"l": lane}).scalar())
+        return bool(uow.execute(sql.LANE_PAUSED, {"l": lane}).scalar())
 
 
 def set_lane_paused(lane: str, paused: bool, engine: Engine | None = None, *, actor_ref: str = "system",
@@ -21,9 +21,7 @@ def set_lane_paused(lane: str, paused: bool, engine: Engine | None = None, *, ac
     with UnitOfWork(engine) as uow:
         actions.record(uow, tenant_id=None, actor_ref=actor_ref, action="pause" if paused else "resume",
                        target=f"lane {lane}", note=note)
-        uow.execute(sa.text(
-            "INSERT INTO lane_controls (lane, paused) VALUES (:l, :p) "
-            "ON CONFLICT (lane) DO UPDATE SET paused = :p, updated_at = now()"), {"l": lane, "p": paused})
+        uow.execute(sql.SET_LANE_PAUSED, {"l": lane, "p": paused})
         if not paused:
             uow.execute(NOTIFY_OWED, {"lane": lane})
         uow.commit()

@@ -16,24 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
+from domain.delivery import sql
+from domain.delivery.sql import BY_KEY, BY_REFERENCE, KEEP, PENDING
 from domain.ledger import metering
 from domain.ledger.write import accept_truth
 
-_ROW = ("SELECT id, status, tenant_id, order_id, channel FROM notifications WHERE {where} AND channel = :p "
-        "FOR UPDATE")
-BY_REFERENCE = sa.text(_ROW.format(where="provider_reference = :r"))
-# The key we sent: the replay's own key when there is one (an old receipt never lands on a replayed message).
-BY_KEY = sa.text(_ROW.format(where="((provider_key IS NULL AND dedupe_key = :k) OR provider_key = :k)"))
-KEEP = sa.text(
-    "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome, notification_id) "
-    "VALUES (:i, :p, :r, :o, :n) ON CONFLICT (receipt_id) DO NOTHING RETURNING id")
-PENDING = sa.text(
-    "SELECT id, provider_reference, outcome FROM delivery_receipts WHERE notification_id = :n AND applied_at IS NULL "
-    "ORDER BY id")
+__all__ = ["BY_KEY", "BY_REFERENCE", "KEEP", "PENDING", "ReceiptResult", "apply_pending", "apply_receipt"]
 
 
 @dataclass(frozen=True)
@@ -71,12 +62,11 @@ def apply_pending(uow: UnitOfWork, notification_id: int) -> int:
     pending = uow.execute(PENDING, {"n": notification_id}).all()
     if not pending:
         return 0
-    row = uow.execute(sa.text("SELECT id, status FROM notifications WHERE id = :n FOR UPDATE"),
-                      {"n": notification_id}).first()
+    row = uow.execute(sql.ROW_FOR_UPDATE, {"n": notification_id}).first()
     done = 0
     for p in pending:
         done += _apply(uow, row, int(p.id), str(p.provider_reference), str(p.outcome))
-        row = uow.execute(sa.text("SELECT id, status FROM notifications WHERE id = :n"), {"n": notification_id}).first()
+        row = uow.execute(sql.ROW_STATUS, {"n": notification_id}).first()
     return done
 
 
@@ -90,14 +80,12 @@ def _apply(uow: UnitOfWork, n: Any, kept_id: int, reference: str, outcome: str) 
         # SENT -> DELIVERED, or the late truth for a row that ended unsent (charged again, with why).
         accept_truth(uow, int(n.id), final="DELIVERED", provider_reference=reference, delivered=True)
     elif outcome == "failed" and n.status == "SENT":
-        uow.execute(sa.text("UPDATE notifications SET status = 'FAILED', settled_at = now(), "
-                            "last_error_class = 'undeliverable' WHERE id = :id"), {"id": n.id})
+        uow.execute(sql.SENT_UNDELIVERABLE, {"id": n.id})
         # The provider could not deliver it: the tenant does not pay for it.
         metering.release(uow, int(n.id), "refund: provider could not deliver")
     elif outcome == "failed" and n.status == "FAILED":
         # Failed for want of an answer, though the provider had taken it: now we know it bounced (a replay
         # then sends it as a new message).
-        uow.execute(sa.text("UPDATE notifications SET last_error_class = 'undeliverable', review = NULL "
-                            "WHERE id = :id"), {"id": n.id})
-    uow.execute(sa.text("UPDATE delivery_receipts SET applied_at = now() WHERE id = :i"), {"i": kept_id})
+        uow.execute(sql.FAILED_UNDELIVERABLE, {"id": n.id})
+    uow.execute(sql.RECEIPT_APPLIED, {"i": kept_id})
     return True

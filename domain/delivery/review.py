@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.access import actions
 from domain.db import UnitOfWork
+from domain.delivery import sql
 from domain.delivery.queue import NOTIFY_OWED
 from domain.settings import get_settings
-
-# `tenant_id` None = platform on-call, whose scope is every tenant; the action is recorded under the row's tenant.
-_IN_SCOPE = "id = :id AND (CAST(:t AS integer) IS NULL OR tenant_id = :t) AND status = 'FAILED'"
 
 
 def replay(tenant_id: int | None, notification_id: int, engine: Engine | None = None, *,
@@ -25,14 +22,7 @@ def replay(tenant_id: int | None, notification_id: int, engine: Engine | None = 
     and a late receipt for the old send never lands on the new one. Any other failure keeps its key: if the
     provider did accept it after all, it answers `already_processed` and that is the truth."""
     with UnitOfWork(engine) as uow:
-        r = uow.execute(sa.text(
-            "UPDATE notifications SET status = 'QUEUED', review = NULL, next_attempt_at = now(), "
-            "max_attempts = attempts + :m, settled_at = NULL, leased_until = NULL, replayed_at = now(), "
-            "provider_key = CASE WHEN last_error_class = 'undeliverable' "
-            "  THEN dedupe_key || '~replay-' || (claim_token + 1) ELSE provider_key END, "
-            "provider_reference = CASE WHEN last_error_class = 'undeliverable' THEN NULL ELSE provider_reference END, "
-            f"claim_token = claim_token + 1 WHERE {_IN_SCOPE} RETURNING lane, tenant_id"),
-            {"id": notification_id, "t": tenant_id, "m": get_settings().max_attempts}).first()
+        r = uow.execute(sql.REPLAY, {"id": notification_id, "t": tenant_id, "m": get_settings().max_attempts}).first()
         if r:
             uow.execute(NOTIFY_OWED, {"lane": r.lane})
             actions.record(uow, tenant_id=r.tenant_id, actor_ref=actor_ref, action="replay",
@@ -44,9 +34,7 @@ def replay(tenant_id: int | None, notification_id: int, engine: Engine | None = 
 def resolve(tenant_id: int | None, notification_id: int, engine: Engine | None = None, *,
             actor_ref: str = "system", note: str = "") -> bool:
     with UnitOfWork(engine) as uow:
-        r = uow.execute(sa.text(
-            f"UPDATE notifications SET review = 'resolved' WHERE {_IN_SCOPE} RETURNING id, tenant_id"),
-            {"id": notification_id, "t": tenant_id}).first()
+        r = uow.execute(sql.RESOLVE, {"id": notification_id, "t": tenant_id}).first()
         if r:
             actions.record(uow, tenant_id=r.tenant_id, actor_ref=actor_ref, action="resolve",
                            target=f"notification {notification_id}", note=note)

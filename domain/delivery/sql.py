@@ -18,12 +18,21 @@ as `sa.text`, the workers' async store (hot.py, psycopg's pool, prepared) runs t
 - `RECORD_RETRY`: the guarded retry and its attempt line (with the retry's time); a stale token matches nothing.
 - `PENDING_RECEIPTS`: run AFTER a record statement, in its own snapshot (a receipt committed while the record
   waited for the row's lock is seen): any receipt kept while the row was owed sends the record the long way.
+
+The rest of delivery's statements follow `for_psycopg`, as `sa.text` for the sync store: the long way of the claim
+(claims.py), receipts (receipts.py), lanes and review, the relay's scan (wakeups.py), /ops and /metrics (views.py,
+telemetry.py).
 """
 
 from __future__ import annotations
 
 import re
 from typing import Final
+
+import sqlalchemy as sa
+
+from domain.ledger.views import NOTIFICATION_COLUMNS
+from domain.vocabulary import lanes_sql_list
 
 CLAIM: Final[str] = """
 WITH c AS (
@@ -143,3 +152,182 @@ def for_psycopg(sql: str) -> str:
     """The same statement with psycopg's `%(name)s` placeholders (the text holds no literal `%` or `::` cast)."""
     assert "%" not in sql and "::" not in sql, "escape or avoid % and :: in delivery SQL"
     return _PARAM.sub(r"%(\1)s", sql)
+
+
+# ---- the long way of the claim (claims.py) --------------------------------------------------------------------
+CLAIM_NOTIFICATION = sa.text(CLAIM)
+TAKE_STMT = sa.text(TAKE)
+RECORD_SENT_STMT = sa.text(RECORD_SENT)
+RECORD_RETRY_STMT = sa.text(RECORD_RETRY)
+CHANNEL_OF_STMT = sa.text(CHANNEL_OF)
+CAP_TAKEN = sa.text("SELECT taken FROM recipient_daily_counts WHERE tenant_id = :t AND recipient = :r AND day = :d")
+OPT_OUT_CHANGE = sa.text(
+    "SELECT ch.changed_at, ch.actor_ref FROM recipient_changes ch JOIN recipients r ON r.id = ch.recipient_id "
+    "WHERE r.tenant_id = :t AND r.ref = :ref AND ch.field = 'opted_out_channels' "
+    "AND ch.new_value LIKE :like ORDER BY ch.id DESC LIMIT 1")
+DEFER = sa.text(
+    "UPDATE notifications SET attempts = attempts - 1, next_attempt_at = :u, leased_until = NULL, "
+    "reason_detail = :d WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok")
+GIVE_BACK = sa.text(
+    "UPDATE notifications SET attempts = attempts - 1, leased_until = NULL, next_attempt_at = now() "
+    "WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok RETURNING id")
+
+# ---- receipts (receipts.py) -------------------------------------------------------------------------------------
+_ROW = ("SELECT id, status, tenant_id, order_id, channel FROM notifications WHERE {where} AND channel = :p "
+        "FOR UPDATE")
+BY_REFERENCE = sa.text(_ROW.format(where="provider_reference = :r"))
+# The key we sent: the replay's own key when there is one (an old receipt never lands on a replayed message).
+BY_KEY = sa.text(_ROW.format(where="((provider_key IS NULL AND dedupe_key = :k) OR provider_key = :k)"))
+KEEP = sa.text(
+    "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome, notification_id) "
+    "VALUES (:i, :p, :r, :o, :n) ON CONFLICT (receipt_id) DO NOTHING RETURNING id")
+PENDING = sa.text(
+    "SELECT id, provider_reference, outcome FROM delivery_receipts WHERE notification_id = :n AND applied_at IS NULL "
+    "ORDER BY id")
+
+ROW_FOR_UPDATE = sa.text("SELECT id, status FROM notifications WHERE id = :n FOR UPDATE")
+ROW_STATUS = sa.text("SELECT id, status FROM notifications WHERE id = :n")
+SENT_UNDELIVERABLE = sa.text("UPDATE notifications SET status = 'FAILED', settled_at = now(), "
+                             "last_error_class = 'undeliverable' WHERE id = :id")
+FAILED_UNDELIVERABLE = sa.text("UPDATE notifications SET last_error_class = 'undeliverable', review = NULL "
+                               "WHERE id = :id")
+RECEIPT_APPLIED = sa.text("UPDATE delivery_receipts SET applied_at = now() WHERE id = :i")
+
+# ---- lanes (lanes.py) and review (review.py) --------------------------------------------------------------------
+LANE_PAUSED = sa.text("SELECT paused FROM lane_controls WHERE lane = :l")
+SET_LANE_PAUSED = sa.text(
+    "INSERT INTO lane_controls (lane, paused) VALUES (:l, :p) "
+    "ON CONFLICT (lane) DO UPDATE SET paused = :p, updated_at = now()")
+# `tenant_id` None = platform on-call, whose scope is every tenant; the action is recorded under the row's tenant.
+_IN_SCOPE = "id = :id AND (CAST(:t AS integer) IS NULL OR tenant_id = :t) AND status = 'FAILED'"
+REPLAY = sa.text(
+    "UPDATE notifications SET status = 'QUEUED', review = NULL, next_attempt_at = now(), "
+    "max_attempts = attempts + :m, settled_at = NULL, leased_until = NULL, replayed_at = now(), "
+    "provider_key = CASE WHEN last_error_class = 'undeliverable' "
+    "  THEN dedupe_key || '~replay-' || (claim_token + 1) ELSE provider_key END, "
+    "provider_reference = CASE WHEN last_error_class = 'undeliverable' THEN NULL ELSE provider_reference END, "
+    f"claim_token = claim_token + 1 WHERE {_IN_SCOPE} RETURNING lane, tenant_id")
+RESOLVE = sa.text(f"UPDATE notifications SET review = 'resolved' WHERE {_IN_SCOPE} RETURNING id, tenant_id")
+
+# ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------
+_SCAN_OWED = (
+    "SELECT n.id, n.lane, n.next_attempt_at, n.leased_until IS NOT NULL AS lease_expired, "
+    "(n.leased_until IS NULL AND n.next_attempt_at < now() - make_interval(secs => :lease)) AS overdue "
+    "FROM notifications n "
+    "WHERE n.status = 'QUEUED' AND n.id > :after AND n.next_attempt_at <= now() + make_interval(secs => :horizon) "
+    "AND (n.leased_until IS NULL OR n.leased_until < now()) "
+    # A paused lane needs no wake-ups; resuming it NOTIFYs the relay.
+    "AND NOT EXISTS (SELECT 1 FROM lane_controls c WHERE c.lane = n.lane AND c.paused) {lane}"
+    "ORDER BY n.id LIMIT :limit FOR UPDATE OF n SKIP LOCKED"
+)
+
+
+SCAN_OWED = sa.text(_SCAN_OWED.format(lane=""))
+
+
+# One lane's oldest owed rows, through the partial index notifications_owed_by_lane (lane, id): the relay keeps
+# at most a window of each lane's wake-ups in Redis, so a 40,000-message campaign costs it a window, not 40,000.
+SCAN_OWED_LANE = sa.text(_SCAN_OWED.format(lane="AND n.lane = :lane "))
+
+PUSH_LATENCY = sa.text("INSERT INTO refresh_metrics (kind, tenant_id, latency_ms) VALUES ('push', :t, :l)")
+
+# ---- /ops (views.py) --------------------------------------------------------------------------------------------
+LANE_STATS = sa.text(
+    """
+    SELECT l.lane,
+           -- Owed work is what is DUE: a nudge scheduled for later is counted apart, never as overdue. Its age
+           -- is how long it has been due and waiting (since creation, or since its retry or schedule came due).
+           count(n.id) FILTER (WHERE n.status = 'QUEUED' AND n.next_attempt_at <= now()) AS depth,
+           coalesce(extract(epoch FROM now() - min(n.next_attempt_at)
+                                             FILTER (WHERE n.status = 'QUEUED' AND n.next_attempt_at <= now())), 0)
+               AS oldest_owed_seconds,
+           count(n.id) FILTER (WHERE n.status = 'QUEUED' AND n.next_attempt_at > now()) AS scheduled,
+           min(n.next_attempt_at) FILTER (WHERE n.status = 'QUEUED' AND n.next_attempt_at > now()) AS next_due,
+           coalesce(sum(n.attempts), 0) AS attempts,
+           count(n.id) FILTER (WHERE n.status = 'FAILED') AS failed,
+           count(n.id) FILTER (WHERE n.review = 'needs_review') AS review,
+           coalesce(bool_or(c.paused), false) AS paused
+    FROM unnest(ARRAY[{lanes}]) AS l(lane)
+    LEFT JOIN notifications n ON n.lane = l.lane AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t)
+    LEFT JOIN lane_controls c ON c.lane = l.lane
+    GROUP BY l.lane
+    ORDER BY array_position(ARRAY[{lanes}], l.lane)
+    """.format(lanes=lanes_sql_list())
+)
+
+
+LANE_LATENCY = sa.text(
+    "SELECT n.lane, percentile_cont(0.5) WITHIN GROUP (ORDER BY a.latency_ms) AS p50, "
+    "percentile_cont(0.99) WITHIN GROUP (ORDER BY a.latency_ms) AS p99, count(*) AS n "
+    "FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id "
+    "WHERE a.latency_ms IS NOT NULL AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t) GROUP BY n.lane"
+)
+
+
+OPS_SERIES = sa.text(
+    """
+    WITH minutes AS (
+      SELECT generate_series(date_trunc('minute', now()) - make_interval(mins => :m - 1),
+                             date_trunc('minute', now()), interval '1 minute') AS t
+    )
+    SELECT to_char(m.t, 'HH24:MI') AS minute,
+           (SELECT count(*) FROM notifications n
+             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + interval '1 minute'
+               AND ((n.status = 'QUEUED' AND n.next_attempt_at <= m.t + interval '1 minute')
+                    OR coalesce(n.sent_at, n.settled_at) > m.t + interval '1 minute')) AS depth,
+           -- Rows still owed are aged from when they came due (a scheduled nudge is not late before its time).
+           (SELECT coalesce(extract(epoch FROM max(m.t + interval '1 minute'
+                     - CASE WHEN n.status = 'QUEUED' THEN n.next_attempt_at ELSE n.created_at END)), 0)
+             FROM notifications n
+             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + interval '1 minute'
+               AND ((n.status = 'QUEUED' AND n.next_attempt_at <= m.t + interval '1 minute')
+                    OR coalesce(n.sent_at, n.settled_at) > m.t + interval '1 minute'))
+             AS oldest_seconds,
+           (SELECT coalesce(avg(extract(epoch FROM n.sent_at - n.created_at) * 1000), 0) FROM notifications n
+             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.sent_at >= m.t AND n.sent_at < m.t + interval '1 minute') AS latency_ms
+    FROM minutes m ORDER BY m.t
+    """
+)
+
+REVIEW_ITEMS = sa.text(
+    f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE (CAST(:t AS integer) IS NULL "
+    "OR n.tenant_id = :t) AND n.status = 'FAILED' "
+    "AND coalesce(n.review, 'needs_review') <> 'resolved' ORDER BY n.id DESC LIMIT 50")
+REFRESH_STATS = sa.text(
+    "SELECT count(*) AS pushes, percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms) AS p50, "
+    "percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms) AS p99 FROM refresh_metrics "
+    "WHERE kind = 'push' AND created_at > now() - interval '1 hour' "
+    "AND (CAST(:t AS int) IS NULL OR tenant_id = :t)")
+TENANTS = sa.text("SELECT id, name FROM tenants ORDER BY id")
+
+# ---- /metrics (telemetry.py) ------------------------------------------------------------------------------------
+# Upper bounds in seconds. One attempt's HTTP round trip, and commit to send (the SLO's 60 s is a bound).
+SEND_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+DELIVERY_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
+
+
+def _filters(expr: str, buckets: tuple[float, ...]) -> str:
+    return ", ".join(f"count(*) FILTER (WHERE {expr} <= {b!r}) AS b{i}" for i, b in enumerate(buckets))
+
+
+SEND_LATENCY = sa.text(f"""
+SELECT n.lane, count(*) AS n, coalesce(sum(a.latency_ms), 0) / 1000.0 AS total,
+       {_filters("a.latency_ms / 1000.0", SEND_BUCKETS)}
+FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id
+WHERE a.latency_ms IS NOT NULL GROUP BY n.lane""")
+# Commit to send, for rows that were owed at once: journey nudges are scheduled for later by design.
+DELIVERY_LATENCY = sa.text(f"""
+SELECT lane, count(*) AS n, coalesce(sum(extract(epoch FROM sent_at - created_at)), 0) AS total,
+       {_filters("extract(epoch FROM sent_at - created_at)", DELIVERY_BUCKETS)}
+FROM notifications WHERE sent_at IS NOT NULL AND intent_id IS NULL GROUP BY lane""")
+ATTEMPT_OUTCOMES = sa.text("""
+SELECT n.lane, a.outcome, coalesce(a.error_class, '') AS error_class, count(*) AS n
+FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id
+GROUP BY n.lane, a.outcome, coalesce(a.error_class, '')""")
+TENANT_MONEY = sa.text("""
+SELECT b.tenant_id, b.balance_cents,
+       coalesce((SELECT -sum(e.amount_cents) FROM balance_entries e WHERE e.tenant_id = b.tenant_id
+                 AND e.kind IN ('reserve', 'refund') AND e.created_at > now() - interval '1 hour'), 0)
+         AS spent_last_hour_cents
+FROM balances b ORDER BY b.tenant_id""")
+

@@ -20,7 +20,6 @@ import logging
 import time
 from collections.abc import Iterable
 
-import sqlalchemy as sa
 from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
 from arq.constants import job_key_prefix
@@ -28,6 +27,7 @@ from sqlalchemy.engine import Engine
 
 from domain import faults
 from domain.db import UnitOfWork
+from domain.delivery import sql
 from domain.delivery.queue import (
     DELIVER_TASK,
     FAN_OUT_TASK,
@@ -40,29 +40,13 @@ from domain.delivery.queue import (
     tenant_channel,
     wake_channel,
 )
-from domain.orders.commands import Committed, OwedRow
+from domain.ledger.owed import OwedRow
+from domain.orders.commands import Committed
 from domain.settings import get_settings
 
-# ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------
-_SCAN_OWED = (
-    "SELECT n.id, n.lane, n.next_attempt_at, n.leased_until IS NOT NULL AS lease_expired, "
-    "(n.leased_until IS NULL AND n.next_attempt_at < now() - make_interval(secs => :lease)) AS overdue "
-    "FROM notifications n "
-    "WHERE n.status = 'QUEUED' AND n.id > :after AND n.next_attempt_at <= now() + make_interval(secs => :horizon) "
-    "AND (n.leased_until IS NULL OR n.leased_until < now()) "
-    # A paused lane needs no wake-ups; resuming it NOTIFYs the relay.
-    "AND NOT EXISTS (SELECT 1 FROM lane_controls c WHERE c.lane = n.lane AND c.paused) {lane}"
-    "ORDER BY n.id LIMIT :limit FOR UPDATE OF n SKIP LOCKED"
-)
-
-
-SCAN_OWED = sa.text(_SCAN_OWED.format(lane=""))
-
-
-# One lane's oldest owed rows, through the partial index notifications_owed_by_lane (lane, id): the relay keeps
-# at most a window of each lane's wake-ups in Redis, so a 40,000-message campaign costs it a window, not 40,000.
-SCAN_OWED_LANE = sa.text(_SCAN_OWED.format(lane="AND n.lane = :lane "))
-
+# The relay's recovery scan: only owed rows, through the partial indexes (see domain/delivery/sql.py).
+SCAN_OWED = sql.SCAN_OWED
+SCAN_OWED_LANE = sql.SCAN_OWED_LANE
 
 log = logging.getLogger("outbox.wake")
 
@@ -193,6 +177,5 @@ async def after_commit(redis: ArqRedis | None, result: Committed) -> dict[str, i
 def record_push_latency(tenant_id: int, latency_ms: float, engine: Engine | None = None) -> None:
     """One measured publish-to-render delay of a live view (shown on /ops as push p50/p99)."""
     with UnitOfWork(engine) as uow:
-        uow.execute(sa.text("INSERT INTO refresh_metrics (kind, tenant_id, latency_ms) VALUES ('push', :t, :l)"),
-                    {"t": tenant_id, "l": latency_ms})
+        uow.execute(sql.PUSH_LATENCY, {"t": tenant_id, "l": latency_ms})
         uow.commit()

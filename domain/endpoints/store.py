@@ -15,15 +15,13 @@ import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.access import actions
 from domain.db import UnitOfWork
+from domain.endpoints import sql
 
 ROTATION_OVERLAP: Final = timedelta(hours=24)
-PUBLIC_COLUMNS = ("id, url, description, event_types, disabled_at IS NULL AS enabled, created_at, updated_at, "
-                  "previous_secret_until")
 
 
 def new_secret() -> str:
@@ -42,10 +40,7 @@ def create(tenant_id: int, url: str, description: str, event_types: list[str] | 
     """The new endpoint with its secret: the only answer that ever carries it whole."""
     secret = new_secret()
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sa.text(
-            "INSERT INTO webhook_endpoints (tenant_id, url, description, event_types, secret) "
-            "VALUES (:t, :u, :d, CAST(:e AS jsonb), :s) RETURNING " + PUBLIC_COLUMNS),
-            {"t": tenant_id, "u": url, "d": description, "e": _json(event_types), "s": secret}).one()
+        row = uow.execute(sql.CREATE, {"t": tenant_id, "u": url, "d": description, "e": _json(event_types), "s": secret}).one()
         actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="create webhook endpoint",
                        target=f"endpoint {row.id} → {url}")
         uow.commit()
@@ -58,24 +53,19 @@ def _json(v: list[str] | None) -> str | None:
 
 def list_endpoints(tenant_id: int, engine: Engine | None = None) -> list[dict[str, Any]]:
     with UnitOfWork(engine) as uow:
-        return [_public(r) for r in uow.execute(sa.text(
-            f"SELECT {PUBLIC_COLUMNS} FROM webhook_endpoints WHERE tenant_id = :t ORDER BY id"), {"t": tenant_id})]
+        return [_public(r) for r in uow.execute(sql.LIST, {"t": tenant_id})]
 
 
 def get(tenant_id: int, endpoint_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sa.text(f"SELECT {PUBLIC_COLUMNS} FROM webhook_endpoints WHERE tenant_id = :t AND id = :i"),
-                          {"t": tenant_id, "i": endpoint_id}).first()
+        row = uow.execute(sql.GET, {"t": tenant_id, "i": endpoint_id}).first()
     return _public(row) if row else None
 
 
 def set_enabled(tenant_id: int, endpoint_id: int, enabled: bool, actor_ref: str,
                 engine: Engine | None = None) -> dict[str, Any] | None:
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sa.text(
-            "UPDATE webhook_endpoints SET disabled_at = CASE WHEN :on THEN NULL ELSE coalesce(disabled_at, now()) END, "
-            f"updated_at = now() WHERE tenant_id = :t AND id = :i RETURNING {PUBLIC_COLUMNS}"),
-            {"t": tenant_id, "i": endpoint_id, "on": enabled}).first()
+        row = uow.execute(sql.SET_ENABLED, {"t": tenant_id, "i": endpoint_id, "on": enabled}).first()
         if row is None:
             return None
         actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref,
@@ -87,8 +77,7 @@ def set_enabled(tenant_id: int, endpoint_id: int, enabled: bool, actor_ref: str,
 
 def delete(tenant_id: int, endpoint_id: int, actor_ref: str, engine: Engine | None = None) -> bool:
     with UnitOfWork(engine) as uow:
-        gone = uow.execute(sa.text("DELETE FROM webhook_endpoints WHERE tenant_id = :t AND id = :i RETURNING url"),
-                           {"t": tenant_id, "i": endpoint_id}).first()
+        gone = uow.execute(sql.DELETE, {"t": tenant_id, "i": endpoint_id}).first()
         if gone is None:
             return False
         actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="delete webhook endpoint",
@@ -103,10 +92,7 @@ def rotate(tenant_id: int, endpoint_id: int, actor_ref: str, now: datetime | Non
     now = now or datetime.now(UTC)
     secret = new_secret()
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sa.text(
-            "UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = :until, secret = :s, "
-            f"updated_at = :now WHERE tenant_id = :t AND id = :i RETURNING {PUBLIC_COLUMNS}"),
-            {"t": tenant_id, "i": endpoint_id, "s": secret, "until": now + ROTATION_OVERLAP, "now": now}).first()
+        row = uow.execute(sql.ROTATE, {"t": tenant_id, "i": endpoint_id, "s": secret, "until": now + ROTATION_OVERLAP, "now": now}).first()
         if row is None:
             return None
         actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="rotate webhook endpoint secret",
@@ -120,8 +106,7 @@ def signing_secrets(tenant_id: int, endpoint_id: int, now: datetime | None = Non
     """For the sender only: the current secret, and the previous one while its overlap lasts."""
     now = now or datetime.now(UTC)
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sa.text("SELECT secret, previous_secret, previous_secret_until FROM webhook_endpoints "
-                                  "WHERE tenant_id = :t AND id = :i"), {"t": tenant_id, "i": endpoint_id}).first()
+        row = uow.execute(sql.SECRETS, {"t": tenant_id, "i": endpoint_id}).first()
     if row is None:
         return []
     out = [row.secret]

@@ -14,9 +14,7 @@ from sqlalchemy.engine import Engine
 
 from domain import faults
 from domain.db import UnitOfWork
-from domain.ledger.owed import (
-    OwedRow as OwedRow,  # also imported from here by the relay, wake-ups and the bench
-)
+from domain.ledger.owed import OwedRow
 from domain.ledger.write import NewMessage, ledger_message
 from domain.orders import sql
 from domain.orders.audience import order_event_audience

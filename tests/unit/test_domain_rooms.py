@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# delivery/ names its SQL in its own modules for now (the claim path is being rewritten); the others are done.
-NAMED_SQL_PACKAGES = ("access", "orders", "ledger", "journeys", "campaigns", "support")
+# Every package of domain/ that runs SQL (test_every_package_that_runs_sql_is_checked keeps this list whole).
+NAMED_SQL_PACKAGES = ("access", "orders", "ledger", "journeys", "campaigns", "support", "delivery", "endpoints")
 # A statement: raw text, or a Core statement built on the spot.
 INLINE_SQL = re.compile(r"\bsa\.(text|insert|update|delete|select)\(|\btext\(\s*[\"f]")
 INSERTS_MESSAGES = re.compile(r"INSERT\s+INTO\s+notifications\b|insert\(\s*(table_of\(Notification\)|NOTIFICATIONS)")
@@ -18,13 +18,22 @@ INSERTS_MESSAGES = re.compile(r"INSERT\s+INTO\s+notifications\b|insert\(\s*(tabl
 
 @pytest.mark.parametrize("package", NAMED_SQL_PACKAGES)
 def test_a_capability_names_every_statement_in_its_sql_module(package: str) -> None:
-    """Invariant: in access, orders, ledger, journeys, campaigns and support, every statement lives in the package's
-    `sql.py`; no other module of the package builds SQL inline (there is one place to read what it asks)."""
+    """Invariant: in every package of domain/ that runs SQL (access, orders, ledger, journeys, campaigns, support,
+    delivery, endpoints), every statement lives in the package's `sql.py`; no other module of the package builds SQL inline (there is one place to read what it asks)."""
     folder = ROOT / "domain" / package
     assert (folder / "sql.py").is_file(), f"domain/{package}/ has no sql.py"
     inline = [f"domain/{package}/{f.name}:{n}" for f in sorted(folder.glob("*.py")) if f.name != "sql.py"
               for n, line in enumerate(f.read_text().splitlines(), 1) if INLINE_SQL.search(line)]
     assert inline == [], f"SQL written outside sql.py: {inline}"
+
+
+def test_every_package_that_runs_sql_is_checked() -> None:
+    """Invariant: the rule covers all of domain/: a package with a `sql.py`, or with an inline statement, is in
+    NAMED_SQL_PACKAGES (a new package cannot slip past the check above by not being listed)."""
+    runs_sql = sorted(d.name for d in (ROOT / "domain").iterdir() if d.is_dir() and (
+        (d / "sql.py").is_file() or any(INLINE_SQL.search(f.read_text()) for f in d.glob("*.py"))))
+    missing = [name for name in runs_sql if name not in NAMED_SQL_PACKAGES]
+    assert missing == [], f"packages of domain/ that run SQL but are not checked: {missing}"
 
 
 def test_only_the_ledger_inserts_messages() -> None:

@@ -85,7 +85,7 @@ def codes(n: int, recipient_id: int, committed: dict[int, float] | None = None) 
     gets each code's commit time (this process's wall clock, right after the ledger commit returned)."""
     from domain.delivery.wakeups import arq_pool, enqueue_after_commit
     from domain.ledger import otp
-    from domain.orders.commands import OwedRow
+    from domain.ledger.owed import OwedRow
 
     async def run() -> list[int]:
         pool = await arq_pool()
