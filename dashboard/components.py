@@ -45,11 +45,18 @@ NAV: list[tuple[str, str, str]] = []  # (label, route, icon) filled by the page 
 def nav_link(label: str, route: str, icon_name: str) -> rx.Component:
     link = rx.link(
         rx.hstack(icon(icon_name, size=16), rx.text(label, size="2", weight="medium"), spacing="2", align="center"),
-        href=route, underline="none", color_scheme="gray", high_contrast=True,
+        href=route, underline="none", color_scheme="gray", high_contrast=True, white_space="nowrap", flex_shrink="0",
         padding_x="10px", padding_y="6px", border_radius="6px", _hover={"background": rx.color("gray", 3)},
     )
     # Platform on-call belongs to no tenant: only the Ops page (the server redirects the others anyway).
     return link if route == "/ops" else rx.cond(AuthState.platform, rx.fragment(), link)
+
+
+# Where the navigation goes, by Radix breakpoint (initial, xs 520, sm 768, md 1024, lg 1280, xl 1640): in the top bar
+# only from 1640 px, where every link fits beside the operator's badges; below that, a row of its own that never
+# wraps and scrolls sideways inside itself if it must (a wrapped top bar hid "Log out" at 960 px).
+NAV_IN_BAR = ["none", "none", "none", "none", "none", "flex"]
+NAV_BELOW = ["flex", "flex", "flex", "flex", "flex", "none"]
 
 
 def shell(title: str | rx.Var[str], *children: rx.Component, actions: rx.Component | None = None) -> rx.Component:
@@ -60,7 +67,7 @@ def shell(title: str | rx.Var[str], *children: rx.Component, actions: rx.Compone
                 rx.heading("Outbox", size="4", weight="bold"),
                 spacing="2", align="center",
             ),
-            rx.hstack(*[nav_link(*n) for n in NAV], spacing="1", wrap="wrap", display=["none", "none", "flex"]),
+            rx.hstack(*[nav_link(*n) for n in NAV], spacing="1", display=NAV_IN_BAR, data_testid="nav-bar"),
             rx.spacer(),
             rx.cond(AuthState.logged_in & ~AuthState.platform,
                     rx.box(search_box(testid="nav-search"), width="260px", display=["none", "none", "block"])),
@@ -73,20 +80,21 @@ def shell(title: str | rx.Var[str], *children: rx.Component, actions: rx.Compone
                             display=["none", "inline"]),
                     rx.button("Log out", on_click=AuthState.logout, variant="ghost", size="1",
                               data_testid="logout"),
-                    spacing="3", align="center",
+                    spacing="3", align="center", flex_shrink="0",
                 ),
             ),
-            padding_x="20px", padding_y="10px", align="center", spacing="5",
+            padding_x=["12px", "20px"], padding_y="10px", align="center", spacing="5",
             border_bottom=f"1px solid {rx.color('gray', 5)}", background=rx.color("gray", 1),
             position="sticky", top="0", z_index="10",
         ),
-        rx.hstack(*[nav_link(*n) for n in NAV], spacing="1", wrap="wrap", padding_x="12px", padding_y="6px",
-                  display=["flex", "flex", "none"], border_bottom=f"1px solid {rx.color('gray', 4)}"),
+        rx.hstack(*[nav_link(*n) for n in NAV], spacing="1", padding_x="12px", padding_y="6px", overflow_x="auto",
+                  display=NAV_BELOW, border_bottom=f"1px solid {rx.color('gray', 4)}", data_testid="nav-row"),
         rx.box(
             rx.hstack(rx.heading(title, size="6"), rx.spacer(), actions or rx.fragment(), align="center",
                       margin_bottom="16px", wrap="wrap", spacing="3"),
             *children,
-            padding=["12px", "20px", "24px"], max_width="1280px", margin_x="auto",
+            # min_width 0: a wide table scrolls inside its own box instead of widening the page.
+            padding=["12px", "20px", "24px"], max_width="1280px", margin_x="auto", min_width="0",
         ),
         min_height="100vh", background=rx.color("gray", 2),
     )

@@ -6,7 +6,7 @@ import reflex as rx
 
 from dashboard import components, sessions
 from dashboard.api.app import build_api
-from dashboard.pages import all_pages
+from dashboard.pages import all_pages, not_found
 from dashboard.state import AuthState
 from domain import logs
 
@@ -26,3 +26,4 @@ components.NAV.extend((p.nav[0], p.route, p.nav[1]) for p in pages if p.nav)
 for page in pages:
     app.add_page(page.component, route=page.route, title=page.title, on_load=page.on_load)
 app.add_page(index, route="/", title="Outbox", on_load=AuthState.go_home)
+app.add_page(not_found.not_found_page, route=not_found.ROUTE, title="Page not found · Outbox")

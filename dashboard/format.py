@@ -28,6 +28,57 @@ def when(ts: datetime | None) -> str:
     return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if ts else "—"
 
 
+def change_line(change: dict[str, Any] | None) -> str:
+    """Who made an order's latest change, what and when: "approved by alice at 07:46:29" (UTC). Empty when the order
+    is still at the revision it entered the system with."""
+    if not change:
+        return ""
+    what = str(change["event_type"]).removeprefix("order.")
+    who = str(change["actor_ref"]).removeprefix("operator:")
+    return f"{what} by {who} at {change['occurred_at'].astimezone(UTC):%H:%M:%S}"
+
+
+def cost_text(n: dict[str, Any]) -> str:
+    """What a message cost the balance, only where it was charged. With the ledger's money columns: the charge of a
+    SENT/DELIVERED row, "reserved" while QUEUED, "refunded" after a reserve given back; without them (other lists):
+    the price of a sent row. A row that was never charged (suppressed before any reserve) shows "—"."""
+    status, held = n["status"], n.get("reserved_cents")
+    if status in ("SENT", "DELIVERED"):
+        return money(n.get("cost_cents") if held is None else held)
+    if status == "QUEUED" and held:
+        return f"{money(held)} reserved"
+    if n.get("refunded_cents"):
+        return f"refunded {money(n['refunded_cents'])}"
+    return "—"
+
+
+def rate_text(done: int, attempted: int) -> str:
+    """A delivery rate with what it is over: "98% of 64 attempted", or "—" when nothing was attempted."""
+    return f"{100 * done / attempted:.0f}% of {attempted:,} attempted" if attempted else "—"
+
+
+AMBER_SHARE = 0.8  # a lane whose oldest due work passed this share of the SLO is about to breach it
+
+
+def ops_banner(lanes: list[dict[str, Any]], slo_seconds: float, review: int) -> tuple[str, str]:
+    """The ops page's one-line verdict, (level, text): red when a lane's oldest due work is over the SLO; amber before
+    a breach (over AMBER_SHARE of it), when a lane is paused, or when rows wait for a human; green otherwise."""
+    over = [x["lane"] for x in lanes if x["oldest_owed_seconds"] > slo_seconds]
+    if over:
+        return "red", f"SLO breached on {', '.join(over)}: due work older than {slo_seconds:.0f}s."
+    near = [x["lane"] for x in lanes if x["oldest_owed_seconds"] > AMBER_SHARE * slo_seconds]
+    paused = [x["lane"] for x in lanes if x["paused"]]
+    why = ([f"close to the SLO on {', '.join(near)}"] if near else []) + \
+          ([f"paused: {', '.join(paused)}"] if paused else []) + ([f"{review} waiting for a human"] if review else [])
+    if why:
+        return "amber", "Attention — " + "; ".join(why) + "."
+    return "green", f"All lanes within the {slo_seconds:.0f}s SLO."
+
+
+def ago(seconds: float) -> str:
+    return f"updated {max(0, int(seconds))} s ago"
+
+
 RECEIVER_SAID = {"sent": "accepted", "already_processed": "already processed", "retry": "try again",
                  "failed": "refused"}
 
@@ -52,7 +103,7 @@ def notification(n: dict[str, Any]) -> dict[str, str]:
         "effect": n.get("effect_ref") or n.get("provider_reference") or "—",
         # What the receiver answered last, as the worker recorded it ("already processed" after a redelivery).
         "receiver_said": RECEIVER_SAID.get(n.get("last_outcome") or "", "—"),
-        "cost": money(n.get("cost_cents")),
+        "cost": cost_text(n),
         "created": when(n.get("created_at")),
         "sent": when(n.get("sent_at")),
         "reason": reason,

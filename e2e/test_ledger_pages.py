@@ -8,6 +8,7 @@ when; a top-up reference credits once; an ordinary operator is not offered the t
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -87,7 +88,19 @@ def test_a_campaign_started_in_the_page_shows_its_progress_live(new_operator):
     a.goto(f"{APP}/campaigns")
     a.get_by_test_id("campaign-name").fill("Browser blast")
     a.get_by_test_id("campaign-start").click()
+    summary = a.get_by_test_id("campaign-summary")  # nothing starts before the audience and cost are shown
+    summary.wait_for()
+    assert re.search(r"to [\d,]+ people .*estimated cost up to \d+\.\d\d EUR", summary.inner_text()), \
+        summary.inner_text()
+    with get_engine().connect() as c:
+        assert c.execute(sa.text("SELECT count(*) FROM campaigns WHERE name = 'Browser blast'")).scalar() == 0
+    a.get_by_test_id("campaign-note").fill("winter offer, approved by marketing")
+    a.get_by_test_id("campaign-confirm").click()
     a.get_by_test_id("campaign-notice").wait_for()
+    with get_engine().connect() as c:
+        kept = c.execute(sa.text("SELECT actor_ref FROM operator_actions WHERE action = 'campaign start' "
+                                 "AND note = 'winter offer, approved by marketing'")).all()
+    assert [k.actor_ref for k in kept] == ["operator:alice"], "the start is kept with who and why"
     a.wait_for_function("() => [...document.querySelectorAll('[data-testid=campaign-row]')].some(r => "
                         "r.innerText.includes('Browser blast') && /done|running/.test(r.innerText))",
                         timeout=60_000)

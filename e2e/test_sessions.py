@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from dashboard.live import HUB_CLIENT_NAME
 from dashboard.pages.campaigns import CampaignsState
 from dashboard.pages.ops import OpsState
+from dashboard.pages.order_detail import OrderState
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
 from domain.delivery.queue import ARMED_FAULTS, order_channel, tenant_channel
@@ -175,12 +176,22 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
     refused(sam, "can resolve")
     sam.forge(OpsState, "toggle_lane", {"lane": "bulk", "paused": "no"})
     refused(sam, "Only platform on-call can pause or resume a lane")
+    sam.forge(OpsState, "ask", {"action": "replay", "target": str(nid)})  # the confirmed path asks the same gate
+    sam.page.get_by_test_id("confirm-note").fill("forged")
+    sam.forge(OpsState, "confirm", {"form": {"note": "forged note"}})
+    sam.page.wait_for_function("() => !document.querySelector('[data-testid=confirm-dialog]')")
+    refused(sam, "Only operators of this tenant (or platform on-call) can replay")
     sam.goto(f"{APP}/campaigns")
     sam.page.get_by_test_id("campaign-start").wait_for()
     assert sam.page.get_by_test_id("campaign-start").is_disabled()
     sam.forge(CampaignsState, "create", {"form": {"name": "forged", "segment": "all_reachable",
                                                   "template": "offer", "channel": "email"}})
     sam.page.wait_for_function("() => document.body.innerText.includes('Only operators of this tenant can start')")
+    sam.goto(f"{APP}/campaigns")
+    sam.forge(CampaignsState, "preview", {"form": {"name": "forged", "segment": "all_reachable",
+                                                   "template": "offer", "channel": "email"}})
+    sam.page.wait_for_function("() => document.body.innerText.includes('Only operators of this tenant can start')")
+    assert sam.page.get_by_test_id("campaign-summary").count() == 0, "support is not even shown the preview"
     sam.page.context.close()
 
     alice = tapped_login(browser, "alice")  # tenant 42's on-call: her tenant's money, not every tenant's lanes
@@ -199,6 +210,28 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
         "refused actions leave no audit row (nothing happened)"
     with get_engine().connect() as c:
         assert c.execute(sa.text("SELECT count(*) FROM campaigns WHERE name = 'forged'")).scalar() == 0
+
+
+def test_a_forged_cancel_of_an_approved_order_gets_the_policy_answer_and_changes_nothing(browser):
+    """The page no longer offers Cancel on an approved order; the handler still asks the policy, so a cancel sent
+    on the tab's own socket is refused in words and writes no event."""
+    oid = create_order(tenant_id=42, customer_ref="cust-002", amount_cents=900, currency="EUR")
+    alice = tapped_login(browser, "alice")
+    alice.goto(f"{APP}/orders/{oid}")
+    alice.page.get_by_test_id("approve").click()
+    alice.page.get_by_test_id("fulfill").wait_for()
+    assert alice.page.get_by_test_id("cancel").count() == 0
+    with get_engine().connect() as c:
+        before = c.execute(sa.text("SELECT count(*) FROM outbox_events WHERE aggregate_id = :o"),
+                           {"o": str(oid)}).scalar_one()
+    alice.forge(OrderState, "cancel", {})
+    alice.page.wait_for_function("() => { const e = document.querySelector('[data-testid=command-error]'); "
+                                 "return e && e.innerText.includes('Not allowed') }")
+    with get_engine().connect() as c:
+        after = c.execute(sa.text("SELECT count(*), max(status) FROM outbox_events e JOIN orders o "
+                                  "ON o.id = :i WHERE e.aggregate_id = :o"), {"o": str(oid), "i": oid}).one()
+    assert (after[0], after[1]) == (before, "approved"), "the refused cancel wrote nothing"
+    alice.page.context.close()
 
 
 def publish_and_wake(result: Committed) -> None:

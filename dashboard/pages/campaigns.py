@@ -12,7 +12,7 @@ from reflex.vars import ObjectVar
 from dashboard import live, routes
 from dashboard.components import card, data_table, error_callout, shell
 from dashboard.events import Followup, event
-from dashboard.format import parse_id, when
+from dashboard.format import money, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -42,6 +42,11 @@ class CampaignsState(AuthState):
     rows: rx.Field[list[dict[str, Any]]] = rx.field(default_factory=list)
     error: rx.Field[str] = rx.field("")
     notice: rx.Field[str] = rx.field("")
+    # The confirmation before a start: what was asked for, and who and what it would cost.
+    pending_name: rx.Field[str] = rx.field("")
+    pending_summary: rx.Field[str] = rx.field("")
+    confirm_error: rx.Field[str] = rx.field("")
+    _pending: dict[str, str] = {}  # backend-only: the form as submitted (segment, template, channel, name)
 
     @event
     async def load(self) -> Followup:
@@ -67,8 +72,9 @@ class CampaignsState(AuthState):
                 self.rows = rows
 
     @event
-    async def create(self, form: dict[str, str]) -> None:
-        self.error = self.notice = ""
+    async def preview(self, form: dict[str, str]) -> None:
+        """Step one of a start: say to how many people and at most at what cost, and ask for a note."""
+        self.error = self.notice = self.confirm_error = ""
         if not await self._allowed(Act.MESSAGES):
             self.error = refusal(Act.MESSAGES)
             return
@@ -76,11 +82,40 @@ class CampaignsState(AuthState):
         if not name:
             self.error = "Give the campaign a name."
             return
+        segment, channel = str(form.get("segment", "")), str(form.get("channel", ""))
+        p = await asyncio.to_thread(campaign_views.preview, self._tenant_id, segment, channel)
+        if p is None:
+            self.error = f"No segment {segment!r}."
+            return
+        self._pending = {"name": name, "segment": segment, "channel": channel,
+                         "template": str(form.get("template", ""))}
+        self.pending_name = name
+        self.pending_summary = (f"“{form.get('template', '')}” by {channel} to {p['audience']:,} people "
+                                f"({segment}), estimated cost up to {money(p['cost_cents'])} "
+                                f"({money(p['price_cents'])} each; suppressed messages are refunded).")
+
+    @event
+    def close_confirm(self) -> None:
+        self.pending_name, self._pending = "", {}
+
+    @event
+    async def create(self, form: dict[str, str]) -> None:
+        """Step two: start what was previewed, the note kept with who started it."""
+        self.error = self.notice = self.confirm_error = ""
+        if not await self._allowed(Act.MESSAGES):
+            self.error, self.pending_name = refusal(Act.MESSAGES), ""
+            return
+        pending, note = dict(self._pending), str(form.get("note", "")).strip()[:500]
+        if not pending:
+            return
+        if not note:
+            self.confirm_error = "Say why: the note is kept with your name."
+            return
+        self.pending_name, self._pending = "", {}
         try:
             cid = await asyncio.to_thread(lambda: campaign_fan_out.create(
-                tenant_id=self._tenant_id, name=name, segment=str(form.get("segment", "")),
-                template=str(form.get("template", "")), channel=str(form.get("channel", "")),
-                actor_ref=self._actor_ref))
+                tenant_id=self._tenant_id, name=pending["name"], segment=pending["segment"],
+                template=pending["template"], channel=pending["channel"], actor_ref=self._actor_ref, note=note))
         except SendRefused as exc:
             self.error = str(exc)
             return
@@ -124,6 +159,26 @@ def _campaign_row(c: ObjectVar[dict[str, Any]]) -> rx.Component:
         data_testid="campaign-row")
 
 
+def _confirm_start() -> rx.Component:
+    return rx.alert_dialog.root(
+        rx.alert_dialog.content(
+            rx.alert_dialog.title(rx.text("Start “", CampaignsState.pending_name, "”?")),
+            rx.alert_dialog.description(CampaignsState.pending_summary, size="2", data_testid="campaign-summary"),
+            rx.form(rx.vstack(
+                rx.text_area(name="note", placeholder="Why, for whoever looks later", max_length=500, width="100%",
+                             data_testid="campaign-note"),
+                rx.cond(CampaignsState.confirm_error != "", rx.text(CampaignsState.confirm_error, size="1",
+                                                                    color=rx.color("red", 11))),
+                rx.hstack(rx.spacer(),
+                          rx.button("Cancel", type="button", variant="soft", color_scheme="gray",
+                                    on_click=CampaignsState.close_confirm),
+                          rx.button("Start campaign", type="submit", data_testid="campaign-confirm"), width="100%"),
+                spacing="3", width="100%"), on_submit=CampaignsState.create, reset_on_submit=True),
+            max_width="480px"),
+        open=CampaignsState.pending_name != "",
+    )
+
+
 def campaigns_page() -> rx.Component:
     return shell(
         "Campaigns",
@@ -138,8 +193,9 @@ def campaigns_page() -> rx.Component:
                                                               default_value="email"), spacing="1"),
             rx.button("Start campaign", type="submit", disabled=~CampaignsState.may_change,
                       data_testid="campaign-start"),
-            gap="12px", align="end", wrap="wrap"), on_submit=CampaignsState.create, reset_on_submit=True),
+            gap="12px", align="end", wrap="wrap"), on_submit=CampaignsState.preview),
             margin_bottom="12px"),
+        _confirm_start(),
         rx.text("Campaigns ride the bulk lane, paced by its token bucket: they never delay a one-time code on the "
                 "critical lane. Quiet hours defer them to each person's morning.", size="2",
                 color=rx.color("gray", 11), margin_bottom="8px"),

@@ -11,7 +11,7 @@ import reflex as rx
 from dashboard import paging, routes
 from dashboard.components import Row, data_table, loading, shell, stat, status_badge
 from dashboard.events import Followup, event
-from dashboard.format import money, notification
+from dashboard.format import money, notification, rate_text
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.delivery.queue import LANES
@@ -35,7 +35,9 @@ class LedgerState(AuthState):
     window: rx.Field[str] = rx.field("24h")
     recipient: rx.Field[str] = rx.field("")
     total: rx.Field[str] = rx.field("0")
-    cost: rx.Field[str] = rx.field(money(0))
+    charged: rx.Field[str] = rx.field(money(0))
+    reserved: rx.Field[str] = rx.field(money(0))
+    refunded: rx.Field[str] = rx.field(money(0))
     delivery_rate: rx.Field[str] = rx.field("—")
     suppressed: rx.Field[str] = rx.field("0")
     failed: rx.Field[str] = rx.field("0")
@@ -86,12 +88,14 @@ class LedgerState(AuthState):
         t = data["totals"]
         self.rows = [notification(n) for n in data["rows"]]
         self.channels = [{
-            "channel": c["channel"], "total": str(c["total"]), "delivered": str(c["delivered"]),
-            "rate": f"{c['delivery_rate'] * 100:.0f}%" if c["delivery_rate"] is not None else "—",
-            "suppressed": str(c["suppressed"]), "failed": str(c["failed"]), "cost": money(c["cost_cents"]),
+            "channel": c["channel"], "total": str(c["total"]), "attempted": str(c["attempted_final"]),
+            "delivered": str(c["delivered"]), "rate": rate_text(c["delivered"], c["attempted_final"]),
+            "suppressed": str(c["suppressed"]), "failed": str(c["failed"]), "charged": money(c["charged_cents"]),
         } for c in data["channels"]]
-        self.total, self.cost = str(t["total"]), money(t["cost_cents"])
-        self.delivery_rate = f"{t['delivery_rate'] * 100:.0f}%" if t["delivery_rate"] is not None else "—"
+        self.total = str(t["total"])
+        self.charged, self.reserved = money(t["charged_cents"]), money(t["reserved_cents"])
+        self.refunded = money(t["refunded_cents"])
+        self.delivery_rate = rate_text(t["delivered"], t["attempted_final"])
         self.suppressed, self.failed, self.queued = str(t["suppressed"]), str(t["failed"]), str(t["queued"])
         self.is_loading = False
 
@@ -149,7 +153,7 @@ def _row(n: Row) -> rx.Component:
                                 rx.cond(n["reason"] != "", rx.text(n["reason"], size="1",
                                                                    color=rx.color("gray", 11))), spacing="1")),
         rx.table.cell(n["attempts"]),
-        rx.table.cell(n["cost"]),
+        rx.table.cell(rx.text(n["cost"], data_testid="ledger-row-cost")),
         rx.table.cell(rx.link(rx.code(n["event_short"]), href=f"/audit?q={n['event_id']}")),
         data_testid="ledger-row",
     )
@@ -159,8 +163,9 @@ def _channel_row(c: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.link(c["channel"], on_click=LedgerState.set_filter("channel", c["channel"]),
                               weight="bold", cursor="pointer")),
-        rx.table.cell(c["total"]), rx.table.cell(c["delivered"]), rx.table.cell(c["rate"]),
-        rx.table.cell(c["suppressed"]), rx.table.cell(c["failed"]), rx.table.cell(c["cost"]),
+        rx.table.cell(c["total"]), rx.table.cell(c["attempted"]), rx.table.cell(c["delivered"]),
+        rx.table.cell(rx.text(c["rate"], data_testid="channel-rate")),
+        rx.table.cell(c["suppressed"]), rx.table.cell(c["failed"]), rx.table.cell(c["charged"]),
         data_testid="channel-row",
     )
 
@@ -176,14 +181,17 @@ def ledger_page() -> rx.Component:
         "Ledger",
         rx.flex(
             stat("Messages", LedgerState.total, "ledger-total"),
-            stat("Cost (sent)", LedgerState.cost, "ledger-cost"),
+            stat("Charged", LedgerState.charged, "ledger-charged"),
+            stat("Reserved (queued)", LedgerState.reserved, "ledger-reserved"),
+            stat("Refunded", LedgerState.refunded, "ledger-refunded"),
             stat("Delivery rate", LedgerState.delivery_rate, "ledger-rate", "green"),
             stat("Queued", LedgerState.queued, colour="amber"),
-            stat("Suppressed", LedgerState.suppressed),
+            stat("Suppressed (not attempted)", LedgerState.suppressed, "ledger-suppressed"),
             stat("Failed", LedgerState.failed, colour="red"),
             gap="12px", wrap="wrap", width="100%", margin_bottom="16px",
         ),
-        rx.box(data_table(["Channel", "Messages", "Delivered", "Delivery rate", "Suppressed", "Failed", "Cost"],
+        rx.box(data_table(["Channel", "Messages", "Attempted", "Delivered", "Delivery rate", "Suppressed", "Failed",
+                           "Charged"],
                           LedgerState.channels, _channel_row, "No messages in this window.", "channel-table"),
                margin_bottom="16px", width="100%"),
         rx.flex(

@@ -32,7 +32,7 @@ from dashboard.components import (
     status_badge,
 )
 from dashboard.events import Followup, event
-from dashboard.format import money, notification, parse_id, when
+from dashboard.format import change_line, money, notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -46,7 +46,7 @@ from domain.orders.policy import Reject, allowed_commands
 PAST = {"approve": "approved", "cancel": "cancelled", "fulfill": "fulfilled"}
 
 ERROR_TEXT = {
-    "optimistic_conflict": "Someone changed this order first: it is now at revision {rev}. "
+    "optimistic_conflict": "Someone changed this order first{change}: it is now at revision {rev}. "
                            "The page shows the latest state; check it and try again.",
     "policy_denied": "Not allowed: an order that is {status} cannot be {requested}. Nothing was changed.",
     "unknown_command": "Unknown action.",
@@ -59,6 +59,7 @@ def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[
     order = order_views.get_order(tenant, order_id)
     if order is None:
         return None, [], version
+    order["last_change"] = change_line(order_views.last_change(tenant, order_id))
     return order, [notification(n) for n in order_views.order_notifications(tenant, order_id)], version
 
 
@@ -73,12 +74,15 @@ class OrderState(AuthState):
     notifications: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     can_approve: rx.Field[bool] = rx.field(False)
     can_fulfill: rx.Field[bool] = rx.field(False)
+    can_cancel: rx.Field[bool] = rx.field(False)
+    last_change: rx.Field[str] = rx.field("")  # "approved by alice at 07:46:29"
+    pushed: rx.Field[str] = rx.field("")  # the last change another operator made while this page was open
     error: rx.Field[str] = rx.field("")
     notice: rx.Field[str] = rx.field("")
     missed: rx.Field[str] = rx.field("")
     busy: rx.Field[bool] = rx.field(False)
     # "<order_id>:<revision>" last delivered to this browser tab (client-side storage).
-    seen: rx.Field[str] = rx.field( rx.SessionStorage("", name="outbox_seen_revision"))
+    seen: str = rx.SessionStorage("", name="outbox_seen_revision")
     _version: str | None = None  # backend-only: `order_views.order_version` read just before what is shown
 
     def _apply(self, order: dict[str, Any] | None, notes: list[dict[str, str]], version: str | None) -> None:
@@ -94,9 +98,11 @@ class OrderState(AuthState):
         self.status, self.revision = order["status"], new_rev
         self.customer, self.amount = order["customer_ref"], money(order["amount_cents"], order["currency"])
         self.updated = when(order["updated_at"])
+        self.last_change = order["last_change"]
         allowed = allowed_commands(order["status"])
-        # Cancel stays clickable on purpose: trying it on an approved order shows the policy answer.
+        # Only what the state allows is offered (the handler still asks the policy: a forged event gets its answer).
         self.can_approve, self.can_fulfill = "approve" in allowed, "fulfill" in allowed
+        self.can_cancel = "cancel" in allowed
         self.notifications = notes
         self.seen = f"{self.order_id}:{new_rev}"
 
@@ -110,13 +116,13 @@ class OrderState(AuthState):
             self.found = False
             return None
         if oid != self.order_id:
-            self.missed, self.error, self.notice = "", "", ""
+            self.missed, self.error, self.notice, self.pushed = "", "", "", ""
         self.order_id = oid
         self._apply(*await asyncio.to_thread(_load, self._tenant_id, self.order_id))
         return OrderState.watch if self.found else None
 
     async def _command(self, command: str) -> AsyncIterator[Followup]:
-        self.busy, self.error, self.notice = True, "", ""
+        self.busy, self.error, self.notice, self.pushed = True, "", "", ""
         yield None
         if not self.order_id or not await self._allowed(Act.ORDERS):
             self.busy, self.error = False, refusal(Act.ORDERS)
@@ -127,13 +133,13 @@ class OrderState(AuthState):
         if isinstance(result, Committed):
             await after_commit(await live.arq(), result)
             self.notice = f"{PAST[command]} at revision {result.revision} · event {result.event_id}"
-        elif isinstance(result, Reject):
-            self.error = ERROR_TEXT[result.error].format(rev=result.current_revision, status=result.current_status,
-                                                         requested=PAST[command])
         elif isinstance(result, NotFound):
             self.error = "This order no longer exists for your tenant."
         loaded = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
         if isinstance(result, Reject):
+            change = loaded[0]["last_change"] if loaded[0] else ""  # who moved it, e.g. "approved by alice at …"
+            self.error = ERROR_TEXT[result.error].format(rev=result.current_revision, status=result.current_status,
+                                                         requested=PAST[command], change=f" ({change})" if change else "")
             self.seen = ""  # a conflict reload is expected, not a missed refresh
         self._apply(*loaded)
         self.busy = False
@@ -178,6 +184,8 @@ class OrderState(AuthState):
                     if msg.get("kind") == "order" and rev > self.revision + 1:
                         self.missed = ("refresh missed — reloaded at revision "
                                        f"{loaded[0]['revision'] if loaded[0] else rev}")
+                    if loaded[0] and int(loaded[0]["revision"]) > self.revision and not self.busy:
+                        self.pushed = loaded[0]["last_change"]  # a change made elsewhere: say who and when
                     self._apply(*loaded)
                 view.seen = loaded[2]
                 if msg.get("kind") == "order" and msg.get("published_at"):
@@ -220,6 +228,9 @@ def order_page() -> rx.Component:
                 rx.cond(OrderState.notice != "", rx.callout(OrderState.notice, icon="circle_check",
                                                             color_scheme="green", data_testid="command-notice",
                                                             width="100%")),
+                rx.cond(OrderState.pushed != "", rx.callout(rx.text("Changed while you watched: ", OrderState.pushed),
+                                                            icon="bell", color_scheme="blue", width="100%",
+                                                            data_testid="pushed-change")),
                 card(
                     rx.flex(
                         rx.vstack(rx.text("Status", size="1", color=rx.color("gray", 11)),
@@ -234,20 +245,23 @@ def order_page() -> rx.Component:
                                   rx.text(OrderState.amount, weight="medium"), spacing="1"),
                         rx.vstack(rx.text("Updated (UTC)", size="1", color=rx.color("gray", 11)),
                                   rx.text(OrderState.updated, size="2"), spacing="1"),
+                        rx.cond(OrderState.last_change != "", rx.vstack(
+                            rx.text("Last change (UTC)", size="1", color=rx.color("gray", 11)),
+                            rx.text(OrderState.last_change, size="2", data_testid="last-change"), spacing="1")),
                         rx.spacer(),
                         rx.cond(~OrderState.may_change, rx.badge("read-only (support)", variant="soft",
                                                                   color_scheme="gray", data_testid="read-only")),
-                        rx.cond(OrderState.may_change, rx.hstack(
-                            rx.button(icon("check", size=16), "Approve", on_click=OrderState.approve,
-                                      disabled=~OrderState.can_approve, loading=OrderState.busy,
-                                      data_testid="approve", color_scheme="green"),
+                        rx.cond(OrderState.may_change, rx.flex(
+                            rx.cond(OrderState.can_approve, rx.button(
+                                icon("check", size=16), "Approve", on_click=OrderState.approve,
+                                loading=OrderState.busy, data_testid="approve", color_scheme="green")),
                             rx.cond(OrderState.can_fulfill, rx.button(
                                 icon("truck", size=16), "Mark fulfilled", on_click=OrderState.fulfill,
                                 loading=OrderState.busy, data_testid="fulfill", color_scheme="blue")),
-                            rx.button(icon("x", size=16), "Cancel order", on_click=OrderState.cancel,
-                                      loading=OrderState.busy, data_testid="cancel", color_scheme="red",
-                                      variant="soft"),
-                            spacing="2",
+                            rx.cond(OrderState.can_cancel, rx.button(
+                                icon("x", size=16), "Cancel order", on_click=OrderState.cancel,
+                                loading=OrderState.busy, data_testid="cancel", color_scheme="red", variant="soft")),
+                            gap="8px", wrap="wrap", data_testid="order-actions",
                         )),
                         gap="24px", wrap="wrap", align="center", width="100%",
                     ),

@@ -16,6 +16,7 @@ from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.delivery.queue import tenant_channel
 from domain.orders import views as order_views
+from domain.orders.policy import ORDER_STATUSES
 
 
 class OrdersState(AuthState):
@@ -34,6 +35,8 @@ class OrdersState(AuthState):
 
     @event
     async def set_status_filter(self, value: str) -> None:
+        if not self._tenant_id or value not in ("all", *ORDER_STATUSES):
+            return  # logged out, or a value the select never offers: nothing changes
         self.status_filter = value
         self._version, self.rows = await asyncio.to_thread(self._fetch_for, self._tenant_id, self.status_filter)
 
@@ -91,7 +94,7 @@ def orders_page() -> rx.Component:
             data_table(["Order", "Customer", "Amount", "Status", "Revision", "Updated (UTC)"], OrdersState.rows,
                        _row, "No orders match this filter.", "orders-table"),
         ),
-        actions=rx.select(["all", "authorized", "approved", "cancelled"], value=OrdersState.status_filter,
+        actions=rx.select(["all", *ORDER_STATUSES], value=OrdersState.status_filter,
                           on_change=OrdersState.set_status_filter, size="2"),
     )
 

@@ -15,6 +15,7 @@ from typing import Final
 
 from sqlalchemy.engine import Engine
 
+from domain.access import actions as operator_actions
 from domain.campaigns import sql
 from domain.campaigns.segments import SEGMENTS
 from domain.db import UnitOfWork
@@ -26,7 +27,7 @@ BATCH: Final[int] = 5_000
 
 
 def create(*, tenant_id: int, name: str, segment: str, template: str, channel: str, actor_ref: str,
-           engine: Engine | None = None) -> int:
+           note: str = "", engine: Engine | None = None) -> int:
     if segment not in SEGMENTS:
         raise SendRefused("unknown_segment", f"no segment {segment!r}; segments are {', '.join(SEGMENTS)}")
     if channel not in PEOPLE_CHANNELS:
@@ -35,8 +36,10 @@ def create(*, tenant_id: int, name: str, segment: str, template: str, channel: s
         check_template(uow, template, channel)
         total = uow.execute(sql.count_audience(SEGMENTS[segment](channel)),
                             {"t": tenant_id, "channel": channel}).scalar_one()
-        cid = uow.execute(sql.INSERT_CAMPAIGN, {"t": tenant_id, "n": name, "s": segment, "tpl": template, "c": channel, "total": total,
-             "a": actor_ref}).scalar_one()
+        cid = uow.execute(sql.INSERT_CAMPAIGN, {"t": tenant_id, "n": name, "s": segment, "tpl": template,
+                                                "c": channel, "total": total, "a": actor_ref}).scalar_one()
+        operator_actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="campaign start",
+                                target=f"campaign {cid} ({segment}, {total} people)", note=note)
         uow.commit()
     return int(cid)
 

@@ -16,6 +16,10 @@ def audience_refs(audience: str) -> sa.TextClause:
     return sa.text(f"SELECT r.ref FROM recipients r WHERE r.tenant_id = :t AND {audience} ORDER BY r.id")
 
 
+# What one message of the channel costs the tenant now (the preview's estimate; the ledger prices each row itself).
+CHANNEL_PRICE = sa.text(
+    "SELECT coalesce((SELECT price_cents FROM channel_prices WHERE tenant_id = :t "
+    "AND channel = CAST(:c AS varchar)), 0)")
 INSERT_CAMPAIGN = sa.text(
     "INSERT INTO campaigns (tenant_id, name, segment, template, channel, status, total, ledgered, "
     "last_recipient_id, actor_ref, started_at) VALUES (:t, :n, :s, :tpl, :c, 'ledgering', :total, 0, 0, :a, "

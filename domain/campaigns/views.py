@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.campaigns import sql
+from domain.campaigns.segments import SEGMENTS
 from domain.db import UnitOfWork
 
 
@@ -39,3 +40,16 @@ def list_campaigns(tenant_id: int, limit: int = 50, engine: Engine | None = None
     """The tenant's newest campaigns with their progress, in one query."""
     with UnitOfWork(engine) as uow:
         return [_progress(c) for c in uow.execute(sql.CAMPAIGNS, {"t": tenant_id, "i": None, "l": limit})]
+
+
+def preview(tenant_id: int, segment: str, channel: str, engine: Engine | None = None) -> dict[str, int] | None:
+    """Before a campaign starts: how many people its segment selects right now, and at most what it would cost
+    (that many times the channel's price; suppressed rows are refunded, so the charge can only be lower).
+    None: no such segment."""
+    if segment not in SEGMENTS:
+        return None
+    with UnitOfWork(engine) as uow:
+        audience = uow.execute(sql.count_audience(SEGMENTS[segment](channel)),
+                               {"t": tenant_id, "channel": channel}).scalar_one()
+        price = uow.execute(sql.CHANNEL_PRICE, {"t": tenant_id, "c": channel}).scalar_one()
+    return {"audience": int(audience), "price_cents": int(price), "cost_cents": int(audience) * int(price)}

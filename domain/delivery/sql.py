@@ -267,24 +267,27 @@ LANE_LATENCY = sa.text(
 OPS_SERIES = sa.text(
     """
     WITH minutes AS (
-      SELECT generate_series(date_trunc('minute', now()) - make_interval(mins => :m - 1),
-                             date_trunc('minute', now()), interval '1 minute') AS t
+      -- :m minutes back in buckets of :s minutes; a bucket starts on a multiple of :s minutes.
+      SELECT generate_series(to_timestamp(floor(extract(epoch FROM now()) / (:s * 60)) * (:s * 60))
+                               - make_interval(mins => :m - :s),
+                             to_timestamp(floor(extract(epoch FROM now()) / (:s * 60)) * (:s * 60)),
+                             make_interval(mins => :s)) AS t
     )
-    SELECT to_char(m.t, 'HH24:MI') AS minute,
+    SELECT to_char(m.t AT TIME ZONE 'UTC', CAST(:f AS text)) AS minute,
            (SELECT count(*) FROM notifications n
-             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + interval '1 minute'
-               AND ((n.status = 'QUEUED' AND n.next_attempt_at <= m.t + interval '1 minute')
-                    OR coalesce(n.sent_at, n.settled_at) > m.t + interval '1 minute')) AS depth,
+             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + make_interval(mins => :s)
+               AND ((n.status = 'QUEUED' AND n.next_attempt_at <= m.t + make_interval(mins => :s))
+                    OR coalesce(n.sent_at, n.settled_at) > m.t + make_interval(mins => :s))) AS depth,
            -- Rows still owed are aged from when they came due (a scheduled nudge is not late before its time).
-           (SELECT coalesce(extract(epoch FROM max(m.t + interval '1 minute'
+           (SELECT coalesce(extract(epoch FROM max(m.t + make_interval(mins => :s)
                      - CASE WHEN n.status = 'QUEUED' THEN n.next_attempt_at ELSE n.created_at END)), 0)
              FROM notifications n
-             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + interval '1 minute'
-               AND ((n.status = 'QUEUED' AND n.next_attempt_at <= m.t + interval '1 minute')
-                    OR coalesce(n.sent_at, n.settled_at) > m.t + interval '1 minute'))
+             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + make_interval(mins => :s)
+               AND ((n.status = 'QUEUED' AND n.next_attempt_at <= m.t + make_interval(mins => :s))
+                    OR coalesce(n.sent_at, n.settled_at) > m.t + make_interval(mins => :s)))
              AS oldest_seconds,
            (SELECT coalesce(avg(extract(epoch FROM n.sent_at - n.created_at) * 1000), 0) FROM notifications n
-             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.sent_at >= m.t AND n.sent_at < m.t + interval '1 minute') AS latency_ms
+             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.sent_at >= m.t AND n.sent_at < m.t + make_interval(mins => :s)) AS latency_ms
     FROM minutes m ORDER BY m.t
     """
 )

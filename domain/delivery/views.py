@@ -1,4 +1,4 @@
-"""Operations read models: lane depth and age, latency, the last hour per minute, items for review, refresh push
+"""Operations read models: lane depth and age, latency, the last hour, day or week, items for review, refresh push
 latency, tenants."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from domain.db import UnitOfWork, as_dicts
 from domain.delivery import sql
 from domain.delivery.sql import LANE_LATENCY, LANE_STATS, OPS_SERIES
 
-__all__ = ["LANE_LATENCY", "LANE_STATS", "OPS_SERIES", "lane_stats", "ops_series", "refresh_stats", "review_items",
-           "tenants"]
+__all__ = ["LANE_LATENCY", "LANE_STATS", "OPS_SERIES", "SERIES_WINDOWS", "lane_stats", "ops_series", "refresh_stats",
+           "review_items", "tenants"]
 
 def lane_stats(tenant_id: int | None = None, engine: Engine | None = None) -> list[dict[str, Any]]:
     """System-wide for on-call tooling (CLI, /metrics); tenant-scoped for the dashboard."""
@@ -34,11 +34,18 @@ def review_items(tenant_id: int | None, engine: Engine | None = None) -> list[di
         return as_dicts(uow.execute(sql.REVIEW_ITEMS, {"t": tenant_id}))
 
 
-def ops_series(tenant_id: int | None, minutes: int = 60, engine: Engine | None = None) -> list[dict[str, Any]]:
-    """Per minute over the last hour, rebuilt from the ledger itself (no sampler to lose): owed depth, age of
-    the oldest owed row, and mean commit-to-send latency of rows sent in that minute."""
+# The ops charts' windows: (minutes back, minutes per point, label format). About 60-100 points each.
+SERIES_WINDOWS: dict[str, tuple[int, int, str]] = {
+    "1h": (60, 1, "HH24:MI"), "24h": (24 * 60, 15, "HH24:MI"), "7d": (7 * 24 * 60, 120, "Dy HH24:MI"),
+}
+
+
+def ops_series(tenant_id: int | None, window: str = "1h", engine: Engine | None = None) -> list[dict[str, Any]]:
+    """Per point over the window (SERIES_WINDOWS), rebuilt from the ledger itself (no sampler to lose): owed depth,
+    age of the oldest owed row, and mean commit-to-send latency of rows sent in that point's span."""
+    minutes, step, label = SERIES_WINDOWS[window]
     with UnitOfWork(engine) as uow:
-        return as_dicts(uow.execute(OPS_SERIES, {"m": minutes, "t": tenant_id}))
+        return as_dicts(uow.execute(sql.OPS_SERIES, {"m": minutes, "s": step, "f": label, "t": tenant_id}))
 
 
 def refresh_stats(tenant_id: int | None = None, engine: Engine | None = None) -> dict[str, Any]:

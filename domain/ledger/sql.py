@@ -237,14 +237,30 @@ _LEDGER_WHERE = (
     "AND (CAST(:h AS int) IS NULL OR n.created_at > now() - make_interval(hours => CAST(:h AS int)))"
 )
 _FINAL = "n.status IN ('SENT','DELIVERED','FAILED')"
+# Money as the balance saw it, per row: what it holds now (reserved while QUEUED, the charge once SENT) and what
+# was given back (FAILED or SUPPRESSED after a reserve). A row that never reserved shows neither: nothing charged.
+MONEY_COLUMNS = (
+    "n.reserved_cents, (SELECT coalesce(sum(b.amount_cents), 0) FROM balance_entries b "
+    "  WHERE b.notification_id = n.id AND b.kind = 'refund') AS refunded_cents"
+)
+_CHARGED = "coalesce(sum(n.reserved_cents) FILTER (WHERE n.status IN ('SENT','DELIVERED')), 0)"
 # A keyset page: older than `:b` (or the newest), or just newer than `:a` (read oldest first, shown newest first).
-_LEDGER_PAGE = (f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE {_LEDGER_WHERE} "
+_LEDGER_PAGE = (f"FROM notifications n WHERE {_LEDGER_WHERE} "
                 "AND (CAST(:b AS bigint) IS NULL OR n.id < :b) AND (CAST(:a AS bigint) IS NULL OR n.id > :a) ")
-LEDGER_PAGE_OLDER = sa.text(_LEDGER_PAGE + "ORDER BY n.id DESC LIMIT :lim")
-LEDGER_PAGE_NEWER = sa.text(_LEDGER_PAGE + "ORDER BY n.id ASC LIMIT :lim")
+LEDGER_PAGE_OLDER = sa.text(f"SELECT {NOTIFICATION_COLUMNS} {_LEDGER_PAGE}ORDER BY n.id DESC LIMIT :lim")
+LEDGER_PAGE_NEWER = sa.text(f"SELECT {NOTIFICATION_COLUMNS} {_LEDGER_PAGE}ORDER BY n.id ASC LIMIT :lim")
+# The same pages with each row's money (the ledger page; the API and the export read the plain shape).
+LEDGER_MONEY_PAGE_OLDER = sa.text(
+    f"SELECT {NOTIFICATION_COLUMNS}, {MONEY_COLUMNS} {_LEDGER_PAGE}ORDER BY n.id DESC LIMIT :lim")
+LEDGER_MONEY_PAGE_NEWER = sa.text(
+    f"SELECT {NOTIFICATION_COLUMNS}, {MONEY_COLUMNS} {_LEDGER_PAGE}ORDER BY n.id ASC LIMIT :lim")
+# Money: charged (held by SENT/DELIVERED rows), reserved (held by QUEUED rows) and refunded, apart. Delivery rate:
+# delivered over what was attempted to the end (SENT, DELIVERED, FAILED); suppressed rows are counted apart.
 LEDGER_TOTALS = sa.text(
-    "SELECT count(*) AS total, "
-    "coalesce(sum(n.cost_cents) FILTER (WHERE n.status IN ('SENT','DELIVERED')), 0) AS cost_cents, "
+    f"SELECT count(*) AS total, {_CHARGED} AS charged_cents, "
+    "coalesce(sum(n.reserved_cents) FILTER (WHERE n.status = 'QUEUED'), 0) AS reserved_cents, "
+    "(SELECT coalesce(sum(b.amount_cents), 0) FROM balance_entries b JOIN notifications n "
+    f"  ON n.id = b.notification_id WHERE b.kind = 'refund' AND {_LEDGER_WHERE}) AS refunded_cents, "
     "count(*) FILTER (WHERE n.status = 'DELIVERED') AS delivered, "
     f"count(*) FILTER (WHERE {_FINAL}) AS attempted_final, "
     "count(*) FILTER (WHERE n.status = 'SUPPRESSED') AS suppressed, "
@@ -257,7 +273,7 @@ LEDGER_BY_CHANNEL = sa.text(
     f"count(*) FILTER (WHERE {_FINAL}) AS attempted_final, "
     "count(*) FILTER (WHERE n.status = 'SUPPRESSED') AS suppressed, "
     "count(*) FILTER (WHERE n.status = 'FAILED') AS failed, "
-    "coalesce(sum(n.cost_cents) FILTER (WHERE n.status IN ('SENT','DELIVERED')), 0) AS cost_cents "
+    f"{_CHARGED} AS charged_cents "
     f"FROM notifications n WHERE {_LEDGER_WHERE} GROUP BY n.channel ORDER BY n.channel")
 AUDIT_NOTIFICATIONS = sa.text(
     f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE n.tenant_id = :t AND "

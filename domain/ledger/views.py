@@ -39,21 +39,29 @@ def _ledger_params(tenant_id: int, f: LedgerFilter) -> dict[str, Any]:
             "b": f.before_id, "a": f.after_id}
 
 
-def ledger_rows(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -> tuple[list[dict[str, Any]], bool]:
+def ledger_rows(tenant_id: int, f: LedgerFilter, engine: Engine | None = None, *,
+                money: bool = False) -> tuple[list[dict[str, Any]], bool]:
     """One keyset page of the filtered ledger, newest first, and whether there is more beyond it (older rows for a
-    `before_id` or first page, newer rows for an `after_id` page)."""
+    `before_id` or first page, newer rows for an `after_id` page). `money`: with sql.MONEY_COLUMNS (the ledger page)."""
     p = {**_ledger_params(tenant_id, f), "lim": f.limit + 1}
     newer = f.after_id is not None
     with UnitOfWork(engine) as uow:
-        rows = as_dicts(uow.execute(sql.LEDGER_PAGE_NEWER if newer else sql.LEDGER_PAGE_OLDER, p))
+        if money:
+            page = sql.LEDGER_MONEY_PAGE_NEWER if newer else sql.LEDGER_MONEY_PAGE_OLDER
+        else:
+            page = sql.LEDGER_PAGE_NEWER if newer else sql.LEDGER_PAGE_OLDER
+        rows = as_dicts(uow.execute(page, p))
     more = len(rows) > f.limit
     rows = rows[:f.limit]
     return (rows[::-1] if newer else rows), more
 
 
 def ledger(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -> dict[str, Any]:
+    """Rows, totals and per-channel figures. Money: charged (held by SENT/DELIVERED rows), reserved (held by QUEUED
+    rows) and refunded, apart. Delivery rate: delivered over what was attempted to the end (SENT, DELIVERED,
+    FAILED); suppressed rows were never attempted and are counted apart."""
     p = _ledger_params(tenant_id, f)
-    rows, more = ledger_rows(tenant_id, f, engine)
+    rows, more = ledger_rows(tenant_id, f, engine, money=True)
     with UnitOfWork(engine) as uow:
         totals = uow.execute(sql.LEDGER_TOTALS, p).one()
         per_channel = as_dicts(uow.execute(sql.LEDGER_BY_CHANNEL, p))

@@ -31,6 +31,12 @@ INSERT_ORDER = sa.insert(ORDERS).returning(ORDERS.c.id)
 GET_ORDER = sa.text(
     "SELECT id, tenant_id, status, revision, customer_ref, amount_cents, currency, created_at, updated_at "
     "FROM orders WHERE tenant_id = :t AND id = :o")
+# Who moved the order to its current revision: the event of that revision (one by the one-event-per-revision key).
+LAST_CHANGE = sa.text(
+    "SELECT e.actor_ref, e.event_type, e.occurred_at, e.aggregate_revision AS revision FROM orders o "
+    "JOIN outbox_events e ON e.tenant_id = o.tenant_id AND e.aggregate_type = 'order' "
+    "AND e.aggregate_id = CAST(o.id AS text) AND e.aggregate_revision = o.revision "
+    "WHERE o.tenant_id = :t AND o.id = :o")
 # The order's revision and a digest of its ledger rows (a handful, by the `order_id` index).
 ORDER_VERSION = sa.text(
     "SELECT o.revision || ':' || coalesce((SELECT md5(string_agg(n::text, ',' ORDER BY n.id)) "

@@ -18,6 +18,14 @@ def get_order(tenant_id: int, order_id: int, engine: Engine | None = None) -> di
     return dict(r._mapping) if r else None
 
 
+def last_change(tenant_id: int, order_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
+    """Who moved the order to its current revision, what they did and when: the event of that revision (one row
+    by the one-event-per-revision key). None: the order is still at the revision it entered the system with."""
+    with UnitOfWork(engine) as uow:
+        r = uow.execute(sql.LAST_CHANGE, {"t": tenant_id, "o": order_id}).first()
+    return dict(r._mapping) if r else None
+
+
 def order_version(tenant_id: int, order_id: int, engine: Engine | None = None) -> str | None:
     """What the order page shows, in one short value that moves whenever any of it changes: the order's revision
     and a digest of its ledger rows (a handful, by the `order_id` index). None: no such order for this tenant.

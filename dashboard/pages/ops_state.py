@@ -1,0 +1,227 @@
+"""Ops (on-call) state: lane figures, failures, charts over a chosen window, the page's verdict, and the three
+privileged actions (pause/resume, replay, resolve), each confirmed with a note that is kept with who did it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import reflex as rx
+
+from dashboard import live
+from dashboard.components import action_row
+from dashboard.events import Followup, event
+from dashboard.format import ago, notification, ops_banner, parse_id, when
+from dashboard.state import AuthState
+from domain import faults
+from domain.access import actions as operator_actions
+from domain.access import roles
+from domain.access.roles import Act, refusal
+from domain.delivery import lanes as lane_controls
+from domain.delivery import review as review_actions
+from domain.delivery import views as delivery_views
+from domain.delivery.queue import LANES
+from domain.delivery.views import SERIES_WINDOWS
+from domain.settings import get_settings
+
+REFRESH_SECONDS = 5.0
+# What each confirmation does: (title, the verb in the message, who may).
+CONFIRM = {"pause": ("Pause lane", Act.PAUSE), "resume": ("Resume lane", Act.PAUSE),
+           "replay": ("Replay message", Act.REPLAY), "resolve": ("Resolve message by hand", Act.RESOLVE)}
+
+
+async def _snapshot(tenant_id: int | None, window: str) -> dict[str, Any]:
+    """One tenant's view, or every tenant's (tenant_id None: platform on-call)."""
+    s = get_settings()
+    stats, review, series, refresh, done = await asyncio.gather(
+        asyncio.to_thread(delivery_views.lane_stats, tenant_id), asyncio.to_thread(delivery_views.review_items, tenant_id),
+        asyncio.to_thread(delivery_views.ops_series, tenant_id, window),
+        asyncio.to_thread(delivery_views.refresh_stats, tenant_id), asyncio.to_thread(operator_actions.recent, tenant_id, 20))
+    level, banner = ops_banner(stats, s.oldest_owed_slo_seconds, len(review))
+    return {
+        "banner_level": level, "banner": banner,
+        "slo": f"{s.oldest_owed_slo_seconds:.0f}s",
+        "bulk_rate": f"{s.bulk_rate_per_second:.0f}/s per channel",
+        "dev_mode": bool(s.dev_mode),
+        "lanes": [{
+            "lane": x["lane"], "depth": str(x["depth"]), "oldest": f"{x['oldest_owed_seconds']:.1f}s",
+            "breach": "yes" if x["oldest_owed_seconds"] > s.oldest_owed_slo_seconds else "no",
+            "scheduled": str(x["scheduled"]),
+            "next_due": when(x["next_due"]) if x["next_due"] else "—",
+            "attempts": str(x["attempts"]), "failed": str(x["failed"]), "review": str(x["review"]),
+            "p50": f"{x['p50_ms']:.0f} ms", "p99": f"{x['p99_ms']:.0f} ms",
+            "paused": "yes" if x["paused"] else "no",
+        } for x in stats],
+        "review": [notification(n) for n in review],
+        "actions": [action_row(a) for a in done],
+        "series": [{"minute": r["minute"], "depth": int(r["depth"]), "oldest": round(float(r["oldest_seconds"]), 1),
+                    "latency": round(float(r["latency_ms"]), 1)} for r in series],
+        "pushes": str(refresh["pushes"]),
+        "push_p50": f"{refresh['p50_ms']:.0f} ms" if refresh["pushes"] else "—",
+        "push_p99": f"{refresh['p99_ms']:.0f} ms" if refresh["pushes"] else "—",
+    }
+
+
+class OpsState(AuthState):
+    lanes: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    review: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    actions: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    series: rx.Field[list[dict[str, Any]]] = rx.field(default_factory=list)
+    pushes: rx.Field[str] = rx.field("0")
+    push_p50: rx.Field[str] = rx.field("—")
+    push_p99: rx.Field[str] = rx.field("—")
+    slo: rx.Field[str] = rx.field("")
+    bulk_rate: rx.Field[str] = rx.field("")
+    dev_mode: rx.Field[bool] = rx.field(False)
+    message: rx.Field[str] = rx.field("")
+    window: rx.Field[str] = rx.field("1h")
+    banner: rx.Field[str] = rx.field("")
+    banner_level: rx.Field[str] = rx.field("green")
+    updated: rx.Field[str] = rx.field("")  # "updated N s ago", ticked every second by `follow`
+    _loaded_at: float = 0.0
+    # The confirmation dialog: which action on what, and the note kept with it.
+    confirm_action: rx.Field[str] = rx.field("")
+    confirm_target: rx.Field[str] = rx.field("")
+    confirm_title: rx.Field[str] = rx.field("")
+    confirm_error: rx.Field[str] = rx.field("")
+
+    def _show(self, snap: dict[str, Any]) -> None:
+        for k, v in snap.items():
+            setattr(self, k, v)
+        self._loaded_at = time.monotonic()
+        self.updated = ago(0)
+
+    @event
+    async def load(self) -> Followup:
+        if not self._operator_id:
+            return None
+        self._show(await _snapshot(self._scope(), self.window))
+        return OpsState.follow
+
+    @event
+    async def set_window(self, window: str) -> None:
+        if not self._operator_id or window not in SERIES_WINDOWS:
+            return
+        self.window = window
+        self._show(await _snapshot(self._scope(), window))
+
+    @event
+    def ask(self, action: str, target: str) -> None:
+        """Open the confirmation for an action; nothing happens until it is confirmed with a note."""
+        if not self._operator_id or action not in CONFIRM:
+            return
+        self.confirm_action, self.confirm_target, self.confirm_error = action, target, ""
+        what = f"lane {target}" if action in ("pause", "resume") else f"#{target}"
+        self.confirm_title = f"{CONFIRM[action][0]} {what}"
+
+    @event
+    def close_confirm(self) -> None:
+        self.confirm_action = ""
+
+    @event
+    async def confirm(self, form: dict[str, str]) -> Followup:
+        note, action, target = str(form.get("note", "")).strip()[:500], self.confirm_action, self.confirm_target
+        if not note:
+            self.confirm_error = "Say why: the note is kept with your name."
+            return None
+        self.confirm_action = ""
+        if action in ("pause", "resume"):
+            return await self._toggle(target, "no" if action == "pause" else "yes", note)
+        if action == "replay":
+            return await self._replay(target, note)
+        if action == "resolve":
+            return await self._resolve(target, note)
+        return None
+
+    @event(background=True)
+    async def follow(self) -> None:
+        """On-call leaves this page open: refresh every few seconds, reading outside the state lock."""
+        still_wanted = live.take_over_watch(self.router.session.client_token)
+        async with self:
+            scope, session = self._scope(), self._session()
+        if not session[1]:
+            return
+        while still_wanted():
+            await asyncio.sleep(1.0)  # "updated N s ago" ticks; the data reloads every REFRESH_SECONDS
+            if not still_wanted():
+                return
+            async with self:
+                if self._session() != session:
+                    return
+                self.updated = ago(time.monotonic() - self._loaded_at)
+                due, window = time.monotonic() - self._loaded_at >= REFRESH_SECONDS, self.window
+            if due:
+                snap = await _snapshot(scope, window)
+                async with self:
+                    if self._session() != session:
+                        return
+                    self._show(snap)
+
+    def _scope(self) -> int | None:
+        """The tenant whose rows this operator acts on; None = every tenant (platform on-call)."""
+        return self._tenant_id if roles.has_tenant(self._role) else None
+
+    # The three privileged actions: each handler (and `confirm`, which calls the same code) asks `_allowed` itself.
+    @event
+    async def toggle_lane(self, lane: str, paused: str, note: str = "") -> Followup:
+        return await self._toggle(lane, paused, note)
+
+    @event
+    async def replay(self, nid: str, note: str = "") -> Followup:
+        return await self._replay(nid, note)
+
+    @event
+    async def resolve(self, nid: str, note: str = "") -> Followup:
+        return await self._resolve(nid, note)
+
+    async def _toggle(self, lane: str, paused: str, note: str) -> Followup:
+        if lane not in LANES or not await self._allowed(Act.PAUSE):  # a lane carries every tenant's messages
+            self.message = refusal(Act.PAUSE)
+            return None
+        actor = self._actor_ref
+        await asyncio.to_thread(lambda: lane_controls.set_lane_paused(lane, paused != "yes", actor_ref=actor,
+                                                                      note=note))
+        self.message = f"Lane {lane} {'resumed' if paused == 'yes' else 'paused'}."
+        return OpsState.load
+
+    async def _replay(self, nid: str, note: str) -> Followup:
+        if parse_id(nid) is None:
+            return None
+        if not await self._allowed(Act.REPLAY):
+            self.message = refusal(Act.REPLAY)
+            return None
+        scope, actor = self._scope(), self._actor_ref
+        ok = await asyncio.to_thread(lambda: review_actions.replay(scope, int(nid), actor_ref=actor, note=note))
+        self.message = f"#{nid} queued again with the same event id." if ok else f"#{nid} is no longer FAILED."
+        return OpsState.load
+
+    async def _resolve(self, nid: str, note: str) -> Followup:
+        if parse_id(nid) is None:
+            return None
+        if not await self._allowed(Act.RESOLVE):
+            self.message = refusal(Act.RESOLVE)
+            return None
+        scope, actor = self._scope(), self._actor_ref
+        ok = await asyncio.to_thread(lambda: review_actions.resolve(scope, int(nid), actor_ref=actor, note=note))
+        self.message = f"#{nid} marked resolved by hand." if ok else f"#{nid} could not be resolved."
+        return OpsState.load
+
+    @event
+    async def arm_worker_crash(self, lane: str) -> None:
+        if not faults.may_arm_crash(lane) or not await self._allowed(Act.FAULTS):
+            self.message = refusal(Act.FAULTS)
+            return
+        await faults.arm_worker_crash(await live.arq(), lane)
+        self.message = (f"Armed: the next {lane} worker to get an accepted response dies before recording it. "
+                        "`outbox up` restarts it; the retry must find the effect already applied.")
+
+    @event
+    async def fault(self, name: str) -> None:
+        if not faults.may_switch_receiver(name) or not await self._allowed(Act.FAULTS):
+            self.message = refusal(Act.FAULTS)
+            return
+        answered = await faults.set_receiver_switch(name)
+        self.message = f"Receiver fault set: {name}." if answered else "The receiver did not answer."
+
+
