@@ -100,7 +100,9 @@ class OpsState(AuthState):
         return OpsState.follow
 
     @event
-    async def set_window(self, window: str) -> None:
+    async def set_window(self, window: str | list[str]) -> None:
+        """The charts' window (the segmented control sends one value, typed as "one or several" by Radix)."""
+        window = window if isinstance(window, str) else next(iter(window), "")
         if not self._operator_id or window not in SERIES_WINDOWS:
             return
         self.window = window
