@@ -64,10 +64,11 @@ def ops_banner(lanes: list[dict[str, Any]], slo_seconds: float, review: int) -> 
     """The ops page's one-line verdict, (level, text): red when a lane's oldest due work is over the SLO; amber before
     a breach (over AMBER_SHARE of it), when a lane is paused, or when rows wait for a human; green otherwise."""
     over = [x["lane"] for x in lanes if x["oldest_owed_seconds"] > slo_seconds]
-    if over:
-        return "red", f"SLO breached on {', '.join(over)}: due work older than {slo_seconds:.0f}s."
-    near = [x["lane"] for x in lanes if x["oldest_owed_seconds"] > AMBER_SHARE * slo_seconds]
     paused = [x["lane"] for x in lanes if x["paused"]]
+    if over:
+        return "red", (f"SLO breached on {', '.join(over)}: due work older than {slo_seconds:.0f}s"
+                       + (f"; paused: {', '.join(paused)}." if paused else "."))
+    near = [x["lane"] for x in lanes if x["oldest_owed_seconds"] > AMBER_SHARE * slo_seconds]
     why = ([f"close to the SLO on {', '.join(near)}"] if near else []) + \
           ([f"paused: {', '.join(paused)}"] if paused else []) + ([f"{review} waiting for a human"] if review else [])
     if why:

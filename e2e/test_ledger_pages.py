@@ -90,7 +90,7 @@ def test_a_campaign_started_in_the_page_shows_its_progress_live(new_operator):
     a.get_by_test_id("campaign-start").click()
     summary = a.get_by_test_id("campaign-summary")  # nothing starts before the audience and cost are shown
     summary.wait_for()
-    assert re.search(r"to [\d,]+ people .*estimated cost up to \d+\.\d\d EUR", summary.inner_text()), \
+    assert re.search(r"to [\d,]+ people .*estimated cost up to [\d,]+\.\d\d EUR", summary.inner_text()), \
         summary.inner_text()
     with get_engine().connect() as c:
         assert c.execute(sa.text("SELECT count(*) FROM campaigns WHERE name = 'Browser blast'")).scalar() == 0

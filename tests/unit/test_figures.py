@@ -43,6 +43,8 @@ def test_the_ops_verdict_is_red_at_a_breach_amber_before_it_and_green_otherwise(
     assert level == "red" and "high" in text and "normal" not in text
     level, text = ops_banner([lane("bulk", 0.0, paused=True)], 60, 0)
     assert level == "amber" and "paused: bulk" in text, "a paused lane is never shown as all-clear"
+    level, text = ops_banner([lane("bulk", 90.0, paused=True)], 60, 0)
+    assert level == "red" and "paused: bulk" in text, "a breach does not hide which lane is paused"
     level, text = ops_banner([lane("high", 0.0)], 60, 2)
     assert level == "amber" and "2 waiting for a human" in text
 
