@@ -166,16 +166,16 @@ class OpsState(AuthState):
 
     # The three privileged actions: each handler (and `confirm`, which calls the same code) asks `_allowed` itself.
     @event
-    async def toggle_lane(self, lane: str, paused: str, note: str = "") -> Followup:
-        return await self._toggle(lane, paused, note)
+    async def toggle_lane(self, lane: str, paused: str) -> Followup:
+        return await self._toggle(lane, paused, "")
 
     @event
-    async def replay(self, nid: str, note: str = "") -> Followup:
-        return await self._replay(nid, note)
+    async def replay(self, nid: str) -> Followup:
+        return await self._replay(nid, "")
 
     @event
-    async def resolve(self, nid: str, note: str = "") -> Followup:
-        return await self._resolve(nid, note)
+    async def resolve(self, nid: str) -> Followup:
+        return await self._resolve(nid, "")
 
     async def _toggle(self, lane: str, paused: str, note: str) -> Followup:
         if lane not in LANES or not await self._allowed(Act.PAUSE):  # a lane carries every tenant's messages
