@@ -130,22 +130,33 @@ def test_ops_page_gives_a_verdict_shows_paused_as_a_state_and_asks_for_a_note(ne
 
 
 def test_ops_charts_read_over_1h_24h_and_7d_with_no_clipped_labels(new_operator):
+    """Invariant: the ops charts switch between 1 h (HH:MM ticks), 24 h (ticks on quarter hours) and 7 d (ticks that
+    name the weekday), and no y-axis label starts outside its chart. Recharts 3 draws the tick labels in their own
+    layer (`.recharts-xAxis-tick-labels`, not inside `.recharts-xAxis`); every check first requires labels to be
+    there, so none can pass on an empty list."""
     p = new_operator("pat")
-    p.get_by_test_id("chart-latency").locator(".recharts-yAxis").first.wait_for()
+    ticks = "[data-testid=chart-depth] .recharts-xAxis-tick-labels .recharts-cartesian-axis-tick-value"
+    labels = ("() => [...document.querySelectorAll('[data-testid^=chart-] .recharts-yAxis-tick-labels "
+              ".recharts-cartesian-axis-tick-value')].length")
     clipped = """() => [...document.querySelectorAll('[data-testid^=chart-] svg.recharts-surface')].flatMap(svg => {
         const box = svg.getBoundingClientRect();
-        return [...svg.querySelectorAll('.recharts-yAxis .recharts-cartesian-axis-tick-value')]
+        return [...svg.querySelectorAll('.recharts-yAxis-tick-labels .recharts-cartesian-axis-tick-value')]
           .filter(t => t.getBoundingClientRect().left < box.left - 0.5).map(t => t.textContent); })"""
+
+    def ticks_all_match(pattern: str) -> None:
+        p.wait_for_function(f"() => {{ const t = [...document.querySelectorAll('{ticks}')]; "
+                            f"return t.length > 0 && t.every(x => /{pattern}/.test(x.textContent)); }}")
+
+    ticks_all_match(r"^\d\d:\d\d$")
+    p.wait_for_function(f"() => ({labels})() >= 3", timeout=20_000)  # the y labels are drawn
     assert p.evaluate(clipped) == [], "a y-axis label starts outside its chart"
-    # Recharts sets each word of a tick in its own tspan: "Mon 10:00" reads "Mon10:00" as text.
+    # A 7 d tick names its weekday ("Mon 10:00"; Recharts may set each word in its own tspan: "Mon10:00").
     p.get_by_test_id("chart-window").get_by_role("radio", name="7d").click()
-    p.wait_for_function("() => [...document.querySelectorAll('[data-testid=chart-depth] .recharts-xAxis "
-                        ".recharts-cartesian-axis-tick-value')].some(t => /^[A-Z][a-z]{2} ?\\d\\d:\\d\\d$/"
-                        ".test(t.textContent))")
+    ticks_all_match(r"^[A-Z][a-z]{2} ?\d\d:\d\d$")
+    assert p.evaluate(clipped) == []
+    shot(p, "ops-charts-7d")
     p.get_by_test_id("chart-window").get_by_role("radio", name="24h").click()
-    p.wait_for_function("() => [...document.querySelectorAll('[data-testid=chart-depth] .recharts-xAxis "
-                        ".recharts-cartesian-axis-tick-value')].every(t => /^\\d\\d:(00|15|30|45)$/"
-                        ".test(t.textContent))")
+    ticks_all_match(r"^\d\d:(00|15|30|45)$")
     assert p.evaluate(clipped) == []
     shot(p, "ops-charts-24h")
 

@@ -16,7 +16,7 @@ from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.delivery.queue import tenant_channel
 from domain.orders import views as order_views
-from domain.orders.policy import ORDER_STATUSES
+from domain.vocabulary import ORDER_STATUSES
 
 
 class OrdersState(AuthState):
