@@ -30,3 +30,4 @@ def test_a_held_error_start_goes_out_before_its_pathsend() -> None:
     asyncio.run(RequestContext(app)(scope, receive, send))
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.pathsend"]
     assert sent[0]["status"] == 404 and (b"x-request-id" in dict(sent[0]["headers"]))
+    assert b"content-security-policy" in dict(sent[0]["headers"]), "our security headers go out with the file too"
