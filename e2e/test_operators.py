@@ -12,6 +12,7 @@ import re
 import statistics
 import time
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -254,7 +255,8 @@ def test_wrong_password_is_refused(browser):
     assert "do not match an operator" in page.get_by_test_id("login-error").inner_text()
     shot(page, "login-error")
     page.goto(f"{APP}/orders")
-    page.wait_for_url(lambda url: url.rstrip("/").endswith("/login"))
+    # back to /login, remembering where it was going (`?next=/orders`)
+    page.wait_for_url(lambda url: urlsplit(url).path.rstrip("/").endswith("/login"))
     assert page.get_by_test_id("order-row").count() == 0
     ctx.close()
 
@@ -344,7 +346,7 @@ def test_journey_nudges_supersede_and_late_events_are_dropped(new_operator):
     a = new_operator("alice")
     a.goto(f"{APP}/journeys")
     a.get_by_test_id("lead-row").first.wait_for()
-    a.get_by_test_id("lead-row").nth(1).get_by_role("link").click()
+    a.get_by_test_id("lead-row").nth(1).get_by_test_id("lead-select").click()
     a.get_by_test_id("record-event").wait_for()
     a.get_by_test_id("record-event").click()  # "initiated" is preselected
     a.get_by_test_id("journey-result").wait_for()

@@ -99,7 +99,7 @@ class JourneysState(AuthState):
 def _lead_row(r: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.hstack(rx.link(f"#{r['id']}", on_click=JourneysState.select(r["id"]), cursor="pointer",
-                                        weight="bold"),
+                                        weight="bold", data_testid="lead-select"),
                                 rx.link("page →", href="/journeys/" + r["id"], size="1", data_testid="lead-link"),
                                 spacing="2", align="center")),
         rx.table.cell(r["recipient"]),
