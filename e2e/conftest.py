@@ -160,15 +160,26 @@ def app_system():
 
 
 @pytest.fixture(scope="session")
-def browser(app_system):
+def playwright_session():  # type: ignore[no-untyped-def]
+    """The session's one Playwright: a second sync_playwright() in the same thread, while this one runs, fails
+    ("Sync API inside the asyncio loop"), so every browser of the session is launched from this one."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--no-first-run", "--disable-quic"])
-        yield b
-        b.close()
+        yield p
+
+
+def launch_chromium(p):  # type: ignore[no-untyped-def]
+    return p.chromium.launch(executable_path=CHROMIUM, args=[
+        "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--no-first-run", "--disable-quic"])
+
+
+@pytest.fixture(scope="session")
+def browser(app_system, playwright_session):
+    b = launch_chromium(playwright_session)
+    yield b
+    b.close()
 
 
 def log_in(page, user: str) -> None:  # type: ignore[no-untyped-def]

@@ -24,7 +24,7 @@ import redis as redis_lib
 from domain.delivery.queue import LIVE_VIEWS_KEY, order_channel
 from domain.orders.commands import create_order
 from domain.settings import reload_settings
-from e2e.conftest import CHROMIUM
+from e2e.conftest import launch_chromium
 from jobs.drills.chaos.drill import _check, _drain, _setup_load
 from jobs.drills.chaos.load import Load, Sampler
 from jobs.drills.chaos.owned import CHAOS_ENV
@@ -68,15 +68,10 @@ def topology() -> Iterator[tuple[System, scaled.Topology]]:
 
 
 @pytest.fixture(scope="module")
-def browser(topology: tuple[System, scaled.Topology]) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--no-first-run", "--disable-quic"])
-        yield b
-        b.close()
+def browser(topology: tuple[System, scaled.Topology], playwright_session: Any) -> Iterator[Any]:
+    b = launch_chromium(playwright_session)  # the session's one Playwright (see e2e/conftest.py)
+    yield b
+    b.close()
 
 
 def operator(browser: Any, user: str, backend: int) -> Any:
