@@ -46,9 +46,12 @@ def test_schemathesis_all_checks_find_no_server_error_and_no_nonconformance(live
     print(f"schemathesis seed {seed} (replay: OUTBOX_TEST_SEED={seed})")
     argv = [str(Path(sys.executable).parent / "schemathesis"), "--config-file", str(CONFIG), "run",
             f"{live_api}/api/openapi.json", "--checks", "all",
-            "--exclude-checks", "ensure_resource_availability", "--max-examples", "8", "--seed", str(seed),
+            "--exclude-checks", "ensure_resource_availability,missing_required_header", "--max-examples", "8", "--seed", str(seed),
             "--header", f"Authorization: {key42['Authorization']}", "--no-color", "--workers", "2",
             "--max-time", "55"]
+    # missing_required_header is off: `--header Authorization` puts the key on every request, the "missing
+    # Authorization" cases too, so the API rightly accepts them (ST203, intermittent); a missing or wrong key
+    # answering 401 is proven in tests/integration/test_dashboard_api.py.
     r = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=400,
                        env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)})
     summary = r.stdout[r.stdout.find("SUMMARY"):] if "SUMMARY" in r.stdout else r.stdout[-4000:]
