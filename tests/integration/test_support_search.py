@@ -150,7 +150,9 @@ async def test_message_page_has_attempts_money_receipt_and_reason(client, key42)
     assert a1["next_attempt_at"] is not None and a1["error_text"] == "the receiver had a server error"
     price = d["money"]["cost_cents"]
     assert price > 0 and d["next_retry_at"] is not None and d["money"]["charged_cents"] == price
-    await asyncio.sleep(0.05)
+    due = datetime.fromisoformat(a1["next_attempt_at"])  # the retry is due: wait for that moment, not a guess
+    while datetime.now(UTC) < due:
+        await asyncio.sleep(0.005)
     r2 = claims.claim(nid, 30, datetime.now(UTC), "t")
     assert isinstance(r2, claims.Ready)
     claims.record(r2.claim, Fail("contract", review=True), worker="w2", started=datetime.now(UTC), status_code=422,
