@@ -12,7 +12,9 @@ run's evidence:
 - lanes: one-time codes idle and with a campaign in flight, the fan-out beside a bare INSERT … SELECT, the
   campaign's rate with the bucket set high beside the provider's capacity (lanes.py);
 - scan: the relay's claim draining a backlog over two index designs, then one scan among 1,000,000 settled rows
-  in a database kept between runs (scan.py).
+  in a database kept between runs (scan.py);
+- push: operator A's click to operator B's render in one Chromium, timed inside the pages, then the dashboard's
+  memory per open tab with 50 tabs live (push.py; builds and starts the dashboard in prod mode).
 
 Runs in its own database `outbox_bench` and Redis db 4; writes evidence/bench.md and evidence/bench.json
 (report.py). Progress is printed as it goes, with the seconds since the start.
@@ -27,12 +29,12 @@ from datetime import UTC, datetime
 
 import redis as redis_lib
 
-from jobs.drills.bench import commit, delivery, lanes, report, scan, wake
+from jobs.drills.bench import commit, delivery, lanes, push, report, scan, wake
 from jobs.drills.bench.common import API_PORT, BENCH_DB, BENCH_REDIS_DB, RECEIVER_PORT, say
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System
 
-STEPS = ("wake", "commit", "delivery", "recovery", "lanes", "scan")
+STEPS = ("wake", "commit", "delivery", "recovery", "lanes", "scan", "push")
 
 
 def _uptime() -> str:
@@ -64,7 +66,8 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
             "delivery": f"delivery path, {n} webhooks, 2 workers on the lane, then commit-to-effect at half rate",
             "recovery": f"recovery after Redis flush, {n} owed",
             "lanes": f"lanes: {codes} one-time codes idle, then with a {recipients}-recipient campaign in flight",
-            "scan": f"relay claim draining {scan_owed} owed among {scan_done} settled rows, then among 1,000,000"}
+            "scan": f"relay claim draining {scan_owed} owed among {scan_done} settled rows, then among 1,000,000",
+            "push": "pushes: A's click to B's render over 50 runs in one Chromium, then 50 tabs open"}
     try:
         system.receiver(RECEIVER_PORT, reset=True)
         system.api(API_PORT)  # delivery receipts land here
@@ -95,6 +98,9 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
                 s1m = scan.bench_scan_1m()
                 results["scan_1m"] = {"plan": s1m.pop("scan_1m_plan")}
                 results.update(s1m)
+            elif step == "push":
+                results.update(push.bench_push(system, r))
+                system.stop_all()
             say(f"{step} done")
     finally:
         system.stop_all()

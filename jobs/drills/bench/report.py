@@ -24,7 +24,12 @@ _KEYS = (
     "`campaign_ledgered_per_s` beside `raw_insert_select_rows_per_s` (the same rows by one bare INSERT … SELECT); "
     "`campaign_sent_ratio`: sent/s with the bulk bucket set high over min(bucket, the provider's capacity "
     "measured in the same run). `scan_ms_1m`: one relay scan of a lane with 1,000 owed among 1,000,000 settled "
-    "rows, beside `scan_raw_read_ms_1m` (the same ids read without locks).")
+    "rows, beside `scan_raw_read_ms_1m` (the same ids read without locks). `push_p50/p99_ms`: operator A's click to "
+    "operator B's render of the new revision, 50 runs, both stamped inside the pages of one Chromium (a "
+    "MutationObserver in B), beside `push_self_*` (A's own render of its answer: the command's round trip), "
+    "`push_server_*` (publish → B's state reloaded, the dashboard's own measurement) and `push_raw_publish_*` (a bare "
+    "Redis PUBLISH → receipt). `rss_per_tab_kb`: the dashboard's resident memory per open tab with 50 live tabs; "
+    "`rss_total_mb_tabs`: every process of the system with them open (Chromium left out).")
 
 _SECTIONS = (
     ("commit", "Commit: outbox command vs bare UPDATE"),

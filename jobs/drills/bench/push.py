@@ -1,0 +1,177 @@
+"""Push step: operator A's click to operator B's screen, timed inside the pages, and what an open tab costs.
+
+One Chromium (Debian's), two logged-in operators on the same order. A's click and B's render are both stamped with
+`performance.timeOrigin + performance.now()` — one browser on one machine, one clock. B's stamp comes from a
+MutationObserver that fires when B's revision text turns to the new value; A's own render of its answer is stamped
+the same way (`push_self_*`: the command's round trip, the part of the push A pays too). Beside them, from the same
+run: the server's share (publish → B's state reloaded, the dashboard's own `refresh_metrics` of kind `push`) and the
+raw hop (a Redis PUBLISH to another connection's receipt).
+
+Then 50 tabs are opened on 50 orders, each with its live view subscribed, and the dashboard's resident memory is
+read before and after: `rss_per_tab_kb`; `rss_total_mb_tabs` is every process of the system with those tabs open
+(Chromium itself left out).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import redis as redis_lib
+import sqlalchemy as sa
+
+from domain.db import UnitOfWork
+from domain.delivery.queue import LIVE_VIEWS_KEY, order_channel
+from domain.orders.commands import create_order
+from jobs.drills.bench.common import _SLOT, pct, rss_kb, rss_total_mb, say, system_pids
+from jobs.ops.procs import System, wait_until
+
+DASH_PORT = 3098 + 100 * _SLOT
+APP = f"http://127.0.0.1:{DASH_PORT}"
+CHROMIUM = "/usr/bin/chromium"
+
+# Stamps the moment the element `testid` shows `want`, in window.__stamp[key] (page clock, ms since the epoch).
+_WATCH = """([testid, want, key]) => {
+  window.__stamp = window.__stamp || {};
+  window.__stamp[key] = null;
+  const done = () => {
+    const e = document.querySelector(`[data-testid="${testid}"]`);
+    if (e && e.innerText.trim() === want && window.__stamp[key] === null) {
+      window.__stamp[key] = performance.timeOrigin + performance.now();
+      obs.disconnect();
+    }
+  };
+  const obs = new MutationObserver(done);
+  obs.observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
+}"""
+_CLICK = """(testid) => {
+  const t = performance.timeOrigin + performance.now();
+  document.querySelector(`[data-testid="${testid}"]`).click();
+  return t;
+}"""
+
+
+def _listeners(r: redis_lib.Redis, channel: str) -> int:
+    return sum(int(str(r.hget(k, channel) or 0)) for k in r.scan_iter(f"{LIVE_VIEWS_KEY}:*"))
+
+
+def _subscribed(r: redis_lib.Redis, oid: int, at_least: int) -> None:
+    def ok() -> bool:
+        return _listeners(r, order_channel(42, oid)) >= at_least
+
+    wait_until(ok, 30, f"{at_least} live view(s) of order {oid} subscribed")
+
+
+def _log_in(browser: Any, user: str) -> Any:
+    ctx = browser.new_context(viewport={"width": 1280, "height": 860})
+    page = ctx.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(f"{APP}/login")
+    page.get_by_test_id("login-user").fill(user)
+    page.get_by_test_id("login-password").fill("outbox-demo")
+    page.get_by_test_id("login-submit").click()
+    page.wait_for_url("**/orders")
+    return page
+
+
+def _open(page: Any, oid: int) -> None:
+    page.goto(f"{APP}/orders/{oid}")
+    page.wait_for_function("([id]) => document.body.innerText.includes(`Order #${id}`)", arg=[oid])
+    page.get_by_test_id("order-revision").wait_for()
+
+
+def _stamp(page: Any, key: str) -> float:
+    page.wait_for_function(f"() => window.__stamp && window.__stamp['{key}'] !== null", timeout=30_000)
+    return float(page.evaluate(f"() => window.__stamp['{key}']"))
+
+
+def _raw_publish_ms(r: redis_lib.Redis, runs: int) -> list[float]:
+    """The bare hop: PUBLISH on one connection, its receipt on another (Redis's own round trip, same run)."""
+    sub = r.pubsub()  # type: ignore[no-untyped-call]  # redis-py's pubsub() carries no annotations
+    sub.subscribe("bench:raw-push")
+    sub.get_message(timeout=2)
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        r.publish("bench:raw-push", "x")
+        while sub.get_message(timeout=2) is None:
+            pass
+        out.append((time.perf_counter() - t0) * 1000)
+    sub.close()
+    return out
+
+
+def _server_push_ms(since: float) -> list[float]:
+    with UnitOfWork() as uow:
+        return [float(x) for x in uow.execute(sa.text(
+            "SELECT latency_ms FROM refresh_metrics WHERE kind = 'push' AND created_at >= to_timestamp(:s)"),
+            {"s": since}).scalars()]
+
+
+def bench_push(system: System, r: redis_lib.Redis, runs: int = 50, tabs: int = 50) -> dict[str, float]:
+    from playwright.sync_api import sync_playwright
+
+    if "relay" not in system.procs:
+        system.relay()
+        system.workers()
+    say("building and starting the dashboard (prod) …")
+    system.dashboard(DASH_PORT, timeout=600)
+    res: dict[str, float] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"])
+        try:
+            a, b = _log_in(browser, "alice"), _log_in(browser, "bob")
+            push, self_ms, since = [], [], time.time() - 1
+            for i in range(runs):
+                oid = create_order(tenant_id=42, customer_ref="cust-001", amount_cents=2500, currency="EUR")
+                _open(a, oid)
+                _open(b, oid)
+                _subscribed(r, oid, 2)
+                b.evaluate(_WATCH, ["order-revision", "2", "b"])
+                a.evaluate(_WATCH, ["order-revision", "2", "a"])
+                t_click = float(a.evaluate(_CLICK, "approve"))
+                push.append(_stamp(b, "b") - t_click)
+                self_ms.append(_stamp(a, "a") - t_click)
+                if (i + 1) % 10 == 0:
+                    say(f"{i + 1}/{runs} pushes: p50 {statistics.median(push):.1f} ms")
+            server = _server_push_ms(since)
+            raw = _raw_publish_ms(r, runs)
+            res.update({
+                "push_p50_ms": round(pct(push, 0.5), 1), "push_p99_ms": round(pct(push, 0.99), 1),
+                "push_self_p50_ms": round(pct(self_ms, 0.5), 1), "push_self_p99_ms": round(pct(self_ms, 0.99), 1),
+                "push_server_p50_ms": round(pct(server, 0.5), 1) if server else -1.0,
+                "push_server_p99_ms": round(pct(server, 0.99), 1) if server else -1.0,
+                "push_raw_publish_p50_ms": round(pct(raw, 0.5), 2),
+                "push_raw_publish_p99_ms": round(pct(raw, 0.99), 2)})
+            res.update(_tabs(system, browser, r, tabs))
+        finally:
+            browser.close()
+    return res
+
+
+def _dashboard_kb(system: System) -> int:
+    return sum(rss_kb(pid) for pid in system_pids(system).get("dashboard", []))
+
+
+def _tabs(system: System, browser: Any, r: redis_lib.Redis, tabs: int) -> dict[str, float]:
+    """Open `tabs` tabs of one logged-in operator, each on its own order with its live view subscribed."""
+    ctx = _log_in(browser, "alice").context
+    before = _dashboard_kb(system)
+    pages = []
+    for i in range(tabs):
+        oid = create_order(tenant_id=42, customer_ref="cust-001", amount_cents=2500, currency="EUR")
+        tab = ctx.new_page()
+        tab.set_default_timeout(60_000)
+        _open(tab, oid)
+        _subscribed(r, oid, 1)
+        pages.append(tab)
+        if (i + 1) % 10 == 0:
+            say(f"{i + 1}/{tabs} tabs open")
+    after = _dashboard_kb(system)
+    total = rss_total_mb(system)
+    ctx.close()
+    return {"rss_per_tab_kb": round(max(0, after - before) / tabs, 1), "rss_dashboard_mb_tabs": round(after / 1024, 1),
+            "rss_dashboard_mb_no_tabs": round(before / 1024, 1), "rss_total_mb_tabs": round(total, 1),
+            "tabs_open": float(tabs)}
