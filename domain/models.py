@@ -204,6 +204,8 @@ class Notification(SQLModel, table=True):
         sa.Index("notifications_provider_reference", "provider_reference"),
         sa.Index("notifications_provider_key", "provider_key", unique=True,
                  postgresql_where=sa.text("provider_key IS NOT NULL")),
+        # An endpoint's rows and attempts (its health, its breaker settling what it still owes).
+        sa.Index("notifications_endpoint", "endpoint_id", "id", postgresql_where=sa.text("endpoint_id IS NOT NULL")),
     )
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenants.id", index=True)
@@ -255,6 +257,9 @@ class Notification(SQLModel, table=True):
     # so the provider sends it again instead of answering `already_processed`.
     provider_key: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
     replayed_at: datetime | None = _ts(nullable=True, default=False)
+    # The tenant's webhook endpoint this row is for (NULL: the system-wide receiver, or not a webhook). No foreign
+    # key: the row outlives a deleted endpoint and keeps saying where it was for (domain/endpoints/).
+    endpoint_id: int | None = Field(default=None, sa_column=sa.Column(sa.Integer, nullable=True))
 
 
 class NotificationAttempt(SQLModel, table=True):
@@ -522,3 +527,9 @@ class WebhookEndpoint(SQLModel, table=True):
     disabled_at: datetime | None = _ts(nullable=True, default=False)
     created_at: datetime | None = _ts()
     updated_at: datetime | None = _ts()
+    # The circuit breaker (domain/endpoints/breaker.py): failed attempts in a row and since when, until when sends
+    # are deferred, and why it was disabled (by whom, or automatically after sustained failure).
+    failure_streak: int = Field(default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"))
+    failing_since: datetime | None = _ts(nullable=True, default=False)
+    breaker_open_until: datetime | None = _ts(nullable=True, default=False)
+    disabled_reason: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))

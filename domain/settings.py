@@ -65,6 +65,14 @@ class Settings(BaseSettings):
     # Development only: webhook endpoint targets (host:port, comma-separated) let past the private-address guard;
     # the receiver's own host:port always is, in development (domain/endpoints/urls.py).
     endpoint_allowlist: str = ""
+    # A webhook endpoint's circuit breaker (domain/endpoints/breaker.py): this many failed attempts in a row open it
+    # (its sends are deferred, not attempted) for the cooldown, then one probe goes; a success closes it. This many
+    # failed attempts in a row, spread over at least these minutes, disable the endpoint: what it still owes is
+    # settled unsent with the reason, and an operator alert is recorded.
+    endpoint_breaker_failures: int = Field(5, ge=1)
+    endpoint_breaker_cooldown: float = Field(60.0, gt=0)
+    endpoint_disable_failures: int = Field(20, ge=1)
+    endpoint_disable_minutes: float = Field(60.0, ge=0)
     # Every process's structured log lines (domain/logs.py) at this level and above.
     log_level: str = Field("INFO", pattern=r"^(?i:debug|info|warning|error|critical)$")
     # Comma-separated fault points (domain/faults.py) at which this process dies: development and tests only.

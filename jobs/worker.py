@@ -28,6 +28,9 @@ from domain.delivery.retry import Outcome, decide_retry
 from domain.delivery.retry import Retry as RetryDecision
 from domain.delivery.signing import signed_headers
 from domain.delivery.wakeups import publish_refresh, redis_settings
+from domain.endpoints import store as endpoints
+from domain.endpoints import urls
+from domain.endpoints.signing import signed_headers_all
 from domain.orders.envelope import canonical_json
 from domain.settings import get_settings
 from jobs.wake import LaneWorker
@@ -63,9 +66,11 @@ async def take_bulk_token(redis: Any, channel: str, rate: float) -> float:
 
 
 async def send(ctx: dict[str, Any], c: Claim, contact: str | None, text: str | None,
-               deadline: float) -> tuple[Outcome, str | None]:
+               deadline: float, target: endpoints.SendTarget | None = None) -> tuple[Outcome, str | None]:
     try:
         async with asyncio.timeout(deadline):
+            if target is not None:
+                return await _post_endpoint(ctx, c, target)
             return await _post(ctx, c, contact, text)
     except TimeoutError:  # the attempt's deadline (the receiver may have accepted it: the next claim asks again)
         return Outcome(None, error="timeout"), None
@@ -92,6 +97,32 @@ async def _post(ctx: dict[str, Any], c: Claim, contact: str | None, text: str | 
         return Outcome(None, error="timeout"), None
     except httpx.TransportError:
         return Outcome(None, error="connection"), None
+
+
+async def _post_endpoint(ctx: dict[str, Any], c: Claim, target: endpoints.SendTarget) -> tuple[Outcome, str | None]:
+    """A tenant endpoint's webhook: its URL checked again after a fresh DNS lookup (a name re-pointed at an
+    internal address is refused, and nothing is sent), then one POST to the very address checked, signed with
+    every live secret of the endpoint. The event id stays the webhook-id: receivers deduplicate on it."""
+    verdict = await asyncio.to_thread(urls.addresses_for_send, target.url, urls.dev_allowlist())
+    if isinstance(verdict, urls.Refused):
+        return Outcome(None, error="url_not_allowed", excerpt=f"refused before sending: {verdict.reason}"), None
+    assert c.event_id is not None and c.envelope is not None
+    body = canonical_json(c.envelope.wire()).decode()
+    headers = signed_headers_all(list(target.secrets), str(c.event_id), body)
+    headers.update({"Idempotency-Key": str(c.event_id), "content-type": "application/json"})
+    req = urls.pinned(target.url, verdict)
+    if req.host:
+        headers["Host"] = req.host
+    client: httpx.AsyncClient = ctx["http"]
+    try:
+        r = await client.post(req.url, content=body, headers=headers, follow_redirects=False,
+                              extensions={"sni_hostname": req.sni} if req.sni else None)
+    except httpx.TimeoutException:
+        return Outcome(None, error="timeout"), None
+    except httpx.TransportError:
+        return Outcome(None, error="connection"), None
+    data = _safe_json(r)
+    return Outcome(r.status_code, body_status=data.get("status"), excerpt=r.text[:200]), data.get("result_ref")
 
 
 def _safe_json(r: httpx.Response) -> dict[str, Any]:
@@ -145,7 +176,13 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     if deadline < s.lease_seconds * MIN_SEND_SHARE_OF_LEASE:
         await asyncio.to_thread(claims.give_back, c)
         raise Retry(defer=0.05)
-    outcome, ref = await send(ctx, c, claimed.contact, claimed.body, deadline)
+    target = None
+    if c.endpoint_id is not None:  # read now, never carried in the job: the URL and the live secrets
+        target = await asyncio.to_thread(endpoints.send_target, c.tenant_id, c.endpoint_id)
+        if target is None:  # disabled or deleted since the claim: the next claim settles it with that reason
+            await asyncio.to_thread(claims.give_back, c)
+            raise Retry(defer=0.05)
+    outcome, ref = await send(ctx, c, claimed.contact, claimed.body, deadline, target)
     latency_ms = (time.perf_counter() - t0) * 1000
     if outcome.status_code is not None and 200 <= outcome.status_code < 300:
         await armed_from_ops(ctx, "after_remote_accept_before_local_ack")

@@ -31,6 +31,15 @@ class EndpointIn(BaseModel):
         json_schema_extra={"items": {"type": "string", "enum": [*EVENTS]}, "uniqueItems": True})
 
 
+class Health(BaseModel):
+    attempts_24h: int = Field(description="attempts that succeeded or failed in the last 24 hours")
+    success_rate_24h: float | None = Field(description="share of those that succeeded (null: no attempt)")
+    last_success_at: datetime | None
+    last_error: str | None = Field(description="error class of the last failed attempt (timeout, connection, "
+                                                "server_error, url_not_allowed, …)")
+    last_error_at: datetime | None
+
+
 class EndpointOut(BaseModel):
     id: int
     url: str
@@ -40,6 +49,11 @@ class EndpointOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     rotating_until: datetime | None = Field(description="the previous secret still signs until then")
+    disabled_reason: str | None = Field(description="who disabled it, or why it was disabled automatically")
+    failure_streak: int = Field(description="failed attempts in a row since the last success")
+    breaker_open_until: datetime | None = Field(
+        description="its circuit breaker is open: sends are deferred, not attempted, until then")
+    health: Health
 
 
 class EndpointWithSecret(EndpointOut):

@@ -61,3 +61,14 @@ class TelemetryCollector:
             spent.add_metric([str(r["tenant_id"])], float(r["spent_last_hour_cents"]))
         yield balance
         yield spent
+        # Tenant webhook endpoints (domain/delivery/circuit.py): disabled automatically after sustained failure (an
+        # operator alert, counted from the audit log), and breakers deferring sends right now.
+        disabled = CounterMetricFamily("outbox_endpoints_auto_disabled", "Webhook endpoints disabled automatically "
+                                       "after sustained failure", labels=["tenant"])
+        counts = self.snap["endpoints_auto_disabled"]
+        # Every tenant's series exists from the start (at 0), so `increase` sees the first disabling.
+        for tenant in sorted({int(r["tenant_id"]) for r in self.snap["money"]} | set(counts)):
+            disabled.add_metric([str(tenant)], float(counts.get(tenant, 0)))
+        yield disabled
+        yield GaugeMetricFamily("outbox_endpoint_breakers_open", "Webhook endpoints whose circuit breaker defers "
+                                "their sends now", value=float(self.snap["endpoint_breakers_open"]))

@@ -1,4 +1,5 @@
-"""Webhook endpoints: the tenant's endpoints (URL, event types, enabled, rotation under way); on-call adds one (its
+"""Webhook endpoints: the tenant's endpoints (URL, event types, enabled — or why not —, rotation under way, circuit
+breaker, health from the attempts: success rate over 24 h, last success, last error); on-call adds one (its
 `whsec_…` secret shown once, in that answer only), disables, enables, rotates (the new secret shown once; both sign
 for 24 h) and deletes after a confirmation. Every handler asks `_allowed(Act.ENDPOINTS)` itself and acts on the
 session's tenant only. The URL guard is the API's (domain/endpoints/urls.py)."""
@@ -18,13 +19,29 @@ from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
 from domain.endpoints import store, urls
+from domain.ledger.reasons import error_text
+
+
+def _health(h: dict[str, Any]) -> tuple[str, str]:
+    """("97% of 120 attempts in 24 h", "last success … · last error: the receiver had a server error at …")."""
+    rate = "no attempts in 24 h" if h["success_rate_24h"] is None else \
+        f"{h['success_rate_24h']:.0%} of {h['attempts_24h']} attempts in 24 h"
+    last = [f"last success {when(h['last_success_at'])}" if h["last_success_at"] else "no success yet"]
+    if h["last_error"]:
+        last.append(f"last error: {error_text(h['last_error'])} at {when(h['last_error_at'])}")
+    return rate, " · ".join(last)
 
 
 def _row(e: dict[str, Any]) -> dict[str, str]:
+    rate, last = _health(e["health"])
     return {"id": str(e["id"]), "url": str(e["url"]), "description": str(e["description"] or ""),
             "types": ", ".join(e["event_types"]) if e["event_types"] else "every event",
             "state": "enabled" if e["enabled"] else "disabled",
-            "rotating": f"old secret signs until {when(e['rotating_until'])}" if e["rotating_until"] else ""}
+            "rotating": f"old secret signs until {when(e['rotating_until'])}" if e["rotating_until"] else "",
+            "why": "" if e["enabled"] else str(e["disabled_reason"] or ""),
+            "breaker": f"failing: sends held until {when(e['breaker_open_until'])} (circuit breaker)"
+                       if e["breaker_open_until"] else "",
+            "rate": rate, "last": last}
 
 
 class EndpointsState(AuthState):
@@ -129,7 +146,11 @@ def _endpoint_row(e: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.code(e["url"]), rx.text(e["description"], size="1")), rx.table.cell(e["types"]),
         rx.table.cell(rx.cond(e["state"] == "enabled", rx.badge("enabled", color_scheme="green"),
-                              rx.badge("disabled", color_scheme="gray")), rx.text(e["rotating"], size="1")),
+                              rx.badge("disabled", color_scheme="gray")), rx.text(e["rotating"], size="1"),
+                      rx.text(e["why"], size="1", data_testid="endpoint-why"),
+                      rx.text(e["breaker"], size="1", color=rx.color("amber", 11), data_testid="endpoint-breaker")),
+        rx.table.cell(rx.text(e["rate"], size="2", data_testid="endpoint-health"),
+                      rx.text(e["last"], size="1", color=rx.color("gray", 11))),
         rx.table.cell(rx.cond(EndpointsState.oncall, actions)), data_testid="endpoint-row")
 
 
@@ -156,7 +177,7 @@ def endpoints_page() -> rx.Component:
             rx.button("Delete", color_scheme="red", on_click=EndpointsState.delete, data_testid="confirm-delete"),
             rx.button("Keep it", variant="soft", on_click=EndpointsState.keep), align="center", wrap="wrap"),
             margin_bottom="12px")),
-        data_table(["Endpoint", "Events", "State", ""], EndpointsState.endpoints, _endpoint_row,
+        data_table(["Endpoint", "Events", "State", "Health", ""], EndpointsState.endpoints, _endpoint_row,
                    "No webhook endpoints yet.", "endpoints-table"),
     )
 

@@ -29,6 +29,8 @@ _CLAIM_FIELDS = ("id", "tenant_id", "recipient", "channel", "lane", "template", 
                  "attempts", "max_attempts", "event_id", "order_id", "order_status", "intent_id", "intent_status",
                  "intent_step", "lead_step", "reserved_cents", "cap_day", "claim_token", "provider_key",
                  "campaign_status")
+# A tenant endpoint's state at claim time (absent from rows of other kinds).
+_ENDPOINT_FIELDS = ("endpoint_id", "ep_found", "ep_disabled", "ep_disabled_reason", "ep_open_until")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,13 @@ class Claim:
     lead_step: str | None = None
     reserved_cents: int = 0
     cap_day: date | None = None
+    # A tenant's webhook endpoint (None: the system-wide receiver, or not a webhook): is it still there, enabled,
+    # why it was disabled, and until when its breaker defers sends. Its URL and secrets are read at send time only.
+    endpoint_id: int | None = None
+    ep_found: bool = False
+    ep_disabled: bool = False
+    ep_disabled_reason: str | None = None
+    ep_open_until: datetime | None = None
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> Claim:
@@ -70,7 +79,8 @@ class Claim:
                 event_type=m["event_type"], schema_version=m["schema_version"], occurred_at=m["occurred_at"],
                 request_id=m["request_id"], causation_id=m["causation_id"], actor_ref=m["actor_ref"],
                 payload=m["event_payload"])
-        return cls(**{k: m[k] for k in _CLAIM_FIELDS}, envelope=env)
+        return cls(**{k: m[k] for k in _CLAIM_FIELDS}, **{k: m[k] for k in _ENDPOINT_FIELDS if m.get(k) is not None},
+                   envelope=env)
 
 
 @dataclass(frozen=True)
@@ -172,6 +182,11 @@ def still_eligible(c: Claim) -> bool:
     return want is None or c.order_status in want
 
 
+def endpoint_closed(c: Claim) -> bool:
+    """Not a tenant endpoint's row, or its endpoint is there, enabled and its breaker closed: it may go as usual."""
+    return c.endpoint_id is None or (c.ep_found and not c.ep_disabled and c.ep_open_until is None)
+
+
 def superseded(c: Claim) -> bool:
     """A journey nudge whose intent was cancelled, or whose lead has moved past its step, must not go out."""
     return c.intent_id is not None and (c.intent_status == "cancelled" or c.lead_step != c.intent_step)
@@ -187,7 +202,7 @@ def price_to_hold(c: Claim) -> int:
 
 def plan(c: Claim, x: SendContext, now: datetime) -> Take | None:
     """A `Take` when the row may go now and only needs its slot, version and price; None: the long way decides."""
-    if superseded(c) or c.campaign_status == "cancelled":
+    if superseded(c) or c.campaign_status == "cancelled" or not endpoint_closed(c):
         return None
     if c.channel == "webhook":  # a system, not a person: no quiet hours, cap or contact point
         decision = floor_decision(now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),

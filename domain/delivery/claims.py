@@ -27,7 +27,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
-from domain.delivery import sql
+from domain.delivery import circuit, sql
 from domain.delivery.claimed import (
     EVENT_REQUIRES_STATUS,
     Claim,
@@ -105,6 +105,15 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, x: SendContext, now: datetime, w
                                   quiet_start=None, quiet_end=None)
         if isinstance(decision, Suppress):
             return _suppress(uow, c, worker, decision.reason, now)
+        if c.endpoint_id is not None:  # a tenant's own endpoint: still there, enabled, its breaker closed?
+            if not c.ep_found:
+                return _suppress(uow, c, worker, "endpoint_deleted", now)
+            if c.ep_disabled:
+                return _suppress(uow, c, worker, "endpoint_disabled", now, c.ep_disabled_reason)
+            until = circuit.defer_until(uow, c, now)
+            if until is not None:
+                return _defer(uow, c, until, f"endpoint {c.endpoint_id} keeps failing: its circuit breaker holds "
+                                             f"sends until {until:%H:%M:%S} UTC")
         if not _take_money(uow, c):
             return _suppress(uow, c, worker, "insufficient_balance", now)
         return Ready(c)
@@ -198,7 +207,8 @@ def record(
     """Record one attempt's outcome under the claim's token. SENT keeps the price reserved at claim (that
     reservation is the charge); FAILED refunds it in the same transaction. A retry or a failure whose token is
     stale (the lease ran out and another claim took the row) changes nothing and moves no money: "stale".
-    An accepted send is recorded whatever the row says by now (the truth is never dropped)."""
+    An accepted send is recorded whatever the row says by now (the truth is never dropped). A tenant endpoint's
+    answer moves its circuit breaker in the same transaction (circuit.py)."""
     with UnitOfWork(engine) as uow:
         x = uow.execute
         if isinstance(decision, Succeeded) and x(_RECORD_SENT, record_params(
@@ -228,6 +238,9 @@ def record(
                 intent_why=f"failed: {decision.error_class}")
             outcome = "failed" if settled else "stale"
             _attempt(uow, c, worker, started, outcome, status_code, decision.error_class, latency_ms, excerpt)
+        if c.endpoint_id is not None and outcome != "stale":  # the endpoint's health moves on this claim's answer
+            circuit.note_attempt(uow, c, ok=isinstance(decision, Succeeded), started=started,
+                                 error_class=None if isinstance(decision, Succeeded) else decision.error_class)
         apply_pending(uow, c.id)  # receipts that came before this record
         uow.commit()
     return outcome

@@ -104,7 +104,8 @@ async def record(pool: Pool, c: Claim, decision: RetryDecision, *, worker: str, 
     """claims.record: an accepted send or a retry of a row still ours in one round trip and a commit."""
     kw: dict[str, Any] = {"worker": worker, "started": started, "status_code": status_code,
                           "latency_ms": latency_ms, "provider_reference": provider_reference, "excerpt": excerpt}
-    if isinstance(decision, Succeeded | Retry):
+    # A tenant endpoint's answer also moves its circuit breaker: the long way, in the record's transaction.
+    if isinstance(decision, Succeeded | Retry) and c.endpoint_id is None:
         stmt = _RECORD_SENT if isinstance(decision, Succeeded) else _RECORD_RETRY
         try:
             async with pool.connection() as conn, conn.pipeline(), conn.transaction():

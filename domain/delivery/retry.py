@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 ErrorClass = Literal[
-    "timeout", "connection", "rate_limited", "server_error", "contract", "identity_conflict", "unknown"
+    "timeout", "connection", "rate_limited", "server_error", "contract", "identity_conflict", "unknown",
+    "url_not_allowed",
 ]
 
 
@@ -16,7 +17,8 @@ class Outcome:
     """What one attempt observed. `status_code` is None when no HTTP response arrived."""
 
     status_code: int | None
-    error: Literal["timeout", "connection"] | None = None
+    # url_not_allowed: a tenant endpoint's address was refused at send time (after DNS); nothing was sent.
+    error: Literal["timeout", "connection", "url_not_allowed"] | None = None
     body_status: str | None = None
     excerpt: str | None = None  # the start of the response body, kept on the attempt for support
 
@@ -46,6 +48,8 @@ RetryDecision = Succeeded | Retry | Fail
 def classify(outcome: Outcome) -> tuple[Literal["ok", "transient", "permanent"], ErrorClass | None]:
     if outcome.error == "timeout":
         return "transient", "timeout"
+    if outcome.error == "url_not_allowed":  # DNS may point back; the endpoint's breaker ends a run of these
+        return "transient", "url_not_allowed"
     if outcome.error == "connection" or outcome.status_code is None:
         return "transient", "connection"
     code = outcome.status_code

@@ -6,7 +6,8 @@ as `sa.text`, the workers' async store (hot.py, psycopg's pool, prepared) runs t
 - `CLAIM`: the guarded lease and the next fence token (FOR UPDATE of the row, taken by the UPDATE; a row another
   claim holds is skipped by the guard, not waited on for long), and everything the decision and the send need:
   envelope, order status, intent and lead, campaign, the recipient's floor rules and contact point, their cap
-  counts around today, the newest template for the channel and a one-time code's nonce.
+  counts around today, the newest template for the channel and a one-time code's nonce; for a tenant endpoint's
+  webhook, whether the endpoint is still there, enabled, and its breaker closed (never its URL or secrets).
 - `TAKE`: for a message that may go: its cap slot (guarded: at the cap it takes nothing), the template version kept
   on the row, and its price (guarded: `balance >= price` or nothing; money only once the slot is taken). Mirrors
   domain/ledger/metering.py's `take_cap_slot` and `_RESERVE` (same rows, same entries, same lock order: the row,
@@ -43,7 +44,7 @@ WITH c AS (
     AND NOT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = notifications.lane AND l.paused)
   RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts,
             max_attempts, event_id, order_id, intent_id, campaign_id, reserved_cents, cap_day, claim_token,
-            provider_key
+            provider_key, endpoint_id
 )
 SELECT c.*, o.status AS order_status, e.aggregate_type, e.aggregate_id, e.aggregate_revision, e.event_type,
        e.schema_version, e.occurred_at, e.request_id, e.causation_id, e.actor_ref, e.payload AS event_payload,
@@ -55,7 +56,9 @@ SELECT c.*, o.status AS order_status, e.aggregate_type, e.aggregate_id, e.aggreg
        (SELECT json_object_agg(dc.day, dc.taken) FROM recipient_daily_counts dc
          WHERE r.id IS NOT NULL AND dc.tenant_id = c.tenant_id AND dc.recipient = c.recipient
            AND dc.day BETWEEN CAST(:day_from AS date) AND CAST(:day_to AS date)) AS taken_by_day,
-       t.version AS template_version, t.body AS template_body, oc.nonce AS otp_nonce
+       t.version AS template_version, t.body AS template_body, oc.nonce AS otp_nonce,
+       we.id IS NOT NULL AS ep_found, we.disabled_at IS NOT NULL AS ep_disabled,
+       we.disabled_reason AS ep_disabled_reason, we.breaker_open_until AS ep_open_until
 FROM c
 LEFT JOIN outbox_events e ON e.event_id = c.event_id
 LEFT JOIN orders o ON o.tenant_id = c.tenant_id AND o.id = c.order_id
@@ -67,6 +70,7 @@ LEFT JOIN LATERAL (SELECT version, body FROM templates
                    WHERE name = c.template AND c.channel = ANY(channels) ORDER BY version DESC LIMIT 1) t
        ON c.channel <> 'webhook'
 LEFT JOIN otp_codes oc ON c.template = :otp_template AND oc.notification_id = c.id
+LEFT JOIN webhook_endpoints we ON we.id = c.endpoint_id AND we.tenant_id = c.tenant_id
 """
 
 TAKE: Final[str] = """

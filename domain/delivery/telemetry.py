@@ -1,5 +1,5 @@
 """What /metrics reads from the ledger beyond the lane gauges: latency histograms, attempts by outcome, and each
-tenant's money left — computed from PostgreSQL at scrape time, so every backend reports the same truth and the
+tenant's money left, tenant endpoints disabled automatically and breakers open — computed from PostgreSQL at scrape time, so every backend reports the same truth and the
 counts only grow (attempts and sent rows are never deleted). docs/alerts.yml is written against these names.
 """
 
@@ -18,6 +18,7 @@ from domain.delivery.sql import (
     SEND_LATENCY,
     TENANT_MONEY,
 )
+from domain.endpoints import store as endpoints
 
 __all__ = ["DELIVERY_BUCKETS", "SEND_BUCKETS", "snapshot"]
 
@@ -33,4 +34,6 @@ def snapshot(engine: Engine | None = None) -> dict[str, Any]:
             "delivery": _histogram(as_dicts(uow.execute(DELIVERY_LATENCY)), DELIVERY_BUCKETS),
             "outcomes": as_dicts(uow.execute(ATTEMPT_OUTCOMES)),
             "money": as_dicts(uow.execute(TENANT_MONEY)),
+            "endpoints_auto_disabled": endpoints.auto_disabled_counts(uow),
+            "endpoint_breakers_open": endpoints.breakers_open(uow),
         }

@@ -6,15 +6,21 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 PUBLIC_COLUMNS = ("id, url, description, event_types, disabled_at IS NULL AS enabled, created_at, updated_at, "
-                  "previous_secret_until")
+                  "previous_secret_until, disabled_reason, failure_streak, breaker_open_until")
 
 CREATE = sa.text(
     "INSERT INTO webhook_endpoints (tenant_id, url, description, event_types, secret) "
     "VALUES (:t, :u, :d, CAST(:e AS jsonb), :s) RETURNING " + PUBLIC_COLUMNS)
 LIST = sa.text(f"SELECT {PUBLIC_COLUMNS} FROM webhook_endpoints WHERE tenant_id = :t ORDER BY id")
 GET = sa.text(f"SELECT {PUBLIC_COLUMNS} FROM webhook_endpoints WHERE tenant_id = :t AND id = :i")
+# Enabling closes the breaker and forgets the failures; disabling keeps who did it (the claim says so on each row
+# it settles unsent).
 SET_ENABLED = sa.text(
     "UPDATE webhook_endpoints SET disabled_at = CASE WHEN :on THEN NULL ELSE coalesce(disabled_at, now()) END, "
+    "disabled_reason = CASE WHEN :on THEN NULL ELSE coalesce(disabled_reason, :why) END, "
+    "failure_streak = CASE WHEN :on THEN 0 ELSE failure_streak END, "
+    "failing_since = CASE WHEN :on THEN NULL ELSE failing_since END, "
+    "breaker_open_until = CASE WHEN :on THEN NULL ELSE breaker_open_until END, "
     f"updated_at = now() WHERE tenant_id = :t AND id = :i RETURNING {PUBLIC_COLUMNS}")
 DELETE = sa.text("DELETE FROM webhook_endpoints WHERE tenant_id = :t AND id = :i RETURNING url")
 ROTATE = sa.text(
@@ -22,3 +28,54 @@ ROTATE = sa.text(
     f"updated_at = :now WHERE tenant_id = :t AND id = :i RETURNING {PUBLIC_COLUMNS}")
 SECRETS = sa.text("SELECT secret, previous_secret, previous_secret_until FROM webhook_endpoints "
                   "WHERE tenant_id = :t AND id = :i")
+
+# ---- fan-out (the order command's transaction) ------------------------------------------------------------------
+# Every endpoint of the tenant, and whether it takes this event now (enabled, and the type is one it asked for).
+TARGETS = sa.text(
+    "SELECT id, disabled_at IS NULL AND (event_types IS NULL OR event_types @> jsonb_build_array(CAST(:et AS text))) "
+    "AS wants FROM webhook_endpoints WHERE tenant_id = :t ORDER BY id")
+
+# ---- send time (the worker): where to, and signed with what. Never in job args, logs or the claim record. ---------
+SEND_TARGET = sa.text(
+    "SELECT url, secret, previous_secret, previous_secret_until FROM webhook_endpoints "
+    "WHERE tenant_id = :t AND id = :i AND disabled_at IS NULL")
+
+# ---- the circuit breaker (domain/endpoints/breaker.py decides; domain/delivery/circuit.py runs these) ------------
+NOTE_SUCCESS = sa.text(
+    "UPDATE webhook_endpoints SET failure_streak = 0, failing_since = NULL, breaker_open_until = NULL "
+    "WHERE tenant_id = :t AND id = :i AND (failure_streak <> 0 OR breaker_open_until IS NOT NULL)")
+# Locks the endpoint row until the caller commits: two workers' failures count one after the other.
+NOTE_FAILURE = sa.text(
+    "UPDATE webhook_endpoints SET failure_streak = failure_streak + 1, failing_since = coalesce(failing_since, :at) "
+    "WHERE tenant_id = :t AND id = :i AND disabled_at IS NULL RETURNING failure_streak, failing_since, url")
+OPEN_BREAKER = sa.text("UPDATE webhook_endpoints SET breaker_open_until = :until WHERE tenant_id = :t AND id = :i")
+# Half-open: the first claim after the breaker's time takes the one probe (and keeps the breaker open meanwhile).
+TAKE_PROBE = sa.text(
+    "UPDATE webhook_endpoints SET breaker_open_until = :until WHERE tenant_id = :t AND id = :i "
+    "AND disabled_at IS NULL AND breaker_open_until <= :now RETURNING id")
+BREAKER_UNTIL = sa.text("SELECT breaker_open_until FROM webhook_endpoints WHERE tenant_id = :t AND id = :i")
+AUTO_DISABLE = sa.text(
+    "UPDATE webhook_endpoints SET disabled_at = now(), disabled_reason = :why, breaker_open_until = NULL, "
+    "updated_at = now() WHERE tenant_id = :t AND id = :i AND disabled_at IS NULL RETURNING url")
+
+# ---- health, from the attempts (the list and the read) ------------------------------------------------------------
+_OK = "('sent', 'already_processed', 'late_accept')"
+_FAILED = "('retry', 'failed')"
+HEALTH = sa.text(
+    f"""
+    SELECT n.endpoint_id,
+           count(*) FILTER (WHERE a.outcome IN {_OK} AND a.started_at > now() - interval '24 hours') AS ok_24h,
+           count(*) FILTER (WHERE a.outcome IN {_FAILED} AND a.started_at > now() - interval '24 hours')
+             AS failed_24h,
+           max(a.finished_at) FILTER (WHERE a.outcome IN {_OK}) AS last_success_at,
+           max(a.finished_at) FILTER (WHERE a.outcome IN {_FAILED}) AS last_error_at,
+           (array_agg(a.error_class ORDER BY a.id DESC) FILTER (WHERE a.outcome IN {_FAILED}))[1] AS last_error
+    FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id
+    WHERE n.tenant_id = :t AND n.endpoint_id IS NOT NULL AND (CAST(:i AS integer) IS NULL OR n.endpoint_id = :i)
+    GROUP BY n.endpoint_id
+    """)
+AUTO_DISABLED_COUNTS = sa.text(
+    "SELECT tenant_id, count(*) AS n FROM operator_actions WHERE action = 'auto-disable webhook endpoint' "
+    "GROUP BY tenant_id ORDER BY tenant_id")
+BREAKERS_OPEN = sa.text(
+    "SELECT count(*) FROM webhook_endpoints WHERE disabled_at IS NULL AND breaker_open_until > now()")

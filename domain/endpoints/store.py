@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -28,11 +29,26 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
-def _public(row: Any) -> dict[str, Any]:
+def _public(row: Any, health: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
     d = dict(row._mapping)
+    now = datetime.now(UTC)
     until = d.pop("previous_secret_until")
-    d["rotating_until"] = until if until and until > datetime.now(UTC) else None
+    d["rotating_until"] = until if until and until > now else None
+    if d["breaker_open_until"] is not None and (not d["enabled"] or d["breaker_open_until"] <= now):
+        d["breaker_open_until"] = None  # open only while it defers sends
+    h = (health or {}).get(d["id"], {})
+    ok, failed = int(h.get("ok_24h") or 0), int(h.get("failed_24h") or 0)
+    d["health"] = {"attempts_24h": ok + failed,
+                   "success_rate_24h": round(ok / (ok + failed), 4) if ok + failed else None,
+                   "last_success_at": h.get("last_success_at"), "last_error": h.get("last_error"),
+                   "last_error_at": h.get("last_error_at")}
     return d
+
+
+def _health(uow: UnitOfWork, tenant_id: int, endpoint_id: int | None = None) -> dict[int, dict[str, Any]]:
+    """Per endpoint, from its rows' attempts: the last 24 hours' successes and failures, the last success and the
+    last error (a stale or suppressed line is neither)."""
+    return {int(r.endpoint_id): dict(r._mapping) for r in uow.execute(sql.HEALTH, {"t": tenant_id, "i": endpoint_id})}
 
 
 def create(tenant_id: int, url: str, description: str, event_types: list[str] | None, actor_ref: str,
@@ -53,19 +69,23 @@ def _json(v: list[str] | None) -> str | None:
 
 def list_endpoints(tenant_id: int, engine: Engine | None = None) -> list[dict[str, Any]]:
     with UnitOfWork(engine) as uow:
-        return [_public(r) for r in uow.execute(sql.LIST, {"t": tenant_id})]
+        rows = uow.execute(sql.LIST, {"t": tenant_id}).all()
+        health = _health(uow, tenant_id) if rows else {}
+    return [_public(r, health) for r in rows]
 
 
 def get(tenant_id: int, endpoint_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
     with UnitOfWork(engine) as uow:
         row = uow.execute(sql.GET, {"t": tenant_id, "i": endpoint_id}).first()
-    return _public(row) if row else None
+        health = _health(uow, tenant_id, endpoint_id) if row else {}
+    return _public(row, health) if row else None
 
 
 def set_enabled(tenant_id: int, endpoint_id: int, enabled: bool, actor_ref: str,
                 engine: Engine | None = None) -> dict[str, Any] | None:
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sql.SET_ENABLED, {"t": tenant_id, "i": endpoint_id, "on": enabled}).first()
+        row = uow.execute(sql.SET_ENABLED, {"t": tenant_id, "i": endpoint_id, "on": enabled,
+                                            "why": f"endpoint {endpoint_id} was disabled by {actor_ref}"}).first()
         if row is None:
             return None
         actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref,
@@ -113,3 +133,84 @@ def signing_secrets(tenant_id: int, endpoint_id: int, now: datetime | None = Non
     if row.previous_secret and row.previous_secret_until and row.previous_secret_until > now:
         out.append(row.previous_secret)
     return out
+
+
+# ---- fan-out: inside the order command's transaction ---------------------------------------------------------------
+def targets(uow: UnitOfWork, tenant_id: int, event_type: str) -> list[int] | None:
+    """The endpoints this event goes to (enabled, and asking for its type), in id order. None: the tenant has no
+    endpoint at all, so its events go to the system-wide receiver as before. Never commits."""
+    rows = uow.execute(sql.TARGETS, {"t": tenant_id, "et": event_type}).all()
+    if not rows:
+        return None
+    return [int(r.id) for r in rows if r.wants]
+
+
+# ---- send time: the worker's read -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SendTarget:
+    """Where one webhook goes and what signs it, read just before the send; its repr never shows a secret."""
+
+    url: str
+    secrets: tuple[str, ...] = field(repr=False)
+
+
+def send_target(tenant_id: int, endpoint_id: int, now: datetime | None = None,
+                engine: Engine | None = None) -> SendTarget | None:
+    """The URL and the live secrets (the current one, and the previous one while its overlap lasts) of an enabled
+    endpoint of this tenant; None: disabled or gone since the claim."""
+    now = now or datetime.now(UTC)
+    with UnitOfWork(engine) as uow:
+        row = uow.execute(sql.SEND_TARGET, {"t": tenant_id, "i": endpoint_id}).first()
+    if row is None:
+        return None
+    live = [row.secret] + ([row.previous_secret] if row.previous_secret and row.previous_secret_until
+                           and row.previous_secret_until > now else [])
+    return SendTarget(row.url, tuple(live))
+
+
+# ---- the breaker's bookkeeping: inside the caller's transaction (domain/delivery/circuit.py) ------------------------
+@dataclass(frozen=True)
+class Failing:
+    streak: int
+    failing_since: datetime
+    url: str
+
+
+def note_success(uow: UnitOfWork, tenant_id: int, endpoint_id: int) -> None:
+    uow.execute(sql.NOTE_SUCCESS, {"t": tenant_id, "i": endpoint_id})
+
+
+def note_failure(uow: UnitOfWork, tenant_id: int, endpoint_id: int, at: datetime) -> Failing | None:
+    """One more failed attempt in the run (the endpoint row stays locked until the caller commits). None: the
+    endpoint is disabled or gone: nothing to count."""
+    row = uow.execute(sql.NOTE_FAILURE, {"t": tenant_id, "i": endpoint_id, "at": at}).first()
+    return None if row is None else Failing(int(row.failure_streak), row.failing_since, str(row.url))
+
+
+def open_breaker(uow: UnitOfWork, tenant_id: int, endpoint_id: int, until: datetime) -> None:
+    uow.execute(sql.OPEN_BREAKER, {"t": tenant_id, "i": endpoint_id, "until": until})
+
+
+def take_probe(uow: UnitOfWork, tenant_id: int, endpoint_id: int, now: datetime, cooldown: timedelta) -> datetime | None:
+    """The breaker's time is up: the first claim takes the one probe (None: send it) and holds the breaker open
+    meanwhile; any other claim is told until when to wait."""
+    if uow.execute(sql.TAKE_PROBE, {"t": tenant_id, "i": endpoint_id, "now": now, "until": now + cooldown}).first():
+        return None
+    until = uow.execute(sql.BREAKER_UNTIL, {"t": tenant_id, "i": endpoint_id}).scalar()
+    return until if until is not None and until > now else None
+
+
+def auto_disable(uow: UnitOfWork, tenant_id: int, endpoint_id: int, why: str) -> str | None:
+    """Disabled for sustained failure; its URL, or None when it was disabled already (someone else acted first)."""
+    url = uow.execute(sql.AUTO_DISABLE, {"t": tenant_id, "i": endpoint_id, "why": why}).scalar()
+    return None if url is None else str(url)
+
+
+def auto_disabled_counts(uow: UnitOfWork) -> dict[int, int]:
+    """Endpoints disabled automatically, per tenant, ever (a counter for /metrics, read from the audit log)."""
+    return {int(r.tenant_id): int(r.n) for r in uow.execute(sql.AUTO_DISABLED_COUNTS)}
+
+
+def breakers_open(uow: UnitOfWork) -> int:
+    """Enabled endpoints whose breaker defers their sends right now."""
+    return int(uow.execute(sql.BREAKERS_OPEN).scalar() or 0)

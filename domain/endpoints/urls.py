@@ -14,7 +14,7 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_URL: Final = 2048
@@ -110,6 +110,28 @@ def addresses_for_send(url: str, allowlist: frozenset[str] = frozenset(),
                        resolve: Resolver = system_resolver) -> Allowed | Refused:
     """The same check after a fresh DNS lookup, at send time: the sender connects only to `addresses`."""
     return check(url, allowlist, resolve)
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """One request to the address just checked: `url` names the address, `host` is the Host header the name needs
+    and `sni` the TLS server name (certificates are verified against the name, not the address)."""
+
+    url: str
+    host: str | None = None
+    sni: str | None = None
+
+
+def pinned(url: str, target: Allowed) -> Pinned:
+    """Pure: the request that connects to `target.addresses[0]` (checked) instead of resolving the name again;
+    an allowlisted development target (no addresses) is asked as it is."""
+    if not target.addresses:
+        return Pinned(url)
+    parts = urlsplit(url)
+    ip = target.addresses[0].split("%", 1)[0]
+    literal = f"[{ip}]" if ":" in ip else ip
+    return Pinned(urlunsplit((parts.scheme, f"{literal}:{target.port}", parts.path or "/", parts.query, "")),
+                  host=parts.netloc, sni=target.host if parts.scheme == "https" else None)
 
 
 def dev_allowlist() -> frozenset[str]:

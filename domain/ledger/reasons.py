@@ -15,6 +15,8 @@ SUPPRESSED: Final[dict[str, str]] = {
     "no_contact_point": "Not sent: we hold no address for this recipient on this channel.",
     "insufficient_balance": "Not sent: the tenant's prepaid balance could not cover this message.",
     "campaign_cancelled": "Not sent: the campaign was cancelled before this message went out.",
+    "endpoint_disabled": "Not sent: the webhook endpoint it was for was disabled.",
+    "endpoint_deleted": "Not sent: the webhook endpoint it was for was deleted.",
 }
 
 ERROR_CLASS: Final[dict[str, str]] = {
@@ -26,6 +28,7 @@ ERROR_CLASS: Final[dict[str, str]] = {
     "identity_conflict": "the receiver already holds a different body for this event id",
     "unknown": "an unexpected answer",
     "undeliverable": "the provider could not deliver it (refunded)",
+    "url_not_allowed": "the endpoint's address was refused at send time (it is, or resolves to, a private address)",
 }
 
 

@@ -23,9 +23,9 @@ INSERT_MESSAGE = sa.text(
     f"""
     INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status,
                                cost_cents, next_attempt_at, event_id, order_id, intent_id, job_id, attempts,
-                               max_attempts, reserved_cents)
+                               max_attempts, reserved_cents, endpoint_id)
     VALUES (:t, :r, CAST(:c AS varchar), :l, :tpl, CAST(:p AS jsonb), :k, 'QUEUED', {_PRICE},
-            coalesce(CAST(:at AS timestamptz), now()), :e, :o, :i, NULL, 0, :max, 0)
+            coalesce(CAST(:at AS timestamptz), now()), :e, :o, :i, NULL, 0, :max, 0, CAST(:ep AS integer))
     ON CONFLICT (dedupe_key) DO NOTHING
     RETURNING id, lane, status
     """
@@ -74,12 +74,16 @@ NOTIFICATIONS = table_of(Notification)
 
 
 def settle_unleased(reason: str, *, campaign_id: int | None = None,
-                    intent_ids: Collection[int] | sa.Select[tuple[int]] | None = None) -> sa.Update:
-    """QUEUED -> SUPPRESSED (`reason`) for one campaign's rows or the given intents' rows (ids, or a SELECT judged
-    inside this one UPDATE, on its snapshot) that no live lease holds; returns each row's id, intent and whether it
-    holds anything (only a row a claim already charged, a retry in progress, holds money or a cap slot)."""
+                    intent_ids: Collection[int] | sa.Select[tuple[int]] | None = None,
+                    endpoint: tuple[int, int] | None = None, detail: str | None = None) -> sa.Update:
+    """QUEUED -> SUPPRESSED (`reason`, and `detail` in plain words) for one campaign's rows, the given intents' rows
+    (ids, or a SELECT judged inside this one UPDATE, on its snapshot) or one (tenant, endpoint)'s rows that no live
+    lease holds; returns each row's id, intent and whether it holds anything (only a row a claim already charged, a
+    retry in progress, holds money or a cap slot)."""
     n = NOTIFICATIONS
-    if campaign_id is not None:
+    if endpoint is not None:
+        scope = sa.and_(n.c.tenant_id == endpoint[0], n.c.endpoint_id == endpoint[1])
+    elif campaign_id is not None:
         scope = n.c.campaign_id == campaign_id
     elif isinstance(intent_ids, sa.Select):
         scope = n.c.intent_id.in_(intent_ids)
@@ -88,7 +92,8 @@ def settle_unleased(reason: str, *, campaign_id: int | None = None,
     return (
         sa.update(n)
         .where(scope, n.c.status == "QUEUED", sa.or_(n.c.leased_until.is_(None), n.c.leased_until < sa.func.now()))
-        .values(status="SUPPRESSED", suppressed_reason=reason, settled_at=sa.func.now(), leased_until=None)
+        .values(status="SUPPRESSED", suppressed_reason=reason, settled_at=sa.func.now(), leased_until=None,
+                **({"reason_detail": detail} if detail is not None else {}))
         .returning(n.c.id, n.c.intent_id, ((n.c.reserved_cents > 0) | n.c.cap_day.is_not(None)).label("holds"))
     )
 

@@ -51,6 +51,7 @@ class NewMessage:
     event_id: uuid.UUID | None = None
     order_id: int | None = None
     intent_id: int | None = None
+    endpoint_id: int | None = None  # a tenant's webhook endpoint (domain/endpoints/)
 
     @property
     def dedupe_key(self) -> str:
@@ -75,7 +76,7 @@ def ledger_message(uow: UnitOfWork, m: NewMessage) -> Ledgered:
     row = uow.execute(sql.INSERT_MESSAGE, {
         "t": m.tenant_id, "r": m.recipient, "c": m.channel, "l": m.lane, "tpl": m.template,
         "p": json.dumps(m.payload, default=str), "k": m.dedupe_key, "at": m.next_attempt_at, "e": m.event_id,
-        "o": m.order_id, "i": m.intent_id, "max": get_settings().max_attempts,
+        "o": m.order_id, "i": m.intent_id, "max": get_settings().max_attempts, "ep": m.endpoint_id,
     }).first()
     if row is None:
         prior = uow.execute(sql.EXISTING, {"k": m.dedupe_key}).one()
@@ -174,17 +175,20 @@ def settle_unsent(uow: UnitOfWork, notification_id: int, token: int, *, status: 
 
 def settle_unsent_where(uow: UnitOfWork, *, reason: str, campaign_id: int | None = None,
                         intent_ids: Collection[int] | sa.Select[tuple[int]] | None = None,
+                        endpoint: tuple[int, int] | None = None, detail: str | None = None,
                         refund_reason: str = "refund: not sent", close_intents: bool = True) -> list[int]:
-    """Settle SUPPRESSED (`reason`) every row of one campaign, or of the given intents (ids, or a SELECT of them),
+    """Settle SUPPRESSED (`reason`, with `detail` in plain words) every row of one campaign, of the given intents
+    (ids, or a SELECT of them) or of one (tenant, endpoint),
     that is still owed and that no live lease holds: a row handed to a worker is that worker's to record (sent or
     not), and a later claim refuses it. What each settled row holds is given back. With `close_intents`, a nudge
     left with nothing owed is closed (as `settle_unsent` does); a caller that ends the intents itself (supersede)
     passes False. Returns the ids settled, in no particular order."""
-    if (campaign_id is None) == (intent_ids is None):
-        raise ValueError("settle_unsent_where: give exactly one of campaign_id, intent_ids")
+    if sum(x is not None for x in (campaign_id, intent_ids, endpoint)) != 1:
+        raise ValueError("settle_unsent_where: give exactly one of campaign_id, intent_ids, endpoint")
     if intent_ids is not None and not isinstance(intent_ids, sa.Select) and not intent_ids:
         return []  # no intents: nothing of theirs to settle
-    rows = uow.execute(sql.settle_unleased(reason, campaign_id=campaign_id, intent_ids=intent_ids)).all()
+    rows = uow.execute(sql.settle_unleased(reason, campaign_id=campaign_id, intent_ids=intent_ids,
+                                           endpoint=endpoint, detail=detail)).all()
     for r in rows:
         if r.holds:  # only a row a claim already charged (a retry in progress) holds anything to give back
             metering.release(uow, int(r.id), refund_reason)

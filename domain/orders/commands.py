@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine
 
 from domain import faults
 from domain.db import UnitOfWork
+from domain.endpoints import store as endpoints
 from domain.ledger.owed import OwedRow
 from domain.ledger.write import NewMessage, ledger_message
 from domain.orders import sql
@@ -52,10 +53,25 @@ def _insert_handoff(uow: UnitOfWork, env: Envelope, customer_ref: str, order_id:
     ))
     owed: list[OwedRow] = []
     subject = f"order-{order_id}-r{env.aggregate_revision}"
-    for msg in order_event_audience(env.event_type, customer_ref, env.tenant_id):
-        row = ledger_message(uow, NewMessage(
+    audience = order_event_audience(env.event_type, customer_ref, env.tenant_id)
+    # A tenant with endpoints of its own gets its webhook there, one row per endpoint that takes this event (and
+    # none for a disabled one, or one that asked for other types); a tenant with none, at the system-wide receiver.
+    targets = endpoints.targets(uow, env.tenant_id, env.event_type) if any(
+        m.channel == "webhook" for m in audience) else None
+    messages: list[NewMessage] = []
+    for msg in audience:
+        if msg.channel == "webhook" and targets is not None:
+            # The key is the event and the endpoint: a retried command never owes an endpoint the same event twice.
+            messages += [NewMessage(
+                tenant_id=env.tenant_id, recipient=f"endpoint:{ep}", channel=msg.channel, lane=msg.lane,
+                template=msg.template, subject=f"event-{env.event_id}", payload=env.payload, event_id=env.event_id,
+                order_id=order_id, endpoint_id=ep) for ep in targets]
+            continue
+        messages.append(NewMessage(
             tenant_id=env.tenant_id, recipient=msg.recipient, channel=msg.channel, lane=msg.lane,
             template=msg.template, subject=subject, payload=env.payload, event_id=env.event_id, order_id=order_id))
+    for m in messages:
+        row = ledger_message(uow, m)
         if row.created:
             owed.append(row.owed())
     return tuple(owed)

@@ -83,9 +83,9 @@ class System:
         wait_http(f"http://127.0.0.1:{port}/healthz", 60, proc=p)
         return p
 
-    def worker(self, lane: str, fault: str = "", name: str | None = None) -> Proc:
+    def worker(self, lane: str, fault: str = "", name: str | None = None, env: dict[str, str] | None = None) -> Proc:
         return self._proc(name or f"worker-{lane}", [str(BIN / "outbox"), "worker", "--lane", lane],
-                          {"OUTBOX_FAULT": fault})
+                          {"OUTBOX_FAULT": fault, **(env or {})})
 
     def workers(self) -> None:
         for lane in LANES:

@@ -43,8 +43,9 @@ def sys_(services, db, redis_db):  # type: ignore[no-untyped-def]
     httpx.post(f"{RECEIVER}/faults", json={})
     started: list[str] = []
 
-    def worker(lane: str, fault: str = "", name: str | None = None):  # type: ignore[no-untyped-def]
-        p = services.worker(lane, fault=fault, name=name or f"{lane}-{uuid.uuid4().hex[:6]}")
+    def worker(lane: str, fault: str = "", name: str | None = None,  # type: ignore[no-untyped-def]
+               env: dict[str, str] | None = None):
+        p = services.worker(lane, fault=fault, name=name or f"{lane}-{uuid.uuid4().hex[:6]}", env=env)
         started.append(p.name)
         return p
 

@@ -53,3 +53,22 @@ def test_only_an_exact_host_port_on_the_allowlist_passes() -> None:
     assert isinstance(check("http://127.0.0.1:8090/webhooks/orders", allow), Allowed)
     assert isinstance(check("http://127.0.0.1:8091/webhooks/orders", allow), Refused)
     assert isinstance(check("http://127.0.0.1/webhooks/orders", allow), Refused)
+
+
+def test_a_send_connects_to_the_address_checked_with_the_names_host_and_sni() -> None:
+    """Invariant: the request goes to the address just checked (no second lookup a rebinder could answer), with
+    the Host header and, over TLS, the server name of the original URL; an allowlisted target is asked as it is."""
+    from domain.endpoints.urls import pinned
+
+    resolve = fake({"hooks.example.com": ["93.184.216.34"], "v6.example.com": ["2606:2800:220:1::1"]})
+    got = check("https://hooks.example.com/outbox?x=1", resolve=resolve)
+    assert isinstance(got, Allowed)
+    p = pinned("https://hooks.example.com/outbox?x=1", got)
+    assert (p.url, p.host, p.sni) == ("https://93.184.216.34:443/outbox?x=1", "hooks.example.com", "hooks.example.com")
+    v6 = check("http://v6.example.com:8080/h", resolve=resolve)
+    assert isinstance(v6, Allowed)
+    p6 = pinned("http://v6.example.com:8080/h", v6)
+    assert (p6.url, p6.host, p6.sni) == ("http://[2606:2800:220:1::1]:8080/h", "v6.example.com:8080", None)
+    dev = check("http://127.0.0.1:8090/webhooks/orders", frozenset({"127.0.0.1:8090"}))
+    assert isinstance(dev, Allowed) and pinned("http://127.0.0.1:8090/webhooks/orders", dev).url == \
+        "http://127.0.0.1:8090/webhooks/orders"
