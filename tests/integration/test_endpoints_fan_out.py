@@ -153,7 +153,7 @@ def test_one_row_per_enabled_matching_endpoint_in_the_orders_transaction(db, red
     assert rows("recipient = 'webhook:tenant-42'") == [], "a tenant with endpoints has no system-wide webhook row"
     assert rows("endpoint_id = :i", i=theirs["id"]) == []
     assert len(rows("event_id = :e AND channel = 'email'", e=r.event_id)) == 1, "the customer's email is unchanged"
-    assert {o.id for o in r.owed} >= {h.id for h in hooks}, "each new row is owed a wake-up after commit"
+    assert {o.notification_id for o in r.owed} >= {h.id for h in hooks}, "each new row is owed a wake-up after commit"
 
 
 def test_a_tenant_without_endpoints_keeps_the_system_wide_receiver(db, redis_db):
@@ -261,7 +261,7 @@ def test_a_stale_claim_moves_no_breaker_and_an_open_breaker_lets_one_probe_throu
     nor the endpoint's run of failures; when an open breaker's time is up exactly one claim takes the probe, the
     others are deferred (not attempted), and the probe's success closes the breaker."""
     e = endpoint(42, PUBLIC)
-    first, second = approve(913), approve(914)
+    first, second = (approve(oid) for oid in orders_of(42)[:2])
     (a,) = rows("event_id = :e AND endpoint_id = :i", e=first.event_id, i=e["id"])
     (b,) = rows("event_id = :e AND endpoint_id = :i", e=second.event_id, i=e["id"])
 
