@@ -1,8 +1,9 @@
 """The webhook endpoints page in a real browser.
 
-Invariants: on-call adds an endpoint and sees its secret once (a reload shows none); a private URL is refused
-with its reason and adds nothing; disable, rotate (a new secret, once) and delete (after a confirmation) change the
-stored endpoint; support sees the list without actions.
+Invariants: on-call adds an endpoint and sees its secret once (a reload shows none) and its health (no attempts
+yet); a private URL is refused with its reason and adds nothing; disable (the row then says who disabled it),
+rotate (a new secret, once) and delete (after a confirmation) change the stored endpoint; support sees the list
+without actions.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ def test_oncall_adds_disables_rotates_and_deletes_an_endpoint(new_operator):
     a.get_by_test_id("endpoint-row").first.wait_for()
     assert secret not in a.content()
     row = a.get_by_test_id("endpoint-row").filter(has_text=url)
+    assert row.get_by_test_id("endpoint-health").inner_text() == "no attempts in 24 h"
     row.get_by_test_id("disable-endpoint").click()
     wait_until(lambda: stored(url)[0][2] is not None, 10, "the endpoint to be disabled")
+    row.get_by_test_id("endpoint-why").filter(has_text="was disabled by").wait_for()  # who did it, in plain words
     a.get_by_test_id("endpoint-row").filter(has_text=url).get_by_test_id("rotate-endpoint").click()
     a.get_by_test_id("endpoint-secret").wait_for()
     rotated = a.get_by_test_id("endpoint-secret").inner_text().strip()
