@@ -294,7 +294,8 @@ def test_a_stale_claim_moves_no_breaker_and_an_open_breaker_lets_one_probe_throu
 
 def test_a_disabled_or_deleted_endpoint_settles_its_rows_with_the_reason(db, redis_db):
     """Invariant: a row whose endpoint was disabled (or deleted) after the event is suppressed at its claim with
-    the reason in plain words, and whatever it would have cost is not charged."""
+    the reason in plain words, and whatever it would have cost is not charged; enabling the endpoint again closes
+    its breaker and forgets its run of failures."""
     e, gone = endpoint(42, PUBLIC), endpoint(42, PUBLIC + "/b")
     r = approve()
     store.set_enabled(42, e["id"], False, "support:dana")
@@ -307,3 +308,11 @@ def test_a_disabled_or_deleted_endpoint_settles_its_rows_with_the_reason(db, red
     assert by_endpoint[e["id"]].reason_detail == f"endpoint {e['id']} was disabled by support:dana"
     assert by_endpoint[gone["id"]].suppressed_reason == "endpoint_deleted"
     assert all(n.reserved_cents == 0 for n in by_endpoint.values())
+
+    with get_engine().begin() as c:  # it had been failing too
+        c.execute(sa.text("UPDATE webhook_endpoints SET failure_streak = 3, failing_since = now(), "
+                          "breaker_open_until = now() + interval '1 minute' WHERE id = :i"), {"i": e["id"]})
+    store.set_enabled(42, e["id"], True, "support:dana")
+    back = endpoint_row(e["id"])
+    assert (back.disabled_at, back.disabled_reason, back.failure_streak, back.failing_since,
+            back.breaker_open_until) == (None, None, 0, None, None), "enabling closes the breaker, forgets the run"

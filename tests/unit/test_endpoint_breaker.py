@@ -46,3 +46,25 @@ def test_a_burst_opens_the_breaker_but_does_not_disable() -> None:
 
 def test_a_refused_address_is_a_failure_that_is_retried_and_counted() -> None:
     assert classify(Outcome(None, error="url_not_allowed")) == ("transient", "url_not_allowed")
+
+
+def _claim(**endpoint: object):  # type: ignore[no-untyped-def]
+    from domain.delivery.claimed import Claim
+
+    return Claim(id=1, tenant_id=42, recipient="endpoint:5", channel="webhook", lane="high", template="order.approved",
+                 payload={}, dedupe_key="k", cost_cents=0, attempts=1, max_attempts=8, event_id=None, order_id=None,
+                 **endpoint)  # type: ignore[arg-type]
+
+
+def test_only_an_endpoint_that_is_there_enabled_and_closed_goes_the_common_way() -> None:
+    """Invariant: the one-statement claim (`plan`) sends a tenant endpoint's row only while its endpoint is there,
+    enabled and its breaker closed; anything else goes the long way, which suppresses or defers it."""
+    from domain.delivery.claimed import SendContext, plan
+
+    x = SendContext(False)
+    assert plan(_claim(endpoint_id=5, ep_found=True), x, NOW) is not None
+    assert plan(_claim(), x, NOW) is not None, "the system-wide receiver's row is unchanged"
+    for state in ({"ep_found": False}, {"ep_found": True, "ep_disabled": True},
+                  {"ep_found": True, "ep_open_until": NOW + timedelta(seconds=5)},
+                  {"ep_found": True, "ep_open_until": NOW - timedelta(seconds=5)}):
+        assert plan(_claim(endpoint_id=5, **state), x, NOW) is None, state
