@@ -72,6 +72,18 @@ INVARIANTS: Final[dict[str, str]] = {
                    WHERE cap_day IS NOT NULL GROUP BY 1, 2, 3) h USING (tenant_id, recipient, day)
         WHERE coalesce(d.taken, 0) <> coalesce(h.n, 0)
     """,
+    # The attempts are partitioned by their message's month: each line's partition key is its message's creation
+    # time (archive drops a month of attempts together with the month of messages it describes).
+    "12 an attempt filed under another month than its message's": """
+        SELECT count(*) FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id
+        WHERE a.notification_created_at <> n.created_at
+    """,
+    # Receipts are partitioned by month; each receipt id is kept once, in any month, by its key.
+    "13 a receipt whose id is not kept once": """
+        SELECT count(*) FROM delivery_receipts r
+        WHERE NOT EXISTS (SELECT 1 FROM delivery_receipt_keys k WHERE k.receipt_id = r.receipt_id
+                          AND k.received_at = r.received_at)
+    """,
     "10 a live nudge with no message left owed (a phantom intent)": """
         SELECT count(*) FROM lead_notification_intents i
         WHERE i.status IN ('pending','scheduled')

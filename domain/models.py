@@ -263,13 +263,22 @@ class Notification(SQLModel, table=True):
 
 
 class NotificationAttempt(SQLModel, table=True):
+    """One line per attempt. Partitioned by month of its MESSAGE's `created_at` (copied as `notification_created_at`,
+    a function of `notification_id`), so a month of the ledger's attempts is one partition that `outbox archive`
+    exports and drops whole, and `(notification_id, attempt_no)` stays unique with the partition key beside it
+    (domain/retention/, docs/scaling.md "Partitions and retention")."""
+
     __tablename__ = "notification_attempts"
     __table_args__ = (
-        sa.UniqueConstraint("notification_id", "attempt_no", name="notification_attempts_once"),
+        sa.UniqueConstraint("notification_id", "attempt_no", "notification_created_at",
+                            name="notification_attempts_once"),
         sa.Index("notification_attempts_fenced", "outcome",
                  postgresql_where=sa.text("outcome IN ('late_accept', 'stale')")),
+        {"postgresql_partition_by": "RANGE (notification_created_at)"},
     )
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, sa_column=sa.Column(sa.Integer, primary_key=True, autoincrement=True))
+    notification_created_at: datetime = Field(
+        sa_column=sa.Column(sa.DateTime(timezone=True), primary_key=True, nullable=False))
     notification_id: int = Field(foreign_key="notifications.id", index=True)
     attempt_no: int
     worker: str
@@ -286,20 +295,34 @@ class NotificationAttempt(SQLModel, table=True):
 
 
 class Receipt(SQLModel, table=True):
+    """A provider's delivery receipt as it arrived. Partitioned by the month it was received; `receipt_id` is kept
+    once by `delivery_receipt_keys` (a partitioned table's unique keys must hold the partition key)."""
+
     __tablename__ = "delivery_receipts"
     __table_args__ = (
         sa.Index("delivery_receipts_pending", "notification_id",
                  postgresql_where=sa.text("applied_at IS NULL AND notification_id IS NOT NULL")),
+        {"postgresql_partition_by": "RANGE (received_at)"},
     )
-    id: int | None = Field(default=None, primary_key=True)
-    receipt_id: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
+    id: int | None = Field(default=None, sa_column=sa.Column(sa.Integer, primary_key=True, autoincrement=True))
+    receipt_id: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
     provider: str
     provider_reference: str = Field(index=True)
     outcome: str  # delivered | failed
-    received_at: datetime | None = _ts()
+    received_at: datetime | None = Field(default=None, sa_column=sa.Column(
+        sa.DateTime(timezone=True), primary_key=True, nullable=False, server_default=NOW))
     # Kept before it can be applied (the send not recorded yet): applied_at NULL until the worker records it.
     notification_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
     applied_at: datetime | None = _ts(nullable=True, default=False)
+
+
+class ReceiptKey(SQLModel, table=True):
+    """Each provider receipt id once, whatever month it came in (unpartitioned: the uniqueness the partitioned
+    `delivery_receipts` cannot hold). Written in the same statement as the receipt; archived with its month."""
+
+    __tablename__ = "delivery_receipt_keys"
+    receipt_id: str = Field(primary_key=True)
+    received_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True))
 
 
 class Lead(SQLModel, table=True):

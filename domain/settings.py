@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     bulk_rate_per_second: float = Field(100.0, gt=0, validation_alias="OUTBOX_BULK_RATE")
     oldest_owed_slo_seconds: float = Field(60.0, gt=0, validation_alias="OUTBOX_SLO_SECONDS")
     max_attempts: int = Field(8, ge=1)
+    # Retention (domain/retention/): days `outbox prune` keeps what is not partitioned, and months of attempts and
+    # receipts partitions kept ahead of the current one (by the relay and `outbox partitions ensure`).
+    retention_days: float = Field(90.0, gt=0, validation_alias="OUTBOX_RETENTION_DAYS")
+    partitions_ahead: int = Field(3, ge=1, le=24, validation_alias="OUTBOX_PARTITIONS_AHEAD")
     backoff_base: float = Field(1.0, gt=0)
     backoff_cap: float = Field(300.0, gt=0)
     max_body_bytes: int = Field(65536, ge=1024)

@@ -23,9 +23,12 @@ from domain.delivery import wakeups
 from domain.delivery.queue import LANES, NOTIFY_CHANNEL, job_id, job_timeout_seconds
 from domain.delivery.wakeups import arq_pool, enqueue_fan_out, enqueue_missing
 from domain.ledger.owed import OwedRow
+from domain.retention.partitions import ensure_partitions
 from domain.settings import get_settings
 
 log = logging.getLogger("outbox.relay")
+# How often the relay makes sure next months' partitions exist (a catalog read when they do).
+PARTITIONS_EVERY_S = 3600.0
 
 
 def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0,
@@ -117,6 +120,17 @@ async def listen(database_url: str, backoff_cap: float = 2.0) -> psycopg.AsyncCo
             delay = min(backoff_cap, delay * 2)
 
 
+async def keep_partitions_ahead(ahead: int) -> None:
+    """Next months' partitions, created ahead (several relays may race: a lost race is retried next hour, and a
+    row of a month not created yet waits in the DEFAULT partition meanwhile, never refused)."""
+    try:
+        made = await asyncio.to_thread(ensure_partitions, ahead)
+        if made:
+            log.info("partitions created", extra={"partitions": ",".join(made)})
+    except Exception as exc:
+        log.warning("partitions not ensured (%s); retrying in an hour", type(exc).__name__)
+
+
 async def run_relay(interval: float | None = None, once: bool = False) -> None:
     s = get_settings()
     interval = interval or s.scan_interval
@@ -128,7 +142,11 @@ async def run_relay(interval: float | None = None, once: bool = False) -> None:
     conn = await listen(s.database_url)
     log.info("relay listening on %s, scan every %.1fs", NOTIFY_CHANNEL, interval)
     last_scan = 0.0
+    last_partitions = -PARTITIONS_EVERY_S
     while True:
+        if time.monotonic() - last_partitions >= PARTITIONS_EVERY_S:
+            await keep_partitions_ahead(s.partitions_ahead)
+            last_partitions = time.monotonic()
         woke = False
         try:
             async for _ in conn.notifies(timeout=interval, stop_after=1):

@@ -22,8 +22,6 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
@@ -50,7 +48,6 @@ from domain.ledger import metering
 from domain.ledger.floor import Defer, Send, Suppress, floor_decision
 from domain.ledger.templates import render_for_send
 from domain.ledger.write import accept_truth, settle_unsent
-from domain.models import NotificationAttempt, table_of
 
 __all__ = ["EVENT_REQUIRES_STATUS", "Claim", "ClaimResult", "Deferred", "Ready", "Suppressed", "claim", "give_back",
            "idempotency_key", "local_day", "record", "still_eligible", "superseded"]
@@ -168,11 +165,9 @@ def _attempt(uow: UnitOfWork, c: Claim, worker: str, started: datetime, outcome:
              status_code: int | None, error_class: str | None, latency_ms: float | None,
              excerpt: str | None = None, next_attempt_at: datetime | None = None) -> None:
     # One line per claim; a stale claim's line may meet a later claim's number (a deferral gives the count back).
-    uow.execute(pg_insert(table_of(NotificationAttempt)).values(
-        notification_id=c.id, attempt_no=c.attempts, worker=worker, started_at=started,
-        finished_at=sa.func.now(), outcome=outcome, status_code=status_code, error_class=error_class,
-        latency_ms=latency_ms, response_excerpt=excerpt, next_attempt_at=next_attempt_at,
-    ).on_conflict_do_nothing(constraint="notification_attempts_once"))
+    uow.execute(sql.ATTEMPT_LINE_STMT, {
+        "id": c.id, "no": c.attempts, "worker": worker, "started": started, "outcome": outcome, "code": status_code,
+        "err": error_class, "latency": latency_ms, "excerpt": excerpt, "next": next_attempt_at})
 
 
 def _suppress(uow: UnitOfWork, c: Claim, worker: str, reason: str, now: datetime,

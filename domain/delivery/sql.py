@@ -112,16 +112,17 @@ WITH n AS (
     AND (cap_day IS NOT NULL OR channel = 'webhook' OR lane = 'critical'
          OR NOT EXISTS (SELECT 1 FROM recipients r WHERE r.tenant_id = notifications.tenant_id
                         AND r.ref = notifications.recipient AND r.daily_cap IS NOT NULL))
-  RETURNING id, intent_id
+  RETURNING id, intent_id, created_at
 ), i AS (
   UPDATE lead_notification_intents SET status = 'sent', updated_at = now(),
          final_reason = 'sent at ' || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC'
   WHERE id = (SELECT intent_id FROM n) AND status IN ('pending', 'scheduled')
 ), a AS (
   INSERT INTO notification_attempts (notification_id, attempt_no, worker, started_at, finished_at, outcome,
-                                     status_code, error_class, latency_ms, response_excerpt)
+                                     status_code, error_class, latency_ms, response_excerpt, notification_created_at)
   SELECT id, CAST(:no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(),
-         CAST(:outcome AS text), CAST(:code AS int), NULL, CAST(:latency AS float8), CAST(:excerpt AS text) FROM n
+         CAST(:outcome AS text), CAST(:code AS int), NULL, CAST(:latency AS float8), CAST(:excerpt AS text),
+         created_at FROM n
   ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
 )
 SELECT count(*) AS matched FROM n
@@ -132,13 +133,14 @@ WITH n AS (
   UPDATE notifications SET next_attempt_at = now() + make_interval(secs => :delay), leased_until = NULL,
          last_error_class = :err
   WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok
-  RETURNING id, next_attempt_at
+  RETURNING id, next_attempt_at, created_at
 ), a AS (
   INSERT INTO notification_attempts (notification_id, attempt_no, worker, started_at, finished_at, outcome,
-                                     status_code, error_class, latency_ms, response_excerpt, next_attempt_at)
+                                     status_code, error_class, latency_ms, response_excerpt, next_attempt_at,
+                                     notification_created_at)
   SELECT id, CAST(:no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(), 'retry',
          CAST(:code AS int), CAST(:err AS text), CAST(:latency AS float8), CAST(:excerpt AS text),
-         next_attempt_at FROM n
+         next_attempt_at, created_at FROM n
   ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
 )
 SELECT count(*) AS matched FROM n
@@ -146,6 +148,18 @@ SELECT count(*) AS matched FROM n
 
 PENDING_RECEIPTS: Final[str] = (
     "SELECT EXISTS (SELECT 1 FROM delivery_receipts WHERE notification_id = :id AND applied_at IS NULL) AS pending")
+
+# The long way's attempt line (claims.py): the same row as the records above, its partition key (the message's
+# `created_at`) read from the message in the same statement.
+ATTEMPT_LINE: Final[str] = """
+INSERT INTO notification_attempts (notification_id, attempt_no, worker, started_at, finished_at, outcome, status_code,
+                                   error_class, latency_ms, response_excerpt, next_attempt_at, notification_created_at)
+SELECT n.id, CAST(:no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(), CAST(:outcome AS text),
+       CAST(:code AS int), CAST(:err AS text), CAST(:latency AS float8), CAST(:excerpt AS text),
+       CAST(:next AS timestamptz), n.created_at
+FROM notifications n WHERE n.id = :id
+ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
+"""
 
 CHANNEL_OF: Final[str] = "SELECT channel FROM notifications WHERE id = :id AND status = 'QUEUED'"
 
@@ -164,6 +178,7 @@ TAKE_STMT = sa.text(TAKE)
 RECORD_SENT_STMT = sa.text(RECORD_SENT)
 RECORD_RETRY_STMT = sa.text(RECORD_RETRY)
 CHANNEL_OF_STMT = sa.text(CHANNEL_OF)
+ATTEMPT_LINE_STMT = sa.text(ATTEMPT_LINE)
 CAP_TAKEN = sa.text("SELECT taken FROM recipient_daily_counts WHERE tenant_id = :t AND recipient = :r AND day = :d")
 OPT_OUT_CHANGE = sa.text(
     "SELECT ch.changed_at, ch.actor_ref FROM recipient_changes ch JOIN recipients r ON r.id = ch.recipient_id "
@@ -182,9 +197,13 @@ _ROW = ("SELECT id, status, tenant_id, order_id, channel FROM notifications WHER
 BY_REFERENCE = sa.text(_ROW.format(where="provider_reference = :r"))
 # The key we sent: the replay's own key when there is one (an old receipt never lands on a replayed message).
 BY_KEY = sa.text(_ROW.format(where="((provider_key IS NULL AND dedupe_key = :k) OR provider_key = :k)"))
+# A receipt id once, in any month: its key first (unpartitioned), the receipt only if the key is new.
 KEEP = sa.text(
-    "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome, notification_id) "
-    "VALUES (:i, :p, :r, :o, :n) ON CONFLICT (receipt_id) DO NOTHING RETURNING id")
+    "WITH k AS (INSERT INTO delivery_receipt_keys (receipt_id, received_at) VALUES (:i, now()) "
+    "ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id, received_at) "
+    "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome, notification_id, received_at) "
+    "SELECT receipt_id, CAST(:p AS text), CAST(:r AS text), CAST(:o AS text), CAST(:n AS bigint), received_at FROM k "
+    "RETURNING id")
 PENDING = sa.text(
     "SELECT id, provider_reference, outcome FROM delivery_receipts WHERE notification_id = :n AND applied_at IS NULL "
     "ORDER BY id")

@@ -18,7 +18,7 @@ from jobs.ops.dbadmin import ensure_database, migrate
 def _fill_ledger(owed: int, done: int) -> None:
     with UnitOfWork() as uow:
         uow.execute(sa.text("TRUNCATE notifications, notification_attempts, balance_entries, delivery_receipts, "
-                            "lead_notification_intents CASCADE"))
+                            "delivery_receipt_keys, lead_notification_intents CASCADE"))
         uow.execute(sa.text(
             "INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status, "
             "cost_cents, attempts, max_attempts, created_at, next_attempt_at, sent_at) "

@@ -1,0 +1,117 @@
+"""Retention's named SQL: the partitions (which exist, which month a DEFAULT partition's rows belong to, a month
+created and its early rows moved in), the archive (what is still owed in a month, its redacted rows, detach and
+drop) and the pruning of what is not partitioned.
+
+A partition's name is built from `months.partition_name` (a table name and a month: never operator input), so the
+few statements that name one are functions of it here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import sqlalchemy as sa
+
+from domain.retention.months import PARTITIONED
+
+# ---- partitions -------------------------------------------------------------------------------------------------
+PARTITIONS_OF = sa.text(
+    "SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS bound FROM pg_inherits i "
+    "JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent "
+    "WHERE p.relname = :parent AND p.relnamespace = to_regnamespace('public') ORDER BY c.relname")
+# Never wait long behind another transaction: the relay retries at its next pass, an operator runs it again.
+LOCK_TIMEOUT = sa.text("SET LOCAL lock_timeout = '5s'")
+
+
+def _check(parent: str) -> str:
+    assert parent in PARTITIONED, parent
+    return PARTITIONED[parent]
+
+
+def default_months(parent: str) -> sa.TextClause:
+    """The months of the rows that fell into the DEFAULT partition (their month was not created yet)."""
+    key = _check(parent)
+    return sa.text(f"SELECT DISTINCT to_char({key} AT TIME ZONE 'UTC', 'YYYY-MM') AS month "
+                   f"FROM {parent}_default ORDER BY 1")
+
+
+def create_month(parent: str, name: str, lo: str, hi: str) -> list[sa.TextClause]:
+    """A month's partition, created beside the table and ATTACHed (a lock that lets the hot path's reads and
+    inserts go on, unlike CREATE … PARTITION OF), with whatever of its month sat in the DEFAULT partition moved in
+    first (ATTACH refuses a range the DEFAULT still holds rows of)."""
+    key = _check(parent)
+    return [
+        sa.text(f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"),
+        sa.text(f"WITH moved AS (DELETE FROM {parent}_default WHERE {key} >= '{lo}' AND {key} < '{hi}' RETURNING *) "
+                f"INSERT INTO {name} SELECT * FROM moved"),
+        sa.text(f"ALTER TABLE {parent} ATTACH PARTITION {name} FOR VALUES FROM ('{lo}') TO ('{hi}')"),
+    ]
+
+
+# ---- archive ----------------------------------------------------------------------------------------------------
+# Still owed in a month: a message of that month a worker must still act on, or a receipt of that month waiting to
+# be applied to its message (a receipt no message was found for is kept for support, never applied: not owed).
+OWED_IN_MONTH = sa.text(
+    "SELECT (SELECT count(*) FROM notifications WHERE status = 'QUEUED' AND created_at >= CAST(:lo AS timestamptz) "
+    "        AND created_at < CAST(:hi AS timestamptz)) AS messages, "
+    "       (SELECT count(*) FROM delivery_receipts WHERE applied_at IS NULL AND notification_id IS NOT NULL "
+    "        AND received_at >= CAST(:lo AS timestamptz) AND received_at < CAST(:hi AS timestamptz)) AS receipts")
+# What an archive keeps of a message: ids, states, times and money, never a contact point, a payload, a code, the
+# rendered text or a provider's answer.
+ARCHIVED_MESSAGE_COLUMNS: Final = (
+    "id", "tenant_id", "recipient", "channel", "lane", "template", "template_version", "status", "suppressed_reason",
+    "review", "attempts", "cost_cents", "reserved_cents", "provider_reference", "last_error_class", "event_id",
+    "order_id", "intent_id", "campaign_id", "created_at", "sent_at", "settled_at")
+ARCHIVED_ATTEMPT_COLUMNS: Final = (
+    "id", "notification_id", "attempt_no", "worker", "started_at", "finished_at", "outcome", "status_code",
+    "error_class", "latency_ms", "next_attempt_at")
+ARCHIVED_RECEIPT_COLUMNS: Final = (
+    "id", "receipt_id", "provider", "provider_reference", "outcome", "received_at", "notification_id", "applied_at")
+MONTH_MESSAGES = sa.text(
+    f"SELECT {', '.join(ARCHIVED_MESSAGE_COLUMNS)} FROM notifications "
+    "WHERE created_at >= CAST(:lo AS timestamptz) AND created_at < CAST(:hi AS timestamptz) ORDER BY id")
+FORGET_RECEIPT_KEYS = sa.text(
+    "DELETE FROM delivery_receipt_keys "
+    "WHERE received_at >= CAST(:lo AS timestamptz) AND received_at < CAST(:hi AS timestamptz)")
+
+
+def lock_month(names: list[str]) -> sa.TextClause:
+    """No write into the months being archived while they are read and dropped (the hot path writes this month's
+    partitions, not these)."""
+    return sa.text(f"LOCK TABLE {', '.join(names)} IN SHARE MODE")
+
+
+def partition_rows(parent: str, name: str) -> sa.TextClause:
+    cols = ARCHIVED_ATTEMPT_COLUMNS if parent == "notification_attempts" else ARCHIVED_RECEIPT_COLUMNS
+    _check(parent)
+    return sa.text(f"SELECT {', '.join(cols)} FROM {name} ORDER BY id")
+
+
+def detach_and_drop(parent: str, name: str) -> list[sa.TextClause]:
+    _check(parent)
+    return [sa.text(f"ALTER TABLE {parent} DETACH PARTITION {name}"), sa.text(f"DROP TABLE {name}")]
+
+
+# ---- prune: what is not partitioned, older than the retention -------------------------------------------------
+# Each: the rows retention lets go (`:cutoff` = now - retention), deleted a batch at a time (short transactions,
+# no long lock on a table the dashboard writes).
+PRUNABLE: Final[dict[str, str]] = {
+    # Push latency samples behind /ops' refresh figures (the last hour is what they show).
+    "refresh_metrics": "created_at < CAST(:cutoff AS timestamptz)",
+    # Sessions and login tickets that ended or expired before the cutoff (a live one is never touched).
+    "operator_sessions": "coalesce(ended_at, expires_at) < CAST(:cutoff AS timestamptz) "
+                         "AND (ended_at IS NOT NULL OR expires_at < now())",
+    # Idempotency keys past their replay window (and not held by a request in flight).
+    "idempotency_keys": "expires_at < CAST(:cutoff AS timestamptz) AND locked_until < now()",
+    # Failed-login counters untouched since the cutoff and not locking anyone out now.
+    "login_throttle": "updated_at < CAST(:cutoff AS timestamptz) AND (locked_until IS NULL OR locked_until < now())",
+}
+
+
+def prune_count(table: str) -> sa.TextClause:
+    return sa.text(f"SELECT count(*) FROM {table} WHERE {PRUNABLE[table]}")
+
+
+def prune_batch(table: str) -> sa.TextClause:
+    return sa.text(f"WITH d AS (DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} "
+                   f"WHERE {PRUNABLE[table]} LIMIT :batch)) RETURNING 1) SELECT count(*) FROM d")
