@@ -37,7 +37,8 @@ def one(sql: str, **params: Any) -> Any:
 
 def run(sql: str, **params: Any) -> Any:
     with get_engine().begin() as c:
-        return c.execute(sa.text(sql), params).scalar()
+        got = c.execute(sa.text(sql), params)
+        return got.scalar() if got.returns_rows else None
 
 
 def contact_points() -> tuple[str, str]:
@@ -56,10 +57,11 @@ def message(at: datetime, status: str, key: str) -> int:
         "INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status, "
         "cost_cents, attempts, max_attempts, created_at, next_attempt_at, sent_at, settled_at, provider_reference, "
         "provider_key, reason_detail) "
-        "VALUES (42, 'cust-001', 'sms', 'critical', 'otp', CAST(:p AS jsonb), :k, :s, 0, 1, 8, :at, :at, "
-        "CASE WHEN :sent THEN CAST(:at AS timestamptz) + interval '2 seconds' END, "
-        "CASE WHEN :s = 'DELIVERED' THEN CAST(:at AS timestamptz) + interval '9 seconds' END, "
-        "CASE WHEN :sent THEN 'sms-' || :k END, :k || '~' || :phone, 'to ' || :email) RETURNING id",
+        "VALUES (42, 'cust-001', 'sms', 'critical', 'otp', CAST(:p AS jsonb), CAST(:k AS text), CAST(:s AS text), 0, "
+        "1, 8, :at, :at, CASE WHEN :sent THEN CAST(:at AS timestamptz) + interval '2 seconds' END, "
+        "CASE WHEN CAST(:s AS text) = 'DELIVERED' THEN CAST(:at AS timestamptz) + interval '9 seconds' END, "
+        "CASE WHEN :sent THEN 'sms-' || CAST(:k AS text) END, CAST(:k AS text) || '~' || CAST(:phone AS text), "
+        "'to ' || CAST(:email AS text)) RETURNING id",
         p=json.dumps({"to": phone, "email": email, "code": CODE, "text": f"Your code is {CODE}"}), k=key, s=status,
         at=at, sent=sent, phone=phone, email=email))
 
