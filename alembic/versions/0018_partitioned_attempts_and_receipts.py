@@ -6,8 +6,8 @@ gets a DEFAULT partition (a row of a month not created yet lands there instead o
 `outbox partitions ensure` moves it into its month). Existing rows are moved in this transaction: the old table is
 renamed, the partitioned one created under the old names (the id sequences carry on), rows copied, the old dropped.
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from datetime import UTC, date, datetime
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017"
-down_revision = "0016"
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
