@@ -101,15 +101,24 @@ class AuthState(rx.State):
 
     def _become(self, p: Principal | None, hashed: str = "") -> bool:
         if p is None:
-            self._tenant_id, self._role, self.role, self._operator_id, self._session_hash = 0, "", "", 0, ""
-            self.display_name = self.tenant_label = ""
+            self._tenant_id, self._role, self._operator_id, self._session_hash = 0, "", 0, ""
+            self._assign_changed(role="", display_name="", tenant_label="")
             return False
-        self._tenant_id, self._actor_ref, self._role, self.role = p.tenant_id, p.actor_ref, p.role, p.role
-        self._operator_id, self.display_name = p.operator_id or 0, p.display_name
-        self.tenant_label = f"tenant {p.tenant_id}" if roles.has_tenant(p.role) else "platform on-call"
+        self._tenant_id, self._actor_ref, self._role = p.tenant_id, p.actor_ref, p.role
+        self._operator_id = p.operator_id or 0
+        self._assign_changed(role=p.role, display_name=p.display_name,
+                   tenant_label=f"tenant {p.tenant_id}" if roles.has_tenant(p.role) else "platform on-call")
         if hashed:
             self._session_hash = hashed
         return True
+
+    def _assign_changed(self, **shown: str) -> None:
+        """Assign only what changed: Reflex sends every assigned var (and the computed vars that read it) to the
+        browser, and a change to this state re-renders every page under it — the role check every command makes
+        must not cost a full re-render of the page when nothing about the operator changed."""
+        for name, value in shown.items():
+            if getattr(self, name) != value:
+                setattr(self, name, value)
 
     async def _fresh(self) -> bool:
         """Re-read the session, role and tenant from the database: a logout in another tab, a removed or demoted

@@ -55,12 +55,11 @@ ERROR_TEXT = {
 
 def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[str, str]], str | None]:
     """The version first, then the data: what is shown is at least as new as the version kept with it."""
-    version = order_views.order_version(tenant, order_id)
-    order = order_views.get_order(tenant, order_id)
+    version, order, change, notes = order_views.order_page(tenant, order_id)
     if order is None:
         return None, [], version
-    order["last_change"] = change_line(order_views.last_change(tenant, order_id))
-    return order, [notification(n) for n in order_views.order_notifications(tenant, order_id)], version
+    order["last_change"] = change_line(change)
+    return order, [notification(n) for n in notes], version
 
 
 class OrderState(AuthState):
