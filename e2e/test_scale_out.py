@@ -29,7 +29,9 @@ from jobs.drills.chaos.drill import _check, _drain, _setup_load
 from jobs.drills.chaos.load import Load, Sampler
 from jobs.drills.chaos.owned import CHAOS_ENV
 from jobs.drills.chaos.report import Run
+from jobs.ops import browser as browser_tools
 from jobs.ops import scaled
+from jobs.ops.browser import operator_page
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System, wait_until
 
@@ -76,21 +78,11 @@ def browser(topology: tuple[System, scaled.Topology], playwright_session: Any) -
 
 def operator(browser: Any, user: str, backend: int) -> Any:
     """A browser context pinned to one backend through the proxy (cookie `outbox_backend`, 1-based)."""
-    ctx = browser.new_context(viewport={"width": 1280, "height": 860})
-    ctx.add_cookies([{"name": scaled.PIN_COOKIE, "value": str(backend), "url": APP}])
-    page = ctx.new_page()
-    page.set_default_timeout(30_000)
-    page.goto(f"{APP}/login")
-    page.get_by_test_id("login-user").fill(user)
-    page.get_by_test_id("login-password").fill("outbox-demo")
-    page.get_by_test_id("login-submit").click()
-    page.wait_for_url("**/orders")
-    return page
+    return operator_page(browser, APP, user, cookies=[{"name": scaled.PIN_COOKIE, "value": str(backend), "url": APP}])
 
 
 def open_order(page: Any, order_id: int) -> None:
-    page.goto(f"{APP}/orders/{order_id}")
-    page.wait_for_function("([id]) => document.body.innerText.includes(`Order #${id}`)", arg=[order_id])
+    browser_tools.open_order(page, APP, order_id)
     assert "/login" not in page.url, "the session was lost"
 
 

@@ -25,6 +25,7 @@ from domain.db import UnitOfWork
 from domain.delivery.queue import LIVE_VIEWS_KEY, order_channel
 from domain.orders.commands import create_order
 from jobs.drills.bench.common import _SLOT, pct, rss_kb, rss_total_mb, say, system_pids
+from jobs.ops.browser import open_order, operator_page
 from jobs.ops.procs import System, wait_until
 
 DASH_PORT = 3098 + 100 * _SLOT
@@ -65,20 +66,11 @@ def _subscribed(r: redis_lib.Redis, oid: int, at_least: int) -> None:
 
 
 def _log_in(browser: Any, user: str) -> Any:
-    ctx = browser.new_context(viewport={"width": 1280, "height": 860})
-    page = ctx.new_page()
-    page.set_default_timeout(30_000)
-    page.goto(f"{APP}/login")
-    page.get_by_test_id("login-user").fill(user)
-    page.get_by_test_id("login-password").fill("outbox-demo")
-    page.get_by_test_id("login-submit").click()
-    page.wait_for_url("**/orders")
-    return page
+    return operator_page(browser, APP, user)
 
 
 def _open(page: Any, oid: int) -> None:
-    page.goto(f"{APP}/orders/{oid}")
-    page.wait_for_function("([id]) => document.body.innerText.includes(`Order #${id}`)", arg=[oid])
+    open_order(page, APP, oid)
     page.get_by_test_id("order-revision").wait_for()
 
 
