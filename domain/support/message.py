@@ -48,7 +48,7 @@ def message_page(tenant_id: int, notification_id: int, now: datetime,
         if n is None:
             return None
         m = dict(n._mapping)
-        attempts = as_dicts(uow.execute(sql.ATTEMPTS, {"i": notification_id}))
+        attempts = as_dicts(uow.execute(sql.ATTEMPTS, {"i": notification_id, "c": m["created_at"]}))
         receipts = as_dicts(uow.execute(sql.RECEIPTS, {"r": m["provider_reference"], "c": m["channel"]})) \
             if m["provider_reference"] else []
         money = as_dicts(uow.execute(sql.MONEY, {"t": tenant_id, "i": notification_id}))

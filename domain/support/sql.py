@@ -72,10 +72,11 @@ MESSAGE = sa.text(
     """
 )
 
+# The message's own month (`:c`, its created_at) prunes the partitioned attempts to one partition.
 ATTEMPTS = sa.text(
     "SELECT attempt_no, worker, started_at, finished_at, outcome, status_code, error_class, latency_ms, "
     "response_excerpt, next_attempt_at FROM notification_attempts WHERE notification_id = :i "
-    "ORDER BY attempt_no, id")
+    "AND notification_created_at = :c ORDER BY attempt_no, id")
 
 RECEIPTS = sa.text(
     "SELECT provider, outcome, received_at, applied_at FROM delivery_receipts "

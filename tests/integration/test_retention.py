@@ -22,6 +22,7 @@ from domain import invariants
 from domain.db import get_engine
 from domain.delivery.receipts import apply_receipt
 from domain.retention.archive import ArchiveRefused, archive_before
+from domain.support.message import message_page
 from domain.retention.months import add_months, month_of
 from domain.retention.partitions import ensure_partitions, partitions
 from domain.retention.prune import prune
@@ -170,6 +171,11 @@ def test_archive_writes_a_redacted_month_then_drops_it_and_every_invariant_holds
     assert one("SELECT count(*) FROM notification_attempts WHERE notification_id = ANY(:i)", i=ids) == 0
     assert one("SELECT count(*) FROM delivery_receipt_keys WHERE receipt_id LIKE 'rcpt-%'") == 0
     assert one("SELECT count(*) FROM notification_attempts WHERE notification_id = :n", n=now_id) == 1
+    # Every page still right: this month's message shows its attempt (read from its own month's partition), an
+    # archived month's message still opens, its attempts now in the file.
+    assert [a["outcome"] for a in message_page(42, now_id, datetime.now(UTC))["attempt_log"]] == ["sent"]
+    archived = message_page(42, ids[0], datetime.now(UTC))
+    assert archived["status"] == "DELIVERED" and archived["attempt_log"] == []
     assert one("SELECT count(*) FROM operator_actions WHERE action = 'archive' AND target = 'ledger 2026-08' "
                "AND actor_ref = 'test:oncall'") == 1
     assert_invariants()
