@@ -22,10 +22,10 @@ from domain import invariants
 from domain.db import get_engine
 from domain.delivery.receipts import apply_receipt
 from domain.retention.archive import ArchiveRefused, archive_before
-from domain.support.message import message_page
 from domain.retention.months import add_months, month_of
 from domain.retention.partitions import ensure_partitions, partitions
 from domain.retention.prune import prune
+from domain.support.message import message_page
 
 AUG = datetime(2026, 8, 14, 10, 30, tzinfo=UTC)  # a month long settled, before the test database's partitions
 CODE = "482913"
