@@ -36,8 +36,12 @@ RECEIVER_PORT, API_PORT = 8084 + 100 * _SLOT, 8085 + 100 * _SLOT
 BACKLOG = 400  # owed rows the producer keeps in front of the workers: they never wait for work
 SAMPLE_EVERY = 1.0
 SETTLED_SQL = "SELECT count(*) FROM notifications WHERE status <> 'QUEUED'"
-DEAD_SQL = """SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables
-              WHERE relname IN ('notifications', 'notification_attempts', 'outbox_events', 'orders') ORDER BY 1"""
+# notification_attempts is partitioned by month (its parent has no tuples of its own): its partitions are summed.
+DEAD_SQL = """SELECT CASE WHEN relname LIKE 'notification\\_attempts\\_%' THEN 'notification_attempts' ELSE relname END,
+                     sum(n_live_tup), sum(n_dead_tup) FROM pg_stat_user_tables
+              WHERE relname IN ('notifications', 'outbox_events', 'orders')
+                 OR relname LIKE 'notification\\_attempts\\_%'
+              GROUP BY 1 ORDER BY 1"""
 OWED_INDEX_SQL = "SELECT pg_relation_size('notifications_owed') + pg_relation_size('notifications_owed_by_lane')"
 
 
