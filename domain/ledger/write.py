@@ -106,7 +106,6 @@ def ledger_audience_batch(uow: UnitOfWork, *, tenant_id: int, campaign_id: int, 
         "t": tenant_id, "after": after, "n": limit, "c": channel, "channel": channel, "l": lane, "tpl": template,
         "p": json.dumps(payload, default=str), "prefix": prefix, "suffix": suffix,
         "max": get_settings().max_attempts, "cid": campaign_id}).one()
-    uow.execute(sql.SET_CAMPAIGN_JOB_IDS, {"c": campaign_id})
     if b.inserted:
         uow.execute(sql.NOTIFY_OWED, {"lane": lane})
     return AudienceBatch(int(b.picked), int(b.inserted), b.last_id)
