@@ -32,8 +32,12 @@ def _ts(nullable: bool = False, default: bool = True) -> Any:
 
 class Tenant(SQLModel, table=True):
     __tablename__ = "tenants"
+    __table_args__ = (sa.CheckConstraint("bulk_rate_per_second IS NULL OR bulk_rate_per_second > 0",
+                                         name="tenants_bulk_rate_positive"),)
     id: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
     name: str
+    # This tenant's own cap on its bulk pace, messages per second (None: `OUTBOX_BULK_TENANT_RATE`, if set).
+    bulk_rate_per_second: float | None = Field(default=None, sa_column=sa.Column(sa.Float, nullable=True))
 
 
 class Operator(SQLModel, table=True):
@@ -200,6 +204,9 @@ class Notification(SQLModel, table=True):
         ),
         # The relay's per-lane window (its oldest owed rows of one lane).
         sa.Index("notifications_owed_by_lane", "lane", "id", postgresql_where=sa.text("status = 'QUEUED'")),
+        # The bulk lane's fair window: each (tenant, campaign) flow's oldest owed rows, and a skip scan of flows.
+        sa.Index("notifications_owed_bulk_flow", "tenant_id", sa.text("coalesce(campaign_id, 0)"), "id",
+                 postgresql_where=sa.text("status = 'QUEUED' AND lane = 'bulk'")),
         sa.Index("notifications_recipient_created", "tenant_id", "recipient", "created_at"),
         sa.Index("notifications_provider_reference", "provider_reference"),
         sa.Index("notifications_provider_key", "provider_key", unique=True,

@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     # Messages per second through the bulk lane per provider channel, shared by every bulk worker (token bucket).
     # Default measured (evidence/bench.md): the mock provider takes ~150 posts/s on 2 cores; leave it headroom.
     bulk_rate_per_second: float = Field(100.0, gt=0, validation_alias="OUTBOX_BULK_RATE")
+    # Every tenant's bulk pace capped at this (messages per second, all channels; a tenant's own
+    # `tenants.bulk_rate_per_second` wins). Unset: a tenant may take the whole lane when it is alone on it.
+    bulk_tenant_rate: float | None = Field(None, gt=0, validation_alias="OUTBOX_BULK_TENANT_RATE")
     oldest_owed_slo_seconds: float = Field(60.0, gt=0, validation_alias="OUTBOX_SLO_SECONDS")
     max_attempts: int = Field(8, ge=1)
     # Retention (domain/retention/): days `outbox prune` keeps what is not partitioned, and months of attempts and

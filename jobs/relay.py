@@ -19,7 +19,7 @@ from psycopg.rows import TupleRow
 
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork
-from domain.delivery import wakeups
+from domain.delivery import fair, wakeups
 from domain.delivery.queue import LANES, NOTIFY_CHANNEL, job_id, job_timeout_seconds
 from domain.delivery.wakeups import arq_pool, enqueue_fan_out, enqueue_missing
 from domain.ledger.owed import OwedRow
@@ -42,6 +42,13 @@ def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0,
             rows = uow.execute(wakeups.SCAN_OWED_LANE, {**params, "lane": lane}).all()
         uow.commit()  # the SKIP LOCKED claim only needs to last while we read; enqueue is idempotent
     return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id)), r.lease_expired, r.overdue) for r in rows]
+
+
+def claim_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500) -> list[ScannedRow]:
+    """The bulk lane's window, shared between tenants and their campaigns (domain/delivery/fair.py)."""
+    return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id), f"{r.tenant_id}:{r.campaign_id or 0}", gap),
+                       r.lease_expired, r.overdue)
+            for r, gap in fair.scan_bulk_window(window, horizon_seconds, limit)]
 
 
 @dataclass(frozen=True)
@@ -75,13 +82,21 @@ async def forget_dead_jobs(redis: ArqRedis, scanned: list[ScannedRow]) -> int:
 async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None) -> tuple[int, int]:
     """Returns (owed rows visited, wake-ups actually enqueued).
 
-    Per lane, the scan visits that lane's oldest owed rows up to the window (`OUTBOX_RELAY_WINDOW`): Redis holds at
+    Per lane, the scan visits that lane's oldest owed rows up to the window (`OUTBOX_RELAY_WINDOW`) — on the bulk
+    lane each tenant's and campaign's oldest, the window shared between them (fair.py): Redis holds at
     most a window of wake-ups per lane, and a campaign of 40,000 rows costs each scan a window's worth of work, not
     40,000 enqueue calls. Rows past the window are not lost: they are owed in PostgreSQL, in id order, and enter
     the window as the rows before them are sent."""
     window = window or get_settings().relay_window
     seen = enq = 0
     for lane in LANES:
+        if lane == "bulk":  # fair between tenants: each flow's oldest rows, not the lane's
+            rows = await asyncio.to_thread(claim_bulk_window, window, 1.0, limit)
+            await forget_dead_jobs(redis, rows)
+            for i in range(0, len(rows), limit):  # the pipelined EXISTS page by page
+                enq += await enqueue_missing(redis, [s.row for s in rows[i:i + limit]])
+            seen += len(rows)
+            continue
         after = visited = 0
         while visited < window:  # keyset pages over the partial index (lane, id)
             page = min(limit, window - visited)

@@ -21,9 +21,16 @@ from arq.worker import func
 
 from domain import faults, logs
 from domain.campaigns import fan_out as campaign_fan_out
-from domain.delivery import claims, hot, lanes, ratelimit
+from domain.delivery import claims, fairshare, hot, lanes, ratelimit
 from domain.delivery.claims import Claim
-from domain.delivery.queue import DELIVER_TASK, FAN_OUT_TASK, RATE_KEY, job_timeout_seconds, queue_name
+from domain.delivery.queue import (
+    DELIVER_TASK,
+    FAN_OUT_TASK,
+    RATE_KEY,
+    TENANT_RATE_KEY,
+    job_timeout_seconds,
+    queue_name,
+)
 from domain.delivery.retry import Outcome, decide_retry
 from domain.delivery.retry import Retry as RetryDecision
 from domain.delivery.signing import signed_headers
@@ -49,6 +56,23 @@ MIN_SEND_SHARE_OF_LEASE = 0.2
 def attempt_deadline(lease_seconds: float) -> float:
     """Seconds one send may take: a share of the lease, leaving the rest for the claim and the record."""
     return max(0.05, lease_seconds * ATTEMPT_SHARE_OF_LEASE)
+
+
+# A capped tenant's pace (domain/delivery/fair.py): a job waits in its slot at most this long for its reserved
+# moment; further away it goes back to the queue until then (its slot free for other tenants' jobs).
+TENANT_WAIT_IN_SLOT = 0.25
+
+
+async def take_tenant_token(redis: Any, route: claims.BulkRoute, rng: random.Random) -> None:
+    """The tenant's bulk token when its pace is capped (`OUTBOX_BULK_TENANT_RATE`, or the tenant's own rate)."""
+    s = get_settings()
+    rate = fairshare.tenant_rate(s.bulk_rate_per_second, s.bulk_tenant_rate, route.tenant_rate)
+    if rate >= s.bulk_rate_per_second:
+        return  # uncapped: the channel's bucket alone paces it, fair queueing orders it
+    wait = await ratelimit.reserve(redis, f"{TENANT_RATE_KEY}{route.tenant_id}", rate, TENANT_WAIT_IN_SLOT)
+    if wait < 0:  # spread: the tenant's waiting jobs come back apart, not all for the same moment
+        raise Retry(defer=-wait + rng.uniform(0, max(1.0, -wait)))
+    await asyncio.sleep(wait)
 
 
 # A token bucket per provider channel, shared by every bulk worker (domain/delivery/ratelimit.py). Taken BEFORE the claim:
@@ -148,10 +172,11 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     lane: str = ctx["lane"]
     logs.bind_here(notification_id=notification_id, lane=lane)  # this job's task only
     if lane == "bulk":
-        channel = await hot.channel_of(ctx["db"], notification_id)
-        if channel is None:
+        route = await hot.channel_of(ctx["db"], notification_id)
+        if route is None:
             return "not_owed"
-        await take_bulk_token(ctx["redis"], channel, s.bulk_rate_per_second)
+        await take_tenant_token(ctx["redis"], route, ctx["rng"])
+        await take_bulk_token(ctx["redis"], route.channel, s.bulk_rate_per_second)
     now = datetime.now(UTC)
     claim_started = time.monotonic()
     claimed = await hot.claim(ctx["db"], notification_id, s.lease_seconds, now, ctx["worker_name"])

@@ -18,6 +18,8 @@ exception is an accepted send: that is the truth and is recorded whatever the ro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -58,10 +60,25 @@ _RECORD_SENT = sql.RECORD_SENT_STMT
 _RECORD_RETRY = sql.RECORD_RETRY_STMT
 
 
-def channel_of(notification_id: int, engine: Engine | None = None) -> str | None:
-    """The channel of a row still owed (the bulk lane takes that channel's token before claiming)."""
+@dataclass(frozen=True)
+class BulkRoute:
+    """Where a bulk row's pace comes from: its channel's bucket, and its tenant's (with the tenant's own cap)."""
+
+    channel: str
+    tenant_id: int
+    tenant_rate: float | None
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any]) -> BulkRoute:
+        rate = m["tenant_rate"]
+        return cls(str(m["channel"]), int(m["tenant_id"]), None if rate is None else float(rate))
+
+
+def channel_of(notification_id: int, engine: Engine | None = None) -> BulkRoute | None:
+    """The route of a row still owed (the bulk lane takes its tenant's and channel's tokens before claiming)."""
     with UnitOfWork(engine) as uow:
-        return uow.execute(sql.CHANNEL_OF_STMT, {"id": notification_id}).scalar()
+        row = uow.execute(sql.CHANNEL_OF_STMT, {"id": notification_id}).first()
+        return None if row is None else BulkRoute.from_mapping(dict(row._mapping))
 
 
 def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str = "worker",

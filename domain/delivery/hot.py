@@ -64,11 +64,11 @@ async def open_pool(database_url: str, name: str, max_size: int = 10) -> Pool:
     return pool
 
 
-async def channel_of(pool: Pool, notification_id: int) -> str | None:
+async def channel_of(pool: Pool, notification_id: int) -> claims.BulkRoute | None:
     try:
         async with pool.connection() as conn:
             row = await (await conn.execute(_CHANNEL_OF, {"id": notification_id})).fetchone()
-            return None if row is None else str(row["channel"])
+            return None if row is None else claims.BulkRoute.from_mapping(row)
     except psycopg.OperationalError as exc:
         log.warning("fast channel_of failed (%s); the long way", type(exc).__name__)
         return await asyncio.to_thread(claims.channel_of, notification_id)

@@ -21,6 +21,10 @@ from domain.vocabulary import lanes_sql_list as lanes_sql_list
 QUEUE_PREFIX: Final[str] = "outbox:queue:"
 API_RATE_KEY: Final[str] = "outbox:rate:api:"  # + a digest of the API key: one bucket per key
 RATE_KEY: Final[str] = "outbox:rate:bulk"  # + ":<channel>": one token bucket per provider channel
+# + "<tenant id>": a capped tenant's bulk bucket, taken before the channel's (domain/delivery/fair.py).
+TENANT_RATE_KEY: Final[str] = "outbox:rate:bulk-tenant:"
+# A hash, "<tenant>:<campaign>" -> the score of that flow's last bulk wake-up (fair queueing, fair.py).
+FAIR_TAGS_KEY: Final[str] = "outbox:fair:bulk"
 REFRESH_PREFIX: Final[str] = "outbox:refresh:"
 REFRESH_PUBLISHES: Final[str] = "outbox:metrics:refresh_publishes"
 # + ":<host>:<pid>": a hash, refresh channel -> live views one dashboard process has open (dashboard/live.py).

@@ -42,3 +42,24 @@ async def take(redis: Any, key: str, rate: float, burst: float) -> float:
 async def peek(redis: Any, key: str, rate: float, burst: float) -> float:
     """Seconds until a token is due (0.0: one is there now); takes nothing."""
     return float(await redis.eval(PEEK, 1, key, rate, burst))
+
+
+# A reservation, not a race (GCRA): each caller is told its own moment — the next free one, 1/rate after the last
+# caller's — and holds it if it is at most `ahead` seconds away; further away it takes nothing and is told how much
+# longer to stay away. So a capped tenant's waiting jobs are never all woken for one token at once.
+RESERVE: Final[str] = """
+local interval, ahead = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+local wait = tat - now
+if wait > ahead then return tostring(ahead - wait) end
+redis.call('SET', KEYS[1], tostring(tat + interval), 'EX', math.ceil(ahead + interval) + 60)
+return tostring(wait)
+"""
+
+
+async def reserve(redis: Any, key: str, rate: float, ahead: float) -> float:
+    """>= 0: a moment reserved that many seconds from now (sleep, then go). < 0: none; come back in -that seconds."""
+    return float(await redis.eval(RESERVE, 1, key, 1.0 / rate, ahead))

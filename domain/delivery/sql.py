@@ -161,7 +161,10 @@ FROM notifications n WHERE n.id = :id
 ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
 """
 
-CHANNEL_OF: Final[str] = "SELECT channel FROM notifications WHERE id = :id AND status = 'QUEUED'"
+# A bulk row's route before its claim: the channel's bucket, the tenant's (and its own pace, if it has one).
+CHANNEL_OF: Final[str] = (
+    "SELECT n.channel, n.tenant_id, t.bulk_rate_per_second AS tenant_rate FROM notifications n "
+    "LEFT JOIN tenants t ON t.id = n.tenant_id WHERE n.id = :id AND n.status = 'QUEUED'")
 
 _PARAM = re.compile(r"(?<![:\w]):([a-z_]+)\b")
 
@@ -234,7 +237,8 @@ RESOLVE = sa.text(f"UPDATE notifications SET review = 'resolved' WHERE {_IN_SCOP
 
 # ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------
 _SCAN_OWED = (
-    "SELECT n.id, n.lane, n.next_attempt_at, n.leased_until IS NOT NULL AS lease_expired, "
+    "SELECT n.id, n.lane, n.tenant_id, n.campaign_id, n.next_attempt_at, "
+    "n.leased_until IS NOT NULL AS lease_expired, "
     "(n.leased_until IS NULL AND n.next_attempt_at < now() - make_interval(secs => :lease)) AS overdue "
     "FROM notifications n "
     "WHERE n.status = 'QUEUED' AND n.id > :after AND n.next_attempt_at <= now() + make_interval(secs => :horizon) "
@@ -251,6 +255,29 @@ SCAN_OWED = sa.text(_SCAN_OWED.format(lane=""))
 # One lane's oldest owed rows, through the partial index notifications_owed_by_lane (lane, id): the relay keeps
 # at most a window of each lane's wake-ups in Redis, so a 40,000-message campaign costs it a window, not 40,000.
 SCAN_OWED_LANE = sa.text(_SCAN_OWED.format(lane="AND n.lane = :lane "))
+
+# The bulk lane's fair window (fair.py): every (tenant, campaign) flow with owed bulk rows, by a skip scan over the
+# partial index notifications_owed_bulk_flow — one index probe per flow, however many rows each owes — with the
+# tenant's own bulk pace if it has one; then each flow's oldest owed rows (`SCAN_OWED_FLOW`), by the same index.
+BULK_FLOWS = sa.text(
+    """
+    WITH RECURSIVE f AS (
+      (SELECT tenant_id AS t, coalesce(campaign_id, 0) AS c FROM notifications
+       WHERE status = 'QUEUED' AND lane = 'bulk' ORDER BY tenant_id, coalesce(campaign_id, 0) LIMIT 1)
+      UNION ALL
+      SELECT nx.t, nx.c FROM f CROSS JOIN LATERAL (
+        SELECT tenant_id AS t, coalesce(campaign_id, 0) AS c FROM notifications
+        WHERE status = 'QUEUED' AND lane = 'bulk' AND (tenant_id, coalesce(campaign_id, 0)) > (f.t, f.c)
+        ORDER BY tenant_id, coalesce(campaign_id, 0) LIMIT 1) nx
+    )
+    SELECT f.t AS tenant_id, f.c AS campaign_id, tn.bulk_rate_per_second AS tenant_rate
+    FROM f LEFT JOIN tenants tn ON tn.id = f.t ORDER BY f.t, f.c
+    """
+)
+SCAN_OWED_FLOW = sa.text(_SCAN_OWED.format(
+    lane="AND n.lane = 'bulk' AND n.tenant_id = :t AND coalesce(n.campaign_id, 0) = :c "))
+SET_TENANT_BULK_RATE = sa.text(
+    "UPDATE tenants SET bulk_rate_per_second = :r WHERE id = :t RETURNING id")
 
 PUSH_LATENCY = sa.text("INSERT INTO refresh_metrics (kind, tenant_id, latency_ms) VALUES ('push', :t, :l)")
 

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Engine
 
 from domain import faults
 from domain.db import UnitOfWork
-from domain.delivery import sql
+from domain.delivery import fair, sql
 from domain.delivery.queue import (
     DELIVER_TASK,
     FAN_OUT_TASK,
@@ -90,9 +90,15 @@ async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
     that got a job, so its idle workers start it now instead of at their next poll (jobs/wake.py)."""
     n = 0
     woken: set[str] = set()
+    rows = list(rows)
+    fair_rows = [r for r in rows if r.lane == "bulk" and r.flow]
+    # The bulk lane's wake-ups are scored by fair queueing over (tenant, campaign) flows (domain/delivery/fair.py).
+    scores = dict(zip((r.notification_id for r in fair_rows),
+                      await fair.fair_scores(redis, [(r.flow, r.gap_ms) for r in fair_rows]), strict=True))
     for row in rows:
         job = await redis.enqueue_job(DELIVER_TASK, row.notification_id, _job_id=job_id(row.notification_id),
-                                      _queue_name=queue_name(row.lane))
+                                      _queue_name=queue_name(row.lane),
+                                      _defer_until=scores.get(row.notification_id))
         if job is not None:
             log.debug("wake-up enqueued", extra={"notification_id": row.notification_id, "lane": row.lane})
             n += 1

@@ -65,10 +65,13 @@ class Ledgered:
     job_id: str
     status: str
     created: bool  # False: the key existed, nothing new is owed
+    tenant_id: int = 0
 
     def owed(self) -> OwedRow:
-        """What this row owes the runtime after commit: its ids, never its payload."""
-        return OwedRow(self.notification_id, self.lane, self.job_id)
+        """What this row owes the runtime after commit: its ids, never its payload (a bulk message one by one is
+        its tenant's flow 0 on the fair bulk lane)."""
+        flow = f"{self.tenant_id}:0" if self.lane == "bulk" and self.tenant_id else ""
+        return OwedRow(self.notification_id, self.lane, self.job_id, flow)
 
 
 def ledger_message(uow: UnitOfWork, m: NewMessage) -> Ledgered:
@@ -80,11 +83,11 @@ def ledger_message(uow: UnitOfWork, m: NewMessage) -> Ledgered:
     }).first()
     if row is None:
         prior = uow.execute(sql.EXISTING, {"k": m.dedupe_key}).one()
-        return Ledgered(prior.id, prior.lane, prior.job_id, prior.status, created=False)
+        return Ledgered(prior.id, prior.lane, prior.job_id, prior.status, created=False, tenant_id=m.tenant_id)
     job = uow.execute(sql.SET_JOB_ID, {"id": row.id}).scalar_one()
     # NOTIFY is transactional: the relay hears it only if the caller's commit happens.
     uow.execute(sql.NOTIFY_OWED, {"lane": row.lane})
-    return Ledgered(row.id, row.lane, job, row.status, created=True)
+    return Ledgered(row.id, row.lane, job, row.status, created=True, tenant_id=m.tenant_id)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,112 @@
+"""The fair bulk lane, applied (the decisions are domain/delivery/fairshare.py's).
+
+- The relay's window on the bulk lane (`scan_bulk_window`): instead of the lane's oldest owed rows — which, behind
+  a 40,000-row campaign, kept a small tenant's rows out of Redis until the big one was nearly done — each
+  (tenant, campaign) flow's oldest owed rows, the window shared by `fairshare.windows`.
+- The score of each bulk wake-up (`fair_scores`): start-time fair queueing over flows, one Lua call per batch, so
+  arq's sorted set — which its workers read lowest score first — interleaves tenants job by job. Scores sit at
+  least `LAG_MS` in the past (every scored job is due at once: the order is fair, the pace stays the buckets').
+- The pace: the channel's token bucket, and under it a tenant's own when its pace is capped (jobs/worker.py).
+
+Redis stays a wake-up: the flows' virtual times live in one hash that may be lost with the rest of Redis; the next
+scan rebuilds every wake-up from PostgreSQL, each flow's share again, and the scores start afresh from the queue's
+head — fair again from the first job.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from sqlalchemy.engine import Engine
+
+from domain.db import UnitOfWork
+from domain.delivery import fairshare, sql
+from domain.delivery.fairshare import Flow
+from domain.delivery.queue import FAIR_TAGS_KEY, queue_name
+from domain.settings import get_settings
+
+LAG_MS: Final[int] = 10_000
+TAGS_TTL_S: Final[int] = 3_600
+
+FAIR_SCORES: Final[str] = """
+local now, lag, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local v = now - lag
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head[2] and tonumber(head[2]) < v then v = tonumber(head[2]) end
+local last, out = {}, {}
+for i = 4, #ARGV, 2 do
+  local f, gap = ARGV[i], tonumber(ARGV[i + 1])
+  local l = last[f] or tonumber(redis.call('HGET', KEYS[2], f)) or 0
+  local s = math.min(math.max(v, l) + gap, now)
+  last[f] = s
+  out[#out + 1] = tostring(s)
+end
+for f, s in pairs(last) do redis.call('HSET', KEYS[2], f, tostring(s)) end
+redis.call('EXPIRE', KEYS[2], ttl)
+return out
+"""
+
+
+async def fair_scores(redis: Any, flows_and_gaps: list[tuple[str, int]]) -> list[datetime]:
+    """One score per job, in order (a flow's jobs in the order given), as arq's `_defer_until`."""
+    if not flows_and_gaps:
+        return []
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    args: list[Any] = [now_ms, LAG_MS, TAGS_TTL_S]
+    for flow, gap in flows_and_gaps:
+        args += [flow, gap]
+    raw = await redis.eval(FAIR_SCORES, 2, queue_name("bulk"), FAIR_TAGS_KEY, *args)
+    return [datetime.fromtimestamp(float(s) / 1000, UTC) for s in raw]
+
+
+def scan_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500,
+                     engine: Engine | None = None) -> list[tuple[Any, int]]:
+    """The bulk lane's fair window: (scanned row, its flow's gap in ms) for each flow's oldest owed, due rows."""
+    s = get_settings()
+    params = {"horizon": horizon_seconds, "lease": s.lease_seconds}
+    with UnitOfWork(engine) as uow:
+        found = uow.execute(sql.BULK_FLOWS).all()
+        flows = [Flow(int(r.tenant_id), int(r.campaign_id)) for r in found]
+        caps: dict[int, float] = {}
+        for r in found:
+            rate = fairshare.tenant_rate(s.bulk_rate_per_second, s.bulk_tenant_rate, r.tenant_rate)
+            if rate < s.bulk_rate_per_second:
+                caps[int(r.tenant_id)] = rate
+        per_tenant: dict[int, int] = {}
+        for f in flows:
+            per_tenant[f.tenant_id] = per_tenant.get(f.tenant_id, 0) + 1
+        gaps = {f: fairshare.gap_ms(per_tenant[f.tenant_id], s.bulk_rate_per_second,
+                                    caps.get(f.tenant_id, s.bulk_rate_per_second)) for f in flows}
+        shares = fairshare.windows(flows, window, caps)
+        got: dict[Flow, list[Any]] = {f: [] for f in flows}
+
+        def page(f: Flow, n: int) -> None:
+            while n > 0:
+                after = got[f][-1].id if got[f] else 0
+                rows = uow.execute(sql.SCAN_OWED_FLOW, {**params, "t": f.tenant_id, "c": f.campaign_id,
+                                                         "after": after, "limit": min(n, limit)}).all()
+                got[f] += rows
+                n = 0 if len(rows) < min(n, limit) else n - len(rows)
+
+        for f, n in shares.items():
+            page(f, n)
+        for f, n in fairshare.spare(shares, {f: len(r) for f, r in got.items()}, window, caps).items():
+            page(f, n)
+        uow.commit()  # the SKIP LOCKED claim only needs to last while we read; enqueue is idempotent
+    # Interleaved flow by flow, so a page cut short anywhere still holds every flow's oldest rows.
+    out: list[tuple[Any, int]] = []
+    longest = max((len(r) for r in got.values()), default=0)
+    for i in range(longest):
+        out += [(got[f][i], gaps[f]) for f in flows if i < len(got[f])]
+    return out
+
+
+def set_tenant_bulk_rate(tenant_id: int, rate: float | None, engine: Engine | None = None) -> bool:
+    """A tenant's own cap on its bulk pace (None: the lane's default). False: no such tenant."""
+    if rate is not None and not rate > 0:
+        raise ValueError("a tenant's bulk rate is a number of messages per second above 0")
+    with UnitOfWork(engine) as uow:
+        found = uow.execute(sql.SET_TENANT_BULK_RATE, {"t": tenant_id, "r": rate}).first()
+        uow.commit()
+    return found is not None

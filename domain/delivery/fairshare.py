@@ -1,0 +1,74 @@
+"""Who goes next on the bulk lane: its pace shared between tenants, and within a tenant between its campaigns.
+
+A *flow* is one tenant's one campaign (campaign 0: the tenant's bulk messages sent one by one through the API).
+Two pure decisions, values in and values out (the relay and the wake-up enqueue apply them, domain/delivery/fair.py):
+
+- `windows`: how many of each flow's oldest owed rows the relay keeps as wake-ups in Redis. The lane's window is
+  split equally between tenants, a tenant's share equally between its flows; a tenant whose pace is capped gets no
+  more than `horizon` seconds of its cap (more would only wait in Redis). What a flow cannot fill (it owes fewer)
+  goes, in a second round, to the flows that filled theirs — the window is never left idle while rows are owed.
+- `gap_ms`: how far one job of a flow advances that flow's virtual time. The enqueue scores each bulk job
+  max(V, the flow's last score) + gap (start-time fair queueing; V: the queue's head), and arq starts the due jobs
+  lowest score first — so flows interleave job by job: a tenant's campaigns share one tenant's turn (the gap grows
+  with their number), and a capped tenant's turns come as often as its cap allows beside the lane's rate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+# Seconds of a capped tenant's pace that the relay keeps in Redis (more would only wait there).
+CAP_HORIZON_S: Final[float] = 5.0
+
+
+@dataclass(frozen=True, order=True)
+class Flow:
+    tenant_id: int
+    campaign_id: int  # 0: not a campaign
+
+    @property
+    def key(self) -> str:
+        return f"{self.tenant_id}:{self.campaign_id}"
+
+
+def tenant_rate(channel_rate: float, default_cap: float | None, override: float | None) -> float:
+    """A tenant's bulk pace: its own setting, else the lane's default cap, never above the channel's rate."""
+    cap = override if override is not None else default_cap
+    return channel_rate if cap is None else min(cap, channel_rate)
+
+
+def windows(flows: list[Flow], window: int, caps: dict[int, float] | None = None) -> dict[Flow, int]:
+    """First-round share of `window` for each flow (at least 1 each). `caps`: the capped tenants' rates."""
+    caps = caps or {}
+    by_tenant: dict[int, list[Flow]] = {}
+    for f in sorted(flows):
+        by_tenant.setdefault(f.tenant_id, []).append(f)
+    if not by_tenant:
+        return {}
+    out: dict[Flow, int] = {}
+    per_tenant = window / len(by_tenant)
+    for tenant, fs in by_tenant.items():
+        share = per_tenant
+        if tenant in caps:
+            share = min(share, max(1.0, caps[tenant] * CAP_HORIZON_S))
+        for f in fs:
+            out[f] = max(1, math.floor(share / len(fs)))
+    return out
+
+
+def spare(shares: dict[Flow, int], taken: dict[Flow, int], window: int,
+          caps: dict[int, float] | None = None) -> dict[Flow, int]:
+    """Second round: the window's unused room, split equally among the uncapped flows that filled their share."""
+    caps = caps or {}
+    room = window - sum(taken.values())
+    full = [f for f, n in shares.items() if taken.get(f, 0) >= n and f.tenant_id not in caps]
+    if room <= 0 or not full:
+        return {}
+    return {f: room // len(full) for f in full if room // len(full) > 0}
+
+
+def gap_ms(flows_of_tenant: int, channel_rate: float, rate: float) -> int:
+    """Virtual time one job of a flow costs (whole milliseconds: arq scores in ms)."""
+    return max(1, flows_of_tenant) * max(1, round(channel_rate / max(rate, 1e-9)))
