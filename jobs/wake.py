@@ -44,7 +44,18 @@ class LaneWorker(Worker):
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         before = set(self.tasks.values())
-        await super().start_jobs(job_ids)
+        if self.lane == "bulk":
+            # Fair order (domain/delivery/fair.py): start only what free slots take now, then read the queue again.
+            # arq would wait for a slot on each id of its poll's snapshot (160 of them), starting them all ahead of
+            # any fairer-scored job enqueued meanwhile — a small tenant's first job would wait for 160 others.
+            for job_id in job_ids:
+                if self.sem.locked():
+                    break
+                running = self.tasks.get(job_id.decode())
+                if running is None or running.done():  # ours and running: no round trip to learn it
+                    await super().start_jobs([job_id])
+        else:
+            await super().start_jobs(job_ids)
         for t in self.tasks.values():
             if t not in before:
                 t.add_done_callback(lambda _: self._wake.set())

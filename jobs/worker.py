@@ -58,21 +58,19 @@ def attempt_deadline(lease_seconds: float) -> float:
     return max(0.05, lease_seconds * ATTEMPT_SHARE_OF_LEASE)
 
 
-# A capped tenant's pace (domain/delivery/fair.py): a job waits in its slot at most this long for its reserved
-# moment; further away it goes back to the queue until then (its slot free for other tenants' jobs).
-TENANT_WAIT_IN_SLOT = 0.25
-
-
-async def take_tenant_token(redis: Any, route: claims.BulkRoute, rng: random.Random) -> None:
-    """The tenant's bulk token when its pace is capped (`OUTBOX_BULK_TENANT_RATE`, or the tenant's own rate)."""
+async def take_tenant_token(redis: Any, route: claims.BulkRoute) -> bool:
+    """A capped tenant's moment (`OUTBOX_BULK_TENANT_RATE`, or the tenant's own rate), reserved and slept until;
+    False: none near enough — the job ends unclaimed and the relay's next scan wakes the row again, in fair order
+    (domain/delivery/fair.py). Uncapped: True at once (the channel's bucket paces it, fair queueing orders it)."""
     s = get_settings()
     rate = fairshare.tenant_rate(s.bulk_rate_per_second, s.bulk_tenant_rate, route.tenant_rate)
     if rate >= s.bulk_rate_per_second:
-        return  # uncapped: the channel's bucket alone paces it, fair queueing orders it
-    wait = await ratelimit.reserve(redis, f"{TENANT_RATE_KEY}{route.tenant_id}", rate, TENANT_WAIT_IN_SLOT)
-    if wait < 0:  # spread: the tenant's waiting jobs come back apart, not all for the same moment
-        raise Retry(defer=-wait + rng.uniform(0, max(1.0, -wait)))
+        return True
+    wait = await ratelimit.reserve(redis, f"{TENANT_RATE_KEY}{route.tenant_id}", rate, fairshare.reserve_ahead(rate))
+    if wait < 0:
+        return False
     await asyncio.sleep(wait)
+    return True
 
 
 # A token bucket per provider channel, shared by every bulk worker (domain/delivery/ratelimit.py). Taken BEFORE the claim:
@@ -175,7 +173,8 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
         route = await hot.channel_of(ctx["db"], notification_id)
         if route is None:
             return "not_owed"
-        await take_tenant_token(ctx["redis"], route, ctx["rng"])
+        if not await take_tenant_token(ctx["redis"], route):
+            return "paced"  # nothing claimed, nothing to fence: the row stays owed in PostgreSQL
         await take_bulk_token(ctx["redis"], route.channel, s.bulk_rate_per_second)
     now = datetime.now(UTC)
     claim_started = time.monotonic()

@@ -6,7 +6,10 @@
 - The score of each bulk wake-up (`fair_scores`): start-time fair queueing over flows, one Lua call per batch, so
   arq's sorted set — which its workers read lowest score first — interleaves tenants job by job. Scores sit at
   least `LAG_MS` in the past (every scored job is due at once: the order is fair, the pace stays the buckets').
-- The pace: the channel's token bucket, and under it a tenant's own when its pace is capped (jobs/worker.py).
+- The pace: the channel's token bucket, and under it a tenant's own when its pace is capped (jobs/worker.py): a job
+  reserves its moment (`ratelimit.reserve`) up to `fairshare.reserve_ahead` away and sleeps until then; further
+  away, it ends without claiming and the relay's next scan wakes the row again — never a deferred retry, whose
+  real-time score would queue it behind every fairly scored job (they sit `LAG_MS` in the past).
 
 Redis stays a wake-up: the flows' virtual times live in one hash that may be lost with the rest of Redis; the next
 scan rebuilds every wake-up from PostgreSQL, each flow's share again, and the scores start afresh from the queue's
@@ -60,6 +63,15 @@ async def fair_scores(redis: Any, flows_and_gaps: list[tuple[str, int]]) -> list
     return [datetime.fromtimestamp(float(s) / 1000, UTC) for s in raw]
 
 
+async def front_score(redis: Any) -> datetime:
+    """A score ahead of every waiting bulk job: a campaign's fan-out (a few batches of ledger writes) is control
+    work that must not wait behind the wake-ups of another tenant's backlog."""
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    head = await redis.zrange(queue_name("bulk"), 0, 0, withscores=True)
+    front = now_ms - LAG_MS if not head else min(float(head[0][1]), now_ms - LAG_MS)
+    return datetime.fromtimestamp(max(front - 1, now_ms - 3_600_000) / 1000, UTC)
+
+
 def scan_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500,
                      engine: Engine | None = None) -> list[tuple[Any, int]]:
     """The bulk lane's fair window: (scanned row, its flow's gap in ms) for each flow's oldest owed, due rows."""
@@ -76,8 +88,7 @@ def scan_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500
         per_tenant: dict[int, int] = {}
         for f in flows:
             per_tenant[f.tenant_id] = per_tenant.get(f.tenant_id, 0) + 1
-        gaps = {f: fairshare.gap_ms(per_tenant[f.tenant_id], s.bulk_rate_per_second,
-                                    caps.get(f.tenant_id, s.bulk_rate_per_second)) for f in flows}
+        gaps = {f: fairshare.gap_ms(per_tenant[f.tenant_id]) for f in flows}
         shares = fairshare.windows(flows, window, caps)
         got: dict[Flow, list[Any]] = {f: [] for f in flows}
 

@@ -10,7 +10,9 @@ Two pure decisions, values in and values out (the relay and the wake-up enqueue 
 - `gap_ms`: how far one job of a flow advances that flow's virtual time. The enqueue scores each bulk job
   max(V, the flow's last score) + gap (start-time fair queueing; V: the queue's head), and arq starts the due jobs
   lowest score first — so flows interleave job by job: a tenant's campaigns share one tenant's turn (the gap grows
-  with their number), and a capped tenant's turns come as often as its cap allows beside the lane's rate.
+  with their number).
+- `reserve_ahead`: how far ahead a capped tenant's job may reserve its moment (jobs/worker.py); a job that cannot
+  ends without a claim and the relay's next scan wakes its row again, in fair order.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Final
 
 # Seconds of a capped tenant's pace that the relay keeps in Redis (more would only wait there).
 CAP_HORIZON_S: Final[float] = 5.0
+# A capped tenant's jobs waiting in worker slots for their moment, at most (the rest go back to PostgreSQL).
+SLEEPERS_PER_TENANT: Final[int] = 8
 
 
 @dataclass(frozen=True, order=True)
@@ -69,6 +73,14 @@ def spare(shares: dict[Flow, int], taken: dict[Flow, int], window: int,
     return {f: room // len(full) for f in full if room // len(full) > 0}
 
 
-def gap_ms(flows_of_tenant: int, channel_rate: float, rate: float) -> int:
-    """Virtual time one job of a flow costs (whole milliseconds: arq scores in ms)."""
-    return max(1, flows_of_tenant) * max(1, round(channel_rate / max(rate, 1e-9)))
+def gap_ms(flows_of_tenant: int) -> int:
+    """Virtual time one job of a flow costs (whole milliseconds: arq scores in ms). Not weighted by a tenant's cap:
+    a cap is a ceiling, not a share — weighted against the channel's nominal rate, a capped tenant would get far
+    less than its cap whenever the lane runs below that rate (a loaded machine, a slow provider)."""
+    return max(1, flows_of_tenant)
+
+
+def reserve_ahead(rate: float) -> float:
+    """How far ahead a capped tenant's job may hold its moment, sleeping in its worker slot: at most
+    `SLEEPERS_PER_TENANT` of the tenant's jobs wait in slots at once, and none longer than `CAP_HORIZON_S`."""
+    return min(CAP_HORIZON_S, SLEEPERS_PER_TENANT / rate)

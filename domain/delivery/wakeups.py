@@ -135,7 +135,7 @@ async def enqueue_missing(redis: ArqRedis, rows: list[OwedRow]) -> int:
 async def enqueue_fan_out(redis: ArqRedis, campaign_id: int) -> bool:
     """Idempotent by job id: a campaign has at most one fan-out job in flight."""
     job = await redis.enqueue_job(FAN_OUT_TASK, campaign_id, _job_id=fan_out_job_id(campaign_id),
-                                  _queue_name=queue_name("bulk"))
+                                  _queue_name=queue_name("bulk"), _defer_until=await fair.front_score(redis))
     return job is not None
 
 

@@ -28,7 +28,7 @@ def bench(n: int = typer.Option(300, help="commands / deliveries per measurement
           recipients: int = typer.Option(40_000, help="campaign size for the lane-isolation measurement"),
           codes: int = typer.Option(30, help="one-time codes measured idle and with the campaign in flight"),
           only: str = typer.Option("", help="comma-separated steps to run (wake, commit, delivery, recovery, lanes, "
-                                            "scan); their figures replace the last run's in the evidence")) -> None:
+                                            "fair, scan, push); their figures replace the last run's in the evidence")) -> None:
     """Benchmarks (own database and Redis db) → evidence/bench.md, as ratios against raw baselines."""
     from jobs.drills.bench import run_bench
 

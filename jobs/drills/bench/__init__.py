@@ -11,6 +11,8 @@ run's evidence:
 - recovery: seconds from a Redis FLUSHDB with a backlog owed until every row is delivered (delivery.py);
 - lanes: one-time codes idle and with a campaign in flight, the fan-out beside a bare INSERT … SELECT, the
   campaign's rate with the bucket set high beside the provider's capacity (lanes.py);
+- fair: tenant 7's 50-message campaign alone, then started while tenant 42's big campaign is in flight (its
+  completion time both ways), and the big campaign's sent/s without and with it (fair.py);
 - scan: the relay's claim draining a backlog over two index designs, then one scan among 1,000,000 settled rows
   in a database kept between runs (scan.py);
 - push: operator A's click to operator B's render in one Chromium, timed inside the pages, then the dashboard's
@@ -29,12 +31,12 @@ from datetime import UTC, datetime
 
 import redis as redis_lib
 
-from jobs.drills.bench import commit, delivery, lanes, push, report, scan, wake
+from jobs.drills.bench import commit, delivery, fair, lanes, push, report, scan, wake
 from jobs.drills.bench.common import API_PORT, BENCH_DB, BENCH_REDIS_DB, RECEIVER_PORT, say
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System
 
-STEPS = ("wake", "commit", "delivery", "recovery", "lanes", "scan", "push")
+STEPS = ("wake", "commit", "delivery", "recovery", "lanes", "fair", "scan", "push")
 
 
 def _uptime() -> str:
@@ -66,6 +68,7 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
             "delivery": f"delivery path, {n} webhooks, 2 workers on the lane, then commit-to-effect at half rate",
             "recovery": f"recovery after Redis flush, {n} owed",
             "lanes": f"lanes: {codes} one-time codes idle, then with a {recipients}-recipient campaign in flight",
+            "fair": f"fair bulk lane: tenant 7's 50-message campaign alone, then beside tenant 42's {recipients}",
             "scan": f"relay claim draining {scan_owed} owed among {scan_done} settled rows, then among 1,000,000",
             "push": "pushes: A's click to B's render over 50 runs in one Chromium, then 50 tabs open"}
     try:
@@ -91,6 +94,9 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
                     system.relay()
                 ln = lanes.bench_lanes(system, r, recipients, codes, window)
                 results.update({"lanes": ln, **lanes.lanes_keys(ln)})
+                system.stop_all()
+            elif step == "fair":
+                results.update(fair.bench_fair(system, r, recipients))
                 system.stop_all()
             elif step == "scan":
                 system.stop_all()
