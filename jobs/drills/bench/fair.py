@@ -65,7 +65,7 @@ def _done_seconds(cid: int, timeout: float) -> float:
     left: people in quiet hours wait for their morning either way)."""
     wait_until(lambda: _one("SELECT status FROM campaigns WHERE id = :c", c=cid) == "running"
                and _due_owed(cid) == 0, timeout, f"campaign {cid} to send what is due")
-    s = _one("SELECT extract(epoch FROM max(n.sent_at) - c.started_at) FROM notifications n "
+    s = _one("SELECT extract(epoch FROM max(n.sent_at) - min(c.started_at)) FROM notifications n "
              "JOIN campaigns c ON c.id = n.campaign_id WHERE c.id = :c", c=cid)
     assert s is not None
     return float(s)  # type: ignore[arg-type]
