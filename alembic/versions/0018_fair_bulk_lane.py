@@ -1,14 +1,14 @@
 """fair bulk lane: the relay finds each (tenant, campaign) flow of owed bulk rows by one index probe, and a tenant
 may carry its own bulk pace
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017"
-down_revision = "0016"
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
