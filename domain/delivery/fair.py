@@ -3,7 +3,7 @@
 - The relay's window on the bulk lane (`scan_bulk_window`): instead of the lane's oldest owed rows — which, behind
   a 40,000-row campaign, kept a small tenant's rows out of Redis until the big one was nearly done — each
   (tenant, campaign) flow's oldest owed rows, the window shared by `fairshare.windows`.
-- The score of each bulk wake-up (`fair_scores`): start-time fair queueing over flows, one Lua call per batch, so
+- The score of each bulk wake-up (`enqueue_fair`): start-time fair queueing over flows, one Lua call per batch, so
   arq's sorted set — which its workers read lowest score first — interleaves tenants job by job. Scores sit at
   least `LAG_MS` in the past (every scored job is due at once: the order is fair, the pace stays the buckets').
 - The pace: the channel's token bucket, and under it a tenant's own when its pace is capped (jobs/worker.py): a job
@@ -21,46 +21,60 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from arq.constants import job_key_prefix, result_key_prefix
+from arq.jobs import serialize_job
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
 from domain.delivery import fairshare, sql
 from domain.delivery.fairshare import Flow
-from domain.delivery.queue import FAIR_TAGS_KEY, queue_name
+from domain.delivery.queue import DELIVER_TASK, FAIR_TAGS_KEY, queue_name
+from domain.ledger.owed import OwedRow
 from domain.settings import get_settings
 
 LAG_MS: Final[int] = 10_000
 TAGS_TTL_S: Final[int] = 3_600
 
-FAIR_SCORES: Final[str] = """
-local now, lag, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+# Scores and enqueues one batch of bulk wake-ups in one call (a relay page of 500 is one round trip, not three per
+# job): a job is written exactly as arq's `enqueue_job` writes it (its job key, then its id in the queue at its
+# score) and only if no job or result of that id exists — idempotent by job id, like arq; a skipped job does not
+# move its flow's virtual time.
+FAIR_ENQUEUE: Final[str] = """
+local now, lag, ttl, extra = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local v = now - lag
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if head[2] and tonumber(head[2]) < v then v = tonumber(head[2]) end
-local last, out = {}, {}
-for i = 4, #ARGV, 2 do
-  local f, gap = ARGV[i], tonumber(ARGV[i + 1])
-  local l = last[f] or tonumber(redis.call('HGET', KEYS[2], f)) or 0
-  local s = math.min(math.max(v, l) + gap, now)
-  last[f] = s
-  out[#out + 1] = tostring(s)
+local last, n = {}, 0
+for i = 0, (#ARGV - 4) / 4 - 1 do
+  local f, gap, id, job = ARGV[5 + 4 * i], tonumber(ARGV[6 + 4 * i]), ARGV[7 + 4 * i], ARGV[8 + 4 * i]
+  if redis.call('EXISTS', KEYS[3 + 2 * i], KEYS[4 + 2 * i]) == 0 then
+    local l = last[f] or tonumber(redis.call('HGET', KEYS[2], f)) or 0
+    local s = math.min(math.max(v, l) + gap, now)
+    last[f] = s
+    redis.call('SET', KEYS[3 + 2 * i], job, 'PX', math.floor(s - now + extra))
+    redis.call('ZADD', KEYS[1], s, id)
+    n = n + 1
+  end
 end
 for f, s in pairs(last) do redis.call('HSET', KEYS[2], f, tostring(s)) end
 redis.call('EXPIRE', KEYS[2], ttl)
-return out
+return n
 """
 
 
-async def fair_scores(redis: Any, flows_and_gaps: list[tuple[str, int]]) -> list[datetime]:
-    """One score per job, in order (a flow's jobs in the order given), as arq's `_defer_until`."""
-    if not flows_and_gaps:
-        return []
+async def enqueue_fair(redis: Any, rows: list[OwedRow]) -> int:
+    """The bulk wake-ups of `rows`, scored by fair queueing over their flows (a flow's jobs in the order given);
+    returns how many were enqueued (a row whose job is live is skipped)."""
+    if not rows:
+        return 0
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
-    args: list[Any] = [now_ms, LAG_MS, TAGS_TTL_S]
-    for flow, gap in flows_and_gaps:
-        args += [flow, gap]
-    raw = await redis.eval(FAIR_SCORES, 2, queue_name("bulk"), FAIR_TAGS_KEY, *args)
-    return [datetime.fromtimestamp(float(s) / 1000, UTC) for s in raw]
+    keys: list[str] = [queue_name("bulk"), FAIR_TAGS_KEY]
+    args: list[Any] = [now_ms, LAG_MS, TAGS_TTL_S, redis.expires_extra_ms]
+    for r in rows:
+        keys += [job_key_prefix + r.job_id, result_key_prefix + r.job_id]
+        args += [r.flow, r.gap_ms, r.job_id, serialize_job(DELIVER_TASK, (r.notification_id,), {}, None, now_ms,
+                                                         serializer=redis.job_serializer)]
+    return int(await redis.eval(FAIR_ENQUEUE, len(keys), *keys, *args))
 
 
 async def front_score(redis: Any) -> datetime:

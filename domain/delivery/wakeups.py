@@ -91,14 +91,16 @@ async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
     n = 0
     woken: set[str] = set()
     rows = list(rows)
+    # The bulk lane's wake-ups, scored by fair queueing over (tenant, campaign) flows (domain/delivery/fair.py).
     fair_rows = [r for r in rows if r.lane == "bulk" and r.flow]
-    # The bulk lane's wake-ups are scored by fair queueing over (tenant, campaign) flows (domain/delivery/fair.py).
-    scores = dict(zip((r.notification_id for r in fair_rows),
-                      await fair.fair_scores(redis, [(r.flow, r.gap_ms) for r in fair_rows]), strict=True))
+    if fair_rows and (fair_n := await fair.enqueue_fair(redis, fair_rows)):
+        n += fair_n
+        woken.add("bulk")
     for row in rows:
+        if row.lane == "bulk" and row.flow:
+            continue
         job = await redis.enqueue_job(DELIVER_TASK, row.notification_id, _job_id=job_id(row.notification_id),
-                                      _queue_name=queue_name(row.lane),
-                                      _defer_until=scores.get(row.notification_id))
+                                      _queue_name=queue_name(row.lane))
         if job is not None:
             log.debug("wake-up enqueued", extra={"notification_id": row.notification_id, "lane": row.lane})
             n += 1
