@@ -1,14 +1,14 @@
 """fair bulk lane: the relay finds each (tenant, campaign) flow of owed bulk rows by one index probe, and a tenant
 may carry its own bulk pace
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018"
-down_revision = "0017"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
