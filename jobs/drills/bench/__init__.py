@@ -96,7 +96,9 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
                 results.update({"lanes": ln, **lanes.lanes_keys(ln)})
                 system.stop_all()
             elif step == "fair":
-                results.update(fair.bench_fair(system, r, recipients))
+                # Its own time and load: `--only fair` leaves the other steps' run figures as they were.
+                started = {"fair_measured_at": datetime.now(UTC).isoformat(), "fair_uptime_start": _uptime()}
+                results.update({**started, **fair.bench_fair(system, r, recipients), "fair_uptime_end": _uptime()})
                 system.stop_all()
             elif step == "scan":
                 system.stop_all()
