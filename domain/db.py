@@ -11,9 +11,10 @@ import functools
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine, Result
+from sqlalchemy.engine import Engine, Result, make_url
 from sqlalchemy.sql.base import Executable
 from sqlmodel import Session
 
@@ -23,6 +24,21 @@ from domain.settings import get_settings
 @functools.cache
 def engine_for(url: str) -> Engine:
     return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5, future=True)
+
+
+def libpq_url(url: str) -> str:
+    """The libpq (psycopg) form of our SQLAlchemy URL, for the connections we open without SQLAlchemy (the workers'
+    hot pool, the relay's LISTEN). One host: the same URL without the driver. Several hosts, written the way
+    SQLAlchemy takes them (`postgresql+psycopg://u@/db?host=h1:p1&host=h2:p2&target_session_attrs=read-write`,
+    a primary and its standby): libpq's own `postgresql://u@h1:p1,h2:p2/db?target_session_attrs=read-write`, so
+    every connection, SQLAlchemy's or not, lands on whichever of them is the primary now."""
+    hosts = make_url(url).query.get("host")
+    if not isinstance(hosts, tuple):
+        return url.replace("postgresql+psycopg://", "postgresql://")
+    u = make_url(url)
+    auth = quote(u.username or "", safe="") + (f":{quote(u.password, safe='')}" if u.password else "")
+    rest = urlencode([(k, x) for k, v in u.query.items() if k != "host" for x in ((v,) if isinstance(v, str) else v)])
+    return f"postgresql://{auth}{'@' if auth else ''}{','.join(hosts)}/{u.database or ''}{'?' if rest else ''}{rest}"
 
 
 def get_engine() -> Engine:

@@ -18,7 +18,7 @@ from arq.constants import in_progress_key_prefix, job_key_prefix
 from psycopg.rows import TupleRow
 
 from domain.campaigns import fan_out as campaign_fan_out
-from domain.db import UnitOfWork
+from domain.db import UnitOfWork, libpq_url
 from domain.delivery import fair, wakeups
 from domain.delivery.queue import LANES, NOTIFY_CHANNEL, job_id, job_timeout_seconds
 from domain.delivery.wakeups import arq_pool, enqueue_fan_out, enqueue_missing
@@ -116,17 +116,13 @@ async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None
     return seen, enq
 
 
-def _libpq_url(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
-
-
 async def listen(database_url: str, backoff_cap: float = 2.0) -> psycopg.AsyncConnection[TupleRow]:
     """A LISTEN connection, retried with capped backoff for as long as PostgreSQL is down (a restart must not end
     the relay: it is the process that rebuilds every wake-up afterwards)."""
     delay = 0.1
     while True:
         try:
-            conn = await psycopg.AsyncConnection.connect(_libpq_url(database_url), autocommit=True, connect_timeout=5)
+            conn = await psycopg.AsyncConnection.connect(libpq_url(database_url), autocommit=True, connect_timeout=5)
             await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
             return conn
         except psycopg.Error as exc:

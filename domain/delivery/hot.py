@@ -30,6 +30,7 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from domain.db import libpq_url
 from domain.delivery import claims, sql
 from domain.delivery.claimed import Claim, ClaimResult, Ready, SendContext, claim_params, plan
 from domain.delivery.retry import Retry, RetryDecision, Succeeded
@@ -48,10 +49,6 @@ Pool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
 
 class _LongWay(Exception):
     """Roll the fast transaction back: the long way decides."""
-
-
-def libpq_url(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
 
 
 async def open_pool(database_url: str, name: str, max_size: int = 10) -> Pool:

@@ -1,5 +1,5 @@
 """`outbox` commands that run a drill against a whole system in its own database: scenario, bench, storm, chaos,
-vacuum-drill."""
+vacuum-drill, replica-drill."""
 
 from __future__ import annotations
 
@@ -74,4 +74,18 @@ def vacuum_drill(hold: float = typer.Option(180.0, help="seconds the one transac
     run_vacuum_drill(hold, window, evidence=evidence)
 
 
-COMMANDS = (scenario, bench, storm, chaos, vacuum_drill)  # vacuum_drill answers to `outbox vacuum-drill`
+def replica_drill(load: float = typer.Option(20.0, help="seconds of steady approvals before the primary is stopped"),
+                  after: float = typer.Option(5.0, help="seconds of load through the promoted standby"),
+                  rate: float = typer.Option(20.0, help="approvals per second"),
+                  sync: bool = typer.Option(True, help="a second pass with a synchronous standby"),
+                  evidence: bool = typer.Option(False, help="merge the figures into evidence/bench.json and .md")) -> None:
+    """A primary and its streaming standby under .run/: load, the primary stopped hard, the standby promoted;
+    recovery time and point, invariants afterwards. Exit 1 if an invariant broke or an effect was doubled."""
+    from jobs.drills.replica import run_replica_drill
+
+    res = run_replica_drill(load, after, rate, sync=sync, evidence=evidence)
+    raise typer.Exit(0 if res["replica_invariants_ok"] else 1)
+
+
+# vacuum_drill and replica_drill answer to `outbox vacuum-drill` and `outbox replica-drill`
+COMMANDS = (scenario, bench, storm, chaos, vacuum_drill, replica_drill)

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from domain.db import UnitOfWork
 from domain.ledger.metering import top_up
 from domain.orders.commands import execute_order_command
+from jobs.drills.bench.report import replace_section
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System, stop_on_sigterm, wait_until, wait_worker_ready
 
@@ -289,8 +290,7 @@ def write_evidence(res: dict[str, Any]) -> None:
     bench_md = out / "bench.md"
     text = bench_md.read_text() if bench_md.exists() else "# Benchmarks\n"
     head = "## VACUUM held back"
-    text = text.split(f"\n{head}")[0].rstrip("\n") + "\n\n" + _section(res, head)
-    bench_md.write_text(text)
+    bench_md.write_text(replace_section(text, head, _section(res, head)))
     print(f"evidence merged into {bench_json} and {bench_md}")
 
 

@@ -142,7 +142,8 @@ def receiver_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def receiver_database_url(database_url: str) -> str:
-    return f"{database_url}_receiver"
+    base, sep, query = database_url.partition("?")  # a multi-host URL carries its hosts after the name
+    return f"{base}_receiver{sep}{query}"
 
 
 def reflex_env(env: dict[str, str]) -> dict[str, str]:

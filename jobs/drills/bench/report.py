@@ -67,10 +67,32 @@ def _kept_before_after(md: str) -> list[str]:
     return ["## Before and after" + part.rstrip(), ""]
 
 
+# Sections other commands merge into bench.md (`outbox vacuum-drill --evidence`, `outbox replica-drill --evidence`):
+# `outbox bench` keeps them, at the end, in this order.
+DRILL_SECTIONS = ("## VACUUM held back", "## Replica promotion")
+
+
+def _section_of(md: str, head: str) -> str | None:
+    """The section under `head` (up to the next `## ` heading or the end), or None when absent."""
+    at = md.find("\n" + head)
+    if at < 0:
+        return None
+    end = md.find("\n## ", at + 1)
+    return md[at + 1:end if end >= 0 else len(md)].rstrip("\n")
+
+
+def replace_section(md: str, head: str, section: str) -> str:
+    """`md` with its section under `head` replaced by `section` (appended when absent); every other section stays."""
+    old = _section_of(md, head)
+    if old is None:
+        return md.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+    return md.replace(old, section.rstrip("\n"), 1)
+
+
 def _kept_vacuum(md: str) -> list[str]:
-    """`outbox vacuum-drill --evidence`'s section (jobs/drills/vacuum.py merges it in), kept at the end."""
-    head = "\n## VACUUM held back"
-    return ["", head.strip() + md.split(head, 1)[1]] if head in md else []
+    """The drills' sections (jobs/drills/vacuum.py and replica_report.py merge them in), kept at the end."""
+    kept = [s for s in (_section_of(md, head) for head in DRILL_SECTIONS) if s is not None]
+    return [x for s in kept for x in ("", s)]
 
 
 def write(res: dict[str, object]) -> None:
