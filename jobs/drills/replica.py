@@ -39,7 +39,7 @@ from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System, stop_on_sigterm, wait_until, wait_worker_ready
 
 _SLOT = int(os.environ.get("OUTBOX_TEST_SLOT", "0") or 0)
-DB_NAME, REDIS_DB, TENANT = "outbox_replica", 9, 42
+DB_NAME, REDIS_DB, TENANT = "outbox_replica", 8, 42
 DRILL_ENV = {"OUTBOX_SCAN_INTERVAL": "0.5", "OUTBOX_LEASE_SECONDS": "5", "OUTBOX_BACKOFF_BASE": "0.2",
              "OUTBOX_BACKOFF_CAP": "2.0", "OUTBOX_MAX_ATTEMPTS": "50"}
 FLOWED_SQL = ("SELECT count(*) FROM notifications WHERE channel = 'webhook' AND status IN ('SENT', 'DELIVERED') "
