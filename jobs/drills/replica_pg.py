@@ -26,6 +26,7 @@ SLOT_NAME = "drill_standby"
 def port_near(preferred: int) -> int:
     """`preferred` when nothing listens there, else any free port."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as PostgreSQL binds: a port in TIME_WAIT is free
         try:
             s.bind(("127.0.0.1", preferred))
         except OSError:
