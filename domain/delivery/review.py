@@ -20,8 +20,12 @@ def replay(tenant_id: int | None, notification_id: int, engine: Engine | None = 
     message for the provider: it gets its own idempotency key (`provider_key`) and forgets the old reference, so
     the provider sends it again instead of answering `already_processed` (which would charge and send nothing),
     and a late receipt for the old send never lands on the new one. Any other failure keeps its key: if the
-    provider did accept it after all, it answers `already_processed` and that is the truth."""
+    provider did accept it after all, it answers `already_processed` and that is the truth.
+
+    A replay waits while a month is being archived (retention/archive.py): it lands before the archive's owed
+    check (the archive refuses) or after its commit, never in between."""
     with UnitOfWork(engine) as uow:
+        uow.execute(sql.REPLAY_WAITS_FOR_ARCHIVE)  # never between an archive's owed check and its commit
         r = uow.execute(sql.REPLAY, {"id": notification_id, "t": tenant_id, "m": get_settings().max_attempts}).first()
         if r:
             uow.execute(NOTIFY_OWED, {"lane": r.lane})

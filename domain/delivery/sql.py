@@ -233,6 +233,8 @@ REPLAY = sa.text(
     "  THEN dedupe_key || '~replay-' || (claim_token + 1) ELSE provider_key END, "
     "provider_reference = CASE WHEN last_error_class = 'undeliverable' THEN NULL ELSE provider_reference END, "
     f"claim_token = claim_token + 1 WHERE {_IN_SCOPE} RETURNING lane, tenant_id")
+# Shared with every replay, exclusive to an archive of a month (domain/retention/sql.py `ARCHIVE_EXCLUDES_REPLAY`).
+REPLAY_WAITS_FOR_ARCHIVE = sa.text("SELECT pg_advisory_xact_lock_shared(hashtext('outbox archive'))")
 RESOLVE = sa.text(f"UPDATE notifications SET review = 'resolved' WHERE {_IN_SCOPE} RETURNING id, tenant_id")
 
 # ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------

@@ -5,12 +5,13 @@ A month of history here is its messages' attempts (`notification_attempts`, by t
 receipts received in it (`delivery_receipts`). Its messages stay in `notifications` (unpartitioned: see
 docs/scaling.md for how they follow), but the file keeps them too, so one file is the month's whole record.
 
-Refused, changing nothing, while a message of a month to archive is still owed (QUEUED: a worker must still act
-on it) or a receipt of it waits to be applied. The file holds ids, states, times and money, never a contact point,
-a payload, a code, rendered text or a provider's answer, and every string is swept for e-mail addresses and phone
-numbers on the way out (domain/logs.py). Each month is one transaction: its partitions locked against writes,
-owed checked again, rows read, the file written and synced, partitions detached and dropped, receipt keys
-forgotten, committed. A month that fails (a lock not granted in 5 s) is left whole; run the command again.
+Refused, changing nothing, for a cutoff later than the current month (this month is still written), and while a
+message of a month to archive is still owed (QUEUED: a worker must still act on it) or a receipt of it waits to be
+applied. The file holds ids, states, times and money, never a contact point, a payload, a code, rendered text or a
+provider's answer, and every string is swept for e-mail addresses and phone numbers on the way out
+(domain/logs.py). Each month is one transaction: replays held off (a replay waits for the commit), its partitions
+locked against writes, owed checked again, rows read, the file written and synced, partitions detached and dropped,
+receipt keys forgotten, committed. A month that fails (a lock not granted in 5 s) is left whole; run it again.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from domain.access import actions
 from domain.db import UnitOfWork
 from domain.logs import sweep
 from domain.retention import sql
-from domain.retention.months import bounds
+from domain.retention.months import bounds, month_of
 from domain.retention.partitions import Partition, default_months, ensure_partitions, partitions
 
 
@@ -57,6 +58,10 @@ def archive_before(before: date, out_dir: Path, *, actor_ref: str, engine: Engin
                    now: datetime | None = None) -> list[ArchivedMonth]:
     if before.day != 1:
         raise ValueError("archive works on whole months: give the first month to keep (YYYY-MM)")
+    this = month_of(now or datetime.now(UTC))
+    if before > this:  # this month is still written (and so are the months ahead): never archived
+        raise ValueError(f"the current month ({this:%Y-%m}) is still being written: give --before {this:%Y-%m} "
+                         "or an earlier month")
     owed = _owed(set(_months_before(before, engine)) | default_months(engine), before, engine)
     if owed:
         raise ArchiveRefused(owed)  # checked before anything moves: a refusal changes nothing
@@ -92,6 +97,7 @@ def _archive_month(m: date, parts: list[Partition], out_dir: Path, actor_ref: st
     path = out_dir / f"ledger-{m:%Y-%m}.jsonl"
     with UnitOfWork(engine) as uow:
         uow.execute(sql.LOCK_TIMEOUT)
+        uow.execute(sql.ARCHIVE_EXCLUDES_REPLAY)  # no replay commits between the check below and our commit
         uow.execute(sql.lock_month([p.name for p in parts]))
         row = uow.execute(sql.OWED_IN_MONTH, {"lo": lo, "hi": hi}).one()
         if row.messages or row.receipts:  # owed since the check above: leave the month whole

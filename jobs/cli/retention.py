@@ -52,6 +52,9 @@ def archive(before: str = typer.Option(..., "--before", help="the first month to
     except ArchiveRefused as exc:
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(1) from None
+    except ValueError as exc:  # a month it must not take (this one or later): nothing changed
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
     if not done:
         err.print(f"no partition before {before}: nothing to archive")
     for m in done:
