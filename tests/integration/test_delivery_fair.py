@@ -8,6 +8,8 @@ suppressed with its reason, none sent after); every invariant holds afterwards (
 
 from __future__ import annotations
 
+import itertools
+
 import sqlalchemy as sa
 
 from domain.campaigns import fan_out as campaign_fan_out
@@ -95,3 +97,31 @@ def test_a_tenants_capped_pace_holds_and_its_waiting_jobs_block_no_other_tenant(
     # they held the worker's slots, it would have sent next to nothing.
     assert other_meanwhile >= 2 * n, "the capped tenant's waiting jobs held the worker's slots"
     campaign_fan_out.cancel(42, other)
+
+
+def test_a_capped_tenants_moments_are_reserved_one_apart_and_never_raced(redis_db):
+    """The reservation under a tenant's cap (ratelimit.reserve): 30 concurrent callers at 10/s, 0.5 s ahead at
+    most, get distinct moments 1/10 s apart — the first now, none further than 0.5 s — and every other caller holds
+    none and is told how long to stay away; another tenant's reservations are its own."""
+    import asyncio
+    import os
+
+    import redis.asyncio as aioredis
+
+    from domain.delivery import ratelimit
+
+    async def run() -> tuple[list[float], list[float], float]:
+        client = aioredis.Redis.from_url(os.environ["OUTBOX_REDIS_URL"])
+        got = await asyncio.gather(*(ratelimit.reserve(client, "test:fair:t1", 10.0, 0.5) for _ in range(30)))
+        other = await ratelimit.reserve(client, "test:fair:t2", 10.0, 0.5)
+        await client.aclose()
+        return sorted(w for w in got if w >= 0), sorted(w for w in got if w < 0), other
+
+    held, refused, other = asyncio.run(run())
+    # Six moments fit in 0.5 s at 10/s (a few more only if the 30 calls themselves took longer than an interval).
+    assert 6 <= len(held) <= 8 and len(held) + len(refused) == 30 and other == 0.0, (held, refused)
+    assert held[0] < 0.05 and max(held) <= 0.5
+    # Never two moments within one interval (waits are measured from each call's own time: a later call's is
+    # shorter by how much later it ran, never longer).
+    assert all(0.05 < b - a <= 0.1 + 0.005 for a, b in itertools.pairwise(held)), held
+    assert all(0 < -w <= 0.1 + 0.005 for w in refused), refused
