@@ -87,8 +87,15 @@ def settle_unleased(reason: str, *, campaign_id: int | None = None,
     lease holds; returns each row's id, intent and whether it holds anything (only a row a claim already charged, a
     retry in progress, holds money or a cap slot)."""
     n = NOTIFICATIONS
+    unleased = sa.or_(n.c.leased_until.is_(None), n.c.leased_until < sa.func.now())
+    scope: sa.ColumnElement[bool]
     if endpoint is not None:
-        scope = sa.and_(n.c.tenant_id == endpoint[0], n.c.endpoint_id == endpoint[1])
+        # Run by the record that disables the endpoint, which holds the endpoint's row: a row another record holds
+        # (a stalled worker's, its lease run out, waiting for that endpoint row) is skipped, not waited for — that
+        # wait was a deadlock. Its next claim settles it with the endpoint's reason.
+        scope = n.c.id.in_(sa.select(n.c.id).where(
+            n.c.tenant_id == endpoint[0], n.c.endpoint_id == endpoint[1], n.c.status == "QUEUED", unleased,
+        ).with_for_update(skip_locked=True))
     elif campaign_id is not None:
         scope = n.c.campaign_id == campaign_id
     elif isinstance(intent_ids, sa.Select):
@@ -97,7 +104,7 @@ def settle_unleased(reason: str, *, campaign_id: int | None = None,
         scope = n.c.intent_id.in_(list(intent_ids or ()))
     return (
         sa.update(n)
-        .where(scope, n.c.status == "QUEUED", sa.or_(n.c.leased_until.is_(None), n.c.leased_until < sa.func.now()))
+        .where(scope, n.c.status == "QUEUED", unleased)
         .values(status="SUPPRESSED", suppressed_reason=reason, settled_at=sa.func.now(), leased_until=None,
                 **({"reason_detail": detail} if detail is not None else {}))
         .returning(n.c.id, n.c.intent_id, ((n.c.reserved_cents > 0) | n.c.cap_day.is_not(None)).label("holds"))
