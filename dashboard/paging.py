@@ -3,11 +3,13 @@ a page is a link like any other."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
 import reflex as rx
+from reflex.event import EventSpec
 
 from dashboard.components import icon
 from dashboard.format import parse_id
@@ -23,6 +25,11 @@ def url(path: str, params: Mapping[str, Any]) -> str:
     """`path?k=v…` with the empty values left out. Pure."""
     kept = {k: str(v) for k, v in params.items() if v not in (None, "", 0)}
     return f"{path}?{urlencode(kept)}" if kept else path
+
+
+def replace_url(path: str, params: Mapping[str, Any]) -> EventSpec:
+    """Put the view's filters and position in the address bar (replaced, no reload): the view is a link."""
+    return rx.call_script(f"window.history.replaceState(null, '', {json.dumps(url(path, params))})")
 
 
 def pager(older: Any, newer: Any, has_older: rx.Var[bool], has_newer: rx.Var[bool], testid: str = "pager") -> rx.Component:

@@ -351,13 +351,13 @@ def test_journey_nudges_supersede_and_late_events_are_dropped(new_operator):
     a.get_by_test_id("record-event").click()  # "initiated" is preselected
     a.get_by_test_id("journey-result").wait_for()
     assert "Nudge scheduled" in a.get_by_test_id("journey-result").inner_text()
-    a.get_by_role("combobox").click()
+    a.get_by_test_id("event-select").click()
     a.get_by_role("option", name="credit_check_done").click()
     a.get_by_test_id("record-event").click()
     a.wait_for_function("() => document.querySelectorAll('[data-testid=intent-row]').length === 2")
     statuses = [r.inner_text() for r in a.get_by_test_id("intent-row").all()]
     assert "cancelled" in statuses[0] and "scheduled" in statuses[1]
-    a.get_by_role("combobox").click()
+    a.get_by_test_id("event-select").click()
     a.get_by_role("option", name="initiated").click()
     a.get_by_test_id("record-event").click()
     a.wait_for_function("() => document.querySelector('[data-testid=journey-result]').innerText.includes('Dropped')")

@@ -4,13 +4,13 @@ what is still owed."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
+from dashboard.api.deps import Auth, Cursor, Id, Limit, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.campaigns import segments
@@ -18,6 +18,7 @@ from domain.campaigns import views as campaign_views
 from domain.delivery.wakeups import wake_fan_out
 from domain.ledger.recipients import PEOPLE_CHANNELS
 from domain.ledger.write import SendRefused
+from domain.support import pages
 
 router = APIRouter(prefix="/api/v1/campaigns", tags=["campaigns"])
 
@@ -45,8 +46,12 @@ async def create(body: CampaignIn, p: Auth) -> JSONResponse:
 
 
 @router.get("")
-async def list_campaigns(p: Auth) -> dict[str, Any]:
-    return {"campaigns": await asyncio.to_thread(campaign_views.list_campaigns, p.tenant_id)}
+async def list_campaigns(p: Auth, limit: Limit = 50, cursor: Cursor = None,
+                         channel: Literal["email", "sms", "whatsapp"] | None = None) -> dict[str, Any]:
+    """Newest first, each with its progress. `next_cursor` (null on the last page) fetches the next, older page."""
+    page = await asyncio.to_thread(pages.campaigns, p.tenant_id, channel, limit, cursor)
+    return {"items": [{k: v for k, v in c.items() if k != "id"} for c in page.rows],
+            "next_cursor": pages.next_cursor(page)}
 
 
 @router.get("/{campaign_id}")

@@ -105,7 +105,9 @@ Auth = Annotated[Principal, Depends(principal)]
 # A row id in a path: within PostgreSQL's integer (a larger one is a 422, never a database error).
 Id = Annotated[int, Path(ge=1, le=2**31 - 1)]
 # A keyset cursor (an id of a bigint column) in a query: beyond bigint is a 422, never a database error.
-Cursor = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
+Cursor = Annotated[int | None, Query(ge=1, le=2**63 - 1, description="`next_cursor` of the page before (opaque)")]
+# A page's size: 1-500 (more is a 422, never a silent cut).
+Limit = Annotated[int, Query(ge=1, le=500, description="rows per page (at most 500)")]
 
 
 async def tenant_row(query: Any, tenant_id: int, key: Any) -> dict[str, Any]:

@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from dashboard.api.deps import Auth, Id, tenant_row
+from dashboard.api.deps import Auth, Cursor, Id, Limit, tenant_row
 from dashboard.api.fields import STRING
 from domain.journeys import store as journey_store
 from domain.journeys import views as journey_views
 from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.support import pages
 
 router = APIRouter(prefix="/api/v1/leads", tags=["leads"])
 
@@ -56,6 +57,20 @@ async def lead_event(lead_id: Id, body: LeadEventIn, p: Auth) -> JSONResponse:
         "scheduled_for": r.scheduled_for.isoformat() if r.scheduled_for else None,
         "notification_ids": list(r.notification_ids), "event_id": r.event_id, "reason": r.reason,
         "decision": r.decision})
+
+
+@router.get("")
+async def list_leads(p: Auth, limit: Limit = 50, cursor: Cursor = None,
+                     recipient: Annotated[str | None, Query(min_length=1, max_length=64,
+                                                            description="part of the lead's or advisor's ref")] = None,
+                     step: Annotated[str | None, Query(json_schema_extra={"enum": [*JOURNEY_STEPS, "none"]},
+                                                       pattern="^(" + "|".join([*JOURNEY_STEPS, "none"]) + ")$",
+                                                       description="the furthest step ('none': not started)")] = None,
+                     ) -> dict[str, Any]:
+    """Newest first, each with its furthest step and its live nudge. `next_cursor` (null on the last page) fetches
+    the next, older page."""
+    page = await asyncio.to_thread(pages.leads, p.tenant_id, recipient or "", step, limit, cursor)
+    return {"items": page.rows, "next_cursor": pages.next_cursor(page)}
 
 
 @router.get("/{lead_id}")

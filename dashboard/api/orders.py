@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
+from dashboard.api.deps import Auth, Cursor, Id, Limit, maybe_pool, tenant_row
 from dashboard.api.fields import JsonInt
 from domain.access.auth import Principal
 from domain.delivery.wakeups import after_commit
 from domain.orders import views as order_views
 from domain.orders.commands import Committed, NotFound, create_order, execute_order_command
 from domain.orders.policy import COMMANDS, OrderStatus, Reject
+from domain.support import pages
 
 router = APIRouter(prefix="/api/v1/orders", tags=["orders"])
 
@@ -81,11 +82,11 @@ async def create(body: OrderIn, p: Auth) -> JSONResponse:
 
 
 @router.get("")
-async def list_orders(
-    p: Auth, status: OrderStatus | None = None, limit: Annotated[int, Field(ge=1, le=500)] = 50,
-) -> dict[str, Any]:
-    rows = await asyncio.to_thread(order_views.list_orders, p.tenant_id, status, limit)
-    return {"orders": rows}
+async def list_orders(p: Auth, status: OrderStatus | None = None, limit: Limit = 50,
+                      cursor: Cursor = None) -> dict[str, Any]:
+    """Newest first. `next_cursor` (null on the last page) fetches the next, older page."""
+    page = await asyncio.to_thread(pages.orders, p.tenant_id, status, limit, cursor)
+    return {"items": page.rows, "next_cursor": pages.next_cursor(page)}
 
 
 @router.get("/{order_id}")

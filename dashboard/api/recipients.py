@@ -14,12 +14,13 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dashboard.api.deps import Auth, Cursor, Id, tenant_row
+from dashboard.api.deps import Auth, Cursor, Id, Limit, tenant_row
 from dashboard.api.errors import ApiError
 from dashboard.api.fields import INTEGER
 from domain.ledger import recipients
 from domain.ledger import views as ledger_views
 from domain.ledger.recipients import PEOPLE_CHANNELS
+from domain.support import pages
 
 router = APIRouter(prefix="/api/v1/recipients", tags=["recipients"])
 
@@ -128,6 +129,16 @@ async def create(body: RecipientIn, p: Auth) -> JSONResponse:
     values.setdefault("display_name", body.display_name)
     row = await _guard(recipients.create, p.tenant_id, values, p.actor_ref)
     return JSONResponse(jsonable_encoder(_public(row)), status_code=201)
+
+
+@router.get("")
+async def list_recipients(p: Auth, limit: Limit = 50, cursor: Cursor = None,
+                          q: Annotated[str | None, Query(min_length=1, max_length=64,
+                                                         description="part of a ref or name")] = None,
+                          ) -> dict[str, Any]:
+    """Newest first. `next_cursor` (null on the last page) fetches the next, older page."""
+    page = await asyncio.to_thread(pages.recipients, p.tenant_id, q or "", limit, cursor)
+    return {"items": [jsonable_encoder(_public(r)) for r in page.rows], "next_cursor": pages.next_cursor(page)}
 
 
 @router.get("/{recipient_id}")

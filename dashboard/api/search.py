@@ -31,8 +31,9 @@ class SearchIn(BaseModel):
 
 @router.get("")
 async def search(q: Q, p: Auth) -> dict[str, Any]:
-    """`items`: recipients (with their cross-channel answer and latest messages), orders, events and messages
-    (with their answer in plain words), each with `matched_by` and the dashboard `href`."""
+    """`items`: recipients (with their cross-channel answer and latest messages), orders, events, messages (with
+    their answer in plain words), leads (by their ref or their advisor's) and campaigns (by id or name), each with
+    `kind`, `matched_by` and the dashboard `href`."""
     return await _find(q, p.tenant_id)
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import reflex as rx
 
-from dashboard import routes
+from dashboard import paging, routes
 from dashboard.components import (
     ACTION_HEADERS,
     Row,
@@ -18,13 +18,16 @@ from dashboard.components import (
     icon,
     shell,
 )
-from dashboard.events import event
+from dashboard.events import Followup, event
 from dashboard.format import when
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain.access import actions as operator_actions
 from domain.ledger import recipients
 from domain.ledger import views as ledger_views
+from domain.support.pages import actions as action_pages
+from domain.support.query import names_contact_point
+
+PAGE_SIZE = 50
 
 KIND_ICON = {"event": "file-text", "ledger": "mail", "attempt": "send", "effect": "circle-check",
              "receipt": "inbox"}
@@ -37,11 +40,45 @@ class AuditState(AuthState):
     # When the search is a recipient: the cross-channel answer first ("did we reach them at all?").
     who: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     actions: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    has_older: rx.Field[bool] = rx.field(False)
+    has_newer: rx.Field[bool] = rx.field(False)
+    _before: int = 0  # backend-only: the actions' page position (0: none)
+    _after: int = 0
 
     @event
     async def load_actions(self) -> None:
+        before, after = paging.position(self.router.url.query_parameters)
+        self._before, self._after = before or 0, after or 0
+        await self._actions()
+
+    async def _actions(self) -> None:
         if self._tenant_id:
-            self.actions = [action_row(a) for a in await asyncio.to_thread(operator_actions.recent, self._tenant_id)]
+            page = await asyncio.to_thread(action_pages, self._tenant_id, PAGE_SIZE, self._before or None,
+                                           self._after or None)
+            self.actions = [{**action_row(a), "id": str(a["id"])} for a in page.rows]
+            self.has_older, self.has_newer = page.has_older, page.has_newer
+
+    def _url(self) -> Followup:
+        """The search (unless it names a contact point: those stay out of URLs) and the actions' page position."""
+        q = self.query.strip()
+        return paging.replace_url(routes.AUDIT, {"q": "" if names_contact_point(q) else q, "before": self._before,
+                                                 "after": self._after})
+
+    @event
+    async def older(self) -> Followup:
+        if not self.actions:
+            return None
+        self._before, self._after = int(self.actions[-1]["id"]), 0
+        await self._actions()
+        return self._url()
+
+    @event
+    async def newer(self) -> Followup:
+        if not self.actions:
+            return None
+        self._before, self._after = 0, int(self.actions[0]["id"])
+        await self._actions()
+        return self._url()
 
     @event
     async def load(self) -> None:
@@ -70,9 +107,10 @@ class AuditState(AuthState):
         self.searched = True
 
     @event
-    async def search(self, form: dict[str, str]) -> None:
+    async def search(self, form: dict[str, str]) -> Followup:
         self.query = form.get("q", "")
         await self._search()
+        return self._url()
 
 
 def _item(i: Row) -> rx.Component:
@@ -108,6 +146,7 @@ def audit_page() -> rx.Component:
                 rx.cond(AuditState.searched, empty_state("Nothing found for that search in your tenant."),
                         empty_state("Search to see one timeline across event, attempts, receiver and receipts."))),
         rx.heading("Privileged actions", size="4", margin_top="20px", margin_bottom="8px"),
+        paging.pager(AuditState.older, AuditState.newer, AuditState.has_older, AuditState.has_newer, "actions-pager"),
         data_table(ACTION_HEADERS, AuditState.actions, action_table_row,
                    "No privileged actions yet.", "actions-table"),
     )

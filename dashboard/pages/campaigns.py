@@ -9,7 +9,7 @@ from typing import Any
 import reflex as rx
 from reflex.vars import ObjectVar
 
-from dashboard import live, routes
+from dashboard import live, paging, routes
 from dashboard.components import card, data_table, error_callout, shell
 from dashboard.events import Followup, event
 from dashboard.format import money, parse_id, when
@@ -22,8 +22,10 @@ from domain.campaigns import views as campaign_views
 from domain.delivery.wakeups import wake_fan_out
 from domain.ledger.recipients import PEOPLE_CHANNELS
 from domain.ledger.write import SendRefused
+from domain.support import pages
 
 REFRESH_SECONDS = 2.0
+ALL, PAGE_SIZE = "all", 50
 
 
 def _row(s: dict[str, Any]) -> dict[str, Any]:
@@ -47,13 +49,63 @@ class CampaignsState(AuthState):
     pending_summary: rx.Field[str] = rx.field("")
     confirm_error: rx.Field[str] = rx.field("")
     _pending: dict[str, str] = {}  # backend-only: the form as submitted (segment, template, channel, name)
+    channel: rx.Field[str] = rx.field(ALL)
+    has_older: rx.Field[bool] = rx.field(False)
+    has_newer: rx.Field[bool] = rx.field(False)
+    _before: int = 0  # backend-only: the page position (0: none)
+    _after: int = 0
 
     @event
     async def load(self) -> Followup:
+        """A page load: the channel filter and the position from the URL, then the campaigns."""
+        params = self.router.url.query_parameters
+        self.channel = params.get("channel", "") if params.get("channel", "") in PEOPLE_CHANNELS else ALL
+        before, after = paging.position(params)
+        self._before, self._after = before or 0, after or 0
         if not self._tenant_id:
             return None
-        self.rows = [_row(s) for s in await asyncio.to_thread(campaign_views.list_campaigns, self._tenant_id)]
+        await self._query()
         return CampaignsState.follow
+
+    @staticmethod
+    def _page(tenant: int, where: tuple[str, int, int]) -> tuple[list[dict[str, Any]], bool, bool]:
+        channel, before, after = where
+        page = pages.campaigns(tenant, None if channel == ALL else channel, PAGE_SIZE, before or None, after or None)
+        return [_row(s) for s in page.rows], page.has_older, page.has_newer
+
+    def _where(self) -> tuple[str, int, int]:
+        return self.channel, self._before, self._after
+
+    async def _query(self) -> None:
+        self.rows, self.has_older, self.has_newer = await asyncio.to_thread(self._page, self._tenant_id, self._where())
+
+    def _url(self) -> Followup:
+        return paging.replace_url(routes.CAMPAIGNS, {"channel": "" if self.channel == ALL else self.channel,
+                                                     "before": self._before, "after": self._after})
+
+    @event
+    async def set_channel(self, value: str) -> Followup:
+        if not self._tenant_id or value not in (ALL, *PEOPLE_CHANNELS):
+            return None
+        self.channel, self._before, self._after = value, 0, 0
+        await self._query()
+        return self._url()
+
+    @event
+    async def older(self) -> Followup:
+        if not self._tenant_id or not self.rows:
+            return None
+        self._before, self._after = int(self.rows[-1]["id"]), 0
+        await self._query()
+        return self._url()
+
+    @event
+    async def newer(self) -> Followup:
+        if not self._tenant_id or not self.rows:
+            return None
+        self._before, self._after = 0, int(self.rows[0]["id"])
+        await self._query()
+        return self._url()
 
     @event(background=True)
     async def follow(self) -> None:
@@ -65,11 +117,14 @@ class CampaignsState(AuthState):
             await asyncio.sleep(REFRESH_SECONDS)  # the page's refresh period while it is open
             if not still_wanted():
                 return
-            rows = [_row(s) for s in await asyncio.to_thread(campaign_views.list_campaigns, tenant)]
+            async with self:
+                where = self._where()
+            rows, older, newer = await asyncio.to_thread(self._page, tenant, where)
             async with self:
                 if self._session() != session:
                     return
-                self.rows = rows
+                if self._where() == where:  # else: the operator moved meanwhile
+                    self.rows, self.has_older, self.has_newer = rows, older, newer
 
     @event
     async def preview(self, form: dict[str, str]) -> None:
@@ -121,7 +176,7 @@ class CampaignsState(AuthState):
             return
         await wake_fan_out(await live.arq(), cid)
         self.notice = f"Campaign {cid} started: its messages are being written to the ledger."
-        self.rows = [_row(s) for s in await asyncio.to_thread(campaign_views.list_campaigns, self._tenant_id)]
+        await self._query()
 
     @event
     async def cancel(self, cid: str) -> None:
@@ -134,7 +189,7 @@ class CampaignsState(AuthState):
             return
         n = await asyncio.to_thread(campaign_fan_out.cancel, self._tenant_id, campaign_id)
         self.notice = "No such campaign." if n is None else f"Campaign {cid} cancelled: {n} owed messages suppressed."
-        self.rows = [_row(s) for s in await asyncio.to_thread(campaign_views.list_campaigns, self._tenant_id)]
+        await self._query()
 
 
 def _bar(label: str, pct: rx.Var[int]) -> rx.Component:
@@ -202,6 +257,10 @@ def campaigns_page() -> rx.Component:
         rx.cond(CampaignsState.notice != "", rx.callout(CampaignsState.notice, icon="check", width="100%",
                                                          data_testid="campaign-notice")),
         error_callout(CampaignsState.error),
+        rx.hstack(rx.select([ALL, *PEOPLE_CHANNELS], value=CampaignsState.channel, on_change=CampaignsState.set_channel,
+                            size="1", data_testid="campaign-channel-filter"),
+                  paging.pager(CampaignsState.older, CampaignsState.newer, CampaignsState.has_older,
+                               CampaignsState.has_newer, "campaigns-pager"), width="100%", align="center"),
         data_table(["Campaign", "Status", "Progress", "Sent", "Delivered", "Deferred", "Suppressed", "Failed",
                     "Started (UTC)", ""], CampaignsState.rows, _campaign_row, "No campaigns yet.", "campaigns-table"),
     )

@@ -7,7 +7,7 @@ import asyncio
 
 import reflex as rx
 
-from dashboard import routes
+from dashboard import paging, routes
 from dashboard.components import Row, card, data_table, lookup, shell, status_badge
 from dashboard.events import Followup
 from dashboard.events import event as handler  # this state has vars named `event` and `events`
@@ -18,6 +18,10 @@ from domain.access.roles import Act, refusal
 from domain.journeys import store as journey_store
 from domain.journeys import views as journey_views
 from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.support import pages
+
+ALL, PAGE_SIZE = "all", 50
+STEPS = (*JOURNEY_STEPS, "none")  # "none": not started
 
 DECISION_TEXT = {"scheduled": "nudge scheduled", "sent_now": "sent now", "dropped": "dropped",
                  "lifecycle": "lifecycle message", "duplicate": "duplicate: first answer returned"}
@@ -41,12 +45,66 @@ class JourneysState(AuthState):
     events: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     event: rx.Field[str] = rx.field(JOURNEY_STEPS[0])
     result: rx.Field[str] = rx.field("")
+    query: rx.Field[str] = rx.field("")
+    step: rx.Field[str] = rx.field(ALL)
+    has_older: rx.Field[bool] = rx.field(False)
+    has_newer: rx.Field[bool] = rx.field(False)
+    _before: int = 0  # backend-only: the page position (0: none)
+    _after: int = 0
 
     @handler
     async def load(self) -> None:
+        """A page load: the search, the step filter and the position from the URL, then the leads."""
+        params = self.router.url.query_parameters
+        self.query = params.get("q", "")[:64]
+        self.step = params.get("step", "") if params.get("step", "") in STEPS else ALL
+        before, after = paging.position(params)
+        self._before, self._after = before or 0, after or 0
+        await self.refresh()
+
+    def _url(self) -> Followup:
+        return paging.replace_url(routes.JOURNEYS, {"q": self.query.strip(), "step": "" if self.step == ALL else self.step,
+                                                    "before": self._before, "after": self._after})
+
+    @handler
+    async def search(self, form: dict[str, str]) -> Followup:
+        self.query, self._before, self._after = str(form.get("q", ""))[:64], 0, 0
+        await self.refresh()
+        return self._url()
+
+    @handler
+    async def set_step(self, value: str) -> Followup:
+        if value not in (ALL, *STEPS):
+            return None
+        self.step, self._before, self._after = value, 0, 0
+        await self.refresh()
+        return self._url()
+
+    @handler
+    async def older(self) -> Followup:
+        if not self.leads:
+            return None
+        self._before, self._after = int(self.leads[-1]["id"]), 0
+        await self.refresh()
+        return self._url()
+
+    @handler
+    async def newer(self) -> Followup:
+        if not self.leads:
+            return None
+        self._before, self._after = 0, int(self.leads[0]["id"])
+        await self.refresh()
+        return self._url()
+
+    @handler
+    async def refresh(self) -> None:
+        """The leads at the position and filters the view holds (the URL is not read again)."""
         if not self._tenant_id:
             return
-        rows = await asyncio.to_thread(journey_views.list_leads, self._tenant_id)
+        page = await asyncio.to_thread(pages.leads, self._tenant_id, self.query.strip(),
+                                       None if self.step == ALL else self.step, PAGE_SIZE, self._before or None,
+                                       self._after or None)
+        rows, self.has_older, self.has_newer = page.rows, page.has_older, page.has_newer
         self.leads = [{
             "id": str(r["id"]), "recipient": r["recipient_ref"], "advisor": r["advisor_ref"] or "—",
             "step": r["current_step"] or "—",
@@ -93,7 +151,7 @@ class JourneysState(AuthState):
             return None
         r = await asyncio.to_thread(journey_store.record_lead_event, self._tenant_id, self.selected, self.event)
         self.result = OUTCOME_TEXT[r.outcome].format(at=when(r.scheduled_for), step=r.current_step)
-        return JourneysState.load
+        return JourneysState.refresh
 
 
 def _lead_row(r: Row) -> rx.Component:
@@ -146,13 +204,22 @@ def journeys_page() -> rx.Component:
         rx.text("At most one live nudge per lead, for the furthest step reached — enforced by a partial unique "
                 "index. Late or backward events are dropped; lifecycle messages never cancel a nudge.",
                 size="2", color=rx.color("gray", 11), margin_bottom="12px"),
+        rx.flex(
+            rx.form(rx.hstack(rx.input(name="q", placeholder="lead or advisor ref (cust-003)", default_value=JourneysState.query,
+                                       key=JourneysState.query, data_testid="lead-query"),
+                              rx.button("Find", type="submit"), spacing="2"), on_submit=JourneysState.search),
+            rx.select([ALL, *STEPS], value=JourneysState.step, on_change=JourneysState.set_step, size="2"),
+            gap="12px", wrap="wrap", align="center", margin_bottom="8px",
+        ),
+        paging.pager(JourneysState.older, JourneysState.newer, JourneysState.has_older, JourneysState.has_newer,
+                     "leads-pager"),
         data_table(["Lead", "Applicant", "Advisor", "Furthest step", "Live nudge", "Due (UTC)", "Nudges"],
                    JourneysState.leads, _lead_row, "No leads yet.", "leads-table"),
         rx.cond(JourneysState.selected > 0, card(
             rx.heading(f"Lead #{JourneysState.selected}", size="4"),
             rx.hstack(
                 rx.select.root(
-                    rx.select.trigger(),
+                    rx.select.trigger(data_testid="event-select"),
                     rx.select.content(
                         rx.select.group(rx.select.label("Funnel steps"),
                                         *[rx.select.item(s, value=s) for s in JOURNEY_STEPS]),

@@ -20,9 +20,10 @@ from dashboard.components import (
     status_badge,
 )
 from dashboard.pages import Page
-from dashboard.pages.ops_state import OpsState
+from dashboard.pages.ops_state import BULK_SINCE, OpsState
 from dashboard.state import AuthState
 from domain import faults
+from domain.delivery.queue import LANES
 from domain.delivery.views import SERIES_WINDOWS
 
 __all__ = ["PAGE", "OpsState"]
@@ -53,7 +54,11 @@ def _lane_row(x: Row) -> rx.Component:
 
 def _review_row(n: Row) -> rx.Component:
     return rx.table.row(
-        rx.table.cell(rx.link(rx.text("#", n["id"]), href="/messages/" + n["id"])),
+        rx.table.cell(rx.hstack(
+            rx.cond(OpsState.may_replay, rx.checkbox(checked=OpsState.selected.contains(n["id"]),
+                                                     on_change=lambda on: OpsState.tick(n["id"], on),
+                                                     data_testid="review-tick")),
+            rx.link(rx.text("#", n["id"]), href="/messages/" + n["id"]), spacing="2", align="center")),
         rx.table.cell(rx.cond(OpsState.may_replay, rx.hstack(
             rx.button("Replay", size="1", on_click=OpsState.ask("replay", n["id"]), data_testid="replay"),
             rx.button("Resolve", size="1", variant="soft", color_scheme="gray",
@@ -66,6 +71,35 @@ def _review_row(n: Row) -> rx.Component:
         rx.table.cell(rx.text(n["reason"], size="1")),
         rx.table.cell(n["attempts"]),
         rx.table.cell(rx.link(rx.code(n["event_short"]), href=f"/audit?q={n['event_id']}")),
+    )
+
+
+def _bulk_bar() -> rx.Component:
+    """Bulk review: the rows ticked, or every failed row of a lane since a time — each confirmed with a note."""
+    return rx.flex(
+        rx.hstack(
+            rx.checkbox("all", checked=(OpsState.selected.length() > 0)
+                        & (OpsState.selected.length() == OpsState.review.length()),
+                        on_change=OpsState.tick_all, data_testid="review-tick-all"),
+            rx.button(rx.text("Replay selected (", OpsState.selected.length(), ")"), size="1",
+                      on_click=OpsState.ask("replay_selected", ""), disabled=OpsState.selected.length() == 0,
+                      data_testid="replay-selected"),
+            rx.button(rx.text("Resolve selected (", OpsState.selected.length(), ")"), size="1", variant="soft",
+                      color_scheme="gray", on_click=OpsState.ask("resolve_selected", ""),
+                      disabled=OpsState.selected.length() == 0, data_testid="resolve-selected"),
+            spacing="2", align="center", wrap="wrap"),
+        rx.hstack(
+            rx.text("Every failed row on lane", size="2"),
+            rx.select(list(LANES), value=OpsState.bulk_lane, on_change=lambda v: OpsState.set_bulk("lane", v),
+                      size="1", data_testid="bulk-lane"),
+            rx.text("in the last", size="2"),
+            rx.select(list(BULK_SINCE), value=OpsState.bulk_since,
+                      on_change=lambda v: OpsState.set_bulk("since", v), size="1", data_testid="bulk-since"),
+            rx.button("Replay all", size="1", on_click=OpsState.ask("replay_lane", ""), data_testid="replay-lane"),
+            rx.button("Resolve all", size="1", variant="soft", color_scheme="gray",
+                      on_click=OpsState.ask("resolve_lane", ""), data_testid="resolve-lane"),
+            spacing="2", align="center", wrap="wrap"),
+        gap="12px", wrap="wrap", justify="between", width="100%", margin_bottom="8px",
     )
 
 
@@ -171,6 +205,7 @@ def ops_page() -> rx.Component:
         rx.text("Replay re-queues the same row with the same event id — the receiver recognises it, so a replay "
                 "can never double an effect. Resolve records that a human settled it outside the system.",
                 size="2", color=rx.color("gray", 11), margin_bottom="8px"),
+        rx.cond(OpsState.may_replay, _bulk_bar()),
         data_table(["#", "", "Tenant", "Channel", "Recipient", "Status", "Why", "Attempts", "Event"],
                    OpsState.review, _review_row, "Nothing failed. Nothing waits for a human.", "review-table"),
         rx.heading("Privileged actions", size="4", margin_top="16px", margin_bottom="8px"),

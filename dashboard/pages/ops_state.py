@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import reflex as rx
@@ -28,7 +29,12 @@ from domain.settings import get_settings
 REFRESH_SECONDS = 5.0
 # What each confirmation does: (title, the verb in the message, who may).
 CONFIRM = {"pause": ("Pause lane", Act.PAUSE), "resume": ("Resume lane", Act.PAUSE),
-           "replay": ("Replay message", Act.REPLAY), "resolve": ("Resolve message by hand", Act.RESOLVE)}
+           "replay": ("Replay message", Act.REPLAY), "resolve": ("Resolve message by hand", Act.RESOLVE),
+           "replay_selected": ("Replay", Act.REPLAY), "resolve_selected": ("Resolve by hand", Act.RESOLVE),
+           "replay_lane": ("Replay", Act.REPLAY), "resolve_lane": ("Resolve by hand", Act.RESOLVE)}
+# "Every failed row on lane X since T": T is one of these windows back from the moment the confirmation opens.
+BULK_SINCE = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "6h": timedelta(hours=6),
+              "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 
 
 async def _snapshot(tenant_id: int | None, window: str) -> dict[str, Any]:
@@ -85,12 +91,20 @@ class OpsState(AuthState):
     confirm_target: rx.Field[str] = rx.field("")
     confirm_title: rx.Field[str] = rx.field("")
     confirm_error: rx.Field[str] = rx.field("")
+    # Bulk review: the rows ticked, and the lane-wide choice (lane, since how long).
+    selected: rx.Field[list[str]] = rx.field(default_factory=list)
+    bulk_lane: rx.Field[str] = rx.field("normal")
+    bulk_since: rx.Field[str] = rx.field("24h")
+    _bulk_ids: list[int] = []  # backend-only: the rows the open confirmation acts on, fixed when it opened
+    _bulk_from: str = ""  # backend-only: the lane-wide confirmation's T (ISO, UTC), fixed when it opened
 
     def _show(self, snap: dict[str, Any]) -> None:
         for k, v in snap.items():
             setattr(self, k, v)
         self._loaded_at = time.monotonic()
         self.updated = ago(0)
+        shown = {n["id"] for n in self.review}
+        self.selected = [i for i in self.selected if i in shown]  # a row gone from the list is no longer ticked
 
     @event
     async def load(self) -> Followup:
@@ -109,13 +123,54 @@ class OpsState(AuthState):
         self._show(await _snapshot(self._scope(), window))
 
     @event
-    def ask(self, action: str, target: str) -> None:
-        """Open the confirmation for an action; nothing happens until it is confirmed with a note."""
+    async def ask(self, action: str, target: str) -> None:
+        """Open the confirmation for an action; nothing happens until it is confirmed with a note. A bulk action
+        fixes what it acts on now: the rows ticked, or the lane and the time T (its count is shown)."""
         if not self._operator_id or action not in CONFIRM:
             return
-        self.confirm_action, self.confirm_target, self.confirm_error = action, target, ""
-        what = f"lane {target}" if action in ("pause", "resume") else f"#{target}"
-        self.confirm_title = f"{CONFIRM[action][0]} {what}"
+        if not await self._allowed(CONFIRM[action][1]):
+            self.message = refusal(CONFIRM[action][1])
+            return
+        self.confirm_error = ""
+        verb = CONFIRM[action][0]
+        if action.endswith("_selected"):
+            self._bulk_ids = sorted({i for i in map(parse_id, self.selected) if i is not None})
+            if not self._bulk_ids:
+                self.message = "Tick the rows first."
+                return
+            self.confirm_title = f"{verb} {len(self._bulk_ids)} selected message(s): " + ", ".join(
+                f"#{i}" for i in self._bulk_ids[:20]) + (" …" if len(self._bulk_ids) > 20 else "")
+        elif action.endswith("_lane"):
+            if self.bulk_lane not in LANES or self.bulk_since not in BULK_SINCE:
+                return
+            since = datetime.now(UTC) - BULK_SINCE[self.bulk_since]
+            scope, lane = self._scope(), self.bulk_lane
+            n = await asyncio.to_thread(review_actions.count_lane, scope, lane, since)
+            self._bulk_from, target = since.isoformat(), lane
+            self.confirm_title = (f"{verb} every failed row on lane {lane} since {since:%Y-%m-%d %H:%M} UTC: {n} "
+                                  f"message(s){' (at most ' + str(review_actions.BULK_MAX) + ' a pass)' if n > review_actions.BULK_MAX else ''}")
+        else:
+            what = f"lane {target}" if action in ("pause", "resume") else f"#{target}"
+            self.confirm_title = f"{verb} {what}"
+        self.confirm_action, self.confirm_target = action, target
+
+    @event
+    def tick(self, nid: str, on: bool) -> None:
+        """A review row ticked or unticked for a bulk action."""
+        if parse_id(nid) is None:
+            return
+        self.selected = [i for i in self.selected if i != nid] + ([nid] if on else [])
+
+    @event
+    def tick_all(self, on: bool) -> None:
+        self.selected = [n["id"] for n in self.review] if on else []
+
+    @event
+    def set_bulk(self, name: str, value: str) -> None:
+        if name == "lane" and value in LANES:
+            self.bulk_lane = value
+        elif name == "since" and value in BULK_SINCE:
+            self.bulk_since = value
 
     @event
     def close_confirm(self) -> None:
@@ -134,6 +189,8 @@ class OpsState(AuthState):
             return await self._replay(target, note)
         if action == "resolve":
             return await self._resolve(target, note)
+        if action in CONFIRM:
+            return await self._bulk(action, target, note)
         return None
 
     @event(background=True)
@@ -207,6 +264,31 @@ class OpsState(AuthState):
         scope, actor = self._scope(), self._actor_ref
         ok = await asyncio.to_thread(lambda: review_actions.resolve(scope, int(nid), actor_ref=actor, note=note))
         self.message = f"#{nid} marked resolved by hand." if ok else f"#{nid} could not be resolved."
+        return OpsState.load
+
+    async def _bulk(self, action: str, lane: str, note: str) -> Followup:
+        """The rows ticked, or every failed row of a lane since T: one commit, each row kept with who and why. A row
+        already replayed or resolved (by anyone, meanwhile) matches nothing: a second click changes nothing."""
+        kind, act = action.split("_")[0], CONFIRM[action][1]
+        if not await self._allowed(act):
+            self.message = refusal(act)
+            return None
+        scope, actor, ids, since = self._scope(), self._actor_ref, list(self._bulk_ids), self._bulk_from
+        if action.endswith("_selected"):
+            done = await asyncio.to_thread(lambda: review_actions.review_many(kind, scope, ids, actor_ref=actor,
+                                                                              note=note))
+            asked = len(ids)
+        else:
+            if lane not in LANES or not since:
+                return None
+            done = await asyncio.to_thread(lambda: review_actions.review_lane(
+                kind, scope, lane, datetime.fromisoformat(since), actor_ref=actor, note=note))
+            asked = len(done.done) + done.left
+        verb = "queued again with the same event ids" if kind == "replay" else "marked resolved by hand"
+        self.message = (f"{len(done.done)} message(s) {verb}"
+                        + (f"; {asked - len(done.done)} no longer needed it" if asked > len(done.done) + done.left
+                           else "") + (f"; {done.left} more left: run it again" if done.left else "") + ".")
+        self.selected, self._bulk_ids, self._bulk_from = [], [], ""
         return OpsState.load
 
     @event

@@ -1,4 +1,5 @@
-"""Orders list: the tenant's orders, filtered by status, refreshed live on any order change."""
+"""Orders list: the tenant's orders, newest first, filtered by status, a keyset page at a time (older / newer) with
+the filter and the page in the URL, refreshed live on any order change."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import functools
 
 import reflex as rx
 
-from dashboard import live, routes
+from dashboard import live, paging, routes
 from dashboard.components import Row, data_table, loading, shell, status_badge
 from dashboard.events import Followup, event
 from dashboard.format import money, when
@@ -16,29 +17,69 @@ from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.delivery.queue import tenant_channel
 from domain.orders import views as order_views
+from domain.support import pages
 from domain.vocabulary import ORDER_STATUSES
+
+PAGE_SIZE = 100
 
 
 class OrdersState(AuthState):
     rows: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     status_filter: rx.Field[str] = rx.field("all")
     is_loading: rx.Field[bool] = rx.field(True)
+    has_older: rx.Field[bool] = rx.field(False)
+    has_newer: rx.Field[bool] = rx.field(False)
     _version: str = ""  # backend-only: `order_views.orders_version` read just before `rows`
+    _before: int = 0  # backend-only: the page position (0: none)
+    _after: int = 0
 
     @event
     async def load(self) -> Followup:
+        """A page load: the filter and the position from the URL (anything unknown is ignored), then the rows."""
+        params = self.router.url.query_parameters
+        status = params.get("status", "")
+        self.status_filter = status if status in ORDER_STATUSES else "all"
+        before, after = paging.position(params)
+        self._before, self._after = before or 0, after or 0
         if not self._tenant_id:
             return None
-        self._version, self.rows = await asyncio.to_thread(self._fetch_for, self._tenant_id, self.status_filter)
+        await self._query()
         self.is_loading = False
         return OrdersState.watch
 
+    async def _query(self) -> None:
+        self._version, rows, older, newer = await asyncio.to_thread(
+            self._fetch_for, self._tenant_id, self.status_filter, self._before, self._after)
+        self.rows, self.has_older, self.has_newer = rows, older, newer
+
+    def _url(self) -> Followup:
+        return paging.replace_url(routes.ORDERS, {
+            "status": self.status_filter if self.status_filter != "all" else "", "before": self._before,
+            "after": self._after})
+
     @event
-    async def set_status_filter(self, value: str) -> None:
+    async def set_status_filter(self, value: str) -> Followup:
         if not self._tenant_id or value not in ("all", *ORDER_STATUSES):
-            return  # logged out, or a value the select never offers: nothing changes
-        self.status_filter = value
-        self._version, self.rows = await asyncio.to_thread(self._fetch_for, self._tenant_id, self.status_filter)
+            return None  # logged out, or a value the select never offers: nothing changes
+        self.status_filter, self._before, self._after = value, 0, 0
+        await self._query()
+        return self._url()
+
+    @event
+    async def older(self) -> Followup:
+        if not self._tenant_id or not self.rows:
+            return None
+        self._before, self._after = int(self.rows[-1]["id"]), 0
+        await self._query()
+        return self._url()
+
+    @event
+    async def newer(self) -> Followup:
+        if not self._tenant_id or not self.rows:
+            return None
+        self._before, self._after = 0, int(self.rows[0]["id"])
+        await self._query()
+        return self._url()
 
     @event(background=True)
     async def watch(self) -> None:
@@ -54,23 +95,25 @@ class OrdersState(AuthState):
                 async with self:
                     if self._session() != session:
                         return
-                    status_filter_snapshot = self.status_filter
-                version, rows = await asyncio.to_thread(self._fetch_for, tenant, status_filter_snapshot)
+                    snapshot = (self.status_filter, self._before, self._after)
+                version, rows, older, newer = await asyncio.to_thread(self._fetch_for, tenant, *snapshot)
                 async with self:
                     if self._session() != session:
                         return
-                    self._version, self.rows = version, rows
+                    if (self.status_filter, self._before, self._after) == snapshot:  # else: moved meanwhile
+                        self._version, self.rows, self.has_older, self.has_newer = version, rows, older, newer
                 view.seen = version
 
     @staticmethod
-    def _fetch_for(tenant: int, status_filter: str) -> tuple[str, list[dict[str, str]]]:
+    def _fetch_for(tenant: int, status_filter: str, before: int,
+                   after: int) -> tuple[str, list[dict[str, str]], bool, bool]:
         """The version first, then the rows: the rows are at least as new as the version they are shown with."""
         version = order_views.orders_version(tenant)
         status = None if status_filter == "all" else status_filter
+        page = pages.orders(tenant, status, PAGE_SIZE, before or None, after or None)
         return version, [{"id": str(o["id"]), "status": o["status"], "revision": str(o["revision"]),
                           "customer": o["customer_ref"], "amount": money(o["amount_cents"], o["currency"]),
-                          "updated": when(o["updated_at"])}
-                         for o in order_views.list_orders(tenant, status, 200)]
+                          "updated": when(o["updated_at"])} for o in page.rows], page.has_older, page.has_newer
 
 
 def _row(o: Row) -> rx.Component:
@@ -89,6 +132,8 @@ def _row(o: Row) -> rx.Component:
 def orders_page() -> rx.Component:
     return shell(
         "Orders",
+        paging.pager(OrdersState.older, OrdersState.newer, OrdersState.has_older, OrdersState.has_newer,
+                     "orders-pager"),
         loading(
             OrdersState.is_loading,
             data_table(["Order", "Customer", "Amount", "Status", "Revision", "Updated (UTC)"], OrdersState.rows,

@@ -1,4 +1,5 @@
-"""Recipients: find a person by ref or name; each links to their page (`recipient_detail.py`), which answers "why
+"""Recipients: find a person by ref or name (newest first, a keyset page at a time, the search and the page in the
+URL); each links to their page (`recipient_detail.py`), which answers "why
 didn't they get it?"."""
 
 from __future__ import annotations
@@ -8,13 +9,13 @@ from typing import Any
 
 import reflex as rx
 
-from dashboard import routes
+from dashboard import paging, routes
 from dashboard.components import Row, data_table, shell
-from dashboard.events import event
+from dashboard.events import Followup, event
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain.ledger import recipients
 from domain.ledger.reasons import CHANNEL_NAME
+from domain.support import pages
 
 PAGE_SIZE = 50
 
@@ -28,29 +29,53 @@ def _summary_row(r: dict[str, Any]) -> dict[str, str]:
 class RecipientsState(AuthState):
     rows: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     query: rx.Field[str] = rx.field("")
-    more: rx.Field[bool] = rx.field(False)
+    has_older: rx.Field[bool] = rx.field(False)
+    has_newer: rx.Field[bool] = rx.field(False)
+    _before: int = 0  # backend-only: the page position (0: none)
+    _after: int = 0
 
     @event
     async def load(self) -> None:
+        """A page load: the search and the position from the URL, then the rows."""
+        params = self.router.url.query_parameters
+        self.query = params.get("q", "")[:64]
+        before, after = paging.position(params)
+        self._before, self._after = before or 0, after or 0
+        await self._query()
+
+    async def _query(self) -> None:
         if not self._tenant_id:
             return
-        found = await asyncio.to_thread(recipients.list_recipients, self._tenant_id, self.query, PAGE_SIZE + 1)
-        self.rows, self.more = [_summary_row(r) for r in found[:PAGE_SIZE]], len(found) > PAGE_SIZE
+        page = await asyncio.to_thread(pages.recipients, self._tenant_id, self.query, PAGE_SIZE,
+                                       self._before or None, self._after or None)
+        self.rows = [_summary_row(r) for r in page.rows]
+        self.has_older, self.has_newer = page.has_older, page.has_newer
+
+    def _url(self) -> Followup:
+        return paging.replace_url(routes.RECIPIENTS, {"q": self.query.strip(), "before": self._before,
+                                                      "after": self._after})
 
     @event
-    async def search(self, form: dict[str, str]) -> None:
-        self.query = str(form.get("q", ""))[:64]
-        await self.load()
+    async def search(self, form: dict[str, str]) -> Followup:
+        self.query, self._before, self._after = str(form.get("q", ""))[:64], 0, 0
+        await self._query()
+        return self._url()
 
     @event
-    async def load_more(self) -> None:
+    async def older(self) -> Followup:
         if not self._tenant_id or not self.rows:
-            return
-        after = int(self.rows[-1]["id"])
-        found = await asyncio.to_thread(recipients.list_recipients, self._tenant_id, self.query, PAGE_SIZE + 1,
-                                        after)
-        self.rows = self.rows + [_summary_row(r) for r in found[:PAGE_SIZE]]
-        self.more = len(found) > PAGE_SIZE
+            return None
+        self._before, self._after = int(self.rows[-1]["id"]), 0
+        await self._query()
+        return self._url()
+
+    @event
+    async def newer(self) -> Followup:
+        if not self._tenant_id or not self.rows:
+            return None
+        self._before, self._after = 0, int(self.rows[0]["id"])
+        await self._query()
+        return self._url()
 
 
 def _list_row(r: Row) -> rx.Component:
@@ -64,13 +89,14 @@ def recipients_page() -> rx.Component:
     return shell(
         "Recipients",
         rx.form(rx.hstack(rx.input(name="q", placeholder="ref or name (cust-001, Night Owl)", width="100%",
-                                   default_value=RecipientsState.query, data_testid="recipient-query"),
+                                   default_value=RecipientsState.query, key=RecipientsState.query,
+                                   data_testid="recipient-query"),
                           rx.button("Find", type="submit"), width="100%"),
                 on_submit=RecipientsState.search, width="100%", margin_bottom="16px"),
+        paging.pager(RecipientsState.older, RecipientsState.newer, RecipientsState.has_older,
+                     RecipientsState.has_newer, "recipients-pager"),
         data_table(["Ref", "Name", "Timezone", "Opted out of", "Daily cap"], RecipientsState.rows, _list_row,
                    "No recipient matches.", "recipients-table"),
-        rx.cond(RecipientsState.more, rx.button("Load more", on_click=RecipientsState.load_more, variant="soft",
-                                                margin_top="12px")),
     )
 
 

@@ -12,7 +12,8 @@ from dashboard.pages import Page
 from dashboard.search_state import SearchState, search_box
 from dashboard.state import AuthState
 
-KIND_ICON = {"recipient": "user", "order": "shopping-cart", "event": "file-text", "message": "mail"}
+KIND_ICON = {"recipient": "user", "order": "shopping-cart", "event": "file-text", "message": "mail", "lead": "route",
+             "campaign": "megaphone"}
 
 
 def _hit_card(h: Row) -> rx.Component:

@@ -17,8 +17,17 @@ def record(uow: UnitOfWork, *, tenant_id: int | None, actor_ref: str, action: st
     uow.execute(sql.RECORD_ACTION, {"t": tenant_id, "a": actor_ref, "w": action, "g": target, "n": note or None})
 
 
-def recent(tenant_id: int | None, limit: int = 50, engine: Engine | None = None) -> list[dict[str, Any]]:
+def recent(tenant_id: int | None, limit: int = 50, before: int | None = None, after: int | None = None,
+           engine: Engine | None = None) -> list[dict[str, Any]]:
     """This tenant's actions and the platform-wide ones (lane controls act on every tenant), newest first;
-    tenant_id None (platform on-call): every tenant's."""
+    tenant_id None (platform on-call): every tenant's. A keyset page by `before`/`after` (an action id)."""
     with UnitOfWork(engine) as uow:
-        return [dict(r._mapping) for r in uow.execute(sql.RECENT_ACTIONS, {"t": tenant_id, "l": limit})]
+        return [dict(r._mapping) for r in uow.execute(sql.RECENT_ACTIONS, {"t": tenant_id, "l": limit,
+                                                                           "b": before, "a": after})]
+
+
+def record_many(uow: UnitOfWork, targets: list[tuple[int | None, str]], *, actor_ref: str, action: str,
+                note: str = "") -> None:
+    """One action on many targets ((tenant, target) each), inside the caller's transaction: one row each."""
+    for tenant_id, target in targets:
+        record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action=action, target=target, note=note)

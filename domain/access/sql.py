@@ -37,8 +37,10 @@ FORGET_FAILURES = sa.text("DELETE FROM login_throttle WHERE key = :k")
 RECORD_ACTION = sa.text(
     "INSERT INTO operator_actions (tenant_id, actor_ref, action, target, note) VALUES (:t, :a, :w, :g, :n)")
 RECENT_ACTIONS = sa.text(
-    "SELECT at, actor_ref, action, target, note, tenant_id FROM operator_actions "
-    "WHERE CAST(:t AS integer) IS NULL OR tenant_id = :t OR tenant_id IS NULL ORDER BY id DESC LIMIT :l")
+    "SELECT id, at, actor_ref, action, target, note, tenant_id FROM operator_actions "
+    "WHERE (CAST(:t AS integer) IS NULL OR tenant_id = :t OR tenant_id IS NULL) "
+    "AND (CAST(:b AS bigint) IS NULL OR id < :b) AND (CAST(:a AS bigint) IS NULL OR id > :a) "
+    "ORDER BY CASE WHEN CAST(:a AS bigint) IS NULL THEN -id ELSE id END LIMIT :l")
 
 # ---- listing and revoking keys -------------------------------------------------------------------------------
 # tenant NULL: every tenant's (the command line, run by whoever holds the database).

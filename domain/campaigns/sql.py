@@ -58,6 +58,8 @@ CAMPAIGNS = sa.text(
       FROM (SELECT suppressed_reason AS reason, count(*) AS n FROM notifications
             WHERE campaign_id = c.id AND status = 'SUPPRESSED' GROUP BY suppressed_reason) r) s
     WHERE c.tenant_id = :t AND (CAST(:i AS bigint) IS NULL OR c.id = :i)
-    ORDER BY c.id DESC LIMIT :l
+      AND (CAST(:ch AS text) IS NULL OR c.channel = :ch)
+      AND (CAST(:b AS bigint) IS NULL OR c.id < :b) AND (CAST(:a AS bigint) IS NULL OR c.id > :a)
+    ORDER BY CASE WHEN CAST(:a AS bigint) IS NULL THEN -c.id ELSE c.id END LIMIT :l
     """
 )

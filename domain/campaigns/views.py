@@ -32,14 +32,17 @@ def _progress(c: sa.Row[Any]) -> dict[str, Any]:
 def status(tenant_id: int, campaign_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
     """One campaign's progress; None when the tenant has no such campaign."""
     with UnitOfWork(engine) as uow:
-        c = uow.execute(sql.CAMPAIGNS, {"t": tenant_id, "i": campaign_id, "l": 1}).first()
+        c = uow.execute(sql.CAMPAIGNS, {"t": tenant_id, "i": campaign_id, "l": 1, "b": None, "a": None,
+                                         "ch": None}).first()
     return _progress(c) if c is not None else None
 
 
-def list_campaigns(tenant_id: int, limit: int = 50, engine: Engine | None = None) -> list[dict[str, Any]]:
-    """The tenant's newest campaigns with their progress, in one query."""
+def list_campaigns(tenant_id: int, limit: int = 50, before: int | None = None, after: int | None = None,
+                   channel: str | None = None, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """The tenant's newest campaigns with their progress, in one query; a keyset page by `before`/`after`."""
     with UnitOfWork(engine) as uow:
-        return [_progress(c) for c in uow.execute(sql.CAMPAIGNS, {"t": tenant_id, "i": None, "l": limit})]
+        return [_progress(c) for c in uow.execute(sql.CAMPAIGNS, {"t": tenant_id, "i": None, "l": limit,
+                                                                  "b": before, "a": after, "ch": channel})]
 
 
 def preview(tenant_id: int, segment: str, channel: str, engine: Engine | None = None) -> dict[str, int] | None:

@@ -1,6 +1,11 @@
-"""Review: replay a FAILED row (same row, dedupe key and event id) or mark it resolved."""
+"""Review: replay a FAILED row (same row, dedupe key and event id) or mark it resolved — one row, the rows chosen,
+or every failed row of a lane since a time."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
@@ -45,3 +50,59 @@ def resolve(tenant_id: int | None, notification_id: int, engine: Engine | None =
         uow.commit()
     return r is not None
 
+
+
+# ---- bulk review: many rows in one transaction, each kept with who and why -------------------------------------
+BULK_MAX = 1000  # rows one bulk action touches; a bigger backlog takes another pass (the answer says how many are left)
+
+
+@dataclass(frozen=True)
+class Bulk:
+    """What a bulk action did: the rows it changed (a row already replayed, resolved or settled matched nothing) and,
+    for a lane-wide action, how many rows still match after it (over BULK_MAX)."""
+
+    done: tuple[int, ...]
+    left: int = 0
+
+
+def _bulk(uow: UnitOfWork, statement: Any, params: dict[str, Any], action: str, actor_ref: str, note: str) -> Bulk:
+    if action == "replay":
+        uow.execute(sql.REPLAY_WAITS_FOR_ARCHIVE)  # as one replay: never between an archive's owed check and commit
+    rows = uow.execute(statement, params).all()
+    if action == "replay":
+        for lane in sorted({r.lane for r in rows}):
+            uow.execute(NOTIFY_OWED, {"lane": lane})
+    actions.record_many(uow, [(r.tenant_id, f"notification {r.id}") for r in rows], actor_ref=actor_ref,
+                        action=action, note=note)
+    return Bulk(tuple(sorted(int(r.id) for r in rows)))
+
+
+def review_many(action: str, tenant_id: int | None, ids: list[int], engine: Engine | None = None, *,
+                actor_ref: str, note: str) -> Bulk:
+    """Replay or resolve the chosen rows (at most BULK_MAX ids) in one commit; each changed row is kept in
+    operator_actions with who and the note. Ids another tenant owns, or rows no longer FAILED, change nothing."""
+    statement = {"replay": sql.REPLAY_MANY, "resolve": sql.RESOLVE_MANY}[action]
+    with UnitOfWork(engine) as uow:
+        out = _bulk(uow, statement, {"ids": sorted(set(ids))[:BULK_MAX], "t": tenant_id,
+                                     "m": get_settings().max_attempts}, action, actor_ref, note)
+        uow.commit()
+    return out
+
+
+def review_lane(action: str, tenant_id: int | None, lane: str, since: datetime, engine: Engine | None = None, *,
+                actor_ref: str, note: str) -> Bulk:
+    """Every FAILED row of `lane` that failed at or after `since` and that no one resolved (of one tenant, or of every
+    tenant for platform on-call), oldest first, at most BULK_MAX — replayed or resolved in one commit."""
+    statement = {"replay": sql.REPLAY_LANE_SINCE, "resolve": sql.RESOLVE_LANE_SINCE}[action]
+    params = {"lane": lane, "t": tenant_id, "since": since, "l": BULK_MAX, "m": get_settings().max_attempts}
+    with UnitOfWork(engine) as uow:
+        out = _bulk(uow, statement, params, action, actor_ref, note)
+        left = int(uow.execute(sql.COUNT_LANE_SINCE, params).scalar_one())
+        uow.commit()
+    return Bulk(out.done, left)
+
+
+def count_lane(tenant_id: int | None, lane: str, since: datetime, engine: Engine | None = None) -> int:
+    """How many rows `review_lane` would take now (shown in its confirmation)."""
+    with UnitOfWork(engine) as uow:
+        return int(uow.execute(sql.COUNT_LANE_SINCE, {"lane": lane, "t": tenant_id, "since": since}).scalar_one())

@@ -226,16 +226,31 @@ SET_LANE_PAUSED = sa.text(
     "ON CONFLICT (lane) DO UPDATE SET paused = :p, updated_at = now()")
 # `tenant_id` None = platform on-call, whose scope is every tenant; the action is recorded under the row's tenant.
 _IN_SCOPE = "id = :id AND (CAST(:t AS integer) IS NULL OR tenant_id = :t) AND status = 'FAILED'"
-REPLAY = sa.text(
+_REPLAY_SET = (
     "UPDATE notifications SET status = 'QUEUED', review = NULL, next_attempt_at = now(), "
     "max_attempts = attempts + :m, settled_at = NULL, leased_until = NULL, replayed_at = now(), "
     "provider_key = CASE WHEN last_error_class = 'undeliverable' "
     "  THEN dedupe_key || '~replay-' || (claim_token + 1) ELSE provider_key END, "
     "provider_reference = CASE WHEN last_error_class = 'undeliverable' THEN NULL ELSE provider_reference END, "
-    f"claim_token = claim_token + 1 WHERE {_IN_SCOPE} RETURNING lane, tenant_id")
+    "claim_token = claim_token + 1 ")
+REPLAY = sa.text(f"{_REPLAY_SET} WHERE {_IN_SCOPE} RETURNING lane, tenant_id")
 # Shared with every replay, exclusive to an archive of a month (domain/retention/sql.py `ARCHIVE_EXCLUDES_REPLAY`).
 REPLAY_WAITS_FOR_ARCHIVE = sa.text("SELECT pg_advisory_xact_lock_shared(hashtext('outbox archive'))")
 RESOLVE = sa.text(f"UPDATE notifications SET review = 'resolved' WHERE {_IN_SCOPE} RETURNING id, tenant_id")
+# Bulk review: the rows chosen by id, or every FAILED row of a lane that failed since :since and no human resolved.
+# The status guard is the fence: a row replayed already (QUEUED again) or settled meanwhile matches nothing.
+# FOR UPDATE SKIP LOCKED is not wanted here: a row locked by a concurrent replay is waited for, then re-checked.
+_MANY = "id = ANY(:ids) AND (CAST(:t AS integer) IS NULL OR tenant_id = :t) AND status = 'FAILED'"
+_LANE_FILTER = ("lane = :lane AND (CAST(:t AS integer) IS NULL OR tenant_id = :t) AND status = 'FAILED' "
+                "AND coalesce(review, 'needs_review') <> 'resolved' AND coalesce(settled_at, created_at) >= :since")
+_LANE_SINCE = f"status = 'FAILED' AND id IN (SELECT id FROM notifications WHERE {_LANE_FILTER} ORDER BY id LIMIT :l)"
+REPLAY_MANY = sa.text(f"{_REPLAY_SET} WHERE {_MANY} RETURNING id, lane, tenant_id")
+RESOLVE_MANY = sa.text(f"UPDATE notifications SET review = 'resolved' WHERE {_MANY} "
+                       "AND coalesce(review, 'needs_review') <> 'resolved' RETURNING id, lane, tenant_id")
+REPLAY_LANE_SINCE = sa.text(f"{_REPLAY_SET} WHERE {_LANE_SINCE} RETURNING id, lane, tenant_id")
+RESOLVE_LANE_SINCE = sa.text(
+    f"UPDATE notifications SET review = 'resolved' WHERE {_LANE_SINCE} RETURNING id, lane, tenant_id")
+COUNT_LANE_SINCE = sa.text(f"SELECT count(*) FROM notifications WHERE {_LANE_FILTER}")
 
 # ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------
 _SCAN_OWED = (

@@ -46,7 +46,11 @@ LIST_LEADS = sa.text(
     "i.status AS live_status, i.scheduled_for AS live_scheduled_for, "
     "(SELECT count(*) FROM lead_notification_intents h WHERE h.lead_id = l.id) AS intents "
     "FROM leads l LEFT JOIN lead_notification_intents i ON i.lead_id = l.id "
-    "AND i.status IN ('pending', 'scheduled') WHERE l.tenant_id = :t ORDER BY l.id LIMIT :lim")
+    "AND i.status IN ('pending', 'scheduled') WHERE l.tenant_id = :t "
+    "AND (CAST(:q AS text) IS NULL OR l.recipient_ref ILIKE :q OR l.advisor_ref ILIKE :q) "
+    "AND (CAST(:step AS text) IS NULL OR l.current_step = :step OR (CAST(:step AS text) = 'none' AND l.current_step IS NULL)) "
+    "AND (CAST(:b AS bigint) IS NULL OR l.id < :b) AND (CAST(:a AS bigint) IS NULL OR l.id > :a) "
+    "ORDER BY CASE WHEN CAST(:a AS bigint) IS NULL THEN -l.id ELSE l.id END LIMIT :lim")
 LEAD_INTENTS = sa.text(
     "SELECT id, step, status, scheduled_for, final_reason, created_at, updated_at "
     "FROM lead_notification_intents WHERE lead_id = :l ORDER BY id")

@@ -6,15 +6,19 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from domain.db import UnitOfWork, as_dicts
+from domain.db import UnitOfWork, as_dicts, like_escape
 from domain.journeys import sql
 from domain.ledger.reasons import intent_why
 
 
-def list_leads(tenant_id: int, limit: int = 200, engine: Engine | None = None) -> list[dict[str, Any]]:
-    """The first `limit` leads (a bounded list: the API reads one lead at a time)."""
+def list_leads(tenant_id: int, limit: int = 200, before: int | None = None, after: int | None = None,
+               query: str = "", step: str | None = None, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """Newest first, a keyset page (`before`/`after` a lead id); `query` matches part of the lead's or advisor's
+    ref, `step` the furthest step ('none': not started)."""
+    like = "%" + like_escape(query) + "%" if query else None
     with UnitOfWork(engine) as uow:
-        return as_dicts(uow.execute(sql.LIST_LEADS, {"t": tenant_id, "lim": limit}))
+        return as_dicts(uow.execute(sql.LIST_LEADS, {"t": tenant_id, "lim": limit, "b": before, "a": after,
+                                                     "q": like, "step": step}))
 
 
 def lead_detail(tenant_id: int, lead_id: int, engine: Engine | None = None) -> dict[str, Any] | None:

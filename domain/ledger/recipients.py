@@ -103,11 +103,13 @@ def find_by_ref(tenant_id: int | None, ref: str, engine: Engine | None = None) -
         return [(int(r.tenant_id), int(r.id)) for r in uow.execute(sql.FIND_BY_REF, {"r": ref, "t": tenant_id})]
 
 
-def list_recipients(tenant_id: int, query: str = "", limit: int = 50, after_id: int = 0,
-                    engine: Engine | None = None) -> list[dict[str, Any]]:
+def list_recipients(tenant_id: int, query: str = "", limit: int = 50, before: int | None = None,
+                    after: int | None = None, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """Newest first, a keyset page (`before`/`after` a recipient id); `query` matches part of the ref or name."""
     like = "%" + like_escape(query) + "%"
     with UnitOfWork(engine) as uow:
-        return [_row(r) for r in uow.execute(sql.LIST_RECIPIENTS, {"t": tenant_id, "a": after_id, "q": like, "l": limit})]
+        return [_row(r) for r in uow.execute(sql.LIST_RECIPIENTS, {"t": tenant_id, "b": before, "a": after,
+                                                                   "q": like, "l": limit})]
 
 
 @dataclass(frozen=True)

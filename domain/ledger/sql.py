@@ -226,8 +226,9 @@ FIND_BY_REF = sa.text(
     "SELECT tenant_id, id FROM recipients WHERE ref = :r AND (CAST(:t AS int) IS NULL OR tenant_id = :t) "
     "ORDER BY tenant_id")
 LIST_RECIPIENTS = sa.text(
-    f"SELECT {RECIPIENT_COLUMNS} FROM recipients WHERE tenant_id = :t AND id > :a "
-    "AND (ref ILIKE :q OR display_name ILIKE :q) ORDER BY id LIMIT :l")
+    f"SELECT {RECIPIENT_COLUMNS} FROM recipients WHERE tenant_id = :t AND (ref ILIKE :q OR display_name ILIKE :q) "
+    "AND (CAST(:b AS bigint) IS NULL OR id < :b) AND (CAST(:a AS bigint) IS NULL OR id > :a) "
+    "ORDER BY CASE WHEN CAST(:a AS bigint) IS NULL THEN -id ELSE id END LIMIT :l")
 
 
 def update_recipient(fields: Iterable[str]) -> sa.TextClause:

@@ -46,7 +46,9 @@ ORDER_VERSION = sa.text(
 ORDERS_VERSION = sa.text("SELECT count(*) || ':' || coalesce(sum(revision), 0) FROM orders WHERE tenant_id = :t")
 LIST_ORDERS = sa.text(
     "SELECT id, status, revision, customer_ref, amount_cents, currency, updated_at FROM orders "
-    "WHERE tenant_id = :t AND (CAST(:s AS text) IS NULL OR status = :s) ORDER BY id LIMIT :l")
+    "WHERE tenant_id = :t AND (CAST(:s AS text) IS NULL OR status = :s) "
+    "AND (CAST(:b AS bigint) IS NULL OR id < :b) AND (CAST(:a AS bigint) IS NULL OR id > :a) "
+    "ORDER BY CASE WHEN CAST(:a AS bigint) IS NULL THEN -id ELSE id END LIMIT :l")
 _EVENT_COLUMNS = ("event_id, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type, "
                   "schema_version, occurred_at, request_id, causation_id, actor_ref, payload")
 GET_EVENT = sa.text(f"SELECT {_EVENT_COLUMNS}, digest FROM outbox_events WHERE tenant_id = :t AND event_id = :e")

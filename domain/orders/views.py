@@ -59,10 +59,13 @@ def orders_version(tenant_id: int, engine: Engine | None = None) -> str:
 
 
 def list_orders(
-    tenant_id: int, status: str | None = None, limit: int = 50, engine: Engine | None = None
+    tenant_id: int, status: str | None = None, limit: int = 50, before: int | None = None, after: int | None = None,
+    engine: Engine | None = None
 ) -> list[dict[str, Any]]:
+    """Newest first: the orders older than `before`, or (oldest first) just newer than `after` — a keyset page."""
     with UnitOfWork(engine) as uow:
-        return as_dicts(uow.execute(sql.LIST_ORDERS, {"t": tenant_id, "s": status, "l": limit}))
+        return as_dicts(uow.execute(sql.LIST_ORDERS, {"t": tenant_id, "s": status, "l": limit, "b": before,
+                                                      "a": after}))
 
 
 def get_event(tenant_id: int, event_id: uuid.UUID, engine: Engine | None = None) -> dict[str, Any] | None:

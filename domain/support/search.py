@@ -1,4 +1,5 @@
-"""Find anything by anything: one query → the recipients, messages, orders and events it names, each with its
+"""Find anything by anything: one query → the recipients, messages, orders, events, leads (by their ref or their
+advisor's) and campaigns (by id or name) it names, each with its
 answer in plain words (a recipient's cross-channel answer, a message's own answer). Tenant-scoped: another tenant's
 row is exactly no row."""
 
@@ -15,7 +16,7 @@ from domain.ledger.reasons import CHANNEL_NAME, message_answer
 from domain.support import sql
 from domain.support.query import Probes, read_query
 
-MAX_RECIPIENTS, MAX_MESSAGES = 10, 20
+MAX_RECIPIENTS, MAX_MESSAGES, MAX_LEADS, MAX_CAMPAIGNS = 10, 20, 10, 10
 
 
 def _recipient_hit(tenant_id: int, r: dict[str, Any], now: datetime, leads: list[dict[str, Any]],
@@ -58,6 +59,9 @@ def search(tenant_id: int, raw: str, now: datetime, engine: Engine | None = None
         event = uow.execute(sql.EVENT, params).first() if p.event_id else None
         leads = as_dicts(uow.execute(sql.LEADS_OF, {"t": tenant_id, "refs": [r["ref"] for r in people]})) \
             if people else []
+        lead_hits = as_dicts(uow.execute(sql.LEADS, {**params, "l": MAX_LEADS})) if p.text else []
+        campaigns = as_dicts(uow.execute(sql.CAMPAIGNS, {**params, "cid": p.order_id, "l": MAX_CAMPAIGNS})) \
+            if (p.order_id or p.name) else []
     items: list[dict[str, Any]] = [_recipient_hit(tenant_id, r, now, leads, engine) for r in people]
     if order is not None:
         items.append({"kind": "order", "id": order.id, "title": f"order {order.id}", "status": order.status,
@@ -70,4 +74,13 @@ def search(tenant_id: int, raw: str, now: datetime, engine: Engine | None = None
                       "answer": f"{event.event_type} on {event.aggregate_type} {event.aggregate_id} revision "
                                 f"{event.aggregate_revision} by {event.actor_ref} at {event.occurred_at:%Y-%m-%d %H:%M:%S} UTC"})
     items.extend(_message_hit(n, now) for n in messages)
+    items.extend({"kind": "lead", "id": ld["id"], "title": f"lead #{ld['id']} ({ld['recipient_ref']})",
+                  "status": ld["current_step"] or "not started", "matched_by": ld["matched_by"],
+                  "href": f"/journeys/{ld['id']}",
+                  "answer": f"furthest step: {ld['current_step'] or 'not started'}; advisor "
+                            f"{ld['advisor_ref'] or 'none'}"} for ld in lead_hits)
+    items.extend({"kind": "campaign", "id": c["id"], "title": f"campaign #{c['id']} {c['name']}",
+                  "status": c["status"], "matched_by": c["matched_by"], "href": f"/campaigns/{c['id']}",
+                  "answer": f"{c['segment']} × {c['template']} by {c['channel']} to {c['total']:,} people "
+                            f"({c['status']})"} for c in campaigns)
     return {"kinds": p.kinds, "items": items}

@@ -99,3 +99,18 @@ CAMPAIGN_MESSAGES = sa.text(
     ORDER BY CASE WHEN CAST(:a AS bigint) IS NULL THEN -n.id ELSE n.id END LIMIT :l
     """
 )
+
+# Leads by their ref (the applicant's recipient ref) or their advisor's ref, exactly.
+LEADS = sa.text(
+    "SELECT id, recipient_ref, advisor_ref, current_step, "
+    "CASE WHEN recipient_ref = :text THEN 'lead ref' ELSE 'advisor ref' END AS matched_by "
+    "FROM leads WHERE tenant_id = :t AND CAST(:text AS text) <> '' "
+    "AND (recipient_ref = :text OR advisor_ref = :text) ORDER BY id DESC LIMIT :l")
+
+# Campaigns by id (a bare number) or by part of their name.
+CAMPAIGNS = sa.text(
+    "SELECT id, name, status, segment, template, channel, total, "
+    "CASE WHEN id = CAST(:cid AS bigint) THEN 'campaign id' ELSE 'campaign name' END AS matched_by "
+    "FROM campaigns WHERE tenant_id = :t AND (id = CAST(:cid AS bigint) "
+    "OR (CAST(:name AS text) <> '' AND name ILIKE :name_like)) "
+    "ORDER BY (id = CAST(:cid AS bigint)) DESC NULLS LAST, id DESC LIMIT :l")

@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from jobs.cli import apikeys, campaigns, drills, oncall, retention, runtime
+from jobs.cli import apikeys, campaigns, drills, messages, oncall, retention, runtime
 from jobs.cli.console import err
 
 app = typer.Typer(help="Outbox: durable notification outbox. Run `outbox up` to start everything.",
@@ -19,7 +19,7 @@ app.add_typer(campaign, name="campaign")
 partitions = typer.Typer(help="Month partitions of attempts and receipts", no_args_is_help=True)
 app.add_typer(partitions, name="partitions")
 
-for command in (*oncall.COMMANDS, *runtime.COMMANDS, *drills.COMMANDS, *retention.COMMANDS):
+for command in (*oncall.COMMANDS, *messages.COMMANDS, *runtime.COMMANDS, *drills.COMMANDS, *retention.COMMANDS):
     app.command()(command)
 apikeys.register(apikey)  # create, list, revoke
 campaign.command("create")(campaigns.create)

@@ -109,9 +109,9 @@ async def test_create_list_and_get_orders(client, key42, key7):
     got = await client.get(f"/api/v1/orders/{oid}", headers=key42)
     assert got.json()["status"] == "authorized" and got.json()["currency"] == "EUR"
     listed = await client.get("/api/v1/orders?status=authorized&limit=500", headers=key42)
-    assert oid in [o["id"] for o in listed.json()["orders"]]
+    assert oid in [o["id"] for o in listed.json()["items"]]
     other = await client.get("/api/v1/orders?limit=500", headers=key7)
-    assert oid not in [o["id"] for o in other.json()["orders"]]
+    assert oid not in [o["id"] for o in other.json()["items"]]
     assert (await client.get("/api/v1/orders?limit=0", headers=key42)).status_code == 422
 
 

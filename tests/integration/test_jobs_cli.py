@@ -73,3 +73,54 @@ def test_status_shows_balances_and_scheduled_work_apart(db):
     r = run("status")
     assert r.returncode == 0, r.stderr
     assert "balances" in r.stdout and "Northwind Retail" in r.stdout and "scheduled" in r.stdout
+
+
+def test_messages_lists_the_ledger_as_a_table_or_json_with_filters(db, monkeypatch):
+    """`outbox messages` shows the ledger newest first (a table; `--json` for scripts) filtered by status, lane,
+    since and tenant; a bad filter is a clear error (exit 2) and prints no rows."""
+    import json
+    from datetime import UTC, datetime
+
+    from domain.ledger.recipients import find_by_ref
+    from domain.ledger.write import send
+
+    monkeypatch.setenv("COLUMNS", "250")  # rich wraps a table to the terminal; a pipe counts as 80 columns
+    ((tenant, rid),) = find_by_ref(42, "cust-002")
+    made = [send(tenant_id=tenant, recipient_id=rid, channel="email", template="offer", lane="bulk",
+                 data={"headline": "cli"}, subject_period=f"cli-{n}-{datetime.now(UTC):%H%M%S%f}") for n in range(2)]
+    r = run("messages", "--lane", "bulk", "--status", "queued", "--since", "10m", "--tenant", "42", "--json")
+    assert r.returncode == 0, r.stderr
+    listed = json.loads(r.stdout)
+    assert [m["id"] for m in listed] == sorted((m.notification_id for m in made), reverse=True)  # type: ignore[union-attr]
+    assert all(m["lane"] == "bulk" and m["tenant_id"] == 42 for m in listed)
+    assert "@" not in r.stdout and "+1555" not in r.stdout, "recipients by ref, no contact point"
+    table = run("messages", "--lane", "bulk", "--tenant", "42")
+    assert table.returncode == 0 and "messages (" in table.stdout and "cust-002" in table.stdout
+    for bad in (("--status", "LOST"), ("--lane", "express"), ("--since", "yesterday")):
+        refused = run("messages", *bad)
+        assert refused.returncode == 2 and refused.stdout == "" and "error" in refused.stderr, bad
+
+
+def test_replay_and_resolve_act_once_and_are_audited_as_the_cli_user(db):
+    """`outbox replay ID…` queues FAILED rows again and `outbox resolve ID… --note` marks them resolved, each kept
+    in operator_actions as `cli:<user>` with the note; a second replay changes nothing; resolve without a note is
+    refused and changes nothing."""
+    from tests.integration.test_delivery_claims_fencing_review import person
+    from tests.integration.test_delivery_review import actions, failed
+
+    rid, _ = person(cap=None)
+    a, b, c = failed(rid), failed(rid), failed(rid)
+    env_user = os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
+    r = run("replay", str(a), str(b), "--note", "receiver fixed")
+    assert r.returncode == 0, r.stderr
+    assert f"#{a}" in r.stdout and f"#{b}" in r.stdout
+    assert actions([a, b], "replay") == [(f"cli:{env_user}", f"notification {i}", "receiver fixed") for i in (a, b)]
+    again = run("replay", str(a))
+    assert again.returncode == 0 and again.stdout == "" and f"#{a}" in again.stderr, "nothing changed, and it says so"
+    assert len(actions([a, b], "replay")) == 2
+    no_note = run("resolve", str(c))
+    assert no_note.returncode != 0 and actions([c], "resolve") == []
+    done = run("resolve", str(c), "--note", "refunded by phone")
+    assert done.returncode == 0 and f"#{c}" in done.stdout
+    assert actions([c], "resolve") == [(f"cli:{env_user}", f"notification {c}", "refunded by phone")]
+    assert run("replay", "0").returncode == 2

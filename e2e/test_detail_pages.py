@@ -1,0 +1,97 @@
+"""A campaign's and a lead's own pages, and keyset paging on a list, in a real browser.
+
+Invariants: /campaigns/{id} shows the campaign's progress and its messages, each a link to its message page;
+/journeys/{lead} shows the lead's furthest step, every nudge with why it ended and the events with their decisions;
+another tenant's campaign or lead looks exactly like a missing one; a list pages older / newer by keyset with its
+search and position in the URL, so a reload (or a shared link) shows the same page.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from domain.campaigns import fan_out as campaign_fan_out
+from domain.journeys import store as journey_store
+from domain.ledger import recipients
+from e2e.conftest import APP, shot
+from jobs.ops.procs import wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_campaign_has_its_own_page_with_progress_and_messages(new_operator):
+    # Tenant 7's few recipients: no daily cap of tenant 42's people (other tests send to them) is touched.
+    name = f"Detail {datetime.now(UTC):%H%M%S%f}"
+    cid = campaign_fan_out.create(tenant_id=7, name=name, segment="all_reachable", template="offer",
+                                  channel="email", actor_ref="test:e2e", note="detail page")
+    m = new_operator("carol")  # the fan-out runs on the bulk lane meanwhile
+
+    def ledgered() -> bool:
+        m.goto(f"{APP}/campaigns/{cid}")
+        m.get_by_test_id("campaign-name").wait_for()
+        return m.get_by_test_id("campaign-message-row").count() > 0
+
+    wait_until(ledgered, 60, "the campaign's messages to be ledgered and shown")
+    assert m.get_by_test_id("campaign-name").inner_text() == name
+    assert "suppressed" in m.get_by_test_id("campaign-summary").inner_text()
+    assert "all_reachable × offer by email" in m.content()
+    first = m.get_by_test_id("campaign-message-row").first.get_by_test_id("message-link")
+    nid = first.inner_text().lstrip("#")
+    shot(m, "campaign-detail")
+    first.click()
+    m.wait_for_url(f"**/messages/{nid}")
+    m.get_by_test_id("message-answer").wait_for()
+    other = new_operator("sam")  # tenant 42
+    other.goto(f"{APP}/campaigns/{cid}")
+    other.get_by_test_id("empty-state").wait_for()
+    assert "No such campaign for your tenant." in other.get_by_test_id("empty-state").inner_text()
+
+
+def test_a_lead_has_its_own_page_with_nudges_and_why_each_ended(new_operator):
+    lid = journey_store.create_lead(42, "cust-007", "advisor-anna")
+    stamp = f"{datetime.now(UTC):%H%M%S%f}"
+    for step in ("initiated", "credit_check_done"):
+        journey_store.record_lead_event(42, lid, step, event_id=f"e2e-lead-{stamp}-{step}")
+    g = new_operator("alice")
+    g.goto(f"{APP}/journeys?q=cust-007")
+    g.wait_for_function(f"() => [...document.querySelectorAll('[data-testid=lead-link]')]"
+                        f".some(a => a.getAttribute('href') === '/journeys/{lid}')")
+    g.locator(f"[data-testid=lead-link][href='/journeys/{lid}']").click()
+    g.wait_for_url(f"**/journeys/{lid}")
+    g.get_by_test_id("lead-id").wait_for()
+    assert g.get_by_test_id("lead-id").inner_text() == f"Lead #{lid}"
+    assert "credit_check_done" in g.get_by_test_id("lead-step").inner_text()
+    g.wait_for_function("() => document.querySelectorAll('[data-testid=lead-intent-row]').length === 2")
+    intents = [r.inner_text() for r in g.get_by_test_id("lead-intent-row").all()]
+    assert any("superseded by credit_check_done" in t for t in intents), intents
+    assert g.get_by_test_id("lead-event-row").count() == 2
+    shot(g, "lead-detail")
+    c = new_operator("carol")
+    c.goto(f"{APP}/journeys/{lid}")
+    c.get_by_test_id("empty-state").wait_for()
+    assert "No such lead for your tenant." in c.get_by_test_id("empty-state").inner_text()
+
+
+def test_the_recipients_list_pages_by_keyset_with_its_search_in_the_url(new_operator):
+    stamp = f"e2e-page-{datetime.now(UTC):%H%M%S%f}"
+    for i in range(55):
+        recipients.create(42, {"ref": f"{stamp}-{i:02d}", "display_name": f"Paged {i}", "timezone": "UTC"},
+                          "test:e2e")
+    s = new_operator("sam")
+    s.goto(f"{APP}/recipients?q={stamp}")
+    s.wait_for_function("() => document.querySelectorAll('[data-testid=recipient-row]').length === 50")
+    assert s.get_by_test_id("recipient-link").first.inner_text() == f"{stamp}-54", "newest first"
+    assert s.get_by_test_id("recipients-pager-newer").is_disabled()
+    s.get_by_test_id("recipients-pager-older").click()
+    s.wait_for_function("() => document.querySelectorAll('[data-testid=recipient-row]').length === 5")
+    s.wait_for_function(f"() => location.search.includes('before=') && location.search.includes('q={stamp}')")
+    assert s.get_by_test_id("recipients-pager-older").is_disabled()
+    s.reload()  # the position is a link
+    s.wait_for_function("() => document.querySelectorAll('[data-testid=recipient-row]').length === 5")
+    assert s.get_by_test_id("recipient-link").first.inner_text() == f"{stamp}-04"
+    s.get_by_test_id("recipients-pager-newer").click()
+    s.wait_for_function("() => document.querySelectorAll('[data-testid=recipient-row]').length === 50")
+    assert s.get_by_test_id("recipient-link").first.inner_text() == f"{stamp}-54"
+    shot(s, "recipients-paged")
