@@ -196,3 +196,24 @@ async def test_keyset_pages_cover_every_row_once_and_export_has_no_contact_point
     assert "@" not in r.text and "+91" not in r.text
     bad = await client.get("/api/v1/messages", params={"cursor": "0"}, headers=key42)
     assert bad.status_code == 422
+
+
+async def test_search_finds_leads_by_ref_and_campaigns_by_id_or_name(client, key42, key7):
+    """A lead's ref (or its advisor's) finds the lead, linked to its page; a campaign's id or part of its name finds
+    the campaign; another tenant finds neither."""
+    made = await client.post("/api/v1/campaigns", headers=key42, json={
+        "name": "Findable winter", "segment": "all_reachable", "template": "offer", "channel": "email"})
+    cid = made.json()["campaign_id"]
+    lead = one("SELECT id FROM leads WHERE tenant_id = 42 AND recipient_ref = 'cust-003'")
+    hits = (await client.get("/api/v1/search", params={"q": "cust-003"}, headers=key42)).json()["items"]
+    leads = [h for h in hits if h["kind"] == "lead"]
+    assert [(h["id"], h["matched_by"], h["href"]) for h in leads] == [(lead, "lead ref", f"/journeys/{lead}")]
+    by_advisor = (await client.get("/api/v1/search", params={"q": "advisor-anna"}, headers=key42)).json()["items"]
+    assert {h["id"] for h in by_advisor if h["kind"] == "lead"} >= {lead}
+    for q, matched in ((str(cid), "campaign id"), ("findable WIN", "campaign name")):
+        found = (await client.get("/api/v1/search", params={"q": q}, headers=key42)).json()["items"]
+        assert [(h["id"], h["matched_by"], h["href"]) for h in found if h["kind"] == "campaign"] == \
+            [(cid, matched, f"/campaigns/{cid}")], q
+    for q in ("cust-003", str(cid), "Findable"):
+        other = (await client.get("/api/v1/search", params={"q": q}, headers=key7)).json()["items"]
+        assert not [h for h in other if h["kind"] in ("lead", "campaign")], q
