@@ -67,15 +67,18 @@ def shell(title: str | rx.Var[str], *children: rx.Component, actions: rx.Compone
                 rx.heading("Outbox", size="4", weight="bold"),
                 spacing="2", align="center",
             ),
-            rx.hstack(*[nav_link(*n) for n in NAV], spacing="1", display=NAV_IN_BAR, data_testid="nav-bar"),
+            # A plain element carries the responsive display: on a Radix Flex the same rule lost to `.rt-Flex
+            # {display: flex}` on some pages (/ops loads more CSS after it), and the hidden bar widened the page.
+            rx.el.div(rx.hstack(*[nav_link(*n) for n in NAV], spacing="1"), display=NAV_IN_BAR, data_testid="nav-bar"),
             rx.spacer(),
             rx.cond(AuthState.logged_in & ~AuthState.platform,
-                    rx.box(search_box(testid="nav-search"), width="260px", display=["none", "none", "block"])),
+                    rx.el.div(search_box(testid="nav-search"), width="260px", display=["none", "none", "block"])),
             rx.cond(
                 AuthState.logged_in,
                 rx.hstack(
                     rx.badge(AuthState.tenant_label, variant="outline", data_testid="tenant-label"),
-                    rx.badge(AuthState.role, variant="soft", color_scheme="gray", data_testid="operator-role"),
+                    rx.el.span(rx.badge(AuthState.role, variant="soft", color_scheme="gray",
+                                        data_testid="operator-role"), display=["none", "inline"]),
                     rx.text(AuthState.display_name, size="2", data_testid="operator-name",
                             display=["none", "inline"]),
                     rx.button("Log out", on_click=AuthState.logout, variant="ghost", size="1",

@@ -325,6 +325,52 @@ def test_on_call_replays_a_failed_webhook_from_ops(new_operator):
     assert n == 1, "a replay reuses the event id; it never mints a new one"
 
 
+def test_on_call_replays_the_ticked_rows_at_once_with_one_note(new_operator):
+    """Two webhooks answered 422 land in review; ticking both and "Replay selected" asks for a note, then queues
+    exactly those rows again (same event ids) and keeps one action per row with alice's name and the note."""
+    from domain.orders.commands import Committed, execute_order_command
+    from e2e.conftest import RECEIVER_PORT
+
+    httpx.post(f"http://127.0.0.1:{RECEIVER_PORT}/faults", json={"fail_422": 2})
+    events = []
+    for oid in (fresh_order("cust-007"), fresh_order("cust-007")):
+        done = execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
+                                     actor_ref="test:e2e", request_id=f"bulk-{oid}")
+        assert isinstance(done, Committed)
+        events.append(done.event_id)
+
+    def failed_hooks() -> list[int] | None:
+        with get_engine().connect() as c:
+            ids = [int(i) for i in c.execute(sa.text(
+                "SELECT id FROM notifications WHERE event_id = ANY(:e) AND channel = 'webhook' AND status = 'FAILED' "
+                "ORDER BY id"), {"e": events}).scalars()]
+        return ids if len(ids) == 2 else None
+
+    ids = wait_until(failed_hooks, 30, "both webhooks to fail with 422")
+    a = new_operator("alice")
+    a.goto(f"{APP}/ops")
+    for nid in ids:
+        row = a.get_by_test_id("review-table").locator("tr", has=a.get_by_role("link", name=f"#{nid}", exact=True))
+        row.get_by_test_id("review-tick").click()
+    a.wait_for_function("() => document.querySelector('[data-testid=replay-selected]').innerText.includes('(2)')")
+    a.get_by_test_id("replay-selected").click()
+    a.get_by_test_id("confirm-dialog").wait_for()
+    assert all(f"#{nid}" in a.get_by_test_id("confirm-dialog").inner_text() for nid in ids)
+    note = f"bulk after receiver fix {ids}"
+    a.get_by_test_id("confirm-note").fill(note)
+    a.get_by_test_id("confirm-ok").click()
+    a.wait_for_function("() => (document.querySelector('[data-testid=ops-message]') || {innerText: ''}).innerText"
+                        ".includes('2 message(s) queued again')")
+    with get_engine().connect() as c:
+        kept = c.execute(sa.text("SELECT actor_ref, target FROM operator_actions WHERE note = :n ORDER BY id"),
+                         {"n": note}).all()
+        events_now = c.execute(sa.text("SELECT event_id FROM notifications WHERE id = ANY(:i) ORDER BY id"),
+                               {"i": ids}).scalars().all()
+    assert [tuple(k) for k in kept] == [("operator:alice", f"notification {nid}") for nid in ids]
+    assert set(events_now) == set(events), "a replay keeps each row's event id"
+    shot(a, "ops-bulk-replay")
+
+
 def test_only_platform_on_call_sees_lane_controls_and_has_only_the_ops_page(new_operator):
     """A lane carries every tenant's messages: a tenant's operator, even its on-call, sees the lane's state but is
     not offered Pause; platform on-call (no tenant) is, and is sent back to /ops from any tenant page."""
