@@ -128,4 +128,3 @@ def test_no_code_key_secret_or_contact_point_reaches_any_log(sys_):
     assert not re.search(rf"(?<![\d.]){code}(?!\d)", text), "the one-time code is in a log line"
     leaked = [c for c in contacts if c in text]
     assert not leaked and "+919812345678" in contacts and "log.probe@example.org" in contacts, leaked
-
