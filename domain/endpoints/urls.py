@@ -41,6 +41,8 @@ def address_refusal(ip: IP) -> str | None:
     """Pure: why a webhook must not be sent to this address, or None."""
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
+    elif isinstance(ip, ipaddress.IPv6Address) and ip.sixtofour is not None:
+        ip = ip.sixtofour  # 6to4 (2002::/16) delivers to the IPv4 address it carries: judge that one
     if ip in METADATA:
         return "a cloud metadata address"
     if ip.is_loopback:

@@ -72,3 +72,20 @@ def test_a_send_connects_to_the_address_checked_with_the_names_host_and_sni() ->
     dev = check("http://127.0.0.1:8090/webhooks/orders", frozenset({"127.0.0.1:8090"}))
     assert isinstance(dev, Allowed) and pinned("http://127.0.0.1:8090/webhooks/orders", dev).url == \
         "http://127.0.0.1:8090/webhooks/orders"
+
+
+@pytest.mark.parametrize("url", [
+    "http://[2002:7f00:1::]/",  # 6to4 of 127.0.0.1
+    "http://[2002:a9fe:a9fe::1]/",  # 6to4 of 169.254.169.254 (cloud metadata)
+    "http://[2002:0a00:0001::]/",  # 6to4 of 10.0.0.1
+    "http://sixtofour.example/",  # a name answering one
+])
+def test_an_ipv4_address_embedded_in_6to4_is_judged_as_that_address(url: str) -> None:
+    """Invariant: a 6to4 address (2002::/16) carries an IPv4 address the packet is delivered to; a private,
+    loopback or metadata one inside it is refused like the bare address (Python 3.11 calls 2002::/16 global)."""
+    resolve = fake({"sixtofour.example": ["2002:a9fe:a9fe::"]})
+    assert isinstance(check(url, resolve=resolve), Refused), url
+
+
+def test_a_public_ipv4_address_in_6to4_passes() -> None:
+    assert isinstance(check("http://[2002:5db8:d822::1]/"), Allowed)  # 6to4 of 93.184.216.34
