@@ -21,7 +21,7 @@ from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork, libpq_url
 from domain.delivery import fair, wakeups
 from domain.delivery.queue import LANES, NOTIFY_CHANNEL, job_id, job_timeout_seconds
-from domain.delivery.wakeups import arq_pool, enqueue_fan_out, enqueue_missing
+from domain.delivery.wakeups import arq_pool, enqueue, enqueue_fan_out
 from domain.ledger.owed import OwedRow
 from domain.retention.partitions import ensure_partitions
 from domain.settings import get_settings
@@ -41,13 +41,14 @@ def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0,
         else:
             rows = uow.execute(wakeups.SCAN_OWED_LANE, {**params, "lane": lane}).all()
         uow.commit()  # the SKIP LOCKED claim only needs to last while we read; enqueue is idempotent
-    return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id)), r.lease_expired, r.overdue) for r in rows]
+    return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id)), r.lease_expired, r.overdue, r.tenant_id,
+                       str(r.event_id) if r.event_id else None) for r in rows]
 
 
 def claim_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500) -> list[ScannedRow]:
     """The bulk lane's window, shared between tenants and their campaigns (domain/delivery/fair.py)."""
     return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id), f"{r.tenant_id}:{r.campaign_id or 0}", gap),
-                       r.lease_expired, r.overdue)
+                       r.lease_expired, r.overdue, r.tenant_id)
             for r, gap in fair.scan_bulk_window(window, horizon_seconds, limit)]
 
 
@@ -59,6 +60,22 @@ class ScannedRow:
     row: OwedRow
     lease_expired: bool
     overdue: bool
+    tenant: int | None = None  # for the log line only: one event is followed across processes by its id
+    event_id: str | None = None
+
+
+async def wake(redis: ArqRedis, scanned: list[ScannedRow]) -> int:
+    """Enqueue the rows whose job is gone; each is one log line naming its notification id, event id, tenant and
+    lane, so `grep <event id>` follows an event through the relay too. Returns the wake-ups enqueued."""
+    gone = {r.notification_id for r in await wakeups.without_live_job(redis, [s.row for s in scanned])}
+    if not gone:
+        return 0
+    for s in scanned:
+        if s.row.notification_id in gone:
+            log.info("wake-up enqueued", extra={
+                "notification_id": s.row.notification_id, "event_id": s.event_id, "tenant": s.tenant,
+                "lane": s.row.lane, "job_id": s.row.job_id, "why": "lease expired" if s.lease_expired else "owed"})
+    return await enqueue(redis, [s.row for s in scanned if s.row.notification_id in gone])
 
 
 async def forget_dead_jobs(redis: ArqRedis, scanned: list[ScannedRow]) -> int:
@@ -94,7 +111,7 @@ async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None
             rows = await asyncio.to_thread(claim_bulk_window, window, 1.0, limit)
             await forget_dead_jobs(redis, rows)
             for i in range(0, len(rows), limit):  # the pipelined EXISTS page by page
-                enq += await enqueue_missing(redis, [s.row for s in rows[i:i + limit]])
+                enq += await wake(redis, rows[i:i + limit])
             seen += len(rows)
             continue
         after = visited = 0
@@ -105,7 +122,7 @@ async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None
                 break
             visited += len(rows)
             await forget_dead_jobs(redis, rows)
-            enq += await enqueue_missing(redis, [s.row for s in rows])
+            enq += await wake(redis, rows)
             after = rows[-1].row.notification_id
             if len(rows) < page:
                 break

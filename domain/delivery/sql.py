@@ -254,7 +254,7 @@ COUNT_LANE_SINCE = sa.text(f"SELECT count(*) FROM notifications WHERE {_LANE_FIL
 
 # ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------
 _SCAN_OWED = (
-    "SELECT n.id, n.lane, n.tenant_id, n.campaign_id, n.next_attempt_at, "
+    "SELECT n.id, n.lane, n.tenant_id, n.campaign_id, n.event_id, n.next_attempt_at, "
     "n.leased_until IS NOT NULL AS lease_expired, "
     "(n.leased_until IS NULL AND n.next_attempt_at < now() - make_interval(secs => :lease)) AS overdue "
     "FROM notifications n "

@@ -125,13 +125,18 @@ async def wake_lanes(redis: ArqRedis, lanes: Iterable[str]) -> None:
 async def enqueue_missing(redis: ArqRedis, rows: list[OwedRow]) -> int:
     """The relay's enqueue: one pipelined EXISTS for the whole page first, then `enqueue` only the rows whose job
     is gone (lost with Redis, or finished) — a scan over rows that all have live jobs costs one round trip."""
+    return await enqueue(redis, await without_live_job(redis, rows))
+
+
+async def without_live_job(redis: ArqRedis, rows: list[OwedRow]) -> list[OwedRow]:
+    """The rows whose job is gone (lost with Redis, or finished): one pipelined EXISTS for the whole page."""
     if not rows:
-        return 0
+        return []
     async with redis.pipeline(transaction=False) as pipe:
         for row in rows:
             pipe.exists(job_key_prefix + job_id(row.notification_id))
         live = await pipe.execute()
-    return await enqueue(redis, [row for row, exists in zip(rows, live, strict=True) if not exists])
+    return [row for row, exists in zip(rows, live, strict=True) if not exists]
 
 
 async def enqueue_fan_out(redis: ArqRedis, campaign_id: int) -> bool:

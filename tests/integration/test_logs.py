@@ -128,3 +128,31 @@ def test_no_code_key_secret_or_contact_point_reaches_any_log(sys_):
     assert not re.search(rf"(?<![\d.]){code}(?!\d)", text), "the one-time code is in a log line"
     leaked = [c for c in contacts if c in text]
     assert not leaked and "+919812345678" in contacts and "log.probe@example.org" in contacts, leaked
+
+
+def test_the_relay_names_each_wake_up_by_notification_and_event_id(sys_):
+    """Invariant: a wake-up the relay enqueues (here: an order event committed with no after-commit enqueue, so only
+    the relay's NOTIFY-woken scan can deliver its rows) is one JSON line of the relay naming the notification id,
+    its event id, tenant and lane — so `grep <event id>` follows an event through the relay too — and no contact
+    point is in it."""
+    from domain.orders.commands import Committed, execute_order_command
+
+    marks = _marks()
+    done = execute_order_command(tenant_id=42, order_id=913, command="approve", expected_revision=17,
+                                 actor_ref="test:logs", request_id="req-relay-log")
+    assert isinstance(done, Committed)
+    event_id = str(done.event_id)
+    owed = {r.id: r for r in rows("event_id = :e AND status = 'QUEUED' AND next_attempt_at <= now()",
+                                  e=done.event_id)}
+    assert owed, "the approval ledgered messages"
+
+    def relay_lines() -> list[dict[str, Any]] | None:
+        found = [p for p in map(_json, _new_lines(marks).get("relay", []))
+                 if p and p.get("event") == "wake-up enqueued" and p.get("event_id") == event_id]
+        return found if {p["notification_id"] for p in found} >= set(owed) else None
+
+    lines = wait_for(relay_lines, 20, "the relay's wake-up line for every row of the event")
+    for line in lines:
+        row = owed[line["notification_id"]]
+        assert (line["process"], line["tenant"], line["lane"]) == ("relay", 42, row.lane), line
+        assert "@" not in json.dumps(line) and "+1555" not in json.dumps(line), line
