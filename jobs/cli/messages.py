@@ -15,6 +15,7 @@ from rich.table import Table
 from jobs.cli.console import check_lane, cli_actor, err, out
 
 STATUSES = ("QUEUED", "SENT", "DELIVERED", "FAILED", "SUPPRESSED")
+MAX_TENANT = 2**31 - 1  # tenants.id is a PostgreSQL integer: a larger --tenant is a usage error, never a DataError
 _AGO = re.compile(r"^(\d{1,6})([mhd])$")
 
 
@@ -23,7 +24,10 @@ def parse_since(text: str, now: datetime) -> datetime | None:
     m = _AGO.match(text.strip())
     if m:
         n, unit = int(m.group(1)), m.group(2)
-        return now - {"m": timedelta(minutes=n), "h": timedelta(hours=n), "d": timedelta(days=n)}[unit]
+        try:
+            return now - {"m": timedelta(minutes=n), "h": timedelta(hours=n), "d": timedelta(days=n)}[unit]
+        except OverflowError:  # before year 1: not a time
+            return None
     try:
         t = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -49,7 +53,7 @@ def _rows(tenant: int | None, status: str | None, lane: str | None, since: datet
 def messages(status: str = typer.Option(None, help=f"only this status: {', '.join(STATUSES)}"),
              lane: str = typer.Option(None, help="only this lane"),
              since: str = typer.Option(None, help="created since: 30m, 6h, 7d, or an ISO time (UTC)"),
-             tenant: int = typer.Option(0, help="only this tenant (0: every tenant)"),
+             tenant: int = typer.Option(0, min=0, max=MAX_TENANT, help="only this tenant (0: every tenant)"),
              limit: int = typer.Option(50, min=1, max=5000, help="rows, newest first"),
              as_json: bool = typer.Option(False, "--json", help="one JSON array on stdout")) -> None:
     """The ledger, newest first: every message with its status, reason and attempts (recipients by ref)."""
@@ -97,7 +101,7 @@ def _review(action: str, ids: list[int], tenant: int, note: str) -> None:
 
 def replay(ids: list[int] = typer.Argument(..., help="message ids (`outbox messages --status FAILED`)"),
            note: str = typer.Option("", help="why (kept in the audit log)"),
-           tenant: int = typer.Option(0, help="refuse rows of any other tenant (0: any tenant)")) -> None:
+           tenant: int = typer.Option(0, min=0, max=MAX_TENANT, help="refuse rows of any other tenant (0: any tenant)")) -> None:
     """Queue FAILED messages again with the same row and event id (the receiver recognises them). A message that
     is not FAILED (already replayed, delivered meanwhile) is left as it is."""
     _review("replay", ids, tenant, note)
@@ -105,7 +109,7 @@ def replay(ids: list[int] = typer.Argument(..., help="message ids (`outbox messa
 
 def resolve(ids: list[int] = typer.Argument(..., help="message ids"),
             note: str = typer.Option(..., help="why a human settled it outside the system (kept in the audit log)"),
-            tenant: int = typer.Option(0, help="refuse rows of any other tenant (0: any tenant)")) -> None:
+            tenant: int = typer.Option(0, min=0, max=MAX_TENANT, help="refuse rows of any other tenant (0: any tenant)")) -> None:
     """Mark FAILED messages as resolved by hand: they leave the review list; nothing is sent."""
     if not note.strip():
         err.print("[red]error:[/] --note must say why")
