@@ -20,6 +20,12 @@ def parse_id(raw: object) -> int | None:
     return value if 0 < value <= MAX_ID else None
 
 
+def search_text(raw: object, limit: int) -> str:
+    """A search term from the browser (a URL parameter or a form field): at most `limit` characters, printable ones
+    only — a NUL or a lone surrogate would be refused by PostgreSQL or its driver, and a crash is no answer. Pure."""
+    return "".join(ch for ch in str(raw)[:limit] if ch.isprintable())
+
+
 def money(cents: int | None, currency: str = "EUR") -> str:
     return f"{(cents or 0) / 100:,.2f} {currency}"
 

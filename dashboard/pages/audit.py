@@ -19,7 +19,7 @@ from dashboard.components import (
     shell,
 )
 from dashboard.events import Followup, event
-from dashboard.format import when
+from dashboard.format import search_text, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.ledger import recipients
@@ -82,7 +82,7 @@ class AuditState(AuthState):
 
     @event
     async def load(self) -> None:
-        q = self.router.url.query_parameters.get("q", "")
+        q = search_text(self.router.url.query_parameters.get("q", ""), 200)
         if q:
             self.query = q
             await self._search()
@@ -108,7 +108,7 @@ class AuditState(AuthState):
 
     @event
     async def search(self, form: dict[str, str]) -> Followup:
-        self.query = form.get("q", "")
+        self.query = search_text(form.get("q", ""), 200)
         await self._search()
         return self._url()
 

@@ -11,7 +11,7 @@ from dashboard import paging, routes
 from dashboard.components import Row, card, data_table, lookup, shell, status_badge
 from dashboard.events import Followup
 from dashboard.events import event as handler  # this state has vars named `event` and `events`
-from dashboard.format import notification, parse_id, when
+from dashboard.format import notification, parse_id, search_text, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -56,7 +56,7 @@ class JourneysState(AuthState):
     async def load(self) -> None:
         """A page load: the search, the step filter and the position from the URL, then the leads."""
         params = self.router.url.query_parameters
-        self.query = params.get("q", "")[:64]
+        self.query = search_text(params.get("q", ""), 64)
         self.step = params.get("step", "") if params.get("step", "") in STEPS else ALL
         before, after = paging.position(params)
         self._before, self._after = before or 0, after or 0
@@ -68,7 +68,7 @@ class JourneysState(AuthState):
 
     @handler
     async def search(self, form: dict[str, str]) -> Followup:
-        self.query, self._before, self._after = str(form.get("q", ""))[:64], 0, 0
+        self.query, self._before, self._after = search_text(form.get("q", ""), 64), 0, 0
         await self.refresh()
         return self._url()
 

@@ -11,7 +11,7 @@ import reflex as rx
 from dashboard import paging, routes
 from dashboard.components import Row, data_table, loading, shell, stat, status_badge
 from dashboard.events import Followup, event
-from dashboard.format import money, notification, rate_text
+from dashboard.format import money, notification, rate_text, search_text
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.delivery.queue import LANES
@@ -74,7 +74,7 @@ class LedgerState(AuthState):
             setattr(self, name, value if value in choices else ("24h" if name == "window" else ALL))
         if params.get("window") == ALL:
             self.window = ALL
-        self.recipient = params.get("recipient", "")[:64]
+        self.recipient = search_text(params.get("recipient", ""), 64)
         before, after = paging.position(params)
         self._before, self._after = before or 0, after or 0
         await self._query()
@@ -109,7 +109,7 @@ class LedgerState(AuthState):
 
     @event
     async def search_recipient(self, form: dict[str, str]) -> Followup:
-        self.recipient = str(form.get("recipient", ""))[:64]
+        self.recipient = search_text(form.get("recipient", ""), 64)
         self._before = self._after = 0
         await self._query()
         return self._url()

@@ -12,6 +12,7 @@ import reflex as rx
 from dashboard import paging, routes
 from dashboard.components import Row, data_table, shell
 from dashboard.events import Followup, event
+from dashboard.format import search_text
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.ledger.reasons import CHANNEL_NAME
@@ -38,7 +39,7 @@ class RecipientsState(AuthState):
     async def load(self) -> None:
         """A page load: the search and the position from the URL, then the rows."""
         params = self.router.url.query_parameters
-        self.query = params.get("q", "")[:64]
+        self.query = search_text(params.get("q", ""), 64)
         before, after = paging.position(params)
         self._before, self._after = before or 0, after or 0
         await self._query()
@@ -57,7 +58,7 @@ class RecipientsState(AuthState):
 
     @event
     async def search(self, form: dict[str, str]) -> Followup:
-        self.query, self._before, self._after = str(form.get("q", ""))[:64], 0, 0
+        self.query, self._before, self._after = search_text(form.get("q", ""), 64), 0, 0
         await self._query()
         return self._url()
 
