@@ -7,6 +7,7 @@ Redis only carries the wake-up `deliver(notification_id)`; the row is the record
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import socket
@@ -136,15 +137,29 @@ async def _post_endpoint(ctx: dict[str, Any], c: Claim, target: endpoints.SendTa
     if req.host:
         headers["Host"] = req.host
     client: httpx.AsyncClient = ctx["http"]
-    try:
-        r = await client.post(req.url, content=body, headers=headers, follow_redirects=False,
-                              extensions={"sni_hostname": req.sni} if req.sni else None)
+    try:  # the answer is read up to a bound: a tenant's endpoint must not fill a shared worker's memory
+        async with client.stream("POST", req.url, content=body, headers=headers, follow_redirects=False,
+                                 extensions={"sni_hostname": req.sni} if req.sni else None) as r:
+            head = b""
+            async for chunk in r.aiter_bytes():
+                head += chunk
+                if len(head) >= ENDPOINT_ANSWER_MAX:
+                    break
     except httpx.TimeoutException:
         return Outcome(None, error="timeout"), None
     except httpx.TransportError:
         return Outcome(None, error="connection"), None
-    data = _safe_json(r)
-    return Outcome(r.status_code, body_status=data.get("status"), excerpt=r.text[:200]), data.get("result_ref")
+    text = head[:ENDPOINT_ANSWER_MAX].decode("utf-8", "replace")
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = {}
+    data = parsed if isinstance(parsed, dict) else {}
+    return Outcome(r.status_code, body_status=data.get("status"), excerpt=text[:200]), data.get("result_ref")
+
+
+# Bytes of a tenant endpoint's answer read at most (its status, and a JSON answer's `status` if it is that short).
+ENDPOINT_ANSWER_MAX: Final = 64 * 1024
 
 
 def _safe_json(r: httpx.Response) -> dict[str, Any]:

@@ -1,0 +1,88 @@
+"""A tenant's webhook endpoint that answers without end, on real PostgreSQL and a real socket.
+
+Invariant: what a tenant's endpoint answers is read up to a bound, never whole: an endpoint streaming an endless
+body cannot hold a shared worker for its whole attempt deadline nor fill its memory — the send ends as soon as the
+status and the first bytes are in, with the status as the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from domain.delivery import claims
+from domain.endpoints import store
+from domain.settings import get_settings
+from jobs import worker
+from tests.conftest import PORT_OFFSET
+from tests.integration.conftest import rows
+from tests.integration.test_endpoints_fan_out import approve, endpoint
+
+ENDLESS_PORT = 8089 + PORT_OFFSET
+
+
+class Endless:
+    """Answers 200 and then streams bytes until the client goes away; counts what it managed to send."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                chunk = b'{"status": "ok", "pad": "' + b"x" * 65536
+                try:
+                    while owner.sent < 2_000_000_000:
+                        self.wfile.write(chunk)
+                        owner.sent += len(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", ENDLESS_PORT), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def endless(monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("OUTBOX_ENDPOINT_ALLOWLIST", f"127.0.0.1:{ENDLESS_PORT}")
+    get_settings.cache_clear()
+    e = Endless()
+    yield e
+    e.server.shutdown()
+    e.server.server_close()
+    get_settings.cache_clear()
+
+
+def test_an_endless_answer_is_read_up_to_a_bound(db, redis_db, endless):  # type: ignore[no-untyped-def]
+    """Invariant: the send returns with the endpoint's status long before its deadline, having read a bounded
+    prefix of the answer (the server could push far more)."""
+    e = endpoint(42, f"http://127.0.0.1:{ENDLESS_PORT}/hook")
+    r = approve()
+    (row,) = rows("event_id = :e AND endpoint_id = :i", e=r.event_id, i=e["id"])
+    got = claims.claim(row.id, 30, datetime.now(UTC))
+    assert isinstance(got, claims.Ready), got
+    target = store.send_target(42, e["id"])
+    assert target is not None
+
+    async def once() -> Any:
+        async with httpx.AsyncClient(timeout=30) as http:
+            return await asyncio.wait_for(worker._post_endpoint({"http": http}, got.claim, target), 10)
+
+    outcome, _ = asyncio.run(once())
+    assert outcome.status_code == 200
+    assert endless.sent < 64 * 1024 * 1024, f"read {endless.sent} bytes of an endless answer"
+    assert outcome.excerpt is not None and len(outcome.excerpt) <= 200
