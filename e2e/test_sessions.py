@@ -181,6 +181,14 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
     sam.forge(OpsState, "confirm", {"form": {"note": "forged note"}})
     sam.page.wait_for_function("() => !document.querySelector('[data-testid=confirm-dialog]')")
     refused(sam, "Only operators of this tenant (or platform on-call) can replay")
+    # Bulk: the row ticked, or every failed row of its lane — both refused at the confirmation, nothing kept.
+    sam.forge(OpsState, "tick", {"nid": str(nid), "on": True})
+    for action in ("replay_selected", "resolve_lane"):
+        sam.forge(OpsState, "ask", {"action": action, "target": ""})
+        sam.page.get_by_test_id("confirm-note").fill("forged")
+        sam.forge(OpsState, "confirm", {"form": {"note": "forged bulk"}})
+        sam.page.wait_for_function("() => !document.querySelector('[data-testid=confirm-dialog]')")
+        refused(sam, "can replay" if action.startswith("replay") else "can resolve")
     sam.goto(f"{APP}/campaigns")
     sam.page.get_by_test_id("campaign-start").wait_for()
     assert sam.page.get_by_test_id("campaign-start").is_disabled()

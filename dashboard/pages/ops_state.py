@@ -127,10 +127,7 @@ class OpsState(AuthState):
         """Open the confirmation for an action; nothing happens until it is confirmed with a note. A bulk action
         fixes what it acts on now: the rows ticked, or the lane and the time T (its count is shown)."""
         if not self._operator_id or action not in CONFIRM:
-            return
-        if not await self._allowed(CONFIRM[action][1]):
-            self.message = refusal(CONFIRM[action][1])
-            return
+            return  # the role is asked when it is confirmed (`confirm`), where the action happens
         self.confirm_error = ""
         verb = CONFIRM[action][0]
         if action.endswith("_selected"):
