@@ -57,7 +57,9 @@ def address_refusal(ip: IP) -> str | None:
 
 
 def system_resolver(host: str, port: int) -> list[str]:
-    return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)})
+    """Every address, once each, in the system's order of preference (RFC 6724): the send connects to the first,
+    so it must be one this host can reach (sorting the strings put IPv6 first on IPv4-only hosts)."""
+    return list(dict.fromkeys(str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)))
 
 
 def parse(url: str) -> tuple[str, int] | Refused:

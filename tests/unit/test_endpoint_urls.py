@@ -89,3 +89,20 @@ def test_an_ipv4_address_embedded_in_6to4_is_judged_as_that_address(url: str) ->
 
 def test_a_public_ipv4_address_in_6to4_passes() -> None:
     assert isinstance(check("http://[2002:5db8:d822::1]/"), Allowed)  # 6to4 of 93.184.216.34
+
+
+def test_the_system_resolvers_preference_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant: a send connects to the address the system prefers (getaddrinfo's order, RFC 6724: no IPv6 first
+    on a host without an IPv6 route), not the alphabetically first: '2606:…' sorts before '93.…', and on an
+    IPv4-only worker every send to a dual-stack endpoint failed, its breaker opened and the endpoint was disabled."""
+    import socket
+
+    from domain.endpoints import urls
+
+    answers = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 443)),
+               (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2606:2800:220:1::1", 443, 0, 0)),
+               (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 443))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: answers)
+    assert urls.system_resolver("hooks.example.com", 443) == ["93.184.216.34", "2606:2800:220:1::1"]
+    got = check("https://hooks.example.com/x")
+    assert isinstance(got, Allowed) and got.addresses[0] == "93.184.216.34"
