@@ -9,7 +9,6 @@ is its own to record, and its next claim settles it with the endpoint's reason.
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,6 +17,7 @@ import sqlalchemy as sa
 from domain.db import get_engine
 from domain.delivery import claims
 from domain.delivery.retry import Retry
+from jobs.ops.procs import wait_until
 from tests.integration.conftest import rows
 from tests.integration.test_endpoints_fan_out import PUBLIC, approve, endpoint, endpoint_row, orders_of
 
@@ -28,13 +28,6 @@ def _waiting_on_locks() -> int:
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"))
             .scalar_one())
 
-
-def _wait(pred: Any, what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_a_stalled_workers_record_and_an_endpoints_auto_disable_never_deadlock(db, redis_db):  # type: ignore[no-untyped-def]
@@ -70,9 +63,9 @@ def test_a_stalled_workers_record_and_an_endpoints_auto_disable_never_deadlock(d
     tb = threading.Thread(target=record, args=("stalled", cb.claim))
     try:
         ta.start()
-        _wait(lambda: _waiting_on_locks() >= 1, "the first record to wait for the endpoint")
+        wait_until(lambda: _waiting_on_locks() >= 1, 20, "the first record to wait for the endpoint")
         tb.start()
-        _wait(lambda: _waiting_on_locks() >= 2, "the second record to wait for the endpoint")
+        wait_until(lambda: _waiting_on_locks() >= 2, 20, "the second record to wait for the endpoint")
     finally:
         tx.rollback()
         blocker.close()

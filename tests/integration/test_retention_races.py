@@ -9,7 +9,6 @@ committed, never in between (a month archived as settled while one of its messag
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from domain.delivery.review import replay
 from domain.retention.archive import ArchiveRefused, archive_before
 from domain.retention.months import add_months, month_of
 from domain.retention.partitions import ensure_partitions, partitions
+from jobs.ops.procs import wait_until
 from tests.integration.test_retention import AUG, attempt, message, one, table_digest
 
 
@@ -44,13 +44,6 @@ def _backend_waiting(marker: str) -> bool:
     return bool(one("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE :q",
                     q=f"%{marker}%"))
 
-
-def _wait(pred: Any, what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_a_replay_racing_an_archive_never_lands_between_its_check_and_its_commit(db: str, tmp_path: Path) -> None:
@@ -82,13 +75,14 @@ def test_a_replay_racing_an_archive_never_lands_between_its_check_and_its_commit
     replayer = threading.Thread(target=run_replay)
     try:
         archiver.start()
-        _wait(lambda: _backend_waiting("DETACH PARTITION") or not archiver.is_alive(), "the archive to reach DETACH")
+        wait_until(lambda: _backend_waiting("DETACH PARTITION") or not archiver.is_alive(), 20,
+                   "the archive to reach DETACH")
         replayer.start()
         # Either the replay commits at once, or it waits for the archive's lock: whichever it does, it is settled
         # before the archive is let go.
-        _wait(lambda: not replayer.is_alive() or _backend_waiting("status = 'QUEUED'")
-              or one("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'") > 0,
-              "the replay to commit or to wait")
+        wait_until(lambda: not replayer.is_alive() or _backend_waiting("status = 'QUEUED'")
+                   or one("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'") > 0,
+                   20, "the replay to commit or to wait")
         replayed_while_pending = not replayer.is_alive() and archiver.is_alive()
     finally:
         tx.rollback()
