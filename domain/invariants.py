@@ -54,15 +54,17 @@ INVARIANTS: Final[dict[str, str]] = {
            OR (n.status IN ('FAILED','SUPPRESSED') AND (n.reserved_cents <> 0 OR n.cap_day IS NOT NULL))
     """,
     # An attempt the other side accepted (2xx) is the truth: its row says sent (or, after a provider's `failed`
-    # receipt, undeliverable), unless an operator replayed the row after that attempt. A stale answer (about an
-    # identity the row no longer has, or a message the provider bounced since) is old news, not a send.
+    # receipt, undeliverable), unless an operator replayed the row after that attempt — a replay gives the row a
+    # new identity, so what it says afterwards (owed, failed again, or suppressed: a campaign cancelled, an
+    # opt-out) is about the new one. A stale answer (about an identity the row no longer has, or a message the
+    # provider bounced since) is old news, not a send.
     "9 an accepted attempt whose message says it was never sent": """
         SELECT count(DISTINCT a.notification_id) FROM notification_attempts a
         JOIN notifications n ON n.id = a.notification_id
         WHERE a.status_code BETWEEN 200 AND 299 AND a.outcome <> 'stale'
-          AND (n.status = 'SUPPRESSED'
-               OR (n.status = 'FAILED' AND n.last_error_class IS DISTINCT FROM 'undeliverable')
-               OR (n.status = 'QUEUED' AND (n.replayed_at IS NULL OR a.finished_at > n.replayed_at)))
+          AND (n.replayed_at IS NULL OR a.finished_at > n.replayed_at)
+          AND (n.status IN ('SUPPRESSED', 'QUEUED')
+               OR (n.status = 'FAILED' AND n.last_error_class IS DISTINCT FROM 'undeliverable'))
     """,
     # A person's daily count is exactly the messages holding a slot of that day: a slot is taken and given back
     # with the row that holds it (a refund, a late truth, a retry on a later day).

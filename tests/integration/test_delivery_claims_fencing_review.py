@@ -136,6 +136,25 @@ def test_stale_accept_about_the_old_identity_cannot_swallow_a_replay(db):
     assert_invariants()
 
 
+def test_a_replay_suppressed_after_a_bounce_is_not_a_send_the_row_forgot(db):
+    """Invariant 9 (an accepted attempt's row never says "never sent") reads a replay as a new identity: the
+    provider accepted, then bounced the message (FAILED undeliverable); an operator replayed it; the person then
+    opted out, so the claim suppresses the replay. The old accept was answered by the bounce, the row holds no
+    money and the check stays clean (state machine seed 286603434 found this with a cancelled campaign)."""
+    rid, _ = person(cap=None)
+    nid = sms(rid, "p1")
+    b = ready(nid, "B")
+    assert record(b, Succeeded(False), "sms-b") == "sent"
+    assert apply_receipt("sms", "rc-b", "sms-b", "failed", b.dedupe_key).status == "applied"
+    assert review.replay(42, nid, actor_ref="test")
+    with get_engine().begin() as c:
+        c.execute(sa.text("UPDATE recipients SET opted_out_channels = ARRAY['sms'] WHERE id = :i"), {"i": rid})
+    assert isinstance(claim(nid, "C"), claims.Suppressed)
+    r = row(nid)
+    assert (r.status, r.reserved_cents, r.suppressed_reason) == ("SUPPRESSED", 0, "opted_out")
+    assert_invariants()
+
+
 def test_a_refund_and_a_claim_of_the_same_persons_other_message_never_deadlock(db):
     """H4: the claim takes the cap counter then the balance; a refund used to take the balance then the counter.
     60 rounds, two threads released together: no deadlock."""
