@@ -112,7 +112,7 @@ class AuthState(rx.State):
             self._session_hash = hashed
         return True
 
-    def _assign_changed(self, **shown: str) -> None:
+    def _assign_changed(self, **shown: object) -> None:
         """Assign only what changed: Reflex sends every assigned var (and the computed vars that read it) to the
         browser, and a change to this state re-renders every page under it — the role check every command makes
         must not cost a full re-render of the page when nothing about the operator changed."""

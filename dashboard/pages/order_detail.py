@@ -89,21 +89,18 @@ class OrderState(AuthState):
         if order is None:
             self.found = False
             return
-        self.found = True
         prev_order, _, prev_rev = self.seen.partition(":")
         new_rev = int(order["revision"])
         if prev_order == str(self.order_id) and prev_rev.isdigit() and new_rev > int(prev_rev) + 1:
             self.missed = f"refresh missed — reloaded at revision {new_rev}"
-        self.status, self.revision = order["status"], new_rev
-        self.customer, self.amount = order["customer_ref"], money(order["amount_cents"], order["currency"])
-        self.updated = when(order["updated_at"])
-        self.last_change = order["last_change"]
         allowed = allowed_commands(order["status"])
-        # Only what the state allows is offered (the handler still asks the policy: a forged event gets its answer).
-        self.can_approve, self.can_fulfill = "approve" in allowed, "fulfill" in allowed
-        self.can_cancel = "cancel" in allowed
-        self.notifications = notes
-        self.seen = f"{self.order_id}:{new_rev}"
+        # Only what changed is assigned (a push then carries a small delta); only what the state allows is offered
+        # (the handler still asks the policy: a forged event gets its answer).
+        self._assign_changed(
+            found=True, status=order["status"], revision=new_rev, customer=order["customer_ref"],
+            amount=money(order["amount_cents"], order["currency"]), updated=when(order["updated_at"]),
+            last_change=order["last_change"], can_approve="approve" in allowed, can_fulfill="fulfill" in allowed,
+            can_cancel="cancel" in allowed, notifications=notes, seen=f"{self.order_id}:{new_rev}")
 
     @event
     async def load(self) -> Followup:
