@@ -40,3 +40,43 @@ def pager(older: Any, newer: Any, has_older: rx.Var[bool], has_newer: rx.Var[boo
                   size="1", data_testid=f"{testid}-older"),
         spacing="2", justify="end", width="100%", margin_y="8px",
     )
+
+
+class KeysetPaged(rx.State, mixin=True):
+    """Older / newer over a newest-first list, for every list page: the page names its rows (`_page_rows`), how it
+    reloads at the position it holds (`_page_reload`) and its URL (`_url`); `_page_allowed` says whether this
+    tab may page at all (a page of a tenant's rows: only while an operator of a tenant is logged in)."""
+
+    _before: int = 0  # backend-only: the page position (0: none)
+    _after: int = 0
+
+    def _page_rows(self) -> list[dict[str, str]]:
+        raise NotImplementedError
+
+    def _page_allowed(self) -> bool:
+        return True
+
+    async def _page_reload(self) -> None:
+        raise NotImplementedError
+
+    def _url(self) -> Any:
+        raise NotImplementedError
+
+    async def _page_to(self, before: int, after: int) -> Any:
+        self._before, self._after = before, after
+        await self._page_reload()
+        return self._url()
+
+    @rx.event
+    async def older(self) -> Any:
+        rows = self._page_rows()
+        if not self._page_allowed() or not rows:
+            return None
+        return await self._page_to(int(rows[-1]["id"]), 0)
+
+    @rx.event
+    async def newer(self) -> Any:
+        rows = self._page_rows()
+        if not self._page_allowed() or not rows:
+            return None
+        return await self._page_to(0, int(rows[0]["id"]))

@@ -33,7 +33,7 @@ KIND_ICON = {"event": "file-text", "ledger": "mail", "attempt": "send", "effect"
              "receipt": "inbox"}
 
 
-class AuditState(AuthState):
+class AuditState(paging.KeysetPaged, AuthState):
     query: rx.Field[str] = rx.field("")
     items: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     searched: rx.Field[bool] = rx.field(False)
@@ -42,8 +42,6 @@ class AuditState(AuthState):
     actions: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     has_older: rx.Field[bool] = rx.field(False)
     has_newer: rx.Field[bool] = rx.field(False)
-    _before: int = 0  # backend-only: the actions' page position (0: none)
-    _after: int = 0
 
     @event
     async def load_actions(self) -> None:
@@ -58,27 +56,17 @@ class AuditState(AuthState):
             self.actions = [{**action_row(a), "id": str(a["id"])} for a in page.rows]
             self.has_older, self.has_newer = page.has_older, page.has_newer
 
+    def _page_rows(self) -> list[dict[str, str]]:
+        return self.actions
+
+    async def _page_reload(self) -> None:
+        await self._actions()
+
     def _url(self) -> Followup:
         """The search (unless it names a contact point: those stay out of URLs) and the actions' page position."""
         q = self.query.strip()
         return paging.replace_url(routes.AUDIT, {"q": "" if names_contact_point(q) else q, "before": self._before,
                                                  "after": self._after})
-
-    @event
-    async def older(self) -> Followup:
-        if not self.actions:
-            return None
-        self._before, self._after = int(self.actions[-1]["id"]), 0
-        await self._actions()
-        return self._url()
-
-    @event
-    async def newer(self) -> Followup:
-        if not self.actions:
-            return None
-        self._before, self._after = 0, int(self.actions[0]["id"])
-        await self._actions()
-        return self._url()
 
     @event
     async def load(self) -> None:

@@ -40,7 +40,7 @@ def _row(s: dict[str, Any]) -> dict[str, Any]:
             "active": "yes" if s["status"] in ("ledgering", "running") else "no"}
 
 
-class CampaignsState(AuthState):
+class CampaignsState(paging.KeysetPaged, AuthState):
     rows: rx.Field[list[dict[str, Any]]] = rx.field(default_factory=list)
     error: rx.Field[str] = rx.field("")
     notice: rx.Field[str] = rx.field("")
@@ -52,8 +52,6 @@ class CampaignsState(AuthState):
     channel: rx.Field[str] = rx.field(ALL)
     has_older: rx.Field[bool] = rx.field(False)
     has_newer: rx.Field[bool] = rx.field(False)
-    _before: int = 0  # backend-only: the page position (0: none)
-    _after: int = 0
 
     @event
     async def load(self) -> Followup:
@@ -79,6 +77,15 @@ class CampaignsState(AuthState):
     async def _query(self) -> None:
         self.rows, self.has_older, self.has_newer = await asyncio.to_thread(self._page, self._tenant_id, self._where())
 
+    def _page_rows(self) -> list[dict[str, str]]:
+        return self.rows
+
+    def _page_allowed(self) -> bool:
+        return bool(self._tenant_id)
+
+    async def _page_reload(self) -> None:
+        await self._query()
+
     def _url(self) -> Followup:
         return paging.replace_url(routes.CAMPAIGNS, {"channel": "" if self.channel == ALL else self.channel,
                                                      "before": self._before, "after": self._after})
@@ -88,22 +95,6 @@ class CampaignsState(AuthState):
         if not self._tenant_id or value not in (ALL, *PEOPLE_CHANNELS):
             return None
         self.channel, self._before, self._after = value, 0, 0
-        await self._query()
-        return self._url()
-
-    @event
-    async def older(self) -> Followup:
-        if not self._tenant_id or not self.rows:
-            return None
-        self._before, self._after = int(self.rows[-1]["id"]), 0
-        await self._query()
-        return self._url()
-
-    @event
-    async def newer(self) -> Followup:
-        if not self._tenant_id or not self.rows:
-            return None
-        self._before, self._after = 0, int(self.rows[0]["id"])
         await self._query()
         return self._url()
 

@@ -37,7 +37,7 @@ OUTCOME_TEXT = {
 }
 
 
-class JourneysState(AuthState):
+class JourneysState(paging.KeysetPaged, AuthState):
     leads: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     selected: rx.Field[int] = rx.field(0)
     intents: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
@@ -49,8 +49,6 @@ class JourneysState(AuthState):
     step: rx.Field[str] = rx.field(ALL)
     has_older: rx.Field[bool] = rx.field(False)
     has_newer: rx.Field[bool] = rx.field(False)
-    _before: int = 0  # backend-only: the page position (0: none)
-    _after: int = 0
 
     @handler
     async def load(self) -> None:
@@ -60,6 +58,12 @@ class JourneysState(AuthState):
         self.step = params.get("step", "") if params.get("step", "") in STEPS else ALL
         before, after = paging.position(params)
         self._before, self._after = before or 0, after or 0
+        await self.refresh()
+
+    def _page_rows(self) -> list[dict[str, str]]:
+        return self.leads
+
+    async def _page_reload(self) -> None:
         await self.refresh()
 
     def _url(self) -> Followup:
@@ -77,22 +81,6 @@ class JourneysState(AuthState):
         if value not in (ALL, *STEPS):
             return None
         self.step, self._before, self._after = value, 0, 0
-        await self.refresh()
-        return self._url()
-
-    @handler
-    async def older(self) -> Followup:
-        if not self.leads:
-            return None
-        self._before, self._after = int(self.leads[-1]["id"]), 0
-        await self.refresh()
-        return self._url()
-
-    @handler
-    async def newer(self) -> Followup:
-        if not self.leads:
-            return None
-        self._before, self._after = 0, int(self.leads[0]["id"])
         await self.refresh()
         return self._url()
 

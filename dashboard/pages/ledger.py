@@ -26,7 +26,7 @@ CHOICES = {"channel": ("webhook", "email", "sms", "whatsapp"), "status": ("QUEUE
 PAGE_SIZE = 200
 
 
-class LedgerState(AuthState):
+class LedgerState(paging.KeysetPaged, AuthState):
     rows: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     channels: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     channel: rx.Field[str] = rx.field(ALL)
@@ -45,8 +45,6 @@ class LedgerState(AuthState):
     is_loading: rx.Field[bool] = rx.field(True)
     has_older: rx.Field[bool] = rx.field(False)
     has_newer: rx.Field[bool] = rx.field(False)
-    _before: int = 0
-    _after: int = 0
 
     def _filter(self, limit: int = PAGE_SIZE) -> ledger_views.LedgerFilter:
         return ledger_views.LedgerFilter(
@@ -54,6 +52,12 @@ class LedgerState(AuthState):
             lane=None if self.lane == ALL else self.lane, recipient=self.recipient.strip()[:64] or None,
             since_hours={"1h": 1, "24h": 24, "7d": 168}.get(self.window), limit=limit,
             before_id=self._before or None, after_id=self._after or None)
+
+    def _page_rows(self) -> list[dict[str, str]]:
+        return self.rows
+
+    async def _page_reload(self) -> None:
+        await self._query()
 
     def _url(self) -> Followup:
         """The filters and the page position in the URL: the view is a link (replaced, no reload)."""
@@ -111,22 +115,6 @@ class LedgerState(AuthState):
     async def search_recipient(self, form: dict[str, str]) -> Followup:
         self.recipient = search_text(form.get("recipient", ""), 64)
         self._before = self._after = 0
-        await self._query()
-        return self._url()
-
-    @event
-    async def older(self) -> Followup:
-        if not self.rows:
-            return None
-        self._before, self._after = int(self.rows[-1]["id"]), 0
-        await self._query()
-        return self._url()
-
-    @event
-    async def newer(self) -> Followup:
-        if not self.rows:
-            return None
-        self._before, self._after = 0, int(self.rows[0]["id"])
         await self._query()
         return self._url()
 

@@ -23,15 +23,13 @@ from domain.vocabulary import ORDER_STATUSES
 PAGE_SIZE = 100
 
 
-class OrdersState(AuthState):
+class OrdersState(paging.KeysetPaged, AuthState):
     rows: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     status_filter: rx.Field[str] = rx.field("all")
     is_loading: rx.Field[bool] = rx.field(True)
     has_older: rx.Field[bool] = rx.field(False)
     has_newer: rx.Field[bool] = rx.field(False)
     _version: str = ""  # backend-only: `order_views.orders_version` read just before `rows`
-    _before: int = 0  # backend-only: the page position (0: none)
-    _after: int = 0
 
     @event
     async def load(self) -> Followup:
@@ -52,6 +50,15 @@ class OrdersState(AuthState):
             self._fetch_for, self._tenant_id, self.status_filter, self._before, self._after)
         self.rows, self.has_older, self.has_newer = rows, older, newer
 
+    def _page_rows(self) -> list[dict[str, str]]:
+        return self.rows
+
+    def _page_allowed(self) -> bool:
+        return bool(self._tenant_id)
+
+    async def _page_reload(self) -> None:
+        await self._query()
+
     def _url(self) -> Followup:
         return paging.replace_url(routes.ORDERS, {
             "status": self.status_filter if self.status_filter != "all" else "", "before": self._before,
@@ -62,22 +69,6 @@ class OrdersState(AuthState):
         if not self._tenant_id or value not in ("all", *ORDER_STATUSES):
             return None  # logged out, or a value the select never offers: nothing changes
         self.status_filter, self._before, self._after = value, 0, 0
-        await self._query()
-        return self._url()
-
-    @event
-    async def older(self) -> Followup:
-        if not self._tenant_id or not self.rows:
-            return None
-        self._before, self._after = int(self.rows[-1]["id"]), 0
-        await self._query()
-        return self._url()
-
-    @event
-    async def newer(self) -> Followup:
-        if not self._tenant_id or not self.rows:
-            return None
-        self._before, self._after = 0, int(self.rows[0]["id"])
         await self._query()
         return self._url()
 

@@ -27,13 +27,11 @@ def _summary_row(r: dict[str, Any]) -> dict[str, str]:
             "cap": str(r["daily_cap"]) if r["daily_cap"] is not None else "none"}
 
 
-class RecipientsState(AuthState):
+class RecipientsState(paging.KeysetPaged, AuthState):
     rows: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     query: rx.Field[str] = rx.field("")
     has_older: rx.Field[bool] = rx.field(False)
     has_newer: rx.Field[bool] = rx.field(False)
-    _before: int = 0  # backend-only: the page position (0: none)
-    _after: int = 0
 
     @event
     async def load(self) -> None:
@@ -52,6 +50,15 @@ class RecipientsState(AuthState):
         self.rows = [_summary_row(r) for r in page.rows]
         self.has_older, self.has_newer = page.has_older, page.has_newer
 
+    def _page_rows(self) -> list[dict[str, str]]:
+        return self.rows
+
+    def _page_allowed(self) -> bool:
+        return bool(self._tenant_id)
+
+    async def _page_reload(self) -> None:
+        await self._query()
+
     def _url(self) -> Followup:
         return paging.replace_url(routes.RECIPIENTS, {"q": self.query.strip(), "before": self._before,
                                                       "after": self._after})
@@ -62,21 +69,7 @@ class RecipientsState(AuthState):
         await self._query()
         return self._url()
 
-    @event
-    async def older(self) -> Followup:
-        if not self._tenant_id or not self.rows:
-            return None
-        self._before, self._after = int(self.rows[-1]["id"]), 0
-        await self._query()
-        return self._url()
 
-    @event
-    async def newer(self) -> Followup:
-        if not self._tenant_id or not self.rows:
-            return None
-        self._before, self._after = 0, int(self.rows[0]["id"])
-        await self._query()
-        return self._url()
 
 
 def _list_row(r: Row) -> rx.Component:
