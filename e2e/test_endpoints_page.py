@@ -76,3 +76,27 @@ def test_support_sees_endpoints_without_actions(new_operator):
     s.goto(f"{APP}/endpoints")
     s.get_by_test_id("endpoint-row").first.wait_for()
     assert s.get_by_test_id("add-endpoint").count() == 0 and s.get_by_test_id("rotate-endpoint").count() == 0
+
+
+def test_the_endpoints_list_pages_older_and_newer_with_its_position_in_the_url(new_operator):
+    """Invariant (paging on every list): past a page of 50 the list pages older / newer, newest first, each
+    endpoint on exactly one page, and the position is in the URL (a reload shows the same page)."""
+    from domain.endpoints import store
+
+    made = [int(store.create(42, f"http://93.184.216.34/hooks/p{i}", f"page {i}", None, "test")["id"])
+            for i in range(51)]
+    s = new_operator("sam")
+    s.goto(f"{APP}/endpoints")
+    s.get_by_test_id("endpoint-row").first.wait_for()
+    assert s.get_by_test_id("endpoint-row").count() == 50 and s.get_by_test_id("endpoints-pager-newer").is_disabled()
+    first_page = s.get_by_test_id("endpoint-row").first.inner_text()
+    assert f"page {len(made) - 1}" in first_page  # newest first
+    s.get_by_test_id("endpoints-pager-older").click()
+    s.wait_for_function("() => location.search.includes('before=')")
+    s.wait_for_function("() => document.querySelectorAll('[data-testid=endpoint-row]').length === 1")
+    assert "page 0" in s.get_by_test_id("endpoint-row").first.inner_text()
+    s.reload()
+    s.wait_for_function("() => document.querySelectorAll('[data-testid=endpoint-row]').length === 1")
+    assert s.get_by_test_id("endpoints-pager-older").is_disabled()
+    s.get_by_test_id("endpoints-pager-newer").click()
+    s.wait_for_function("() => document.querySelectorAll('[data-testid=endpoint-row]').length === 50")

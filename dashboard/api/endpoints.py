@@ -12,10 +12,11 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from dashboard.api.deps import Auth, Id, tenant_row
+from dashboard.api.deps import Auth, Cursor, Id, Limit, tenant_row
 from dashboard.api.errors import ApiError
 from domain.endpoints import store, urls
 from domain.orders.policy import EVENT_TYPES
+from domain.support import pages
 
 router = APIRouter(prefix="/api/v1/endpoints", tags=["webhook endpoints"])
 EVENTS = sorted(EVENT_TYPES.values())
@@ -79,10 +80,16 @@ async def create(body: EndpointIn, p: Auth) -> JSONResponse:
     return JSONResponse(EndpointWithSecret(**row).model_dump(mode="json"), status_code=201)
 
 
-@router.get("")
-async def list_endpoints(p: Auth) -> dict[str, list[EndpointOut]]:
-    rows = await asyncio.to_thread(store.list_endpoints, p.tenant_id)
-    return {"endpoints": [EndpointOut(**r) for r in rows]}
+class EndpointPage(BaseModel):
+    items: list[EndpointOut]
+    next_cursor: str | None = Field(description="fetches the next, older page; null on the last page")
+
+
+@router.get("", response_model=EndpointPage)
+async def list_endpoints(p: Auth, limit: Limit = 50, cursor: Cursor = None) -> dict[str, Any]:
+    """Newest first, never a secret. `next_cursor` (null on the last page) fetches the next, older page."""
+    page = await asyncio.to_thread(pages.endpoints, p.tenant_id, limit, cursor)
+    return {"items": [EndpointOut(**r) for r in page.rows], "next_cursor": pages.next_cursor(page)}
 
 
 @router.get("/{endpoint_id}", response_model=EndpointOut)

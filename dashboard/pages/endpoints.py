@@ -11,15 +11,18 @@ from typing import Any
 
 import reflex as rx
 
-from dashboard import routes
+from dashboard import paging, routes
 from dashboard.components import Row, card, data_table, error_callout, shell
-from dashboard.events import event
+from dashboard.events import Followup, event
 from dashboard.format import when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
 from domain.endpoints import store, urls
 from domain.ledger.reasons import error_text
+from domain.support import pages
+
+PAGE_SIZE = 50
 
 
 def _health(h: dict[str, Any]) -> tuple[str, str]:
@@ -44,8 +47,10 @@ def _row(e: dict[str, Any]) -> dict[str, str]:
             "rate": rate, "last": last}
 
 
-class EndpointsState(AuthState):
+class EndpointsState(paging.KeysetPaged, AuthState):
     endpoints: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    has_older: rx.Field[bool] = rx.field(False)
+    has_newer: rx.Field[bool] = rx.field(False)
     secret: rx.Field[str] = rx.field("")  # a secret just created or rotated: cleared by the next load or action
     confirm_id: rx.Field[str] = rx.field("")
     notice: rx.Field[str] = rx.field("")
@@ -55,12 +60,30 @@ class EndpointsState(AuthState):
         self.secret = self.notice = self.error = ""
 
     async def _reload(self) -> None:
-        self.endpoints = [_row(e) for e in await asyncio.to_thread(store.list_endpoints, self._tenant_id)]
+        """The page at the position the view holds (newest first)."""
+        page = await asyncio.to_thread(pages.endpoints, self._tenant_id, PAGE_SIZE, self._before or None,
+                                       self._after or None)
+        self.endpoints = [_row(e) for e in page.rows]
+        self.has_older, self.has_newer = page.has_older, page.has_newer
+
+    def _page_rows(self) -> list[dict[str, str]]:
+        return self.endpoints
+
+    def _page_allowed(self) -> bool:
+        return bool(self._tenant_id)
+
+    async def _page_reload(self) -> None:
+        await self._reload()
+
+    def _url(self) -> Followup:
+        return paging.replace_url(routes.ENDPOINTS, {"before": self._before, "after": self._after})
 
     @event
     async def load(self) -> None:
         self._clear()
         self.confirm_id = ""
+        before, after = paging.position(self.router.url.query_parameters)
+        self._before, self._after = before or 0, after or 0
         if not self._tenant_id:
             self.endpoints = []
             return
@@ -85,6 +108,7 @@ class EndpointsState(AuthState):
         row = await asyncio.to_thread(store.create, self._tenant_id, url, description, None, self._actor_ref)
         self.secret, self.notice = row["secret"], (f"Endpoint {row['id']} added. Copy its signing secret now: "
                                                    "it is shown only this once.")
+        self._before = self._after = 0  # the newest page, where the new endpoint is
         await self._reload()
 
     @event
@@ -179,6 +203,8 @@ def endpoints_page() -> rx.Component:
             margin_bottom="12px")),
         data_table(["Endpoint", "Events", "State", "Health", ""], EndpointsState.endpoints, _endpoint_row,
                    "No webhook endpoints yet.", "endpoints-table"),
+        paging.pager(EndpointsState.older, EndpointsState.newer, EndpointsState.has_older, EndpointsState.has_newer,
+                     "endpoints-pager"),
     )
 
 

@@ -11,7 +11,11 @@ PUBLIC_COLUMNS = ("id, url, description, event_types, disabled_at IS NULL AS ena
 CREATE = sa.text(
     "INSERT INTO webhook_endpoints (tenant_id, url, description, event_types, secret) "
     "VALUES (:t, :u, :d, CAST(:e AS jsonb), :s) RETURNING " + PUBLIC_COLUMNS)
-LIST = sa.text(f"SELECT {PUBLIC_COLUMNS} FROM webhook_endpoints WHERE tenant_id = :t ORDER BY id")
+# A keyset page, newest first: older than `b`, or (oldest first) just newer than `a`.
+LIST = sa.text(
+    f"SELECT {PUBLIC_COLUMNS} FROM webhook_endpoints WHERE tenant_id = :t "
+    "AND (CAST(:b AS bigint) IS NULL OR id < :b) AND (CAST(:a AS bigint) IS NULL OR id > :a) "
+    "ORDER BY CASE WHEN CAST(:a AS bigint) IS NULL THEN -id ELSE id END LIMIT :l")
 GET = sa.text(f"SELECT {PUBLIC_COLUMNS} FROM webhook_endpoints WHERE tenant_id = :t AND id = :i")
 # Enabling closes the breaker and forgets the failures; disabling keeps who did it (the claim says so on each row
 # it settles unsent).
@@ -71,7 +75,7 @@ HEALTH = sa.text(
            max(a.finished_at) FILTER (WHERE a.outcome IN {_FAILED}) AS last_error_at,
            (array_agg(a.error_class ORDER BY a.id DESC) FILTER (WHERE a.outcome IN {_FAILED}))[1] AS last_error
     FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id
-    WHERE n.tenant_id = :t AND n.endpoint_id IS NOT NULL AND (CAST(:i AS integer) IS NULL OR n.endpoint_id = :i)
+    WHERE n.tenant_id = :t AND n.endpoint_id = ANY(CAST(:ids AS bigint[]))
     GROUP BY n.endpoint_id
     """)
 AUTO_DISABLED_COUNTS = sa.text(

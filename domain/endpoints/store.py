@@ -45,10 +45,13 @@ def _public(row: Any, health: dict[int, dict[str, Any]] | None = None) -> dict[s
     return d
 
 
-def _health(uow: UnitOfWork, tenant_id: int, endpoint_id: int | None = None) -> dict[int, dict[str, Any]]:
-    """Per endpoint, from its rows' attempts: the last 24 hours' successes and failures, the last success and the
-    last error (a stale or suppressed line is neither)."""
-    return {int(r.endpoint_id): dict(r._mapping) for r in uow.execute(sql.HEALTH, {"t": tenant_id, "i": endpoint_id})}
+def _health(uow: UnitOfWork, tenant_id: int, endpoint_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Per endpoint shown, from its rows' attempts: the last 24 hours' successes and failures, the last success and
+    the last error (a stale or suppressed line is neither)."""
+    if not endpoint_ids:
+        return {}
+    return {int(r.endpoint_id): dict(r._mapping)
+            for r in uow.execute(sql.HEALTH, {"t": tenant_id, "ids": endpoint_ids})}
 
 
 def create(tenant_id: int, url: str, description: str, event_types: list[str] | None, actor_ref: str,
@@ -67,17 +70,20 @@ def _json(v: list[str] | None) -> str | None:
     return None if v is None else json.dumps(v)
 
 
-def list_endpoints(tenant_id: int, engine: Engine | None = None) -> list[dict[str, Any]]:
+def list_endpoints(tenant_id: int, limit: int = 1000, before: int | None = None, after: int | None = None,
+                   engine: Engine | None = None) -> list[dict[str, Any]]:
+    """Newest first: the endpoints older than `before`, or (oldest first) just newer than `after` — a keyset page,
+    each with the health of its own rows only."""
     with UnitOfWork(engine) as uow:
-        rows = uow.execute(sql.LIST, {"t": tenant_id}).all()
-        health = _health(uow, tenant_id) if rows else {}
+        rows = uow.execute(sql.LIST, {"t": tenant_id, "l": limit, "b": before, "a": after}).all()
+        health = _health(uow, tenant_id, [int(r.id) for r in rows])
     return [_public(r, health) for r in rows]
 
 
 def get(tenant_id: int, endpoint_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
     with UnitOfWork(engine) as uow:
         row = uow.execute(sql.GET, {"t": tenant_id, "i": endpoint_id}).first()
-        health = _health(uow, tenant_id, endpoint_id) if row else {}
+        health = _health(uow, tenant_id, [endpoint_id]) if row else {}
     return _public(row, health) if row else None
 
 

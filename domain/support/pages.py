@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 from domain.access import actions as operator_actions
 from domain.campaigns import views as campaign_views
 from domain.db import UnitOfWork, as_dicts
+from domain.endpoints import store as endpoint_store
 from domain.journeys import views as journey_views
 from domain.ledger import recipients as ledger_recipients
 from domain.orders import views as order_views
@@ -70,6 +71,10 @@ def campaigns(tenant_id: int, channel: str | None = None, limit: int = 50, befor
 
 def actions(tenant_id: int | None, limit: int = 50, before: int | None = None, after: int | None = None) -> Keyset:
     return keyset(operator_actions.recent(tenant_id, limit + 1, before, after), limit, before, after)
+
+
+def endpoints(tenant_id: int, limit: int = 50, before: int | None = None, after: int | None = None) -> Keyset:
+    return keyset(endpoint_store.list_endpoints(tenant_id, limit + 1, before, after), limit, before, after)
 
 
 def next_cursor(page: Keyset) -> str | None:

@@ -97,4 +97,26 @@ async def test_another_tenants_endpoint_looks_missing(client, key42, key7):
         assert theirs.status_code == missing.status_code == 404
         assert {k: v for k, v in theirs.json().items() if k != "request_id"} == \
             {k: v for k, v in missing.json().items() if k != "request_id"}
-    assert [e["id"] for e in (await client.get("/api/v1/endpoints", headers=key7)).json()["endpoints"]] == []
+    assert [e["id"] for e in (await client.get("/api/v1/endpoints", headers=key7)).json()["items"]] == []
+
+
+async def test_the_endpoint_list_pages_newest_first_and_never_shows_a_secret(client, key42):
+    """Invariant (paging on every list): `?limit=&cursor=` walks every endpoint of the tenant once, newest first,
+    `next_cursor` null on the last page; no page carries a secret; a bad cursor or limit is a 422 naming it."""
+    made = [(await client.post("/api/v1/endpoints", json={"url": PUBLIC, "description": f"p{i}"},
+                               headers=key42)).json()["id"] for i in range(5)]
+    seen: list[int] = []
+    cursor: str | None = None
+    while True:
+        r = await client.get("/api/v1/endpoints", params={"limit": 2, **({"cursor": cursor} if cursor else {})},
+                             headers=key42)
+        assert r.status_code == 200 and len(r.json()["items"]) <= 2
+        assert "secret" not in r.text and "whsec_" not in r.text
+        seen += [e["id"] for e in r.json()["items"]]
+        cursor = r.json()["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == sorted(seen, reverse=True) and len(seen) == len(set(seen)) and set(made) <= set(seen)
+    for bad in ({"cursor": "x"}, {"cursor": "0"}, {"limit": "0"}, {"limit": "501"}, {"cursor": str(2**63)}):
+        r = await client.get("/api/v1/endpoints", params=bad, headers=key42)
+        assert r.status_code == 422 and next(iter(bad)) in r.text, (bad, r.text)
