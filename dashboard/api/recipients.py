@@ -156,9 +156,13 @@ async def patch(recipient_id: Id, body: RecipientPatch, p: Auth) -> dict[str, An
 
 @router.get("/{recipient_id}/messages")
 async def messages(recipient_id: Id, p: Auth, limit: Annotated[int, Query(ge=1, le=500)] = 100,
-                   before_id: Cursor = None) -> dict[str, Any]:
+                   cursor: Cursor = None,
+                   before_id: Annotated[Cursor, Query(deprecated=True, description="the old name of `cursor`")] = None,
+                   ) -> dict[str, Any]:
+    """Newest first, each with its answer in plain words. `next_cursor` (null on the last page) fetches the next,
+    older page."""
     out = await asyncio.to_thread(ledger_views.recipient_messages, p.tenant_id, recipient_id, datetime.now(UTC), limit,
-                                  before_id)
+                                  cursor or before_id)
     if out is None:
         raise ApiError(404, "not_found")
     return out

@@ -46,6 +46,7 @@ class RecipientState(AuthState):
     this_week: rx.Field[str] = rx.field("")
     reached_by: rx.Field[str] = rx.field("")
     messages: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    more_messages: rx.Field[bool] = rx.field(False)  # older messages than the 100 shown: paged in the ledger
     changes: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     notice: rx.Field[str] = rx.field("")
     error: rx.Field[str] = rx.field("")
@@ -79,6 +80,7 @@ class RecipientState(AuthState):
                           "template": m["template"], "status": m["status"], "answer": m["answer"],
                           "cost": money(m["cost_cents"]), "ref": m["provider_reference"] or "—",
                           "receipt": when(m["receipt_at"])} for m in why["messages"]]
+        self.more_messages = why["next_cursor"] is not None
         self.changes = [{"at": when(c["changed_at"]), "who": c["actor_ref"], "field": c["field"],
                          "old": c["old_value"] or "—", "new": c["new_value"] or "—"} for c in r["changes"]]
 
@@ -167,6 +169,9 @@ def recipient_page() -> rx.Component:
                 data_table(["Created (UTC)", "Channel", "Status", "Did they get it?", "Cost", "Provider ref",
                             "Receipt (UTC)"], RecipientState.messages, _message_row,
                            "We never messaged this person.", "messages-table"),
+                rx.cond(RecipientState.more_messages, rx.link(
+                    "Older messages: every message to this person, a page at a time, in the ledger →",
+                    href="/ledger?recipient=" + RecipientState.ref, size="2", data_testid="older-messages")),
                 rx.heading("Changes", size="4"),
                 data_table(["When (UTC)", "Who", "What", "Before", "After"], RecipientState.changes, _change_row,
                            "No changes recorded.", "changes-table"),

@@ -151,11 +151,14 @@ def recipient_messages(tenant_id: int, recipient_id: int, now: datetime, limit: 
         r = uow.execute(sql.RECIPIENT_HEADER, {"t": tenant_id, "i": recipient_id}).first()
         if r is None:
             return None
-        rows = as_dicts(uow.execute(sql.RECIPIENT_MESSAGES, {"t": tenant_id, "ref": r.ref, "b": before_id, "l": limit}))
+        rows = as_dicts(uow.execute(sql.RECIPIENT_MESSAGES, {"t": tenant_id, "ref": r.ref, "b": before_id,
+                                                              "l": limit + 1}))
+        more, rows = len(rows) > limit, rows[:limit]
         day_start = now.astimezone(ZoneInfo(r.timezone)).replace(hour=0, minute=0, second=0, microsecond=0)
         s = uow.execute(sql.RECIPIENT_REACH, {"t": tenant_id, "ref": r.ref, "day": day_start, "now": now}).one()
     for m in rows:
         m["answer"] = message_answer(m, now)
     return {"recipient_id": r.id, "ref": r.ref, "display_name": r.display_name, "timezone": r.timezone,
             "heard_from_us_today": s.today > 0, "sent_today": int(s.today), "sent_this_week": int(s.week),
-            "reached_by": list(s.reached or []), "messages": rows}
+            "reached_by": list(s.reached or []), "messages": rows,
+            "next_cursor": str(rows[-1]["id"]) if more and rows else None}

@@ -277,6 +277,27 @@ async def test_why_answers_quiet_hours_in_the_recipients_own_time(client, key42)
     assert why["messages"][0]["answer"] == f"not sent yet: quiet hours until {end} Asia/Kolkata"
 
 
+async def test_why_pages_a_recipients_messages_by_cursor(client, key42):
+    """Invariant (paging on every list): `?limit=&cursor=` walks every message to the person once, newest first,
+    `next_cursor` null on the last page; the old `before_id` name still pages the same way."""
+    rid = await new_recipient(client, key42)
+    made = [(await client.post("/api/v1/notifications", json=send_body(rid, period=f"2026-11-{10 + i}"),
+                               headers=key42)).json()["notification_id"] for i in range(5)]
+    seen: list[int] = []
+    cursor = None
+    while True:
+        q = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = (await client.get(f"/api/v1/recipients/{rid}/messages", params=q, headers=key42)).json()
+        seen += [m["id"] for m in page["messages"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == sorted(made, reverse=True)
+    old = (await client.get(f"/api/v1/recipients/{rid}/messages", params={"limit": 2, "before_id": seen[1]},
+                            headers=key42)).json()
+    assert [m["id"] for m in old["messages"]] == seen[2:4]
+
+
 async def test_a_scheduled_nudge_is_counted_apart_never_as_overdue(client, key42):
     lead = (await client.post("/api/v1/leads", json={"recipient_ref": "cust-003"}, headers=key42)).json()["lead_id"]
     r = await client.post(f"/api/v1/leads/{lead}/events", json={"event": "initiated"}, headers=key42)
