@@ -34,10 +34,15 @@ SECRETS = sa.text("SELECT secret, previous_secret, previous_secret_until FROM we
                   "WHERE tenant_id = :t AND id = :i")
 
 # ---- fan-out (the order command's transaction) ------------------------------------------------------------------
-# Every endpoint of the tenant, and whether it takes this event now (enabled, and the type is one it asked for).
-TARGETS = sa.text(
-    "SELECT id, disabled_at IS NULL AND (event_types IS NULL OR event_types @> jsonb_build_array(CAST(:et AS text))) "
-    "AS wants FROM webhook_endpoints WHERE tenant_id = :t ORDER BY id")
+# Every endpoint of the tenant (`:t`), and whether it takes this event (`:et`) now: enabled, and the type is one it
+# asked for.
+_WANTS = "disabled_at IS NULL AND (event_types IS NULL OR event_types @> jsonb_build_array(CAST(:et AS text)))"
+TARGETS = sa.text(f"SELECT id, {_WANTS} AS wants FROM webhook_endpoints WHERE tenant_id = :t ORDER BY id")
+# The same as one scalar, for a statement to carry in its own result (the order command's guarded update does, so
+# the fan-out costs no round trip of its own): a JSON array of [id, wants] in id order; NULL when the tenant has no
+# endpoint. Other rooms reach it as `store.targets_scalar()`.
+TARGETS_SCALAR = (f"(SELECT jsonb_agg(jsonb_build_array(id, {_WANTS}) ORDER BY id) "
+                  "FROM webhook_endpoints WHERE tenant_id = :t)")
 
 # ---- send time (the worker): where to, and signed with what. Never in job args, logs or the claim record. ---------
 SEND_TARGET = sa.text(

@@ -151,6 +151,20 @@ def targets(uow: UnitOfWork, tenant_id: int, event_type: str) -> list[int] | Non
     return [int(r.id) for r in rows if r.wants]
 
 
+def targets_scalar() -> str:
+    """`targets` as one SQL scalar over `:t` (the tenant) and `:et` (the event type), for a statement of another
+    room to carry in its own result (the order command's guarded update does: the fan-out costs no round trip of
+    its own). `targets_from` reads its value."""
+    return sql.TARGETS_SCALAR
+
+
+def targets_from(scalar: list[list[Any]] | None) -> list[int] | None:
+    """`targets`, read from the value of `targets_scalar()`."""
+    if scalar is None:
+        return None
+    return [int(ep) for ep, wants in scalar if wants]
+
+
 # ---- send time: the worker's read -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SendTarget:

@@ -1,7 +1,7 @@
 """The one way into the ledger and the ways out of it.
 
 In: every producer (order events, journeys, lifecycle events, the send API, one-time codes) calls `ledger_message`
-inside its own unit of work.
+(or `ledger_messages` for several at once, one statement) inside its own unit of work.
 
 The row is written before anything is sent. Its dedupe key is deterministic (recipient + template + channel + the
 period or subject the message is about), and an existing key means skip: the caller gets the row that is already
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -76,18 +76,34 @@ class Ledgered:
 
 def ledger_message(uow: UnitOfWork, m: NewMessage) -> Ledgered:
     """Write the ledger row (or find the one already there). Never commits: the caller's transaction decides."""
-    row = uow.execute(sql.INSERT_MESSAGE, {
-        "t": m.tenant_id, "r": m.recipient, "c": m.channel, "l": m.lane, "tpl": m.template,
-        "p": json.dumps(m.payload, default=str), "k": m.dedupe_key, "at": m.next_attempt_at, "e": m.event_id,
-        "o": m.order_id, "i": m.intent_id, "max": get_settings().max_attempts, "ep": m.endpoint_id,
-    }).first()
-    if row is None:
-        prior = uow.execute(sql.EXISTING, {"k": m.dedupe_key}).one()
-        return Ledgered(prior.id, prior.lane, prior.job_id, prior.status, created=False, tenant_id=m.tenant_id)
-    job = uow.execute(sql.SET_JOB_ID, {"id": row.id}).scalar_one()
-    # NOTIFY is transactional: the relay hears it only if the caller's commit happens.
-    uow.execute(sql.NOTIFY_OWED, {"lane": row.lane})
-    return Ledgered(row.id, row.lane, job, row.status, created=True, tenant_id=m.tenant_id)
+    return ledger_messages(uow, [m])[0]
+
+
+def ledger_messages(uow: UnitOfWork, ms: Sequence[NewMessage]) -> list[Ledgered]:
+    """`ledger_message` for several messages in one statement (one round trip): their rows in the order given, each
+    new or the one already there under its key (a key given twice is written once; the second is a skip). The
+    statements that find existing rows run only when a key was skipped. Never commits."""
+    if not ms:
+        return []
+    made = {r.dedupe_key: r for r in uow.execute(sql.INSERT_MESSAGES, {
+        "t": [m.tenant_id for m in ms], "r": [m.recipient for m in ms], "c": [m.channel for m in ms],
+        "l": [m.lane for m in ms], "tpl": [m.template for m in ms],
+        "p": [json.dumps(m.payload, default=str) for m in ms], "k": [m.dedupe_key for m in ms],
+        "at": [m.next_attempt_at for m in ms], "e": [m.event_id for m in ms], "o": [m.order_id for m in ms],
+        "i": [m.intent_id for m in ms], "ep": [m.endpoint_id for m in ms], "max": get_settings().max_attempts,
+    })}
+    skipped = [m.dedupe_key for m in ms if m.dedupe_key not in made]
+    prior = {r.dedupe_key: r for r in uow.execute(sql.EXISTING, {"k": skipped})} if skipped else {}
+    out: list[Ledgered] = []
+    for m in ms:
+        row = made.pop(m.dedupe_key, None)
+        if row is not None:
+            out.append(Ledgered(row.id, row.lane, row.job_id, row.status, created=True, tenant_id=m.tenant_id))
+            prior[m.dedupe_key] = row  # the same key again in this batch: the row just written, a skip
+            continue
+        p = prior[m.dedupe_key]
+        out.append(Ledgered(p.id, p.lane, p.job_id, p.status, created=False, tenant_id=m.tenant_id))
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,9 @@
-"""Order commands: decide, then ONE transaction for the revision, the envelope and its ledger rows.
+"""Order commands: ONE transaction for the revision, the envelope and its ledger rows, in two statements.
+
+The policy's decision is the guarded update's WHERE (`policy.guard_for`): the update, the envelope and the endpoint
+fan-out are one statement, the ledger rows and their NOTIFY a second. The order is read only when the update matched
+nothing, to tell missing (or another tenant's), stale and denied apart (issue 17: ten statements were 223 commits/s
+at 4 clients against 723/s for the same writes by raw psycopg).
 
 After commit (and only then) the caller runs `domain.wakeups.after_commit` to publish the refresh and enqueue wake-ups;
 both are best-effort because PostgreSQL already holds the responsibility.
@@ -6,6 +11,7 @@ both are best-effort because PostgreSQL already holds the responsibility.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,11 +22,11 @@ from domain import faults
 from domain.db import UnitOfWork
 from domain.endpoints import store as endpoints
 from domain.ledger.owed import OwedRow
-from domain.ledger.write import NewMessage, ledger_message
+from domain.ledger.write import NewMessage, ledger_messages
 from domain.orders import sql
 from domain.orders.audience import order_event_audience
 from domain.orders.envelope import Envelope
-from domain.orders.policy import Accept, Reject, decide_transition
+from domain.orders.policy import Accept, Reject, decide_transition, guard_for
 
 SCHEMA_VERSION = 1
 
@@ -44,22 +50,16 @@ class NotFound:
 CommandResult = Committed | Reject | NotFound
 
 
-def _insert_handoff(uow: UnitOfWork, env: Envelope, customer_ref: str, order_id: int) -> tuple[OwedRow, ...]:
-    uow.execute(sql.INSERT_EVENT.values(
-        event_id=env.event_id, tenant_id=env.tenant_id, aggregate_type=env.aggregate_type,
-        aggregate_id=env.aggregate_id, aggregate_revision=env.aggregate_revision, event_type=env.event_type,
-        schema_version=env.schema_version, occurred_at=env.occurred_at, request_id=env.request_id,
-        causation_id=env.causation_id, actor_ref=env.actor_ref, payload=env.payload, digest=env.digest,
-    ))
-    owed: list[OwedRow] = []
+def _ledger_handoff(uow: UnitOfWork, env: Envelope, customer_ref: str, order_id: int,
+                   targets: list[int] | None) -> tuple[OwedRow, ...]:
+    """The event's ledger rows, in one statement. `targets`: the tenant's endpoints that take this event (None: the
+    tenant has none)."""
     subject = f"order-{order_id}-r{env.aggregate_revision}"
-    audience = order_event_audience(env.event_type, customer_ref, env.tenant_id)
-    # A tenant with endpoints of its own gets its webhook there, one row per endpoint that takes this event (and
-    # none for a disabled one, or one that asked for other types); a tenant with none, at the system-wide receiver.
-    targets = endpoints.targets(uow, env.tenant_id, env.event_type) if any(
-        m.channel == "webhook" for m in audience) else None
     messages: list[NewMessage] = []
-    for msg in audience:
+    for msg in order_event_audience(env.event_type, customer_ref, env.tenant_id):
+        # A tenant with endpoints of its own gets its webhook there, one row per endpoint that takes this event (and
+        # none for a disabled one, or one that asked for other types); a tenant with none, at the system-wide
+        # receiver.
         if msg.channel == "webhook" and targets is not None:
             # The key is the event and the endpoint: a retried command never owes an endpoint the same event twice.
             messages += [NewMessage(
@@ -70,11 +70,21 @@ def _insert_handoff(uow: UnitOfWork, env: Envelope, customer_ref: str, order_id:
         messages.append(NewMessage(
             tenant_id=env.tenant_id, recipient=msg.recipient, channel=msg.channel, lane=msg.lane,
             template=msg.template, subject=subject, payload=env.payload, event_id=env.event_id, order_id=order_id))
-    for m in messages:
-        row = ledger_message(uow, m)
-        if row.created:
-            owed.append(row.owed())
-    return tuple(owed)
+    return tuple(row.owed() for row in ledger_messages(uow, messages) if row.created)
+
+
+def _why_nothing_matched(uow: UnitOfWork, tenant_id: int, order_id: int, command: str,
+                         expected_revision: int) -> Reject | NotFound:
+    """The guarded update matched nothing: read the order (only now) and let the policy say why."""
+    uow.session.rollback()
+    row = uow.execute(sql.READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).first()
+    if row is None:
+        return NotFound(order_id)  # missing, or another tenant's: the same answer
+    decision = decide_transition(row.status, row.revision, command, expected_revision)
+    if isinstance(decision, Accept):
+        # The update saw another state than this read does: a concurrent command committed in between.
+        return Reject("optimistic_conflict", row.revision, row.status, command)
+    return decision
 
 
 def execute_order_command(
@@ -91,41 +101,43 @@ def execute_order_command(
     engine: Engine | None = None,
     now: datetime | None = None,
 ) -> CommandResult:
+    """Two statements for the common case: the guarded update carrying the envelope and the endpoints
+    (`sql.APPLY_COMMAND`), then the ledger rows (`ledger_messages`). The order is read only when nothing matched."""
     # Generated once, before any retry: a retried request never mints a second logical event.
     event_id = event_id or uuid.uuid4()
     occurred_at = now or datetime.now(UTC)
+    guard = guard_for(command)
     with UnitOfWork(engine) as uow:
         faults.hit("after_begin", plan)
-        row = uow.execute(sql.READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).first()
-        if row is None:
-            return NotFound(order_id)
-        decision = decide_transition(row.status, row.revision, command, expected_revision)
-        if not isinstance(decision, Accept):
-            return decision
-        faults.hit("after_decision", plan)
-        updated = uow.execute(sql.UPDATE_ORDER_GUARDED, {
-            "to_status": decision.to_status, "tenant_id": tenant_id, "order_id": order_id,
-            "expected_revision": expected_revision,
-        }).first()
-        if updated is None:
-            # A concurrent command committed first; READ COMMITTED re-checked our WHERE and matched nothing.
-            uow.session.rollback()
-            current = uow.execute(sql.READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).one()
-            return Reject("optimistic_conflict", current.revision, current.status, command)
-        faults.hit("after_order_update", plan)
+        if guard is None:
+            return _why_nothing_matched(uow, tenant_id, order_id, command, expected_revision)
+        # Built before the update, for the revision it commits only at: a stale command's envelope is never written.
         env = Envelope(
             event_id=event_id, tenant_id=tenant_id, aggregate_type="order", aggregate_id=str(order_id),
-            aggregate_revision=decision.new_revision, event_type=decision.event_type,
+            aggregate_revision=expected_revision + 1, event_type=guard.event_type,
             schema_version=SCHEMA_VERSION, occurred_at=occurred_at, request_id=request_id,
             causation_id=causation_id, actor_ref=actor_ref,
             # Minimal: identity and the new state. No amounts, no customer fields.
-            payload={"order_id": order_id, "status": decision.to_status, "revision": decision.new_revision},
+            payload={"order_id": order_id, "status": guard.to_status, "revision": expected_revision + 1},
         )
-        owed = _insert_handoff(uow, env, row.customer_ref, order_id)
+        applied = uow.execute(sql.APPLY_COMMAND, {
+            "to_status": guard.to_status, "t": tenant_id, "o": order_id, "expected": expected_revision,
+            "from_statuses": list(guard.from_statuses), "e": env.event_id, "aggregate_type": env.aggregate_type,
+            "aggregate_id": env.aggregate_id, "et": env.event_type, "schema_version": env.schema_version,
+            "occurred_at": env.occurred_at, "request_id": env.request_id, "causation_id": env.causation_id,
+            "actor_ref": env.actor_ref, "payload": json.dumps(env.payload), "digest": env.digest,
+        }).first()
+        if applied is None:
+            # Missing, another tenant's, stale, or not allowed from its status (or a concurrent command committed
+            # first: READ COMMITTED re-checked our WHERE on its row and matched nothing). Nothing was written.
+            return _why_nothing_matched(uow, tenant_id, order_id, command, expected_revision)
+        faults.hit("after_decision", plan)
+        faults.hit("after_order_update", plan)
+        owed = _ledger_handoff(uow, env, applied.customer_ref, order_id, endpoints.targets_from(applied.targets))
         faults.hit("after_handoff_insert", plan)
         faults.hit("before_commit", plan)
         uow.commit()
-    return Committed(tenant_id, order_id, decision.to_status, decision.new_revision, event_id, owed)
+    return Committed(tenant_id, order_id, guard.to_status, expected_revision + 1, event_id, owed)
 
 
 def create_order(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +28,10 @@ class Envelope:
 
     def wire(self) -> dict[str, Any]:
         """The JSON body sent to webhooks: identity, correlation and the minimal payload. Nothing else."""
-        d = asdict(self)
+        # Field by field (not `asdict`, whose recursive deep copy was a tenth of the order command's CPU); the
+        # payload is copied so the body never aliases the frozen envelope's dict.
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["payload"] = copy.deepcopy(self.payload)
         d["event_id"] = str(self.event_id)
         d["causation_id"] = str(self.causation_id) if self.causation_id else None
         d["occurred_at"] = self.occurred_at.isoformat()

@@ -65,5 +65,28 @@ def decide_transition(
     return Accept(to_status, current_revision + 1, EVENT_TYPES[to_status])
 
 
+@dataclass(frozen=True)
+class Guard:
+    """A command as one guarded update: it commits only on an order at `expected_revision` whose status is one of
+    `from_statuses`, and moves it to `to_status` (the event it emits is `event_type`). The update's WHERE is the
+    decision: `decide_transition` on a matched row would give `Accept(to_status, expected_revision + 1,
+    event_type)`, and on anything else the update changes nothing (the caller then reads the row to say why)."""
+
+    from_statuses: tuple[str, ...]
+    to_status: str
+    event_type: str
+
+
+def guard_for(command: str) -> Guard | None:
+    """The guarded update of `command`; None for an unknown command. One target status per command (the table
+    holds that, a unit test checks it): the event is built before the update, so it cannot depend on which
+    status the update finds."""
+    froms = tuple(sorted(f for (f, c) in TRANSITIONS if c == command))
+    if not froms:
+        return None
+    (to_status,) = {t for (_, c), t in TRANSITIONS.items() if c == command}
+    return Guard(froms, to_status, EVENT_TYPES[to_status])
+
+
 def allowed_commands(current_status: str) -> list[str]:
     return [c for c in COMMANDS if (current_status, c) in TRANSITIONS]

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from domain.endpoints.store import targets_scalar
 from domain.ledger.views import NOTIFICATION_COLUMNS
-from domain.models import Order, OutboxEvent, table_of
+from domain.models import Order, table_of
 
 ORDERS = table_of(Order)
-EVENTS = table_of(OutboxEvent)
 
 # ---- commands ------------------------------------------------------------------------------------------------
 # A plain read (no FOR UPDATE): the guarded UPDATE below is what settles a race.
@@ -24,7 +24,29 @@ UPDATE_ORDER_GUARDED = sa.text(
     "WHERE tenant_id = :tenant_id AND id = :order_id AND revision = :expected_revision "
     "RETURNING revision"
 )
-INSERT_EVENT = sa.insert(EVENTS)
+# A command in one round trip: the guarded update (its WHERE is the policy's decision, `policy.Guard`), the event's
+# envelope only if it matched, and the tenant's endpoints for the fan-out. No row back: nothing changed (missing,
+# another tenant's, stale or not allowed); the caller reads the order only then, to say which.
+APPLY_COMMAND = sa.text(
+    f"""
+    WITH upd AS (
+      UPDATE orders SET status = :to_status, revision = revision + 1, updated_at = now()
+      WHERE tenant_id = :t AND id = :o AND revision = :expected AND status = ANY(CAST(:from_statuses AS text[]))
+      RETURNING revision, customer_ref
+    ), ev AS (
+      INSERT INTO outbox_events (event_id, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type,
+                                 schema_version, occurred_at, request_id, causation_id, actor_ref, payload, digest)
+      SELECT CAST(:e AS uuid), :t, CAST(:aggregate_type AS text), CAST(:aggregate_id AS text), u.revision,
+             CAST(:et AS text), CAST(:schema_version AS integer), CAST(:occurred_at AS timestamptz),
+             CAST(:request_id AS text), CAST(:causation_id AS uuid), CAST(:actor_ref AS text),
+             CAST(:payload AS jsonb), CAST(:digest AS text)
+      FROM upd u
+      RETURNING event_id
+    )
+    SELECT u.revision, u.customer_ref, (SELECT count(*) FROM ev) AS events, {targets_scalar()} AS targets
+    FROM upd u
+    """
+)
 INSERT_ORDER = sa.insert(ORDERS).returning(ORDERS.c.id)
 
 # ---- views ---------------------------------------------------------------------------------------------------

@@ -139,3 +139,39 @@ def test_thousand_seeded_injected_failures_never_split_fact_from_handoff(db):
     assert counts["1 committed revision without outbox event"] == 0, f"seed={seed} {counts}"
     assert counts["2 outbox event for a revision never committed"] == 0, f"seed={seed} {counts}"
     assert committed > 100 and rolled_back > 100, f"seed={seed}: the fuzz must exercise both paths"
+
+
+def _statements(fn):  # type: ignore[no-untyped-def]
+    """`fn()`'s result and the statements it sent through the app's engine (BEGIN/COMMIT and the pool's ping are
+    not statements here)."""
+    sent: list[str] = []
+
+    def note(conn, cursor, statement, *a):  # type: ignore[no-untyped-def]
+        sent.append(statement)
+
+    sa.event.listen(get_engine(), "before_cursor_execute", note)
+    try:
+        return fn(), sent
+    finally:
+        sa.event.remove(get_engine(), "before_cursor_execute", note)
+
+
+def test_a_command_costs_two_statements_and_a_refusal_reads_the_order_only_then(db):
+    """Invariant (issue 17, the commit path's round trips): an accepted command is two statements — the guarded
+    update carrying its envelope and the endpoint fan-out, then its ledger rows with their NOTIFY — and a refused
+    or missing one is the guarded update (matching nothing, writing nothing) and one read that says why: stale,
+    denied, and another tenant's order answered exactly as before (the latter as a missing one)."""
+    r, sent = _statements(approve)
+    assert isinstance(r, Committed) and len(sent) == 2, sent
+    assert _state() == (18, "approved", 1, 2)
+    for call, want in ((lambda: approve(expected=17), ("optimistic_conflict", 18, "approved")),
+                       (lambda: execute_order_command(tenant_id=42, order_id=913, command="cancel",
+                                                      expected_revision=18, actor_ref="x", request_id="y"),
+                        ("policy_denied", 18, "approved"))):
+        r, sent = _statements(call)
+        assert isinstance(r, Reject) and (r.error, r.current_revision, r.current_status) == want
+        assert len(sent) == 2, sent
+    r, sent = _statements(lambda: execute_order_command(tenant_id=7, order_id=913, command="approve",
+                                                        expected_revision=18, actor_ref="x", request_id="y"))
+    assert r == NotFound(913) and len(sent) == 2, sent
+    assert _state() == (18, "approved", 1, 2)

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.orders.policy import COMMANDS, TRANSITIONS, Accept, Reject, decide_transition
+from domain.orders.policy import COMMANDS, TRANSITIONS, Accept, Reject, decide_transition, guard_for
 
 STATUSES = ("authorized", "approved", "cancelled", "fulfilled")
 
@@ -32,3 +32,21 @@ def test_decision_matches_table_exactly(status, rev, command, expected):
         assert isinstance(d, Accept) and d.new_revision == rev + 1 and d.to_status == TRANSITIONS[(status, command)]
     else:
         assert isinstance(d, Reject) and d.error == "policy_denied"
+
+
+@given(st.sampled_from(STATUSES), st.integers(0, 10**6), st.sampled_from((*COMMANDS, "refund")), st.integers(0, 10**6))
+def test_guarded_update_decides_exactly_as_the_policy(status, rev, command, expected):
+    """Invariant: the command's guarded update (it matches an order at the caller's revision whose status is one of
+    the guard's) commits exactly what `decide_transition` accepts, to the same status and event."""
+    g = guard_for(command)
+    d = decide_transition(status, rev, command, expected)
+    matched = g is not None and rev == expected and status in g.from_statuses
+    assert matched == isinstance(d, Accept)
+    if matched:
+        assert g is not None and d == Accept(g.to_status, expected + 1, g.event_type)
+
+
+def test_every_command_has_one_target_status():
+    """Invariant: a command names where the order goes (its envelope is built before the guarded update)."""
+    for c in COMMANDS:
+        assert len({t for (_, cmd), t in TRANSITIONS.items() if cmd == c}) == 1, f"{c}: not one target status"
