@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import psycopg
@@ -19,7 +20,7 @@ from psycopg.rows import TupleRow
 
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork, libpq_url
-from domain.delivery import fair, wakeups
+from domain.delivery import fair, fairshare, wakeups
 from domain.delivery.queue import LANES, NOTIFY_CHANNEL, job_id, job_timeout_seconds
 from domain.delivery.wakeups import arq_pool, enqueue, enqueue_fan_out
 from domain.ledger.owed import OwedRow
@@ -87,8 +88,13 @@ async def forget_dead_jobs(redis: ArqRedis, scanned: list[ScannedRow]) -> int:
         # A row can be overdue merely because it waited in a long queue; its job being in progress proves a dead
         # worker only once it has been in progress for longer than a lease without claiming (arq sets the key
         # for job_timeout + 10 s, so the time left says how long it has run).
+        # One pipelined round trip for the page: a 40,000-row campaign keeps a whole window overdue, and one PTTL
+        # per row gathered concurrently opened one Redis connection each (2,000 per scan, every scan).
         lease_ms = get_settings().lease_seconds * 1000
-        ttls = await asyncio.gather(*(redis.pttl(in_progress_key_prefix + r.job_id) for r in overdue))
+        async with redis.pipeline(transaction=False) as pipe:
+            for r in overdue:
+                pipe.pttl(in_progress_key_prefix + r.job_id)
+            ttls = await pipe.execute()
         dead += [r.job_id for r, ttl in zip(overdue, ttls, strict=True)
                  if ttl > 0 and (job_timeout_seconds(r.lane) + 10) * 1000 - ttl > lease_ms]
     if dead:
@@ -96,27 +102,35 @@ async def forget_dead_jobs(redis: ArqRedis, scanned: list[ScannedRow]) -> int:
     return len(dead)
 
 
-async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None) -> tuple[int, int]:
-    """Returns (owed rows visited, wake-ups actually enqueued).
+async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None,
+                    lanes: Iterable[str] | None = None) -> tuple[int, int]:
+    """Returns (owed rows visited, wake-ups actually enqueued). `lanes`: only these (a NOTIFY names its lane);
+    None: every lane.
 
     Per lane, the scan visits that lane's oldest owed rows up to the window (`OUTBOX_RELAY_WINDOW`) — on the bulk
-    lane each tenant's and campaign's oldest, the window shared between them (fair.py): Redis holds at
-    most a window of wake-ups per lane, and a campaign of 40,000 rows costs each scan a window's worth of work, not
-    40,000 enqueue calls. Rows past the window are not lost: they are owed in PostgreSQL, in id order, and enter
-    the window as the rows before them are sent."""
-    window = window or get_settings().relay_window
+    lane each tenant's and campaign's oldest, in a window of its own (`fairshare.bulk_window`: a few scan
+    intervals of the lane's pace), shared between them (fair.py): Redis holds at most a window of wake-ups per
+    lane, and a campaign of 40,000 rows costs each scan a window's worth of work, not 40,000 enqueue calls. Rows
+    past the window are not lost: they are owed in PostgreSQL, in id order, and enter the window as the rows
+    before them are sent."""
+    s = get_settings()
+    wanted = set(LANES if lanes is None else lanes)
     seen = enq = 0
     for lane in LANES:
+        if lane not in wanted:
+            continue
+        lane_window = window or s.relay_window
         if lane == "bulk":  # fair between tenants: each flow's oldest rows, not the lane's
-            rows = await asyncio.to_thread(claim_bulk_window, window, 1.0, limit)
+            lane_window = window or fairshare.bulk_window(s.relay_window, s.bulk_rate_per_second, s.scan_interval)
+            rows = await asyncio.to_thread(claim_bulk_window, lane_window, 1.0, limit)
             await forget_dead_jobs(redis, rows)
             for i in range(0, len(rows), limit):  # the pipelined EXISTS page by page
                 enq += await wake(redis, rows[i:i + limit])
             seen += len(rows)
             continue
         after = visited = 0
-        while visited < window:  # keyset pages over the partial index (lane, id)
-            page = min(limit, window - visited)
+        while visited < lane_window:  # keyset pages over the partial index (lane, id)
+            page = min(limit, lane_window - visited)
             rows = await asyncio.to_thread(claim_owed, after, page, 1.0, lane)
             if not rows:
                 break
@@ -127,10 +141,24 @@ async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None
             if len(rows) < page:
                 break
         seen += visited
-    # A campaign whose fan-out stopped half way (its job lost with Redis, or its worker killed) is resumed.
-    for campaign_id in await asyncio.to_thread(campaign_fan_out.unfinished):
-        await enqueue_fan_out(redis, campaign_id)
+    if lanes is None or "bulk" in wanted:
+        # A campaign whose fan-out stopped half way (its job lost with Redis, or its worker killed) is resumed.
+        for campaign_id in await asyncio.to_thread(campaign_fan_out.unfinished):
+            await enqueue_fan_out(redis, campaign_id)
     return seen, enq
+
+
+async def notified_lanes(conn: psycopg.AsyncConnection[TupleRow], timeout: float) -> set[str] | None:
+    """Waits up to `timeout` for a NOTIFY; returns the lanes named by it and by every one already arrived (one
+    scan serves a burst), `set()` if none came, None if one named no known lane (a full scan, to be safe)."""
+    got: list[str] = []
+    async for n in conn.notifies(timeout=timeout, stop_after=1):
+        got.append(n.payload)
+    if got:
+        async for n in conn.notifies(timeout=0):  # drain what is already here, without waiting
+            got.append(n.payload)
+    lanes = set(got)
+    return lanes if lanes <= set(LANES) else None
 
 
 async def listen(database_url: str, backoff_cap: float = 2.0) -> psycopg.AsyncConnection[TupleRow]:
@@ -175,20 +203,24 @@ async def run_relay(interval: float | None = None, once: bool = False) -> None:
         if time.monotonic() - last_partitions >= PARTITIONS_EVERY_S:
             await keep_partitions_ahead(s.partitions_ahead)
             last_partitions = time.monotonic()
-        woke = False
+        # A NOTIFY scans only the lanes it names: a one-time code's commit must not make the relay read and lock
+        # the bulk lane's window (and check its wake-ups in Redis) while that code is being claimed. Every lane
+        # is scanned at the interval, whatever the NOTIFYs (the full scan is the recovery path).
+        lanes: set[str] | None = set()
         try:
-            async for _ in conn.notifies(timeout=interval, stop_after=1):
-                woke = True
+            lanes = await notified_lanes(conn, max(0.0, interval - (time.monotonic() - last_scan)))
         except Exception as exc:  # PostgreSQL restarted or the connection dropped: listen again, then scan
             log.warning("listen failed (%s); reconnecting", type(exc).__name__)
             await conn.close()
             conn = await listen(s.database_url)
-            woke = True  # NOTIFYs sent while we were away are gone: the scan below finds their rows
-        if woke or time.monotonic() - last_scan >= interval:
+            lanes = None  # NOTIFYs sent while we were away are gone: the full scan below finds their rows
+        full = lanes is None or time.monotonic() - last_scan >= interval
+        if full or lanes:
             try:
-                seen, enq = await scan_once(redis)
+                seen, enq = await scan_once(redis, lanes=None if full else lanes)
                 if enq:
-                    log.info("relay %s", "wake" if woke else "scan", extra={"owed_due": seen, "enqueued": enq})
+                    log.info("relay %s", "scan" if full else "wake", extra={"owed_due": seen, "enqueued": enq})
             except Exception as exc:  # Redis down: keep going, the next scan catches up
                 log.warning("scan failed: %s", type(exc).__name__)
-            last_scan = time.monotonic()
+            if full:
+                last_scan = time.monotonic()

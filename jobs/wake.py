@@ -23,6 +23,9 @@ from arq.worker import Worker
 from domain.delivery.queue import wake_channel
 from domain.delivery.wakeups import redis_db
 
+# Bulk jobs started from one read of the queue at most (then it is read again: a fairer-scored job enqueued
+# meanwhile goes first). One read is one ZRANGEBYSCORE; one start is four round trips, so this adds a fifth of one.
+BULK_STARTS_PER_READ = 4
 IDLE_WAIT = 1.0  # seconds between polls of an idle lane whose wake-ups all got lost
 log = logging.getLogger("outbox.wake")
 
@@ -45,15 +48,23 @@ class LaneWorker(Worker):
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         before = set(self.tasks.values())
         if self.lane == "bulk":
-            # Fair order (domain/delivery/fair.py): start only what free slots take now, then read the queue again.
-            # arq would wait for a slot on each id of its poll's snapshot (160 of them), starting them all ahead of
-            # any fairer-scored job enqueued meanwhile — a small tenant's first job would wait for 160 others.
+            # Fair order (domain/delivery/fair.py): start only what free slots take now, and at most
+            # `BULK_STARTS_PER_READ` jobs of one read of the queue, then read it again. arq would wait for a slot on
+            # each id of its poll's snapshot (160 of them), starting them all ahead of any fairer-scored job
+            # enqueued meanwhile; and with slots free (jobs starting no faster than they end, as on a loaded
+            # machine) walking the whole snapshot took seconds, each start four Redis round trips — a small
+            # tenant's first jobs, scored ahead, waited 3-5 s behind 42's already read (bench, 2026-11-30).
+            started = 0
             for job_id in job_ids:
                 if self.sem.locked():
+                    break
+                if started >= BULK_STARTS_PER_READ:
+                    self._wake.set()  # slots still free: read the queue again at once, not after a poll delay
                     break
                 running = self.tasks.get(job_id.decode())
                 if running is None or running.done():  # ours and running: no round trip to learn it
                     await super().start_jobs([job_id])
+                    started += 1
         else:
             await super().start_jobs(job_ids)
         for t in self.tasks.values():

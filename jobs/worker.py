@@ -260,7 +260,9 @@ def settings_for(lane: str) -> dict[str, Any]:
         ctx["worker_name"] = f"{socket.gethostname()}:{os.getpid()}:{lane}"
         ctx["rng"] = random.Random()
         # The claim/record path's own pool, one per lane worker process (domain/delivery/hot.py).
-        ctx["db"] = await hot.open_pool(get_settings().database_url, f"outbox-worker-{lane}")
+        # Its backends at the lane's CPU priority too, when PostgreSQL runs on this machine (LANE_NICENESS).
+        ctx["db"] = await hot.open_pool(get_settings().database_url, f"outbox-worker-{lane}",
+                                        niceness=LANE_NICENESS.get(lane, 0))
 
     async def shutdown(ctx: dict[str, Any]) -> None:
         await ctx["http"].aclose()
@@ -287,7 +289,8 @@ def settings_for(lane: str) -> dict[str, Any]:
 
 # CPU priority per lane (added niceness; 0 = the default): on a machine the lanes share, the scheduler gives a
 # one-time code's worker the core before a campaign's. Without it a 40k campaign's bulk worker, busy every
-# millisecond, made a code wait for CPU: its p99 rose from 56 ms idle to 147 ms (evidence/bench.md, lanes).
+# millisecond, made a code wait for CPU: its p99 rose from 56 ms idle to 147 ms (evidence/bench.md, lanes). The
+# worker's own PostgreSQL backends get the same priority when they run on this machine (domain/delivery/priority.py).
 LANE_NICENESS: Final[dict[str, int]] = {"critical": 0, "high": 0, "normal": 5, "bulk": 10}
 
 

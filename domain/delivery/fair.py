@@ -99,10 +99,6 @@ def scan_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500
             rate = fairshare.tenant_rate(s.bulk_rate_per_second, s.bulk_tenant_rate, r.tenant_rate)
             if rate < s.bulk_rate_per_second:
                 caps[int(r.tenant_id)] = rate
-        per_tenant: dict[int, int] = {}
-        for f in flows:
-            per_tenant[f.tenant_id] = per_tenant.get(f.tenant_id, 0) + 1
-        gaps = {f: fairshare.gap_ms(per_tenant[f.tenant_id]) for f in flows}
         shares = fairshare.windows(flows, window, caps)
         got: dict[Flow, list[Any]] = {f: [] for f in flows}
 
@@ -119,6 +115,13 @@ def scan_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500
         for f, n in fairshare.spare(shares, {f: len(r) for f, r in got.items()}, window, caps).items():
             page(f, n)
         uow.commit()  # the SKIP LOCKED claim only needs to last while we read; enqueue is idempotent
+    # A tenant's turn is shared by its flows that owe something due now: a campaign whose rest waits for quiet
+    # hours to end (owed, not due) must not take a share of it (it made a new campaign's turn a third).
+    per_tenant: dict[int, int] = {}
+    for f in flows:
+        if got[f]:
+            per_tenant[f.tenant_id] = per_tenant.get(f.tenant_id, 0) + 1
+    gaps = {f: fairshare.gap_ms(per_tenant.get(f.tenant_id, 1)) for f in flows}
     # Interleaved flow by flow, so a page cut short anywhere still holds every flow's oldest rows.
     out: list[tuple[Any, int]] = []
     longest = max((len(r) for r in got.values()), default=0)

@@ -11,6 +11,7 @@ Two pure decisions, values in and values out (the relay and the wake-up enqueue 
   max(V, the flow's last score) + gap (start-time fair queueing; V: the queue's head), and arq starts the due jobs
   lowest score first — so flows interleave job by job: a tenant's campaigns share one tenant's turn (the gap grows
   with their number).
+- `bulk_window`: how many of the lane's owed rows the relay keeps as wake-ups at all (a few scans' worth).
 - `reserve_ahead`: how far ahead a capped tenant's job may reserve its moment (jobs/worker.py); a job that cannot
   ends without a claim and the relay's next scan wakes its row again, in fair order.
 """
@@ -23,6 +24,9 @@ from typing import Final
 
 # Seconds of a capped tenant's pace that the relay keeps in Redis (more would only wait there).
 CAP_HORIZON_S: Final[float] = 5.0
+# The bulk window: this many scan intervals of the lane's pace, never fewer rows than the minimum.
+BULK_WINDOW_SCANS: Final[float] = 2.0
+MIN_BULK_WINDOW: Final[int] = 200
 # A capped tenant's jobs waiting in worker slots for their moment, at most (the rest go back to PostgreSQL).
 SLEEPERS_PER_TENANT: Final[int] = 8
 
@@ -71,6 +75,14 @@ def spare(shares: dict[Flow, int], taken: dict[Flow, int], window: int,
     if room <= 0 or not full:
         return {}
     return {f: room // len(full) for f in full if room // len(full) > 0}
+
+
+def bulk_window(relay_window: int, rate: float, scan_interval: float) -> int:
+    """How many bulk wake-ups the relay keeps in Redis: `BULK_WINDOW_SCANS` scan intervals of the lane's pace (the
+    rows the lane can send before the next scans refill it), at least `MIN_BULK_WINDOW`, at most the relay's
+    window. Each scan reads, locks and checks every row of it: 2,000 rows (95 s of work at 21/s) made one scan take
+    3-4 s on a loaded machine, and a new tenant's rows waited for it."""
+    return max(1, min(relay_window, max(MIN_BULK_WINDOW, math.ceil(rate * scan_interval * BULK_WINDOW_SCANS))))
 
 
 def gap_ms(flows_of_tenant: int) -> int:

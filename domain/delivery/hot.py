@@ -31,7 +31,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from domain.db import libpq_url
-from domain.delivery import claims, sql
+from domain.delivery import claims, priority, sql
 from domain.delivery.claimed import Claim, ClaimResult, Ready, SendContext, claim_params, plan
 from domain.delivery.retry import Retry, RetryDecision, Succeeded
 
@@ -51,11 +51,16 @@ class _LongWay(Exception):
     """Roll the fast transaction back: the long way decides."""
 
 
-async def open_pool(database_url: str, name: str, max_size: int = 10) -> Pool:
-    """An open pool of prepared-statement connections (no check on checkout: see the module's note)."""
+async def open_pool(database_url: str, name: str, max_size: int = 10, niceness: int = 0) -> Pool:
+    """An open pool of prepared-statement connections (no check on checkout: see the module's note). `niceness`:
+    each connection's backend, if it runs on this machine, at that CPU priority (domain/delivery/priority.py)."""
+
+    async def configure(conn: psycopg.AsyncConnection[DictRow]) -> None:
+        priority.renice_backend(conn.info.backend_pid, conn.info.host, niceness)
+
     pool: Pool = AsyncConnectionPool(
         libpq_url(database_url), min_size=1, max_size=max_size, name=name, open=False, timeout=10,
-        connection_class=psycopg.AsyncConnection[DictRow],
+        connection_class=psycopg.AsyncConnection[DictRow], configure=configure if niceness > 0 else None,
         kwargs={"row_factory": dict_row, "prepare_threshold": 0, "application_name": name})
     await pool.open(wait=True, timeout=30)
     return pool

@@ -140,9 +140,12 @@ async def without_live_job(redis: ArqRedis, rows: list[OwedRow]) -> list[OwedRow
 
 
 async def enqueue_fan_out(redis: ArqRedis, campaign_id: int) -> bool:
-    """Idempotent by job id: a campaign has at most one fan-out job in flight."""
+    """Idempotent by job id: a campaign has at most one fan-out job in flight. Wakes the bulk lane like any
+    enqueue (without it an idle bulk worker started a campaign only at its next idle poll, up to a second later)."""
     job = await redis.enqueue_job(FAN_OUT_TASK, campaign_id, _job_id=fan_out_job_id(campaign_id),
                                   _queue_name=queue_name("bulk"), _defer_until=await fair.front_score(redis))
+    if job is not None:
+        await wake_lanes(redis, ["bulk"])
     return job is not None
 
 

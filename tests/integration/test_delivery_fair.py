@@ -3,13 +3,16 @@
 Invariants: a small tenant's campaign started behind a big tenant's backlog is not starved — all of it is sent
 before the big backlog is half done; a tenant's capped bulk pace holds, and the jobs it keeps waiting hold no
 worker slot another tenant needs; cancelling the big campaign still stops its sends (every row it owed is
-suppressed with its reason, none sent after); every invariant holds afterwards (the fixture checks them).
+suppressed with its reason, none sent after); every invariant holds afterwards (the fixture checks them). A
+tenant's turn is shared only by its flows that owe something due now: a campaign whose rest waits for quiet hours
+does not make the tenant's new campaign advance two flows' virtual time per job.
 """
 
 from __future__ import annotations
 
 import itertools
 
+import pytest
 import sqlalchemy as sa
 
 from domain.campaigns import fan_out as campaign_fan_out
@@ -125,3 +128,29 @@ def test_a_capped_tenants_moments_are_reserved_one_apart_and_never_raced(redis_d
     # shorter by how much later it ran, never longer).
     assert all(0.05 < b - a <= 0.1 + 0.005 for a, b in itertools.pairwise(held)), held
     assert all(0 < -w <= 0.1 + 0.005 for w in refused), refused
+
+
+@pytest.fixture
+def no_relay(services):  # type: ignore[no-untyped-def]
+    """The test reads the bulk window itself: the session's relay must not lock its rows meanwhile."""
+    relay = services.procs.get("relay")
+    if relay is not None and relay.alive():
+        relay.stop()
+    yield
+    services.relay()
+
+
+def test_only_flows_owing_something_due_share_a_tenants_turn(no_relay, db, redis_db):
+    _recipients(7, 5)
+    waiting, fresh = _campaign(7, "Waits for the morning"), _campaign(7, "New")
+    both = {_flow(r): gap for r, gap in fair.scan_bulk_window(200) if r.tenant_id == 7}
+    assert both == {(7, waiting): 2, (7, fresh): 2}, "two due campaigns share the tenant's turn"
+    with get_engine().begin() as c:  # what quiet hours do: owed, due in the morning
+        c.execute(sa.text("UPDATE notifications SET next_attempt_at = now() + interval '8 hours' "
+                          "WHERE campaign_id = :c"), {"c": waiting})
+    gaps = {_flow(r): gap for r, gap in fair.scan_bulk_window(200) if r.tenant_id == 7}
+    assert gaps == {(7, fresh): 1}, "a campaign owing nothing due takes no share of the tenant's turn"
+
+
+def _flow(row) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    return int(row.tenant_id), int(row.campaign_id or 0)

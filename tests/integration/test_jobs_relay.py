@@ -3,6 +3,9 @@
 Invariants: one scan enqueues at most `window` wake-ups per lane — that lane's oldest owed rows — and never a second
 one for a row whose job is live; as rows are settled the next scan brings in the following ones, in id order; a
 flushed Redis is rebuilt by the next scan; a long bulk backlog never keeps another lane's rows out of their window.
+A NOTIFY makes the relay scan only the lanes it names (a one-time code's commit never makes it read the bulk
+lane's window); the periodic scan covers every lane. The dead-job check of a whole window of overdue rows is one
+Redis round trip on one connection, not one connection per row.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import asyncio
 import pytest
 import sqlalchemy as sa
 from arq import ArqRedis
+from arq.constants import in_progress_key_prefix, job_key_prefix
 
 from domain.db import get_engine
-from domain.delivery.queue import job_id, queue_name
+from domain.delivery.queue import NOTIFY_CHANNEL, job_id, queue_name
 from domain.delivery.wakeups import arq_pool
-from jobs.relay import scan_once
+from domain.settings import get_settings
+from jobs.relay import listen, notified_lanes, scan_once
 
 WINDOW = 50
 
@@ -79,6 +84,66 @@ def test_relay_keeps_a_window_of_wake_ups_per_lane_in_id_order_and_loses_none(on
             assert (await scan_once(pool, limit=20, window=WINDOW))[1] == WINDOW + 3
             assert await _queued(pool, "bulk") == set(bulk[WINDOW:2 * WINDOW])
             assert await _queued(pool, "critical") == set(codes)
+        finally:
+            await pool.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_notify_scans_only_the_lanes_it_names_and_the_interval_scan_every_lane(only_this_relay, db, redis_db):
+    bulk = _owed("bulk", 30, "scope-b-")
+    codes = _owed("critical", 2, "scope-c-")
+
+    async def run() -> None:
+        pool = await arq_pool()
+        conn = await listen(get_settings().database_url)
+        try:
+            with get_engine().begin() as c:  # one commit, two NOTIFYs: one scan serves the burst
+                c.execute(sa.text(f"SELECT pg_notify('{NOTIFY_CHANNEL}', 'critical'), "
+                                  f"pg_notify('{NOTIFY_CHANNEL}', 'high')"))
+            lanes = await notified_lanes(conn, 10.0)
+            assert lanes == {"critical", "high"}
+            assert await notified_lanes(conn, 0.05) == set(), "nothing more was notified"
+            await scan_once(pool, lanes=lanes)
+            assert await _queued(pool, "critical") == set(codes)
+            assert await _queued(pool, "bulk") == set(), "a code's NOTIFY does not read the bulk lane's window"
+
+            with get_engine().begin() as c:
+                c.execute(sa.text(f"SELECT pg_notify('{NOTIFY_CHANNEL}', 'no-such-lane')"))
+            assert await notified_lanes(conn, 10.0) is None, "an unknown payload asks for a full scan"
+            await scan_once(pool)  # the interval's (or that) full scan
+            assert await _queued(pool, "bulk") == set(bulk)
+        finally:
+            await conn.close()
+            await pool.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_window_of_overdue_rows_is_checked_for_dead_jobs_in_one_round_trip(only_this_relay, db, redis_db):
+    lease = get_settings().lease_seconds
+    ids = _owed("normal", 300, "dead-")
+    with get_engine().begin() as c:  # due for longer than a lease and never claimed: each one's worker may be dead
+        c.execute(sa.text("UPDATE notifications SET next_attempt_at = now() - make_interval(secs => :s) "
+                          "WHERE id = ANY(:i)"), {"s": 2 * lease, "i": ids})
+    dead, waiting = ids[:150], ids[150:]
+    for i in dead:  # in progress for (job_timeout + 10 s) - 1 s: far longer than a lease without claiming
+        redis_db.set(in_progress_key_prefix + job_id(i), b"1", px=1000)
+        redis_db.set(job_key_prefix + job_id(i), b"x", px=600_000)
+    for i in waiting:  # in progress for a second only: a long queue, not a dead worker
+        redis_db.set(in_progress_key_prefix + job_id(i), b"1", px=69_000)
+        redis_db.set(job_key_prefix + job_id(i), b"x", px=600_000)
+
+    async def run() -> None:
+        pool = await arq_pool()
+        try:
+            before = int(redis_db.info("clients")["connected_clients"])
+            await scan_once(pool, window=300, lanes={"normal"})
+            during = int(redis_db.info("clients")["connected_clients"])
+            assert during - before <= 5, f"{during - before} Redis connections opened for one scan"
+            assert not any(redis_db.exists(in_progress_key_prefix + job_id(i)) for i in dead)
+            assert await _queued(pool, "normal") >= set(dead), "each dead worker's row woken again"
+            assert all(redis_db.exists(in_progress_key_prefix + job_id(i)) for i in waiting), "waiting jobs left"
         finally:
             await pool.aclose()
 

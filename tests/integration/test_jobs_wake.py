@@ -2,7 +2,9 @@
 
 Invariants: an enqueue through `wakeups.enqueue` wakes an idle worker at once (long before its idle poll); a job
 whose hint was lost (enqueued by arq alone) is still started, by the idle poll; a hint on another Redis database's
-channel wakes nobody here.
+channel wakes nobody here. The bulk worker starts at most `BULK_STARTS_PER_READ` jobs from one read of its queue
+and then reads it again at once, so a fairer-scored job enqueued meanwhile is not started after a whole stale read.
+A campaign's fan-out wakes the bulk lane like every other enqueue (an idle bulk worker starts it at once).
 """
 
 from __future__ import annotations
@@ -80,3 +82,47 @@ async def test_a_lost_hint_costs_one_idle_poll_not_the_job(idle_worker) -> None:
     await pool.enqueue_job(DELIVER_TASK, 2, _job_id=job_id(2), _queue_name=queue_name("critical"))  # no hint
     await pool.publish(wake_channel("critical", wakeups.redis_db(pool) + 1), "")  # another database's hint
     assert await _until(started, 2, 12.0) - t0 > 1.0  # not woken: started by the idle poll
+
+
+async def test_the_bulk_worker_starts_a_few_jobs_per_read_of_its_queue_then_reads_it_again(redis_db) -> None:  # type: ignore[no-untyped-def]
+    release = asyncio.Event()
+    started: list[int] = []
+
+    async def hold(ctx: dict[str, Any], notification_id: int) -> None:  # keeps its slot until the test ends
+        started.append(notification_id)
+        await release.wait()
+
+    settings = wakeups.redis_settings(TEST_REDIS_URL)
+    pool: ArqRedis = await create_pool(settings)
+    w = wake.LaneWorker("bulk", functions=[func(hold, name=DELIVER_TASK)], queue_name=queue_name("bulk"),
+                        redis_pool=pool, poll_delay=0.05, keep_result=0, handle_signals=False, max_jobs=32)
+    try:
+        for i in range(1, 11):
+            await pool.enqueue_job(DELIVER_TASK, i, _job_id=job_id(i), _queue_name=queue_name("bulk"))
+        read = await pool.zrangebyscore(queue_name("bulk"), min=float("-inf"), max=float("inf"))
+        assert len(read) == 10
+        w._wake.clear()
+        await w.start_jobs(read)
+        assert len(w.tasks) == wake.BULK_STARTS_PER_READ, "a read starts a few jobs, not all ten with slots free"
+        assert w._wake.is_set(), "slots still free: the queue is read again at once, not after a poll delay"
+        await w.start_jobs(read)  # the next read: the jobs already running are skipped, the next few start
+        assert len(w.tasks) == 2 * wake.BULK_STARTS_PER_READ
+    finally:
+        release.set()
+        await asyncio.gather(*w.tasks.values(), return_exceptions=True)
+        await w.close()
+
+
+async def test_a_campaigns_fan_out_wakes_the_bulk_lane(redis_db) -> None:  # type: ignore[no-untyped-def]
+    pool: ArqRedis = await create_pool(wakeups.redis_settings(TEST_REDIS_URL))
+    pubsub = pool.pubsub()
+    try:
+        await pubsub.subscribe(wake_channel("bulk", wakeups.redis_db(pool)))
+        assert await pubsub.get_message(timeout=5)  # the subscription's confirmation
+        assert await wakeups.enqueue_fan_out(pool, 4242)
+        woken = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
+        assert woken is not None and woken["type"] == "message", "the bulk lane was not woken"
+        assert not await wakeups.enqueue_fan_out(pool, 4242), "one fan-out job per campaign in flight"
+    finally:
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await pool.aclose()

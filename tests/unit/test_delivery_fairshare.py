@@ -4,7 +4,9 @@ Invariants: the relay's window is shared equally between tenants whatever their 
 tenant's share equally between its campaigns; every flow gets at least one wake-up; the first round never exceeds
 the window (beyond one per flow); a capped tenant never holds more than its cap's horizon; room a flow cannot fill
 goes only to uncapped flows that filled theirs and never past the window; a tenant's campaigns together cost the
-virtual time of one flow; a capped tenant's jobs hold worker slots for a bounded time and number."""
+virtual time of one flow; a capped tenant's jobs hold worker slots for a bounded time and number; the bulk window
+covers at least two scan intervals of the lane's pace (so the lane never runs dry between scans) and never more than
+the relay's window."""
 
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from domain.delivery.fairshare import (
+    BULK_WINDOW_SCANS,
     CAP_HORIZON_S,
+    MIN_BULK_WINDOW,
     SLEEPERS_PER_TENANT,
     Flow,
+    bulk_window,
     gap_ms,
     reserve_ahead,
     spare,
@@ -76,3 +81,19 @@ def test_a_tenants_rate_is_its_own_else_the_default_never_above_the_channel() ->
     assert tenant_rate(100, 30, None) == 30
     assert tenant_rate(100, 30, 10) == 10
     assert tenant_rate(100, None, 500) == 100
+
+
+@given(st.integers(10, 100_000), st.floats(0.01, 10_000), st.floats(0.05, 60))
+def test_the_bulk_window_holds_two_scans_of_the_lanes_pace_within_the_relays_window(
+        relay_window: int, rate: float, interval: float) -> None:
+    w = bulk_window(relay_window, rate, interval)
+    assert 1 <= w <= relay_window
+    assert w >= min(relay_window, MIN_BULK_WINDOW, rate * interval * BULK_WINDOW_SCANS)
+    assert w >= min(relay_window, rate * interval * BULK_WINDOW_SCANS) - 1e-9
+
+
+def test_the_bulk_window_is_a_few_seconds_of_work_not_the_relays_2000() -> None:
+    """Default pace 100/s: 1,000 wake-ups at the default 5 s scan, the floor of 200 at the bench's 0.5 s."""
+    assert bulk_window(2000, 100, 5.0) == 1000
+    assert bulk_window(2000, 100, 0.5) == MIN_BULK_WINDOW == 200
+    assert bulk_window(2000, 10_000, 5.0) == 2000
