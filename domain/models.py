@@ -213,6 +213,9 @@ class Notification(SQLModel, table=True):
                  postgresql_where=sa.text("provider_key IS NOT NULL")),
         # An endpoint's rows and attempts (its health, its breaker settling what it still owes).
         sa.Index("notifications_endpoint", "endpoint_id", "id", postgresql_where=sa.text("endpoint_id IS NOT NULL")),
+        # When a message left the owed set: /ops' chart points still moving read the rows that left after them.
+        sa.Index("notifications_done_at", sa.text("coalesce(sent_at, settled_at)"),
+                 postgresql_where=sa.text("coalesce(sent_at, settled_at) IS NOT NULL")),
     )
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenants.id", index=True)
@@ -563,3 +566,17 @@ class WebhookEndpoint(SQLModel, table=True):
     failing_since: datetime | None = _ts(nullable=True, default=False)
     breaker_open_until: datetime | None = _ts(nullable=True, default=False)
     disabled_reason: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+
+
+class OpsSeriesPoint(SQLModel, table=True):
+    """A finished point of /ops' charts (its span ended a minute ago or more), computed once from the ledger and
+    kept: a refresh computes only the points still moving. `scope` is the tenant, 0 for every tenant."""
+
+    __tablename__ = "ops_series_points"
+    scope: int = Field(primary_key=True)
+    step_minutes: int = Field(primary_key=True)
+    t: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), primary_key=True, nullable=False))
+    depth: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    oldest_seconds: float
+    latency_ms: float
+    computed_at: datetime | None = _ts()

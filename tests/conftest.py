@@ -30,7 +30,7 @@ os.environ.update({
 TABLES = (
     "notifications, lane_controls, delivery_receipts, delivery_receipt_keys, "
     "notification_attempts, balance_entries, lead_notification_intents, leads, outbox_events, "
-    "orders, recipients, api_keys, operators, balances, refresh_metrics, tenants, login_throttle"
+    "orders, recipients, api_keys, operators, balances, refresh_metrics, tenants, login_throttle, ops_series_points"
 )
 
 

@@ -331,10 +331,48 @@ LANE_LATENCY = sa.text(
 )
 
 
-OPS_SERIES = sa.text(
+# /ops' charts: per point (a span of :s minutes ending at e), the owed depth at e, the age of the oldest owed row
+# at e, and the mean commit-to-send latency of rows sent in the span. Owed at e = owed now and due by e (the partial
+# owed index), or left the owed set after e (notifications_done_at) — the same rows as scanning the whole ledger
+# per point, read through two indexes. A finished point (ended a minute ago or more) is computed once and kept in
+# ops_series_points; a refresh computes only the points still moving.
+OPS_SERIES_STARTS = sa.text(
+    """
+    SELECT generate_series(to_timestamp(floor(extract(epoch FROM now()) / (:s * 60)) * (:s * 60))
+                             - make_interval(mins => :m - :s),
+                           to_timestamp(floor(extract(epoch FROM now()) / (:s * 60)) * (:s * 60)),
+                           make_interval(mins => :s)) AS t, now() AS now
+    """)
+OPS_SERIES_POINTS = sa.text(
+    """
+    WITH b AS (SELECT t, t + make_interval(mins => :s) AS e FROM unnest(CAST(:ts AS timestamptz[])) AS t)
+    SELECT b.t AS at, coalesce(owed.n, 0) + coalesce(later.n, 0) AS depth,
+           coalesce(greatest(owed.age, later.age), 0) AS oldest_seconds, coalesce(lat.ms, 0) AS latency_ms
+    FROM b
+    CROSS JOIN LATERAL (
+      SELECT count(*) AS n, extract(epoch FROM max(b.e - n.next_attempt_at)) AS age FROM notifications n
+      WHERE n.status = 'QUEUED' AND n.next_attempt_at <= b.e AND n.created_at <= b.e
+        AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t)) owed
+    CROSS JOIN LATERAL (
+      -- Rows still owed are aged from when they came due (a scheduled nudge is not late before its time).
+      SELECT count(*) AS n,
+             extract(epoch FROM max(b.e - CASE WHEN n.status = 'QUEUED' THEN n.next_attempt_at ELSE n.created_at END))
+               AS age
+      FROM notifications n
+      WHERE coalesce(n.sent_at, n.settled_at) > b.e AND n.created_at <= b.e
+        AND (n.status = 'QUEUED' AND n.next_attempt_at <= b.e) IS NOT TRUE
+        AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t)) later
+    CROSS JOIN LATERAL (
+      SELECT avg(extract(epoch FROM n.sent_at - n.created_at) * 1000) AS ms FROM notifications n
+      WHERE coalesce(n.sent_at, n.settled_at) >= b.t AND coalesce(n.sent_at, n.settled_at) < b.e
+        AND n.sent_at IS NOT NULL AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t)) lat
+    ORDER BY b.t
+    """)
+# The same points by scanning the whole ledger per point: what the charts ran on every refresh before the rollup.
+# Kept as the reference the rollup must equal (tests/integration/test_ops_series.py) and the bench's raw baseline.
+OPS_SERIES_WHOLE_LEDGER = sa.text(
     """
     WITH minutes AS (
-      -- :m minutes back in buckets of :s minutes; a bucket starts on a multiple of :s minutes.
       SELECT generate_series(to_timestamp(floor(extract(epoch FROM now()) / (:s * 60)) * (:s * 60))
                                - make_interval(mins => :m - :s),
                              to_timestamp(floor(extract(epoch FROM now()) / (:s * 60)) * (:s * 60)),
@@ -345,7 +383,6 @@ OPS_SERIES = sa.text(
              WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + make_interval(mins => :s)
                AND ((n.status = 'QUEUED' AND n.next_attempt_at <= m.t + make_interval(mins => :s))
                     OR coalesce(n.sent_at, n.settled_at) > m.t + make_interval(mins => :s))) AS depth,
-           -- Rows still owed are aged from when they came due (a scheduled nudge is not late before its time).
            (SELECT coalesce(extract(epoch FROM max(m.t + make_interval(mins => :s)
                      - CASE WHEN n.status = 'QUEUED' THEN n.next_attempt_at ELSE n.created_at END)), 0)
              FROM notifications n
@@ -354,10 +391,17 @@ OPS_SERIES = sa.text(
                     OR coalesce(n.sent_at, n.settled_at) > m.t + make_interval(mins => :s)))
              AS oldest_seconds,
            (SELECT coalesce(avg(extract(epoch FROM n.sent_at - n.created_at) * 1000), 0) FROM notifications n
-             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.sent_at >= m.t AND n.sent_at < m.t + make_interval(mins => :s)) AS latency_ms
+             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.sent_at >= m.t
+               AND n.sent_at < m.t + make_interval(mins => :s)) AS latency_ms
     FROM minutes m ORDER BY m.t
-    """
-)
+    """)
+OPS_SERIES_KEPT = sa.text(
+    "SELECT t AS at, depth, oldest_seconds, latency_ms FROM ops_series_points "
+    "WHERE scope = :scope AND step_minutes = :s AND t = ANY(CAST(:ts AS timestamptz[]))")
+OPS_SERIES_KEEP = sa.text(
+    "INSERT INTO ops_series_points (scope, step_minutes, t, depth, oldest_seconds, latency_ms) "
+    "SELECT :scope, :s, * FROM unnest(CAST(:ts AS timestamptz[]), CAST(:depth AS bigint[]), "
+    "CAST(:oldest AS float8[]), CAST(:latency AS float8[])) ON CONFLICT DO NOTHING")
 
 REVIEW_ITEMS = sa.text(
     f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE (CAST(:t AS integer) IS NULL "

@@ -3,15 +3,16 @@ latency, tenants."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork, as_dicts
 from domain.delivery import sql
-from domain.delivery.sql import LANE_LATENCY, LANE_STATS, OPS_SERIES
+from domain.delivery.sql import LANE_LATENCY, LANE_STATS
 
-__all__ = ["LANE_LATENCY", "LANE_STATS", "OPS_SERIES", "SERIES_WINDOWS", "lane_stats", "ops_series", "refresh_stats",
+__all__ = ["LANE_LATENCY", "LANE_STATS", "SERIES_WINDOWS", "lane_stats", "ops_series", "refresh_stats",
            "review_items", "tenants"]
 
 def lane_stats(tenant_id: int | None = None, engine: Engine | None = None) -> list[dict[str, Any]]:
@@ -40,12 +41,44 @@ SERIES_WINDOWS: dict[str, tuple[int, int, str]] = {
 }
 
 
+# A point is kept once its span ended this long ago: a transaction that began before the span's end and commits
+# later (its rows carry its start time) has committed by then.
+SETTLED_AFTER: Final = timedelta(minutes=1)
+
+
 def ops_series(tenant_id: int | None, window: str = "1h", engine: Engine | None = None) -> list[dict[str, Any]]:
     """Per point over the window (SERIES_WINDOWS), rebuilt from the ledger itself (no sampler to lose): owed depth,
-    age of the oldest owed row, and mean commit-to-send latency of rows sent in that point's span."""
+    age of the oldest owed row, and mean commit-to-send latency of rows sent in that point's span. A finished point
+    is computed once and kept (`ops_series_points`); a refresh computes only the points still moving."""
     minutes, step, label = SERIES_WINDOWS[window]
+    scope = tenant_id or 0
     with UnitOfWork(engine) as uow:
-        return as_dicts(uow.execute(sql.OPS_SERIES, {"m": minutes, "s": step, "f": label, "t": tenant_id}))
+        spans = uow.execute(sql.OPS_SERIES_STARTS, {"m": minutes, "s": step}).all()
+        if not spans:
+            return []
+        now = spans[0].now
+        starts: list[datetime] = [r[0] for r in spans]
+        finished = [t for t in starts if t + timedelta(minutes=step) + SETTLED_AFTER <= now]
+        points: dict[datetime, Any] = {
+            r.at: r for r in uow.execute(sql.OPS_SERIES_KEPT, {"scope": scope, "s": step, "ts": finished})}
+        wanted = [t for t in starts if t not in points]
+        computed: dict[datetime, Any] = {
+            r.at: r for r in uow.execute(sql.OPS_SERIES_POINTS, {"s": step, "t": tenant_id, "ts": wanted})}
+        keep = [computed[t] for t in finished if t in computed]
+        if keep:
+            uow.execute(sql.OPS_SERIES_KEEP, {
+                "scope": scope, "s": step, "ts": [r.at for r in keep], "depth": [int(r.depth) for r in keep],
+                "oldest": [float(r.oldest_seconds) for r in keep], "latency": [float(r.latency_ms) for r in keep]})
+            uow.commit()
+        points.update(computed)
+    return [{"minute": _label(t, label), "depth": int(points[t].depth),
+             "oldest_seconds": float(points[t].oldest_seconds), "latency_ms": float(points[t].latency_ms)}
+            for t in starts]
+
+
+def _label(t: datetime, fmt: str) -> str:
+    """PostgreSQL's `to_char` labels of SERIES_WINDOWS ('HH24:MI', 'Dy HH24:MI') in UTC. Pure."""
+    return t.astimezone(UTC).strftime("%a %H:%M" if fmt.startswith("Dy") else "%H:%M")
 
 
 def refresh_stats(tenant_id: int | None = None, engine: Engine | None = None) -> dict[str, Any]:

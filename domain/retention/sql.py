@@ -102,6 +102,8 @@ def detach_and_drop(parent: str, name: str) -> list[sa.TextClause]:
 PRUNABLE: Final[dict[str, str]] = {
     # Push latency samples behind /ops' refresh figures (the last hour is what they show).
     "refresh_metrics": "created_at < CAST(:cutoff AS timestamptz)",
+    # /ops' kept chart points (the widest window is 7 days; a point let go is computed again if ever asked for).
+    "ops_series_points": "t < CAST(:cutoff AS timestamptz)",
     # Sessions and login tickets that ended or expired before the cutoff (a live one is never touched).
     "operator_sessions": "coalesce(ended_at, expires_at) < CAST(:cutoff AS timestamptz) "
                          "AND (ended_at IS NOT NULL OR expires_at < now())",

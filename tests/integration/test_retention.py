@@ -215,14 +215,18 @@ def test_prune_removes_only_what_retention_lets_go(db: str) -> None:
     run("INSERT INTO login_throttle (key, failures, locked_until, updated_at) VALUES "
         "('login:old', 3, NULL, :old), ('login:locked', 9, :future, :old), ('login:recent', 1, NULL, :recent)",
         old=old, recent=recent, future=future)
+    run("INSERT INTO ops_series_points (scope, step_minutes, t, depth, oldest_seconds, latency_ms) VALUES "
+        "(0, 1, :old, 1, 0, 0), (42, 120, :recent, 2, 0, 0)", old=old, recent=recent)
     n = message(datetime.now(UTC) - timedelta(days=60), "DELIVERED", "old-but-ledger")
     before = table_digest()
 
-    expected = {"refresh_metrics": 2, "operator_sessions": 2, "idempotency_keys": 1, "login_throttle": 1}
+    expected = {"refresh_metrics": 2, "ops_series_points": 1, "operator_sessions": 2, "idempotency_keys": 1,
+                "login_throttle": 1}
     assert prune(30, dry_run=True) == expected
     assert one("SELECT count(*) FROM refresh_metrics") == 3
     assert prune(30) == expected
     assert one("SELECT count(*) FROM refresh_metrics") == 1
+    assert one("SELECT count(*) FROM ops_series_points") == 1
     assert one("SELECT string_agg(token_hash, ',' ORDER BY token_hash) FROM operator_sessions WHERE token_hash IN "
                "('ended-old', 'expired-old', 'live', 'ended-recent')") == "ended-recent,live"
     assert one("SELECT string_agg(key, ',' ORDER BY key) FROM idempotency_keys") == "fresh"

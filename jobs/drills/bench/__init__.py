@@ -106,6 +106,7 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
                 s1m = scan.bench_scan_1m()
                 results["scan_1m"] = {"plan": s1m.pop("scan_1m_plan")}
                 results.update(s1m)
+                results.update(scan.bench_ops_series_1m())
             elif step == "push":
                 results.update(push.bench_push(system, r))
                 system.stop_all()
