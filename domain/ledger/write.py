@@ -85,13 +85,12 @@ def ledger_messages(uow: UnitOfWork, ms: Sequence[NewMessage]) -> list[Ledgered]
     statements that find existing rows run only when a key was skipped. Never commits."""
     if not ms:
         return []
+    rows = json.dumps([{
+        "n": n, "t": m.tenant_id, "r": m.recipient, "c": m.channel, "l": m.lane, "tpl": m.template, "p": m.payload,
+        "k": m.dedupe_key, "at": m.next_attempt_at.isoformat() if m.next_attempt_at else None, "e": m.event_id,
+        "o": m.order_id, "i": m.intent_id, "ep": m.endpoint_id} for n, m in enumerate(ms)], default=str)
     made = {r.dedupe_key: r for r in uow.execute(sql.INSERT_MESSAGES, {
-        "t": [m.tenant_id for m in ms], "r": [m.recipient for m in ms], "c": [m.channel for m in ms],
-        "l": [m.lane for m in ms], "tpl": [m.template for m in ms],
-        "p": [json.dumps(m.payload, default=str) for m in ms], "k": [m.dedupe_key for m in ms],
-        "at": [m.next_attempt_at for m in ms], "e": [m.event_id for m in ms], "o": [m.order_id for m in ms],
-        "i": [m.intent_id for m in ms], "ep": [m.endpoint_id for m in ms], "max": get_settings().max_attempts,
-    })}
+        "rows": rows, "max": get_settings().max_attempts})}
     skipped = [m.dedupe_key for m in ms if m.dedupe_key not in made]
     prior = {r.dedupe_key: r for r in uow.execute(sql.EXISTING, {"k": skipped})} if skipped else {}
     out: list[Ledgered] = []
