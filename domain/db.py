@@ -1,7 +1,7 @@
 """The one place that opens transactions.
 
 `UnitOfWork` rolls back in `__exit__` unless `commit()` was called, exactly once (cosmicpython's pattern). Helpers
-take the session and never commit on their own: that is what lets the order update, the outbox envelope and its
+take the unit of work and never commit on their own: that is what lets the order update, the outbox envelope and its
 ledger rows share ONE commit.
 """
 
@@ -13,10 +13,12 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import psycopg
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine, Result, make_url
+from psycopg.rows import namedtuple_row
+from sqlalchemy.engine import Connection, Dialect, Engine, Result, make_url
 from sqlalchemy.sql.base import Executable
-from sqlmodel import Session
+from sqlalchemy.sql.elements import TextClause
 
 from domain.settings import get_settings
 
@@ -45,27 +47,66 @@ def get_engine() -> Engine:
     return engine_for(get_settings().database_url)
 
 
+@functools.cache
+def _driver_sql(statement: TextClause, dialect: Dialect) -> str:
+    """`statement` as the driver takes it (`%(name)s` placeholders, a literal `%` doubled), compiled once."""
+    return str(statement.compile(dialect=dialect))
+
+
 class UnitOfWork:
+    """One transaction on one pooled connection (a Core connection: nothing here uses the ORM's identity map or
+    unit of work, whose bookkeeping was a sixth of the order command's CPU). The connection is taken on the first
+    statement, so a unit of work that runs none holds none."""
+
     def __init__(self, engine: Engine | None = None) -> None:
         self._engine = engine or get_engine()
+        self._conn: Connection | None = None
         self.committed = False
 
     def __enter__(self) -> UnitOfWork:
-        self.session = Session(self._engine, expire_on_commit=False)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if not self.committed:
-            self.session.rollback()
-        self.session.close()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            if not self.committed:
+                conn.rollback()
+            conn.close()
+
+    @property
+    def connection(self) -> Connection:
+        if self._conn is None:
+            self._conn = self._engine.connect()
+        return self._conn
 
     def execute(self, statement: Executable, params: Mapping[str, Any] | None = None) -> Result[Any]:
-        return self.session.execute(statement, dict(params or {}))
+        return self.connection.execute(statement, dict(params or {}))
+
+    def fetch(self, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
+        """The rows (named tuples) of a named `text()` statement, run in this unit of work's transaction straight on
+        the driver's connection. For the order command's two statements: SQLAlchemy's per-statement bookkeeping
+        (cache lookup, result metadata) cost ~90 us of CPU a statement where psycopg's own work is ~20 us, and the
+        commands of every client of a process share one interpreter lock. Errors are psycopg's, not SQLAlchemy's
+        wrappers; the transaction (begin, commit, rollback) stays SQLAlchemy's."""
+        conn = self.connection
+        if not conn.in_transaction():
+            conn.begin()
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, psycopg.Connection)
+        with driver.cursor(row_factory=namedtuple_row) as cur:
+            cur.execute(_driver_sql(statement, self._engine.dialect), params)
+            return cur.fetchall() if cur.description is not None else []
+
+    def rollback(self) -> None:
+        """End the transaction so far, writing nothing; the next statement starts a new one."""
+        if self._conn is not None:
+            self._conn.rollback()
 
     def commit(self) -> None:
-        self.session.commit()
+        if self._conn is not None:
+            self._conn.commit()
         self.committed = True
 
 

@@ -89,8 +89,7 @@ def ledger_messages(uow: UnitOfWork, ms: Sequence[NewMessage]) -> list[Ledgered]
         "n": n, "t": m.tenant_id, "r": m.recipient, "c": m.channel, "l": m.lane, "tpl": m.template, "p": m.payload,
         "k": m.dedupe_key, "at": m.next_attempt_at.isoformat() if m.next_attempt_at else None, "e": m.event_id,
         "o": m.order_id, "i": m.intent_id, "ep": m.endpoint_id} for n, m in enumerate(ms)], default=str)
-    made = {r.dedupe_key: r for r in uow.execute(sql.INSERT_MESSAGES, {
-        "rows": rows, "max": get_settings().max_attempts})}
+    made = {r.dedupe_key: r for r in uow.fetch(sql.INSERT_MESSAGES, {"rows": rows, "max": get_settings().max_attempts})}
     skipped = [m.dedupe_key for m in ms if m.dedupe_key not in made]
     prior = {r.dedupe_key: r for r in uow.execute(sql.EXISTING, {"k": skipped})} if skipped else {}
     out: list[Ledgered] = []

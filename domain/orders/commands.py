@@ -76,7 +76,7 @@ def _ledger_handoff(uow: UnitOfWork, env: Envelope, customer_ref: str, order_id:
 def _why_nothing_matched(uow: UnitOfWork, tenant_id: int, order_id: int, command: str,
                          expected_revision: int) -> Reject | NotFound:
     """The guarded update matched nothing: read the order (only now) and let the policy say why."""
-    uow.session.rollback()
+    uow.rollback()
     row = uow.execute(sql.READ_ORDER, {"tenant_id": tenant_id, "order_id": order_id}).first()
     if row is None:
         return NotFound(order_id)  # missing, or another tenant's: the same answer
@@ -120,19 +120,20 @@ def execute_order_command(
             # Minimal: identity and the new state. No amounts, no customer fields.
             payload={"order_id": order_id, "status": guard.to_status, "revision": expected_revision + 1},
         )
-        applied = uow.execute(sql.APPLY_COMMAND, {
+        matched = uow.fetch(sql.APPLY_COMMAND, {
             "to_status": guard.to_status, "t": tenant_id, "o": order_id, "expected": expected_revision,
             "from_statuses": list(guard.from_statuses), "e": env.event_id, "aggregate_type": env.aggregate_type,
             "aggregate_id": env.aggregate_id, "et": env.event_type, "schema_version": env.schema_version,
             "occurred_at": env.occurred_at, "request_id": env.request_id, "causation_id": env.causation_id,
             "actor_ref": env.actor_ref, "payload": json.dumps(env.payload), "digest": env.digest,
-        }).first()
-        if applied is None:
+        })
+        if not matched:
             # Missing, another tenant's, stale, or not allowed from its status (or a concurrent command committed
             # first: READ COMMITTED re-checked our WHERE on its row and matched nothing). Nothing was written.
             return _why_nothing_matched(uow, tenant_id, order_id, command, expected_revision)
         faults.hit("after_decision", plan)
         faults.hit("after_order_update", plan)
+        applied = matched[0]
         owed = _ledger_handoff(uow, env, applied.customer_ref, order_id, endpoints.targets_from(applied.targets))
         faults.hit("after_handoff_insert", plan)
         faults.hit("before_commit", plan)

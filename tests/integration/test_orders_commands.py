@@ -10,6 +10,7 @@ import random
 import threading
 import uuid
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -142,18 +143,20 @@ def test_thousand_seeded_injected_failures_never_split_fact_from_handoff(db):
 
 
 def _statements(fn):  # type: ignore[no-untyped-def]
-    """`fn()`'s result and the statements it sent through the app's engine (BEGIN/COMMIT and the pool's ping are
-    not statements here)."""
+    """`fn()`'s result and the statements it sent to PostgreSQL, as the driver saw them (psycopg's cursors, whichever
+    layer called them; BEGIN and COMMIT are not statements here, nor is the pool's ping)."""
     sent: list[str] = []
+    execute = psycopg.Cursor.execute
 
-    def note(conn, cursor, statement, *a):  # type: ignore[no-untyped-def]
-        sent.append(statement)
+    def spy(self, query, *a, **kw):  # type: ignore[no-untyped-def]
+        sent.append(str(query))
+        return execute(self, query, *a, **kw)
 
-    sa.event.listen(get_engine(), "before_cursor_execute", note)
+    psycopg.Cursor.execute = spy  # type: ignore[method-assign]
     try:
-        return fn(), sent
+        return fn(), [q for q in sent if q.strip(" ;\n") not in ("", "SELECT 1")]  # the ping: ";"
     finally:
-        sa.event.remove(get_engine(), "before_cursor_execute", note)
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
 
 
 def test_a_command_costs_two_statements_and_a_refusal_reads_the_order_only_then(db):
