@@ -39,6 +39,7 @@ log = logging.getLogger("outbox.delivery")
 
 _CLAIM = sql.for_psycopg(sql.CLAIM)
 _TAKE = sql.for_psycopg(sql.TAKE)
+_TAKE_OR_ABORT = sql.for_psycopg(sql.TAKE_OR_ABORT)
 _RECORD_SENT = sql.for_psycopg(sql.RECORD_SENT)
 _RECORD_RETRY = sql.for_psycopg(sql.RECORD_RETRY)
 _PENDING = sql.for_psycopg(sql.PENDING_RECEIPTS)
@@ -89,12 +90,20 @@ async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: dat
             if take is None:
                 raise _LongWay
             if not take.takes_nothing:
+                if c.lane == "bulk":
+                    # The take and the COMMIT in one round trip: the tenant's balance row (its codes take it too)
+                    # is held only while the server runs them, never across a busy bulk worker's next turn.
+                    await conn.execute(_TAKE_OR_ABORT, take.params(c))
+                    return Ready(c, take.contact, take.body)
                 got = await (await conn.execute(_TAKE, take.params(c))).fetchone()
                 if got is None or not got["slot_ok"] or not got["paid"]:
                     raise _LongWay
             return Ready(c, take.contact, take.body)
     except _LongWay:
         pass
+    except psycopg.errors.InvalidTextRepresentation as exc:  # a refused bulk take: rolled back whole
+        if sql.TAKE_REFUSED not in str(exc):
+            raise
     except psycopg.OperationalError as exc:  # a dropped connection: nothing of ours committed, or it did
         log.warning("fast claim failed (%s); the long way", type(exc).__name__)
     return await asyncio.to_thread(claims.claim, notification_id, lease_seconds, now, worker)

@@ -100,6 +100,16 @@ WITH slot AS (
 SELECT (SELECT slot_ok FROM ok) AS slot_ok, (:c <= 0 OR EXISTS (SELECT 1 FROM b)) AS paid
 """
 
+# `TAKE` for a claim that sends its COMMIT in the same round trip (the bulk lane's, domain/delivery/hot.py): the take
+# holds the tenant's balance row, which the tenant's one-time codes take too, and a COMMIT that waits for a busy,
+# niced bulk worker's next turn held it for tens of milliseconds. Refused (no cap slot, no money), it must abort its
+# transaction itself: its answer fails (SQLSTATE 22P02, `TAKE_REFUSED`) and the COMMIT after it rolls back.
+TAKE_REFUSED: Final[str] = "take refused"
+TAKE_OR_ABORT: Final[str] = TAKE[: TAKE.rindex("SELECT (SELECT slot_ok")] + f"""SELECT CAST(
+  CASE WHEN (SELECT slot_ok FROM ok) AND (:c <= 0 OR EXISTS (SELECT 1 FROM b)) THEN 'true'
+       ELSE '{TAKE_REFUSED}: slot ' || CAST((SELECT slot_ok FROM ok) AS text) END AS boolean) AS taken
+"""
+
 RECORD_SENT: Final[str] = """
 WITH n AS (
   UPDATE notifications SET status = CAST(:final AS text), provider_reference = coalesce(CAST(:p AS text), provider_reference),
