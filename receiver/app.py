@@ -6,7 +6,10 @@ It imports nothing of ours (an import-linter contract says so): `python -m recei
   with a different body gets 409 `identity_conflict`.
 - POST /providers/{whatsapp|sms|email}/messages: returns a provider reference (idempotent by idempotency_key), then
   POSTs a signed delivery receipt back to the app a little later.
-- /faults: switchable faults (503 for the next N calls, 422, slow responses, accept-then-hang).
+- /faults: switchable faults (503 for the next N calls, 422, slow responses, accept-then-hang), shared by every
+  server process (receiver/faults.py).
+- Lean on purpose, so the mock is never the system's limit: several server processes (`serve --workers`), each
+  request one statement on psycopg's async pool (no thread pool, no ORM on the request path).
 - GET /effects/{event_id} and GET /invariants: what it applied, read through its HTTP API (never by a join).
 """
 
@@ -16,22 +19,21 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import secrets
-import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-import sqlalchemy as sa
 from fastapi import BackgroundTasks, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from psycopg import AsyncConnection
 from pydantic import BaseModel
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from receiver import db
-from receiver.db import provider_messages, webhook_deliveries, webhook_effects
+from receiver import db, faults, logs
+from receiver.faults import FaultRequest
 from receiver.settings import get_settings
 from receiver.signing import WebhookVerificationError, digest, signed_headers, verify
 
@@ -41,71 +43,75 @@ EFFECT_TYPE = "customer_webhook"
 SUPPORTED_SCHEMAS = (1,)
 
 
-class FaultRequest(BaseModel):
-    fail_503: int = 0  # the next N calls answer 503
-    fail_422: int = 0  # the next N calls answer 422 unsupported_schema
-    slow_seconds: float = 0.0  # every call waits this long first
-    accept_then_hang: int = 0  # the next N effects are applied, then the response never comes
-    accept_then_drop: int = 0  # the next N effects are applied, then the connection dies mid-response
-    receipt_delay: float = 0.3  # providers post their receipt this long after accepting
+@asynccontextmanager
+async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    """Each server process (`serve --workers N` spawns them) logs JSON lines and closes its pool on the way out."""
+    logs.configure()
+    await db.open_pool()
+    yield
+    await db.close_pool()
+    if _client is not None:
+        await _client[1].aclose()
 
 
-@dataclass
-class FaultState:
-    config: FaultRequest = field(default_factory=FaultRequest)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def take(self, name: str) -> bool:
-        """Consume one shot of a counted fault."""
-        with self.lock:
-            n = getattr(self.config, name)
-            if n > 0:
-                setattr(self.config, name, n - 1)
-                return True
-            return False
-
-
-FAULTS = FaultState()
-PROVIDER_POOLS = {p: ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"provider-{p}") for p in PROVIDERS}
-app = FastAPI(title="Outbox mock receiver", version="1.0", docs_url="/docs")
+app = FastAPI(title="Outbox mock receiver", version="1.0", docs_url="/docs", lifespan=lifespan)
 
 
 @app.post("/faults", response_model=None)
-def set_faults(f: FaultRequest) -> dict[str, Any] | JSONResponse:
+async def set_faults(f: FaultRequest) -> dict[str, Any] | JSONResponse:
     """Replace every switch at once; `{}` clears them all. Absent (404) unless RECEIVER_FAULTS is on."""
-    if not get_settings().faults:
+    if not faults.enabled():
         return JSONResponse({"error": "not_found"}, status_code=404)
-    with FAULTS.lock:
-        FAULTS.config = f.model_copy()
+    await faults.replace(f)
     return f.model_dump()
 
 
 @app.get("/healthz")
-def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+def healthz() -> dict[str, Any]:
+    return {"status": "ok", "pid": os.getpid()}  # which server process answered
 
 
-def _record_delivery(event_id: uuid.UUID, outcome: str) -> None:
-    with db.engine().begin() as c:
-        c.execute(webhook_deliveries.insert().values(event_id=event_id, outcome=outcome))
+async def _record_delivery(event_id: uuid.UUID, outcome: str) -> None:
+    async def insert(c: AsyncConnection) -> None:
+        await c.execute("INSERT INTO webhook_deliveries (event_id, outcome) VALUES (%s, %s)", (event_id, outcome))
+
+    await db.run(insert)
 
 
-def apply_effect(event_id: uuid.UUID, request_digest: str) -> tuple[str, str]:
+# One statement, one round trip: the effect is inserted once per (event_id, effect_type); a duplicate meets the
+# UNIQUE constraint, waits for the racing insert to commit and locks its row (DO UPDATE, a no-op write, is what
+# makes PostgreSQL return a row committed after this statement began — DO NOTHING would return none), so every
+# caller reads the one effect's result_ref. The caller proposed a fresh random ref: getting it back means its
+# insert is the one that applied the effect.
+APPLY_EFFECT = """
+WITH fx AS (
+    INSERT INTO webhook_effects (event_id, effect_type, request_digest, result_ref)
+    VALUES (%(event_id)s, %(effect_type)s, %(digest)s, %(ref)s)
+    ON CONFLICT ON CONSTRAINT webhook_effects_once DO UPDATE SET result_ref = webhook_effects.result_ref
+    RETURNING result_ref, request_digest
+), call AS (
+    INSERT INTO webhook_deliveries (event_id, outcome)
+    SELECT %(event_id)s, CASE WHEN fx.result_ref = %(ref)s THEN 'accepted'
+                              WHEN fx.request_digest = %(digest)s THEN 'already_processed'
+                              ELSE 'identity_conflict' END
+    FROM fx
+    RETURNING outcome
+)
+SELECT call.outcome, fx.result_ref FROM fx, call
+"""
+
+
+async def apply_effect(event_id: uuid.UUID, request_digest: str) -> tuple[str, str]:
     """Returns (outcome, result_ref): outcome is accepted | already_processed | identity_conflict."""
-    with db.engine().begin() as c:
-        row = c.execute(pg_insert(webhook_effects).values(
-            event_id=event_id, effect_type=EFFECT_TYPE, request_digest=request_digest,
-            result_ref="fx-" + secrets.token_hex(4),
-        ).on_conflict_do_nothing(constraint="webhook_effects_once").returning(webhook_effects.c.result_ref)).first()
-        if row is not None:
-            outcome, result_ref = "accepted", row.result_ref
-        else:
-            prior = c.execute(sa.select(webhook_effects.c.request_digest, webhook_effects.c.result_ref).where(
-                webhook_effects.c.event_id == event_id, webhook_effects.c.effect_type == EFFECT_TYPE)).one()
-            outcome = "already_processed" if prior.request_digest == request_digest else "identity_conflict"
-            result_ref = prior.result_ref
-        c.execute(webhook_deliveries.insert().values(event_id=event_id, outcome=outcome))
-    return outcome, result_ref
+    params = {"event_id": event_id, "effect_type": EFFECT_TYPE, "digest": request_digest,
+              "ref": "fx-" + secrets.token_hex(8)}
+
+    async def apply(c: AsyncConnection) -> tuple[str, str]:
+        row = await (await c.execute(APPLY_EFFECT, params)).fetchone()
+        assert row is not None
+        return str(row[0]), str(row[1])
+
+    return await db.run(apply, retry=True)
 
 
 @app.post("/webhooks/orders")
@@ -121,23 +127,24 @@ async def webhook(request: Request) -> Response:
         return JSONResponse({"error": "malformed_event"}, status_code=422)
     if request.headers.get("webhook-id") != str(event_id) or request.headers.get("idempotency-key") != str(event_id):
         return JSONResponse({"error": "identity_mismatch"}, status_code=422)
-    if FAULTS.config.slow_seconds:
-        await asyncio.sleep(FAULTS.config.slow_seconds)
-    if FAULTS.take("fail_503"):
-        await asyncio.to_thread(_record_delivery, event_id, "503")
+    switches = await faults.current()
+    if switches is not None and switches.slow_seconds:
+        await asyncio.sleep(switches.slow_seconds)
+    if await faults.take("fail_503"):
+        await _record_delivery(event_id, "503")
         return JSONResponse({"error": "unavailable"}, status_code=503)
-    if FAULTS.take("fail_422") or data.get("schema_version") not in SUPPORTED_SCHEMAS:
-        await asyncio.to_thread(_record_delivery, event_id, "422")
+    if await faults.take("fail_422") or data.get("schema_version") not in SUPPORTED_SCHEMAS:
+        await _record_delivery(event_id, "422")
         return JSONResponse({"error": "unsupported_schema"}, status_code=422)
-    outcome, result_ref = await asyncio.to_thread(apply_effect, event_id, digest(data))
+    outcome, result_ref = await apply_effect(event_id, digest(data))
     log.info("webhook", extra={"event_id": str(event_id), "outcome": outcome, "result_ref": result_ref,
                                "tenant": data.get("tenant_id")})
     if outcome == "identity_conflict":
         log.warning("identity conflict event_id=%s", event_id)
         return JSONResponse({"error": "identity_conflict", "result_ref": result_ref}, status_code=409)
-    if outcome == "accepted" and FAULTS.take("accept_then_hang"):
+    if outcome == "accepted" and await faults.take("accept_then_hang"):
         await asyncio.sleep(3600)  # the effect is applied; the caller will time out and must retry
-    if outcome == "accepted" and FAULTS.take("accept_then_drop"):
+    if outcome == "accepted" and await faults.take("accept_then_drop"):
         return DroppedResponse()  # the effect is applied; the connection dies mid-response
     return JSONResponse({"status": outcome, "result_ref": result_ref, "event_id": str(event_id)})
 
@@ -157,20 +164,28 @@ class DroppedResponse(Response):
 
 
 @app.get("/effects/{event_id}")
-def effects(event_id: uuid.UUID) -> dict[str, Any]:
-    with db.engine().connect() as c:
-        fx = c.execute(sa.select(webhook_effects.c.result_ref).where(webhook_effects.c.event_id == event_id)
-                       ).scalars().all()
-        calls = c.execute(sa.select(sa.func.count()).select_from(webhook_deliveries).where(
-            webhook_deliveries.c.event_id == event_id)).scalar_one()
-    return {"event_id": str(event_id), "effects": len(fx), "result_refs": list(fx), "deliveries": calls}
+async def effects(event_id: uuid.UUID) -> dict[str, Any]:
+    async def read(c: AsyncConnection) -> dict[str, Any]:
+        fx = [r[0] for r in await (await c.execute(
+            "SELECT result_ref FROM webhook_effects WHERE event_id = %s", (event_id,))).fetchall()]
+        calls = await (await c.execute(
+            "SELECT count(*) FROM webhook_deliveries WHERE event_id = %s", (event_id,))).fetchone()
+        return {"event_id": str(event_id), "effects": len(fx), "result_refs": fx, "deliveries": calls[0] if calls else 0}
+
+    return await db.run(read)
 
 
 @app.get("/invariants")
-def invariants() -> dict[str, int]:
+async def invariants() -> dict[str, int]:
     """Each count must be 0: `outbox check` and the tests read the receiver's invariant here."""
-    with db.engine().connect() as c:
-        return {name: int(c.execute(sa.text(q)).scalar_one()) for name, q in db.INVARIANTS.items()}
+    async def read(c: AsyncConnection) -> dict[str, int]:
+        out = {}
+        for name, q in db.INVARIANTS.items():
+            row = await (await c.execute(q)).fetchone()
+            out[name] = int(row[0]) if row else 0
+        return out
+
+    return await db.run(read)
 
 
 class ProviderMessageIn(BaseModel):
@@ -183,23 +198,35 @@ class ProviderMessageIn(BaseModel):
     callback_url: str | None = None
 
 
-def _store_message(provider: str, m: ProviderMessageIn) -> tuple[str, bool]:
-    with db.engine().begin() as c:
-        row = c.execute(pg_insert(provider_messages).values(
-            provider=provider, reference=f"{provider}-{uuid.uuid4().hex[:12]}", idempotency_key=m.idempotency_key,
-            to_address_hash=hashlib.sha256(m.to.encode()).hexdigest()[:16],
-        ).on_conflict_do_nothing(index_elements=["idempotency_key"]).returning(provider_messages.c.reference)).first()
-        if row is not None:
-            return row.reference, True
-        ref = c.execute(sa.select(provider_messages.c.reference).where(
-            provider_messages.c.idempotency_key == m.idempotency_key)).scalar_one()
-    return ref, False
+# As the effect above: one statement; the caller's fresh reference coming back means this call stored the message.
+STORE_MESSAGE = """
+INSERT INTO provider_messages (provider, reference, idempotency_key, to_address_hash)
+VALUES (%(provider)s, %(ref)s, %(key)s, %(to_hash)s)
+ON CONFLICT (idempotency_key) DO UPDATE SET reference = provider_messages.reference
+RETURNING reference
+"""
+
+
+async def _store_message(provider: str, m: ProviderMessageIn) -> tuple[str, bool]:
+    ref = f"{provider}-{uuid.uuid4().hex[:12]}"
+    params = {"provider": provider, "ref": ref, "key": m.idempotency_key,
+              "to_hash": hashlib.sha256(m.to.encode()).hexdigest()[:16]}
+
+    async def store(c: AsyncConnection) -> str:
+        row = await (await c.execute(STORE_MESSAGE, params)).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    stored = await db.run(store, retry=True)
+    return stored, stored == ref
 
 
 async def send_receipt(provider: str, reference: str, outcome: str, client_reference: str) -> None:
     """Signed like any Standard Webhook, posted to the configured app only; retried while the app has not yet
     recorded the send. `client_reference` echoes the sender's idempotency key, as real providers echo metadata."""
-    await asyncio.sleep(FAULTS.config.receipt_delay)
+    switches = await faults.current()
+    delay = switches.receipt_delay if switches and switches.receipt_delay is not None else get_settings().receipt_delay
+    await asyncio.sleep(delay)
     receipt_id = f"rcpt-{reference}"
     callback_url = f"{get_settings().app_url}/api/v1/receipts/{provider}"
     body = json.dumps({"receipt_id": receipt_id, "provider_reference": reference, "outcome": outcome,
@@ -216,28 +243,30 @@ async def send_receipt(provider: str, reference: str, outcome: str, client_refer
         await asyncio.sleep(min(0.25 * (attempt + 1), 2.0))
 
 
-_client: httpx.AsyncClient | None = None
+_client: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
 
 
 def _receipt_client() -> httpx.AsyncClient:
-    """One pooled client for every receipt (a client per receipt costs a connection each)."""
+    """One pooled client for every receipt of this process (a client per receipt costs a connection each); one per
+    event loop, as the database pool."""
     global _client
-    if _client is None:
-        _client = httpx.AsyncClient(timeout=5, limits=httpx.Limits(max_connections=20))
-    return _client
+    loop = asyncio.get_running_loop()
+    if _client is None or _client[0] is not loop:
+        _client = (loop, httpx.AsyncClient(timeout=5, limits=httpx.Limits(max_connections=20)))
+    return _client[1]
 
 
 @app.post("/providers/{provider}/messages")
 async def provider_message(provider: str, m: ProviderMessageIn, tasks: BackgroundTasks) -> JSONResponse:
     if provider not in PROVIDERS:
         return JSONResponse({"error": "unknown_provider"}, status_code=404)
-    if FAULTS.take("fail_503"):
+    if await faults.take("fail_503"):
         return JSONResponse({"error": "unavailable"}, status_code=503)
-    # Each provider is its own company with its own capacity: an email blast never queues an SMS behind it.
-    ref, fresh = await asyncio.get_running_loop().run_in_executor(PROVIDER_POOLS[provider], _store_message, provider, m)
+    ref, fresh = await _store_message(provider, m)
     log.info("provider message", extra={"provider": provider, "reference": ref, "fresh": fresh})
     if fresh:
         outcome = "failed" if "bounce" in m.to else "delivered"
+        # After the response: the receipt's delay and post never hold up this answer.
         tasks.add_task(send_receipt, provider, ref, outcome, m.idempotency_key)
     return JSONResponse({"status": "accepted" if fresh else "already_processed", "reference": ref},
                         status_code=201 if fresh else 200)

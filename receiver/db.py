@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from psycopg import AsyncConnection, OperationalError
+from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.engine import Engine, make_url
 
@@ -47,16 +51,81 @@ provider_messages = sa.Table(
     sa.Column("received_at", sa.DateTime(timezone=True), nullable=False, server_default=NOW),
 )
 
+# The /faults switch board: one row every process of the receiver reads and decrements (counted faults are taken
+# with one atomic UPDATE, so N processes never take one shot twice). `receipt_delay` NULL means the setting's.
+receiver_faults = sa.Table(
+    "receiver_faults", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("fail_503", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("fail_422", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("slow_seconds", sa.Float, nullable=False, server_default="0"),
+    sa.Column("accept_then_hang", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("accept_then_drop", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("receipt_delay", sa.Float, nullable=True),
+    sa.CheckConstraint("id = 1", name="receiver_faults_one_row"),
+)
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 @functools.cache
 def engine_for(url: str) -> Engine:
-    return sa.create_engine(url, pool_pre_ping=True, pool_size=16, max_overflow=8)  # 3 providers × 4 + webhooks
+    # Migrations and the tests' direct reads only: requests go through the async pool below.
+    return sa.create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4)
 
 
 def engine() -> Engine:
     return engine_for(get_settings().database_url)
+
+
+# Requests hold a connection for one statement at a time: a few per process serve hundreds of requests a second.
+POOL_MAX = 8
+T = TypeVar("T")
+
+
+_pool: AsyncConnectionPool | None = None
+
+
+def conninfo(url: str) -> str:
+    """The SQLAlchemy URL as libpq reads it (psycopg's own pool, without SQLAlchemy on the request path)."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def open_pool() -> None:
+    """A server process's pool for requests (the app's lifespan opens it and closes it on the way out)."""
+    global _pool
+    _pool = AsyncConnectionPool(conninfo(get_settings().database_url), min_size=2, max_size=POOL_MAX, open=False,
+                                kwargs={"autocommit": True}, name="receiver")
+    await _pool.open()
+
+
+async def close_pool() -> None:
+    global _pool
+    if _pool is not None:
+        await _pool.close()
+        _pool = None
+
+
+async def _once(fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    if _pool is not None:
+        async with _pool.connection() as c:
+            return await fn(c)
+    # The app run in-process without its lifespan (the tests' ASGI transport, one event loop per call): a
+    # connection of its own, so nothing outlives the loop.
+    async with await AsyncConnection.connect(conninfo(get_settings().database_url), autocommit=True) as c:
+        return await fn(c)
+
+
+async def run(fn: Callable[[AsyncConnection], Awaitable[T]], retry: bool = False) -> T:
+    """`fn` on a connection (autocommit: each statement is its own transaction). With `retry`, a connection killed
+    under us (PostgreSQL restarted) is replaced and `fn` run once more: only for statements that apply nothing twice
+    (INSERT … ON CONFLICT)."""
+    try:
+        return await _once(fn)
+    except OperationalError:
+        if not retry:
+            raise
+        return await _once(fn)
 
 
 def ensure_database(url: str, reset: bool = False) -> None:

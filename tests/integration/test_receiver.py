@@ -1,8 +1,10 @@
 """The receiver's own tests (the mock outside world, standing alone: its own database, settings and signing).
 
 Invariant 4: one effect per (event_id, effect_type), however many times and however concurrently an event is
-delivered; a reused event id with another body is an identity conflict, never a second effect. Checked through its
-HTTP API (`/effects`, `/invariants`), as `outbox check` does, and by its UNIQUE constraint on real PostgreSQL.
+delivered — by one server process or by several racing on the same event id; a reused event id with another body is
+an identity conflict, never a second effect. Checked through its HTTP API (`/effects`, `/invariants`), as `outbox
+check` does, and by its UNIQUE constraint on real PostgreSQL. The fault switches hold across processes: N shots of a
+counted fault are N answers, whichever process takes them.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -20,8 +25,10 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-PG_BASE = os.environ.get("OUTBOX_PG_BASE", "postgresql+psycopg://postgres@127.0.0.1:5432")
-RECEIVER_DB = f"{PG_BASE}/outbox_receiver_selftest"
+from jobs.ops.procs import wait_http, wait_until
+from tests.conftest import PG_BASE, SLOT_SUFFIX
+
+RECEIVER_DB = f"{PG_BASE}/outbox_receiver_selftest{SLOT_SUFFIX}"
 
 
 class _Capture(BaseHTTPRequestHandler):
@@ -51,14 +58,14 @@ def app_stub() -> Iterator[str]:
 def receiver_app(app_stub):  # type: ignore[no-untyped-def]
     from receiver import db, settings
 
-    os.environ.update({"RECEIVER_DATABASE_URL": RECEIVER_DB, "RECEIVER_APP_URL": app_stub})
+    env = {"RECEIVER_DATABASE_URL": RECEIVER_DB, "RECEIVER_APP_URL": app_stub, "RECEIVER_RECEIPT_DELAY": "0"}
+    os.environ.update(env)
     settings.get_settings.cache_clear()
     db.migrate(reset=True)
-    from receiver.app import FAULTS, app
+    from receiver.app import app
 
-    FAULTS.config.receipt_delay = 0.0
     yield app
-    for k in ("RECEIVER_DATABASE_URL", "RECEIVER_APP_URL"):
+    for k in env:
         os.environ.pop(k, None)
     settings.get_settings.cache_clear()
 
@@ -168,3 +175,77 @@ def test_fault_switches_do_not_exist_unless_asked_for(receiver_app):
             return await c.post("/faults", json={"fail_503": 3})
 
     assert asyncio.run(post()).status_code == 404  # RECEIVER_FAULTS is off by default
+
+
+@pytest.fixture(scope="module")
+def served(receiver_app, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """`python -m receiver serve --workers 3` on its own port and the same database, with the switch board on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = open(tmp_path_factory.mktemp("receiver") / "served.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "receiver", "serve", "--port", str(port), "--workers", "3"],
+                            env={**os.environ, "RECEIVER_FAULTS": "1"}, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/healthz", 60)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(15)
+        log.close()
+
+
+def _pids_serving(url: str) -> set[int]:
+    """Which server processes answer: a new connection each time, so the kernel hands them to any of them."""
+    seen: set[int] = set()
+
+    def several() -> bool:
+        seen.update(httpx.get(f"{url}/healthz").json()["pid"] for _ in range(10))
+        return len(seen) >= 2
+
+    wait_until(several, 20, "two server processes to answer")
+    return seen
+
+
+async def _post_spread(url: str, raw: str, headers: dict[str, str], n: int) -> list[httpx.Response]:
+    """n POSTs at once, each on its own connection (so they land on different processes)."""
+    async def one() -> httpx.Response:
+        async with httpx.AsyncClient(timeout=30) as c:
+            return await c.post(f"{url}/webhooks/orders", content=raw, headers=headers)
+
+    return await asyncio.gather(*(one() for _ in range(n)))
+
+
+def test_processes_racing_on_one_event_id_apply_one_effect(served):
+    """Invariant 4 with N server processes: 40 concurrent duplicates, one effect, 39 `already_processed` naming it."""
+    assert len(_pids_serving(served)) >= 2
+    for _ in range(3):
+        body = {"event_id": str(uuid.uuid4()), "schema_version": 1, "event_type": "order.approved"}
+        raw, headers = _signed(body)
+        answers = asyncio.run(_post_spread(served, raw, headers, 40))
+        assert [r.status_code for r in answers] == [200] * 40, [r.text for r in answers if r.status_code != 200]
+        statuses = [r.json()["status"] for r in answers]
+        assert statuses.count("accepted") == 1 and statuses.count("already_processed") == 39
+        assert len({r.json()["result_ref"] for r in answers}) == 1, "every answer names the one effect"
+        fx = httpx.get(f"{served}/effects/{body['event_id']}").json()
+        assert fx["effects"] == 1 and fx["deliveries"] == 40
+    assert all(v == 0 for v in httpx.get(f"{served}/invariants").json().values())
+
+
+def test_a_counted_fault_is_taken_once_across_processes(served):
+    """`fail_503: 5` set through one process is 5 answers of 503 in all, whichever processes serve the 30 calls;
+    cleared (`{}`), no process fails another call."""
+    assert len(_pids_serving(served)) >= 2
+    assert httpx.post(f"{served}/faults", json={"fail_503": 5}).status_code == 200
+    bodies = [_signed({"event_id": str(uuid.uuid4()), "schema_version": 1}) for _ in range(30)]
+
+    async def all_at_once() -> list[httpx.Response]:
+        return [r for rs in await asyncio.gather(*(_post_spread(served, raw, h, 1) for raw, h in bodies)) for r in rs]
+
+    codes = sorted(r.status_code for r in asyncio.run(all_at_once()))
+    assert codes == [200] * 25 + [503] * 5
+    assert httpx.post(f"{served}/faults", json={"fail_422": 1000}).status_code == 200
+    assert httpx.post(f"{served}/faults", json={}).status_code == 200
+    raw, h = _signed({"event_id": str(uuid.uuid4()), "schema_version": 1})
+    assert [r.status_code for r in asyncio.run(_post_spread(served, raw, h, 10))] == [200] * 10
