@@ -43,20 +43,24 @@ def pager(older: Any, newer: Any, has_older: rx.Var[bool], has_newer: rx.Var[boo
 
 
 class KeysetPaged(rx.State, mixin=True):
-    """Older / newer over a newest-first list, for every list page: the page names its rows (`_page_rows`), how it
-    reloads at the position it holds (`_page_reload`) and its URL (`_url`); `_page_allowed` says whether this
-    tab may page at all (a page of a tenant's rows: only while an operator of a tenant is logged in)."""
+    """Older / newer over a newest-first list, for every list page. By default the page's rows are `rows` and it
+    reloads at the position it holds with `_query()`; a page with other names overrides `_page_rows` /
+    `_page_reload`. It names its URL (`_url`). Paging needs a logged-in operator of a tenant (every list is a
+    tenant's rows), asked here, in the handler."""
 
     _before: int = 0  # backend-only: the page position (0: none)
     _after: int = 0
 
     def _page_rows(self) -> list[dict[str, str]]:
-        raise NotImplementedError
+        return list(getattr(self, "rows", []))
 
     def _page_allowed(self) -> bool:
-        return True
+        return bool(getattr(self, "_tenant_id", 0))
 
     async def _page_reload(self) -> None:
+        await self._query()
+
+    async def _query(self) -> None:
         raise NotImplementedError
 
     def _url(self) -> Any:

@@ -42,7 +42,7 @@ def test_search_by_phone_and_by_message_id_then_the_message_page(new_operator):
     s.get_by_test_id("search-hit").first.wait_for()
     hit = s.get_by_test_id("search-hit").first.inner_text()
     assert "Asha Rao" in hit and "matched by phone" in hit and "Heard from us today" in hit
-    assert "98000" not in s.url and s.url.endswith("/search")  # a contact point stays out of the URL
+    assert "98000" not in s.url and s.url.rstrip("/").endswith("/search")  # a contact point stays out of the URL
     s.get_by_test_id("search-query").fill(f"#{nid}")
     s.get_by_test_id("search-query").press("Enter")
     s.wait_for_function(f"() => location.search === '?q=' + encodeURIComponent('#{nid}')")

@@ -77,15 +77,6 @@ class CampaignsState(paging.KeysetPaged, AuthState):
     async def _query(self) -> None:
         self.rows, self.has_older, self.has_newer = await asyncio.to_thread(self._page, self._tenant_id, self._where())
 
-    def _page_rows(self) -> list[dict[str, str]]:
-        return self.rows
-
-    def _page_allowed(self) -> bool:
-        return bool(self._tenant_id)
-
-    async def _page_reload(self) -> None:
-        await self._query()
-
     def _url(self) -> Followup:
         return paging.replace_url(routes.CAMPAIGNS, {"channel": "" if self.channel == ALL else self.channel,
                                                      "before": self._before, "after": self._after})

@@ -69,9 +69,6 @@ class EndpointsState(paging.KeysetPaged, AuthState):
     def _page_rows(self) -> list[dict[str, str]]:
         return self.endpoints
 
-    def _page_allowed(self) -> bool:
-        return bool(self._tenant_id)
-
     async def _page_reload(self) -> None:
         await self._reload()
 

@@ -53,12 +53,6 @@ class LedgerState(paging.KeysetPaged, AuthState):
             since_hours={"1h": 1, "24h": 24, "7d": 168}.get(self.window), limit=limit,
             before_id=self._before or None, after_id=self._after or None)
 
-    def _page_rows(self) -> list[dict[str, str]]:
-        return self.rows
-
-    async def _page_reload(self) -> None:
-        await self._query()
-
     def _url(self) -> Followup:
         """The filters and the page position in the URL: the view is a link (replaced, no reload)."""
         where = paging.url(routes.LEDGER, {"channel": self.channel if self.channel != ALL else "",

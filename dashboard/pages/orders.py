@@ -50,15 +50,6 @@ class OrdersState(paging.KeysetPaged, AuthState):
             self._fetch_for, self._tenant_id, self.status_filter, self._before, self._after)
         self.rows, self.has_older, self.has_newer = rows, older, newer
 
-    def _page_rows(self) -> list[dict[str, str]]:
-        return self.rows
-
-    def _page_allowed(self) -> bool:
-        return bool(self._tenant_id)
-
-    async def _page_reload(self) -> None:
-        await self._query()
-
     def _url(self) -> Followup:
         return paging.replace_url(routes.ORDERS, {
             "status": self.status_filter if self.status_filter != "all" else "", "before": self._before,

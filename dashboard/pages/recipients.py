@@ -50,15 +50,6 @@ class RecipientsState(paging.KeysetPaged, AuthState):
         self.rows = [_summary_row(r) for r in page.rows]
         self.has_older, self.has_newer = page.has_older, page.has_newer
 
-    def _page_rows(self) -> list[dict[str, str]]:
-        return self.rows
-
-    def _page_allowed(self) -> bool:
-        return bool(self._tenant_id)
-
-    async def _page_reload(self) -> None:
-        await self._query()
-
     def _url(self) -> Followup:
         return paging.replace_url(routes.RECIPIENTS, {"q": self.query.strip(), "before": self._before,
                                                       "after": self._after})
