@@ -13,6 +13,7 @@ import random
 import socket
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -126,7 +127,13 @@ async def _post_endpoint(ctx: dict[str, Any], c: Claim, target: endpoints.SendTa
     """A tenant endpoint's webhook: its URL checked again after a fresh DNS lookup (a name re-pointed at an
     internal address is refused, and nothing is sent), then one POST to the very address checked, signed with
     every live secret of the endpoint. The event id stays the webhook-id: receivers deduplicate on it."""
-    verdict = await asyncio.to_thread(urls.addresses_for_send, target.url, urls.dev_allowlist())
+    try:
+        async with asyncio.timeout(DNS_DEADLINE_S):
+            verdict = await asyncio.get_running_loop().run_in_executor(
+                DNS_POOL, urls.addresses_for_send, target.url, urls.dev_allowlist())
+    except TimeoutError:
+        return Outcome(None, error="connection",
+                       excerpt=f"the endpoint's name did not resolve within {DNS_DEADLINE_S:.0f} s"), None
     if isinstance(verdict, urls.Refused):
         return Outcome(None, error="url_not_allowed", excerpt=f"refused before sending: {verdict.reason}"), None
     assert c.event_id is not None and c.envelope is not None
@@ -160,6 +167,11 @@ async def _post_endpoint(ctx: dict[str, Any], c: Claim, target: endpoints.SendTa
 
 # Bytes of a tenant endpoint's answer read at most (its status, and a JSON answer's `status` if it is that short).
 ENDPOINT_ANSWER_MAX: Final = 64 * 1024
+# A tenant's endpoint is looked up in DNS on threads of its own, within a deadline: a resolver that hangs (a
+# tenant's name served by a dead DNS server waits out the system's timeouts, 5 s × attempts × servers) must not
+# take the default executor's few threads (min(32, cores + 4)), which every database call of this worker uses.
+DNS_POOL: Final = ThreadPoolExecutor(max_workers=4, thread_name_prefix="endpoint-dns")
+DNS_DEADLINE_S: Final = 5.0
 
 
 def _safe_json(r: httpx.Response) -> dict[str, Any]:

@@ -86,3 +86,44 @@ def test_an_endless_answer_is_read_up_to_a_bound(db, redis_db, endless):  # type
     assert outcome.status_code == 200
     assert endless.sent < 64 * 1024 * 1024, f"read {endless.sent} bytes of an endless answer"
     assert outcome.excerpt is not None and len(outcome.excerpt) <= 200
+
+
+
+def test_a_hanging_dns_lookup_neither_outlives_its_deadline_nor_starves_the_database_threads(
+        db, redis_db, monkeypatch):  # type: ignore[no-untyped-def]
+    """Invariant: a tenant endpoint's name that never resolves ends its send as a connection failure (retried,
+    nothing sent) within the DNS deadline, and while many such lookups hang, the worker's other work — every
+    database call goes through the default executor — still gets a thread at once."""
+    e = endpoint(42, "https://hangs.example/hook")
+    r = approve()
+    (row,) = rows("event_id = :e AND endpoint_id = :i", e=r.event_id, i=e["id"])
+    got = claims.claim(row.id, 30, datetime.now(UTC))
+    assert isinstance(got, claims.Ready), got
+    target = store.send_target(42, e["id"])
+    assert target is not None
+    release = threading.Event()
+
+    def hanging(host: str, port: int) -> list[str]:
+        release.wait(60)
+        return ["93.184.216.34"]
+
+    check = worker.urls.addresses_for_send
+    monkeypatch.setattr(worker.urls, "addresses_for_send", lambda url, allow: check(url, allow, resolve=hanging))
+    monkeypatch.setattr(worker, "DNS_DEADLINE_S", 1.0, raising=False)
+
+    async def many() -> tuple[list[Any], float]:
+        async with httpx.AsyncClient(timeout=30) as http:
+            sends = [asyncio.create_task(worker._post_endpoint({"http": http}, got.claim, target)) for _ in range(12)]
+            await asyncio.sleep(0)  # every lookup started and hanging
+            t0 = asyncio.get_running_loop().time()
+            await asyncio.wait_for(asyncio.to_thread(lambda: None), 2)  # a database call's thread hop
+            hop = asyncio.get_running_loop().time() - t0
+            return await asyncio.wait_for(asyncio.gather(*sends), 10), hop
+
+    try:
+        outcomes, hop = asyncio.run(many())
+    finally:
+        release.set()
+    assert hop < 1.0, f"a thread hop waited {hop:.2f} s behind hanging DNS lookups"
+    assert all(o.status_code is None and o.error == "connection" and "did not resolve" in (o.excerpt or "")
+               for o, _ in outcomes), outcomes
