@@ -94,7 +94,7 @@ def _owed(months: set[date], before: date,
 def _archive_month(m: date, parts: list[Partition], out_dir: Path, actor_ref: str,
                    engine: Engine | None) -> ArchivedMonth:
     lo, hi = bounds(m)
-    path = out_dir / f"ledger-{m:%Y-%m}.jsonl"
+    path = _free_name(out_dir, m)
     with UnitOfWork(engine) as uow:
         uow.execute(sql.LOCK_TIMEOUT)
         uow.execute(sql.ARCHIVE_EXCLUDES_REPLAY)  # no replay commits between the check below and our commit
@@ -121,6 +121,16 @@ def _archive_month(m: date, parts: list[Partition], out_dir: Path, actor_ref: st
         uow.commit()
     return ArchivedMonth(f"{m:%Y-%m}", path, len(messages), len(rows["notification_attempts"]),
                          len(rows["delivery_receipts"]), [p.name for p in parts])
+
+
+def _free_name(out_dir: Path, m: date) -> Path:
+    """`ledger-YYYY-MM.jsonl`, or `ledger-YYYY-MM.2.jsonl`, … when a month is archived again (a message of an
+    archived month replayed later files new attempts under it): an export already written is never replaced."""
+    path, n = out_dir / f"ledger-{m:%Y-%m}.jsonl", 1
+    while path.exists():
+        n += 1
+        path = out_dir / f"ledger-{m:%Y-%m}.{n}.jsonl"
+    return path
 
 
 def _redacted(row: Any) -> dict[str, Any]:

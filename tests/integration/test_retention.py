@@ -182,6 +182,21 @@ def test_archive_writes_a_redacted_month_then_drops_it_and_every_invariant_holds
     assert archive_before(date(2026, 10, 1), tmp_path, actor_ref="test:oncall") == []  # nothing left to do
 
 
+def test_a_month_archived_again_never_replaces_its_first_export(db: str, tmp_path: Path) -> None:
+    """Invariant: an export once written is kept. A message of an archived month replayed later files new attempts
+    under that month (its partition made again); archiving it again writes `ledger-YYYY-MM.2.jsonl` beside the
+    first file, which is left byte for byte as it was."""
+    n = message(AUG, "DELIVERED", "aug-again")
+    attempt(n, 1)
+    (first,) = archive_before(date(2026, 9, 1), tmp_path, actor_ref="test:oncall")
+    kept = first.path.read_bytes()
+    attempt(n, 2)  # a replay's attempt, filed under the message's month (DEFAULT until its month is made again)
+    (second,) = archive_before(date(2026, 9, 1), tmp_path, actor_ref="test:oncall")
+    assert (first.path.name, second.path.name) == ("ledger-2026-08.jsonl", "ledger-2026-08.2.jsonl")
+    assert first.path.read_bytes() == kept and second.attempts == 1
+    assert_invariants()
+
+
 def test_a_receipt_id_is_kept_once_across_months(db: str) -> None:
     """Invariant: a provider retrying a receipt changes nothing, even when the first copy sits in another month's
     partition (the unpartitioned key holds the uniqueness the partitioned table cannot)."""
