@@ -64,7 +64,10 @@ class LaneWorker(Worker):
                 running = self.tasks.get(job_id.decode())
                 if running is None or running.done():  # ours and running: no round trip to learn it
                     await super().start_jobs([job_id])
-                    started += 1
+                    # Only a job that started counts: one arq skips (in progress elsewhere, e.g. left marked by a
+                    # worker stopped mid-job) must not use up the read — four of them at the queue's head stalled
+                    # the lane until their marks ran out (10 min).
+                    started += self.tasks.get(job_id.decode()) not in (None, running)
         else:
             await super().start_jobs(job_ids)
         for t in self.tasks.values():

@@ -3,7 +3,8 @@
 Invariants: an enqueue through `wakeups.enqueue` wakes an idle worker at once (long before its idle poll); a job
 whose hint was lost (enqueued by arq alone) is still started, by the idle poll; a hint on another Redis database's
 channel wakes nobody here. The bulk worker starts at most `BULK_STARTS_PER_READ` jobs from one read of its queue
-and then reads it again at once, so a fairer-scored job enqueued meanwhile is not started after a whole stale read.
+and then reads it again at once, so a fairer-scored job enqueued meanwhile is not started after a whole stale read;
+jobs it skips (marked in progress by a worker stopped mid-job) do not count, so they never stall the lane.
 A campaign's fan-out wakes the bulk lane like every other enqueue (an idle bulk worker starts it at once).
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from arq import ArqRedis, create_pool
+from arq.constants import in_progress_key_prefix
 from arq.worker import func
 
 from domain.delivery import wakeups
@@ -99,11 +101,19 @@ async def test_the_bulk_worker_starts_a_few_jobs_per_read_of_its_queue_then_read
     try:
         for i in range(1, 11):
             await pool.enqueue_job(DELIVER_TASK, i, _job_id=job_id(i), _queue_name=queue_name("bulk"))
+        # At the head of the queue, as many jobs as one read may start, each still marked in progress by a worker
+        # stopped mid-job: arq skips them; they must not use up the read.
+        stale = range(101, 101 + wake.BULK_STARTS_PER_READ)
+        for i in stale:
+            await pool.enqueue_job(DELIVER_TASK, i, _job_id=job_id(i), _queue_name=queue_name("bulk"))
+            await pool.zadd(queue_name("bulk"), {job_id(i): i})  # scored first
+            await pool.set(in_progress_key_prefix + job_id(i), b"1", px=600_000)
         read = await pool.zrangebyscore(queue_name("bulk"), min=float("-inf"), max=float("inf"))
-        assert len(read) == 10
+        assert len(read) == 10 + len(stale) and read[0] == job_id(101).encode()
         w._wake.clear()
         await w.start_jobs(read)
         assert len(w.tasks) == wake.BULK_STARTS_PER_READ, "a read starts a few jobs, not all ten with slots free"
+        assert not any(job_id(i) in w.tasks for i in stale), "marked in progress elsewhere: skipped"
         assert w._wake.is_set(), "slots still free: the queue is read again at once, not after a poll delay"
         await w.start_jobs(read)  # the next read: the jobs already running are skipped, the next few start
         assert len(w.tasks) == 2 * wake.BULK_STARTS_PER_READ
