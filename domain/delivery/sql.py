@@ -351,7 +351,15 @@ OPS_SERIES_STARTS = sa.text(
     SELECT generate_series(to_timestamp(floor(extract(epoch FROM now()) / (:s * 60)) * (:s * 60))
                              - make_interval(mins => :m - :s),
                            to_timestamp(floor(extract(epoch FROM now()) / (:s * 60)) * (:s * 60)),
-                           make_interval(mins => :s)) AS t, now() AS now
+                           make_interval(mins => :s)) AS t, now() AS now,
+           -- Points ending by `settled` are finished: their span ended :settle seconds ago, and no transaction
+           -- still open began before it (its rows will carry its start time, whenever it commits — a worker
+           -- stopped between its UPDATE and its COMMIT). Sessions of other roles show no xact_start to a role
+           -- without pg_read_all_stats; for those the margin alone stands.
+           least(now() - make_interval(secs => :settle),
+                 (SELECT min(a.xact_start) FROM pg_stat_activity a
+                  WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+                    AND a.backend_type = 'client backend')) AS settled
     """)
 OPS_SERIES_POINTS = sa.text(
     """

@@ -41,8 +41,8 @@ SERIES_WINDOWS: dict[str, tuple[int, int, str]] = {
 }
 
 
-# A point is kept once its span ended this long ago: a transaction that began before the span's end and commits
-# later (its rows carry its start time) has committed by then.
+# A point is kept once its span ended this long ago and no transaction still open began before its end: a
+# transaction that began before the span's end and commits later (its rows carry its start time) could still move it.
 SETTLED_AFTER: Final = timedelta(minutes=1)
 
 
@@ -53,12 +53,13 @@ def ops_series(tenant_id: int | None, window: str = "1h", engine: Engine | None 
     minutes, step, label = SERIES_WINDOWS[window]
     scope = tenant_id or 0
     with UnitOfWork(engine) as uow:
-        spans = uow.execute(sql.OPS_SERIES_STARTS, {"m": minutes, "s": step}).all()
+        spans = uow.execute(sql.OPS_SERIES_STARTS, {"m": minutes, "s": step,
+                                                     "settle": SETTLED_AFTER.total_seconds()}).all()
         if not spans:
             return []
-        now = spans[0].now
+        settled = spans[0].settled
         starts: list[datetime] = [r[0] for r in spans]
-        finished = [t for t in starts if t + timedelta(minutes=step) + SETTLED_AFTER <= now]
+        finished = [t for t in starts if t + timedelta(minutes=step) <= settled]
         points: dict[datetime, Any] = {
             r.at: r for r in uow.execute(sql.OPS_SERIES_KEPT, {"scope": scope, "s": step, "ts": finished})}
         wanted = [t for t in starts if t not in points]

@@ -9,7 +9,7 @@ a point is kept only once its span has ended a minute ago, and a kept point is r
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -114,3 +114,40 @@ def test_a_kept_point_is_read_not_computed_again(db) -> None:  # type: ignore[no
     again = {p["minute"]: p for p in views.ops_series(42, "1h")}
     assert again[label]["depth"] == kept["depth"]
     assert list(again.values())[-1]["depth"] == _oracle(42, "1h")[-1][1]  # the moving point sees the new row
+
+
+def test_no_point_is_kept_while_a_transaction_that_began_before_its_end_is_open(db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A worker stopped between its UPDATE (sent_at = now(), its transaction's start) and its COMMIT — a paused
+    process, a GC stall, an operator's psql — commits rows into a span that may have ended minutes ago; a point kept
+    meanwhile would miss them forever. The settle margin alone cannot know: with the margin taken as a minute
+    shorter (standing for a transaction open a minute past it, without waiting a minute), the point the open
+    transaction writes into must not be kept, and once it commits every point equals the whole ledger."""
+    monkeypatch.setattr(views, "SETTLED_AFTER", views.SETTLED_AFTER - timedelta(minutes=2))
+    for _ in range(3):
+        with get_engine().begin() as c:
+            c.execute(sa.text("TRUNCATE ops_series_points"))
+            nid = c.execute(sa.text(
+                "INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, "
+                "status, cost_cents, attempts, max_attempts, created_at, next_attempt_at) VALUES (42, 'cust-001', "
+                "'sms', 'normal', 'offer', '{}', :k, 'QUEUED', 0, 0, 8, now() - interval '5 minutes', "
+                "now() - interval '5 minutes') RETURNING id"), {"k": f"ops-stalled-{random.random()}"}).scalar_one()
+        stalled = get_engine().connect()
+        try:
+            began = stalled.execute(sa.text("SELECT now()")).scalar_one()  # the stalled worker's transaction
+            stalled.execute(sa.text("UPDATE notifications SET status = 'SENT', sent_at = now(), attempts = 1 "
+                                    "WHERE id = :i"), {"i": nid})
+            views.ops_series(42, "1h")  # a refresh while it is stopped
+            stalled.commit()
+        finally:
+            stalled.close()
+        with get_engine().connect() as c:
+            kept_after = c.execute(sa.text(
+                "SELECT count(*) FROM ops_series_points WHERE scope = 42 AND step_minutes = 1 "
+                "AND t + interval '1 minute' > :b"), {"b": began}).scalar_one()
+        before, ours, after = _oracle(42, "1h"), _rounded(views.ops_series(42, "1h")), _oracle(42, "1h")
+        if before != after:
+            continue  # the clock crossed a point boundary: again
+        assert kept_after == 0, "a point ending after the open transaction began was kept"
+        assert ours == before, [(a, b) for a, b in zip(ours, before, strict=False) if a != b]
+        return
+    raise AssertionError("the clock crossed a point boundary three times in a row")
