@@ -17,12 +17,12 @@ import httpx
 import pytest
 
 from domain.delivery import claims
-from domain.endpoints import store
+from domain.endpoints import store, urls
 from domain.settings import get_settings
 from jobs import worker
 from tests.conftest import PORT_OFFSET
 from tests.integration.conftest import rows
-from tests.integration.test_endpoints_fan_out import approve, endpoint
+from tests.integration.test_endpoints_fan_out import approve, endpoint, orders_of
 
 ENDLESS_PORT = 8089 + PORT_OFFSET
 
@@ -89,8 +89,8 @@ def test_an_endless_answer_is_read_up_to_a_bound(db, redis_db, endless):  # type
 
 
 
-def test_a_hanging_dns_lookup_neither_outlives_its_deadline_nor_starves_the_database_threads(
-        db, redis_db, monkeypatch):  # type: ignore[no-untyped-def]
+def test_a_hanging_dns_lookup_neither_outlives_its_deadline_nor_starves_the_database_threads(  # type: ignore[no-untyped-def]
+        db, redis_db, monkeypatch):
     """Invariant: a tenant endpoint's name that never resolves ends its send as a connection failure (retried,
     nothing sent) within the DNS deadline, and while many such lookups hang, the worker's other work — every
     database call goes through the default executor — still gets a thread at once."""
@@ -107,8 +107,8 @@ def test_a_hanging_dns_lookup_neither_outlives_its_deadline_nor_starves_the_data
         release.wait(60)
         return ["93.184.216.34"]
 
-    check = worker.urls.addresses_for_send
-    monkeypatch.setattr(worker.urls, "addresses_for_send", lambda url, allow: check(url, allow, resolve=hanging))
+    check = urls.addresses_for_send
+    monkeypatch.setattr(urls, "addresses_for_send", lambda url, allow: check(url, allow, resolve=hanging))
     monkeypatch.setattr(worker, "DNS_DEADLINE_S", 1.0, raising=False)
 
     async def many() -> tuple[list[Any], float]:
@@ -127,3 +127,50 @@ def test_a_hanging_dns_lookup_neither_outlives_its_deadline_nor_starves_the_data
     assert hop < 1.0, f"a thread hop waited {hop:.2f} s behind hanging DNS lookups"
     assert all(o.status_code is None and o.error == "connection" and "did not resolve" in (o.excerpt or "")
                for o, _ in outcomes), outcomes
+
+
+def test_one_tenants_hanging_names_never_fail_another_tenants_endpoint(  # type: ignore[no-untyped-def]
+        db, redis_db, endless, monkeypatch):
+    """Invariant: a lookup that outlives its deadline still holds its thread, so a tenant whose endpoint names hang
+    (a dead DNS server, or one the tenant runs to never answer) holds at most its share of the DNS threads; another
+    tenant's endpoint meanwhile resolves and is sent to at once. On the old code its lookup queued behind the hung
+    ones, ran out its deadline unstarted and counted as that innocent endpoint's connection failure (its breaker
+    opens on a run of those, then the endpoint is disabled)."""
+    e42 = endpoint(42, "https://hangs.example/hook")
+    r42 = approve()
+    (row42,) = rows("event_id = :e AND endpoint_id = :i", e=r42.event_id, i=e42["id"])
+    got42 = claims.claim(row42.id, 30, datetime.now(UTC))
+    assert isinstance(got42, claims.Ready), got42
+    e7 = endpoint(7, f"http://127.0.0.1:{ENDLESS_PORT}/hook")
+    r7 = approve(order_id=orders_of(7)[0], tenant_id=7)
+    (row7,) = rows("event_id = :e AND endpoint_id = :i", e=r7.event_id, i=e7["id"])
+    got7 = claims.claim(row7.id, 30, datetime.now(UTC))
+    assert isinstance(got7, claims.Ready), got7
+    target42, target7 = store.send_target(42, e42["id"]), store.send_target(7, e7["id"])
+    assert target42 is not None and target7 is not None
+    release = threading.Event()
+
+    def hanging(host: str, port: int) -> list[str]:
+        release.wait(60)
+        return ["93.184.216.34"]
+
+    check = urls.addresses_for_send
+    monkeypatch.setattr(urls, "addresses_for_send",
+                        lambda url, allow: check(url, allow, resolve=hanging) if "hangs.example" in url
+                        else check(url, allow))
+    monkeypatch.setattr(worker, "DNS_DEADLINE_S", 1.0, raising=False)
+
+    async def both() -> tuple[list[Any], Any]:
+        async with httpx.AsyncClient(timeout=30) as http:
+            hung = [asyncio.create_task(worker._post_endpoint({"http": http}, got42.claim, target42))
+                    for _ in range(12)]
+            await asyncio.sleep(0)  # every one of tenant 42's lookups started or waiting
+            theirs = await asyncio.wait_for(worker._post_endpoint({"http": http}, got7.claim, target7), 10)
+            return await asyncio.wait_for(asyncio.gather(*hung), 10), theirs
+
+    try:
+        outcomes, (theirs, _) = asyncio.run(both())
+    finally:
+        release.set()
+    assert theirs.status_code == 200 and theirs.error is None, theirs
+    assert all(o.status_code is None and o.error == "connection" for o, _ in outcomes), outcomes
