@@ -46,7 +46,7 @@ class KeysetPaged(rx.State, mixin=True):
     """Older / newer over a newest-first list, for every list page. By default the page's rows are `rows` and it
     reloads at the position it holds with `_query()`; a page with other names overrides `_page_rows` /
     `_page_reload`. It names its URL (`_url`). Paging needs a logged-in operator of a tenant (every list is a
-    tenant's rows), asked here, in the handler."""
+    tenant's rows) with a live session, asked here, in the handler."""
 
     _before: int = 0  # backend-only: the page position (0: none)
     _after: int = 0
@@ -54,8 +54,12 @@ class KeysetPaged(rx.State, mixin=True):
     def _page_rows(self) -> list[dict[str, str]]:
         return list(getattr(self, "rows", []))
 
-    def _page_allowed(self) -> bool:
-        return bool(getattr(self, "_tenant_id", 0))
+    async def _page_allowed(self) -> bool:
+        """A live session of an operator of a tenant, read again from the database (AuthState._fresh): a tab whose
+        session ended elsewhere (a logout in another tab, an expiry, an operator removed) keeps its tenant in its
+        backend state, and paging would read that tenant's rows for it."""
+        fresh = getattr(self, "_fresh", None)
+        return bool(fresh is not None and await fresh() and getattr(self, "_tenant_id", 0))
 
     async def _page_reload(self) -> None:
         await self._query()
@@ -74,13 +78,13 @@ class KeysetPaged(rx.State, mixin=True):
     @rx.event
     async def older(self) -> Any:
         rows = self._page_rows()
-        if not self._page_allowed() or not rows:
+        if not rows or not await self._page_allowed():
             return None
         return await self._page_to(int(rows[-1]["id"]), 0)
 
     @rx.event
     async def newer(self) -> Any:
         rows = self._page_rows()
-        if not self._page_allowed() or not rows:
+        if not rows or not await self._page_allowed():
             return None
         return await self._page_to(0, int(rows[0]["id"]))

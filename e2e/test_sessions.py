@@ -242,6 +242,35 @@ def test_a_forged_cancel_of_an_approved_order_gets_the_policy_answer_and_changes
     alice.page.context.close()
 
 
+def test_a_tab_whose_session_ended_elsewhere_pages_nothing(browser):
+    """Invariant: paging (older / newer, dashboard/paging.py) reads the session again: a tab whose session ended
+    elsewhere — a logout in another tab, an expiry, an operator removed — still holds its tenant in its backend state,
+    and a page event sent on it (a click, or forged) must read nothing of that tenant. A forged `older` on the same
+    tab works while the session lives (the forge is real)."""
+    from dashboard.pages.recipients import RecipientsState
+
+    alice = tapped_login(browser, "alice")
+    alice.goto(f"{APP}/recipients")
+    alice.page.get_by_test_id("recipient-row").first.wait_for()
+    alice.forge(RecipientsState, "older", {})
+    alice.page.wait_for_url("**before=*")  # positive control: paging by a forged event, session live
+    alice.goto(f"{APP}/recipients")
+    alice.page.get_by_test_id("recipient-row").first.wait_for()
+    with get_engine().begin() as c:  # the session ends elsewhere (what a logout in another tab does)
+        c.execute(sa.text("UPDATE operator_sessions SET ended_at = now() WHERE ended_at IS NULL AND operator_id = "
+                          "(SELECT id FROM operators WHERE login = 'alice')"))
+    mark = len(alice.received)
+    alice.forge(RecipientsState, "older", {})
+    deadline = time.monotonic() + 20
+    while len(alice.received) == mark:  # the backend answered the event
+        assert time.monotonic() < deadline, "no answer to the forged event"
+        alice.page.wait_for_timeout(50)
+    after = "".join(alice.received[mark:])
+    assert "before=" not in after and "before=" not in alice.page.url, "a tab without a session paged"
+    assert "cust-" not in after, "a tab without a session was sent recipients"
+    alice.page.context.close()
+
+
 def publish_and_wake(result: Committed) -> None:
     """What the dashboard does after its own commit: push the hint to open views and wake the lane workers. Run
     on a thread of its own: Playwright's sync API owns this thread's event loop."""
