@@ -225,12 +225,28 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     lane: str = ctx["lane"]
     logs.bind_here(notification_id=notification_id, lane=lane)  # this job's task only
     if lane == "bulk":
-        route = await hot.channel_of(ctx["db"], notification_id)
-        if route is None:
-            return "not_owed"
-        if not await take_tenant_token(ctx["redis"], route):
-            return "paced"  # nothing claimed, nothing to fence: the row stays owed in PostgreSQL
-        await take_bulk_token(ctx["redis"], route.channel, s.bulk_rate_per_second)
+        # Counted from its start until it passes the channel's bucket (jobs/wake.py `BeforeTheBucket`); a capped
+        # tenant's job sleeping for its own moment is not (it waits for its tenant, not for the lane).
+        before = ctx.get("before_the_bucket")
+        if before is not None:
+            before.enter()
+        try:
+            route = await hot.channel_of(ctx["db"], notification_id)
+            if route is None:
+                return "not_owed"
+            if before is not None:
+                before.leave()
+            try:
+                allowed = await take_tenant_token(ctx["redis"], route)
+            finally:
+                if before is not None:
+                    before.enter()
+            if not allowed:
+                return "paced"  # nothing claimed, nothing to fence: the row stays owed in PostgreSQL
+            await take_bulk_token(ctx["redis"], route.channel, s.bulk_rate_per_second)
+        finally:
+            if before is not None:
+                before.leave()
     now = datetime.now(UTC)
     claim_started = time.monotonic()
     claimed = await hot.claim(ctx["db"], notification_id, s.lease_seconds, now, ctx["worker_name"])

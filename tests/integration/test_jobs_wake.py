@@ -4,7 +4,9 @@ Invariants: an enqueue through `wakeups.enqueue` wakes an idle worker at once (l
 whose hint was lost (enqueued by arq alone) is still started, by the idle poll; a hint on another Redis database's
 channel wakes nobody here. The bulk worker starts at most `BULK_STARTS_PER_READ` jobs from one read of its queue
 and then reads it again at once, so a fairer-scored job enqueued meanwhile is not started after a whole stale read;
-jobs it skips (marked in progress by a worker stopped mid-job) do not count, so they never stall the lane.
+jobs it skips (marked in progress by a worker stopped mid-job) do not count, so they never stall the lane; and it
+starts none while `BULK_BEFORE_THE_BUCKET` of its jobs wait for the channel's bucket (what waits beyond them waits in
+Redis, in fair order), reading the queue again as soon as one passes.
 A campaign's fan-out wakes the bulk lane like every other enqueue (an idle bulk worker starts it at once).
 """
 
@@ -136,3 +138,31 @@ async def test_a_campaigns_fan_out_wakes_the_bulk_lane(redis_db) -> None:  # typ
     finally:
         await pubsub.aclose()  # type: ignore[no-untyped-call]
         await pool.aclose()
+
+
+async def test_the_bulk_worker_starts_nothing_while_enough_of_its_jobs_wait_for_the_bucket(redis_db) -> None:  # type: ignore[no-untyped-def]
+    release = asyncio.Event()
+
+    async def hold(ctx: dict[str, Any], notification_id: int) -> None:
+        await release.wait()
+
+    pool: ArqRedis = await create_pool(wakeups.redis_settings(TEST_REDIS_URL))
+    w = wake.LaneWorker("bulk", functions=[func(hold, name=DELIVER_TASK)], queue_name=queue_name("bulk"),
+                        redis_pool=pool, poll_delay=0.05, keep_result=0, handle_signals=False, max_jobs=32)
+    try:
+        for i in range(1, 4):
+            await pool.enqueue_job(DELIVER_TASK, i, _job_id=job_id(i), _queue_name=queue_name("bulk"))
+        read = await pool.zrangebyscore(queue_name("bulk"), min=float("-inf"), max=float("inf"))
+        for _ in range(wake.BULK_BEFORE_THE_BUCKET):
+            w.before_the_bucket.enter()
+        await w.start_jobs(read)
+        assert not w.tasks, "the jobs wait in Redis, in their order, not in worker slots"
+        w._wake.clear()
+        w.before_the_bucket.leave()  # one passed the bucket
+        assert w._wake.is_set(), "room before the bucket: the queue is read again at once"
+        await w.start_jobs(read)
+        assert len(w.tasks) == 3
+    finally:
+        release.set()
+        await asyncio.gather(*w.tasks.values(), return_exceptions=True)
+        await w.close()
