@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from domain.db import get_engine
 from domain.delivery import views
-from domain.delivery.sql import OPS_SERIES_WHOLE_LEDGER
+from domain.delivery.views import OPS_SERIES_WHOLE_LEDGER
 
 ORACLE = OPS_SERIES_WHOLE_LEDGER  # the charts' query before the rollup: the whole ledger per point
 

@@ -164,7 +164,7 @@ def bench_ops_series_1m(runs: int = 5) -> dict[str, float]:
     computed once and kept), then refreshes (only the points still moving), beside the raw baseline — the query
     the chart ran on every refresh before the rollup (three subqueries over the whole ledger per point)."""
     from domain.delivery import views
-    from domain.delivery.sql import OPS_SERIES_WHOLE_LEDGER
+    from domain.delivery.views import OPS_SERIES_WHOLE_LEDGER
 
     eng = _scan_db()
     minutes, step, label = views.SERIES_WINDOWS["1h"]
