@@ -50,7 +50,7 @@ class AuditState(paging.KeysetPaged, AuthState):
         await self._actions()
 
     async def _actions(self) -> None:
-        if self._tenant_id:
+        if await self._fresh() and self._tenant_id:
             page = await asyncio.to_thread(action_pages, self._tenant_id, PAGE_SIZE, self._before or None,
                                            self._after or None)
             self.actions = [{**action_row(a), "id": str(a["id"])} for a in page.rows]
@@ -78,6 +78,8 @@ class AuditState(paging.KeysetPaged, AuthState):
     async def _search(self) -> None:
         if not self.query.strip():
             self.items, self.searched = [], False
+            return
+        if not await self._fresh() or not self._tenant_id:
             return
         tenant, q = self._tenant_id, self.query.strip()[:200]
         rows, matches = await asyncio.gather(asyncio.to_thread(ledger_views.audit_timeline, tenant, q),

@@ -75,6 +75,8 @@ class CampaignsState(paging.KeysetPaged, AuthState):
         return self.channel, self._before, self._after
 
     async def _query(self) -> None:
+        if not await self._fresh() or not self._tenant_id:
+            return
         self.rows, self.has_older, self.has_newer = await asyncio.to_thread(self._page, self._tenant_id, self._where())
 
     def _url(self) -> Followup:

@@ -61,6 +61,8 @@ class EndpointsState(paging.KeysetPaged, AuthState):
 
     async def _reload(self) -> None:
         """The page at the position the view holds (newest first)."""
+        if not await self._fresh() or not self._tenant_id:
+            return
         page = await asyncio.to_thread(pages.endpoints, self._tenant_id, PAGE_SIZE, self._before or None,
                                        self._after or None)
         self.endpoints = [_row(e) for e in page.rows]

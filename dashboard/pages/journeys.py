@@ -87,7 +87,7 @@ class JourneysState(paging.KeysetPaged, AuthState):
     @handler
     async def refresh(self) -> None:
         """The leads at the position and filters the view holds (the URL is not read again)."""
-        if not self._tenant_id:
+        if not await self._fresh() or not self._tenant_id:
             return
         page = await asyncio.to_thread(pages.leads, self._tenant_id, self.query.strip(),
                                        None if self.step == ALL else self.step, PAGE_SIZE, self._before or None,

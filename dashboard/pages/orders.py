@@ -46,6 +46,8 @@ class OrdersState(paging.KeysetPaged, AuthState):
         return OrdersState.watch
 
     async def _query(self) -> None:
+        if not await self._fresh() or not self._tenant_id:
+            return
         self._version, rows, older, newer = await asyncio.to_thread(
             self._fetch_for, self._tenant_id, self.status_filter, self._before, self._after)
         self.rows, self.has_older, self.has_newer = rows, older, newer

@@ -43,7 +43,7 @@ class RecipientsState(paging.KeysetPaged, AuthState):
         await self._query()
 
     async def _query(self) -> None:
-        if not self._tenant_id:
+        if not await self._fresh() or not self._tenant_id:
             return
         page = await asyncio.to_thread(pages.recipients, self._tenant_id, self.query, PAGE_SIZE,
                                        self._before or None, self._after or None)
