@@ -20,7 +20,7 @@ from psycopg.rows import TupleRow
 
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork, libpq_url
-from domain.delivery import fair, fairshare, wakeups
+from domain.delivery import fair, fairshare, views, wakeups
 from domain.delivery.queue import LANES, NOTIFY_CHANNEL, job_id, job_timeout_seconds
 from domain.delivery.wakeups import arq_pool, enqueue, enqueue_fan_out
 from domain.ledger.owed import OwedRow
@@ -30,6 +30,7 @@ from domain.settings import get_settings
 log = logging.getLogger("outbox.relay")
 # How often the relay makes sure next months' partitions exist (a catalog read when they do).
 PARTITIONS_EVERY_S = 3600.0
+CHART_POINTS_EVERY_S = 60.0
 
 
 def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0,
@@ -187,6 +188,18 @@ async def keep_partitions_ahead(ahead: int) -> None:
         log.warning("partitions not ensured (%s); retrying in an hour", type(exc).__name__)
 
 
+async def keep_chart_points() -> None:
+    """/ops' chart points kept as they finish (a chart's first load then finds them; each is computed once, when
+    it reads only the rows that left the owed set since its end). Off the relay's loop: a first run on a large
+    ledger computes every point of the last week once."""
+    try:
+        kept = await asyncio.to_thread(views.keep_finished_points)
+        if kept:
+            log.info("chart points kept", extra={"points": kept})
+    except Exception as exc:
+        log.warning("chart points not kept (%s); retrying in a minute", type(exc).__name__)
+
+
 async def run_relay(interval: float | None = None, once: bool = False) -> None:
     s = get_settings()
     interval = interval or s.scan_interval
@@ -199,10 +212,13 @@ async def run_relay(interval: float | None = None, once: bool = False) -> None:
     log.info("relay listening on %s, scan every %.1fs", NOTIFY_CHANNEL, interval)
     last_scan = 0.0
     last_partitions = -PARTITIONS_EVERY_S
+    last_points, points_task = -CHART_POINTS_EVERY_S, None
     while True:
         if time.monotonic() - last_partitions >= PARTITIONS_EVERY_S:
             await keep_partitions_ahead(s.partitions_ahead)
             last_partitions = time.monotonic()
+        if time.monotonic() - last_points >= CHART_POINTS_EVERY_S and (points_task is None or points_task.done()):
+            points_task, last_points = asyncio.create_task(keep_chart_points()), time.monotonic()
         # A NOTIFY scans only the lanes it names: a one-time code's commit must not make the relay read and lock
         # the bulk lane's window (and check its wake-ups in Redis) while that code is being claimed. Every lane
         # is scanned at the interval, whatever the NOTIFYs (the full scan is the recovery path).

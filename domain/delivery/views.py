@@ -12,7 +12,8 @@ from domain.db import UnitOfWork, as_dicts
 from domain.delivery import sql
 from domain.delivery.sql import LANE_LATENCY, LANE_STATS, OPS_SERIES_WHOLE_LEDGER
 
-__all__ = ["LANE_LATENCY", "LANE_STATS", "OPS_SERIES_WHOLE_LEDGER", "SERIES_WINDOWS", "lane_stats", "ops_series", "refresh_stats",
+__all__ = ["LANE_LATENCY", "LANE_STATS", "OPS_SERIES_WHOLE_LEDGER", "SERIES_WINDOWS", "keep_finished_points", "lane_stats",
+           "ops_series", "refresh_stats",
            "review_items", "tenants"]
 
 def lane_stats(tenant_id: int | None = None, engine: Engine | None = None) -> list[dict[str, Any]]:
@@ -50,19 +51,41 @@ def ops_series(tenant_id: int | None, window: str = "1h", engine: Engine | None 
     """Per point over the window (SERIES_WINDOWS), rebuilt from the ledger itself (no sampler to lose): owed depth,
     age of the oldest owed row, and mean commit-to-send latency of rows sent in that point's span. A finished point
     is computed once and kept (`ops_series_points`); a refresh computes only the points still moving."""
-    minutes, step, label = SERIES_WINDOWS[window]
+    _, _, label = SERIES_WINDOWS[window]
+    starts, points, _ = _points(tenant_id, window, engine, moving=True)
+    return [{"minute": _label(t, label), "depth": int(points[t].depth),
+             "oldest_seconds": float(points[t].oldest_seconds), "latency_ms": float(points[t].latency_ms)}
+            for t in starts]
+
+
+def keep_finished_points(engine: Engine | None = None) -> int:
+    """Compute and keep every finished point not kept yet, for every tenant and for every tenant together, in
+    every window — the relay runs it each minute, so a chart's first load finds its points kept (each point
+    computed just after it finishes reads only the rows that left the owed set since). Points kept."""
+    kept = 0
+    for scope in [None, *(t for t, _ in tenants(engine))]:
+        for window in SERIES_WINDOWS:
+            kept += _points(scope, window, engine, moving=False)[2]
+    return kept
+
+
+def _points(tenant_id: int | None, window: str, engine: Engine | None,
+            moving: bool) -> tuple[list[datetime], dict[datetime, Any], int]:
+    """(the window's point starts, the points by start, how many were kept now): kept points read, finished ones
+    not kept yet computed and kept, and — `moving` — the points still moving computed."""
+    minutes, step, _ = SERIES_WINDOWS[window]
     scope = tenant_id or 0
     with UnitOfWork(engine) as uow:
         spans = uow.execute(sql.OPS_SERIES_STARTS, {"m": minutes, "s": step,
                                                      "settle": SETTLED_AFTER.total_seconds()}).all()
         if not spans:
-            return []
+            return [], {}, 0
         settled = spans[0].settled
         starts: list[datetime] = [r[0] for r in spans]
         finished = [t for t in starts if t + timedelta(minutes=step) <= settled]
         points: dict[datetime, Any] = {
             r.at: r for r in uow.execute(sql.OPS_SERIES_KEPT, {"scope": scope, "s": step, "ts": finished})}
-        wanted = [t for t in starts if t not in points]
+        wanted = [t for t in (starts if moving else finished) if t not in points]
         computed: dict[datetime, Any] = {
             r.at: r for r in uow.execute(sql.OPS_SERIES_POINTS, {"s": step, "t": tenant_id, "ts": wanted})}
         keep = [computed[t] for t in finished if t in computed]
@@ -72,9 +95,7 @@ def ops_series(tenant_id: int | None, window: str = "1h", engine: Engine | None 
                 "oldest": [float(r.oldest_seconds) for r in keep], "latency": [float(r.latency_ms) for r in keep]})
             uow.commit()
         points.update(computed)
-    return [{"minute": _label(t, label), "depth": int(points[t].depth),
-             "oldest_seconds": float(points[t].oldest_seconds), "latency_ms": float(points[t].latency_ms)}
-            for t in starts]
+    return starts, points, len(keep)
 
 
 def _label(t: datetime, fmt: str) -> str:

@@ -151,3 +151,19 @@ def test_no_point_is_kept_while_a_transaction_that_began_before_its_end_is_open(
         assert ours == before, [(a, b) for a, b in zip(ours, before, strict=False) if a != b]
         return
     raise AssertionError("the clock crossed a point boundary three times in a row")
+
+
+def test_the_relays_fill_keeps_every_finished_point_so_a_first_load_computes_only_the_moving_ones(db) -> None:  # type: ignore[no-untyped-def]
+    """Invariant: after the relay's fill (views.keep_finished_points, each minute) every finished point of every
+    window is kept, for every tenant and for all of them; a second fill keeps nothing more; the chart then equals
+    the whole-ledger oracle."""
+    _ledger(11, rows=120)
+    assert views.keep_finished_points() > 0
+    for scope, tenant in ((0, None), (42, 42), (7, 7)):
+        for window, (minutes, step, _) in views.SERIES_WINDOWS.items():
+            with get_engine().connect() as c:
+                kept = int(c.execute(sa.text("SELECT count(*) FROM ops_series_points WHERE scope = :s AND "
+                                             "step_minutes = :m"), {"s": scope, "m": step}).scalar_one())
+            assert kept >= minutes // step - 2, (scope, window, kept)  # all but the one or two still moving
+            _same_as_the_oracle(tenant, window)
+    assert views.keep_finished_points() in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9)  # only points finished since, if any
