@@ -67,16 +67,21 @@ def endless(monkeypatch):  # type: ignore[no-untyped-def]
     get_settings.cache_clear()
 
 
-def test_an_endless_answer_is_read_up_to_a_bound(db, redis_db, endless):  # type: ignore[no-untyped-def]
-    """Invariant: the send returns with the endpoint's status long before its deadline, having read a bounded
-    prefix of the answer (the server could push far more)."""
-    e = endpoint(42, f"http://127.0.0.1:{ENDLESS_PORT}/hook")
+def claimed_send(e: dict[str, Any]) -> tuple[Any, Any]:
+    """An approval's row for endpoint `e`, claimed (Ready), and what the worker would send it with."""
     r = approve()
     (row,) = rows("event_id = :e AND endpoint_id = :i", e=r.event_id, i=e["id"])
     got = claims.claim(row.id, 30, datetime.now(UTC))
     assert isinstance(got, claims.Ready), got
     target = store.send_target(42, e["id"])
     assert target is not None
+    return got, target
+
+
+def test_an_endless_answer_is_read_up_to_a_bound(db, redis_db, endless):  # type: ignore[no-untyped-def]
+    """Invariant: the send returns with the endpoint's status long before its deadline, having read a bounded
+    prefix of the answer (the server could push far more)."""
+    got, target = claimed_send(endpoint(42, f"http://127.0.0.1:{ENDLESS_PORT}/hook"))
 
     async def once() -> Any:
         async with httpx.AsyncClient(timeout=30) as http:
@@ -88,19 +93,12 @@ def test_an_endless_answer_is_read_up_to_a_bound(db, redis_db, endless):  # type
     assert outcome.excerpt is not None and len(outcome.excerpt) <= 200
 
 
-
 def test_a_hanging_dns_lookup_neither_outlives_its_deadline_nor_starves_the_database_threads(  # type: ignore[no-untyped-def]
         db, redis_db, monkeypatch):
     """Invariant: a tenant endpoint's name that never resolves ends its send as a connection failure (retried,
     nothing sent) within the DNS deadline, and while many such lookups hang, the worker's other work — every
     database call goes through the default executor — still gets a thread at once."""
-    e = endpoint(42, "https://hangs.example/hook")
-    r = approve()
-    (row,) = rows("event_id = :e AND endpoint_id = :i", e=r.event_id, i=e["id"])
-    got = claims.claim(row.id, 30, datetime.now(UTC))
-    assert isinstance(got, claims.Ready), got
-    target = store.send_target(42, e["id"])
-    assert target is not None
+    got, target = claimed_send(endpoint(42, "https://hangs.example/hook"))
     release = threading.Event()
 
     def hanging(host: str, port: int) -> list[str]:
