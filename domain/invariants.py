@@ -56,13 +56,18 @@ INVARIANTS: Final[dict[str, str]] = {
     # An attempt the other side accepted (2xx) is the truth: its row says sent (or, after a provider's `failed`
     # receipt, undeliverable), unless an operator replayed the row after that attempt — a replay gives the row a
     # new identity, so what it says afterwards (owed, failed again, or suppressed: a campaign cancelled, an
-    # opt-out) is about the new one. A stale answer (about an identity the row no longer has, or a message the
-    # provider bounced since) is old news, not a send.
+    # opt-out) is about the new one. Only a row the provider bounced can be replayed with an accepted attempt
+    # behind it legitimately: one replayed with no `failed` receipt since that attempt was an accepted send the
+    # row had marked failed (the very bug this checks), and a replay must not hide it. A stale answer (about an
+    # identity the row no longer has, or a message the provider bounced since) is old news, not a send.
     "9 an accepted attempt whose message says it was never sent": """
         SELECT count(DISTINCT a.notification_id) FROM notification_attempts a
         JOIN notifications n ON n.id = a.notification_id
         WHERE a.status_code BETWEEN 200 AND 299 AND a.outcome <> 'stale'
-          AND (n.replayed_at IS NULL OR a.finished_at > n.replayed_at)
+          AND (n.replayed_at IS NULL OR a.finished_at > n.replayed_at
+               OR NOT EXISTS (SELECT 1 FROM delivery_receipts r
+                              WHERE r.notification_id = a.notification_id AND r.outcome = 'failed'
+                                AND r.applied_at >= a.started_at))
           AND (n.status IN ('SUPPRESSED', 'QUEUED')
                OR (n.status = 'FAILED' AND n.last_error_class IS DISTINCT FROM 'undeliverable'))
     """,

@@ -214,3 +214,23 @@ def test_a_claim_with_too_little_lease_left_gives_its_attempt_back(db):
     assert not claims.give_back(a), "a stale give-back must not end B's lease"
     assert row(nid).leased_until is not None and b.claim_token > a.claim_token
     assert_invariants()
+
+
+def test_a_replay_does_not_hide_an_accepted_send_the_row_had_marked_failed(db):
+    """Invariant 9 (an accepted attempt's row never says "never sent") is not laundered by a replay: the provider
+    accepted the send, the row was then marked failed without any bounce (the bug the check exists for, made here
+    by hand), and an operator replayed it from review. The replay is a new identity only for a message the provider
+    bounced; here the accept still stands against the row, so the check counts it — and the bounced-then-replayed
+    row of the test above stays clean."""
+    name = "9 an accepted attempt whose message says it was never sent"
+    rid, _ = person(cap=None)
+    nid = sms(rid, "p-launder")
+    b = ready(nid, "B")
+    assert record(b, Succeeded(False), "sms-launder") == "sent"
+    with get_engine().begin() as c:  # the bug: an accepted send marked failed (no receipt said so)
+        c.execute(sa.text("UPDATE notifications SET status = 'FAILED', last_error_class = 'server_error', "
+                          "settled_at = now(), leased_until = NULL WHERE id = :i"), {"i": nid})
+    assert invariant_counts()[name] == 1, "the bug shows before the replay"
+    assert review.replay(42, nid, actor_ref="test")
+    assert row(nid).status == "QUEUED"
+    assert invariant_counts()[name] == 1, "a replay hid an accepted send the row had marked failed"
