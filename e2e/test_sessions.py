@@ -270,6 +270,19 @@ def test_a_tab_whose_session_ended_elsewhere_pages_nothing(browser):
     assert "cust-" not in after, "a tab without a session was sent recipients"
     alice.page.context.close()
 
+    again = tapped_login(browser, "alice")  # the same on /ops: another chart window is another read
+    again.goto(f"{APP}/ops")
+    again.page.get_by_test_id("lane-row").first.wait_for()
+    with get_engine().begin() as c:
+        c.execute(sa.text("UPDATE operator_sessions SET ended_at = now() WHERE ended_at IS NULL AND operator_id = "
+                          "(SELECT id FROM operators WHERE login = 'alice')"))
+    mark = len(again.received)
+    again.forge(OpsState, "set_window", {"window": "7d"})
+    again.forge(AuthState, "go_home", {})
+    again.page.wait_for_url("**/login*")
+    assert not re.search(r'window[^"]*":"7d"', "".join(again.received[mark:])), "a tab without a session read /ops"
+    again.page.context.close()
+
 
 def publish_and_wake(result: Committed) -> None:
     """What the dashboard does after its own commit: push the hint to open views and wake the lane workers. Run

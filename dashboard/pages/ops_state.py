@@ -117,8 +117,8 @@ class OpsState(AuthState):
     async def set_window(self, window: str | list[str]) -> None:
         """The charts' window (the segmented control sends one value, typed as "one or several" by Radix)."""
         window = window if isinstance(window, str) else next(iter(window), "")
-        if not self._operator_id or window not in SERIES_WINDOWS:
-            return
+        if window not in SERIES_WINDOWS or not await self._fresh() or not self._operator_id:
+            return  # a session ended elsewhere reads nothing (the tab still holds its tenant)
         self.window = window
         self._show(await _snapshot(self._scope(), window))
 
