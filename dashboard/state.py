@@ -138,6 +138,19 @@ class AuthState(rx.State):
                 return self._become(p, hashed)
         return await self._fresh()
 
+    @staticmethod
+    async def _session_ended(hashed: str) -> bool:
+        """For a live task, outside the state lock: has this tab's session (its hash, taken when the task started)
+        ended in the database — a logout in another tab, an expiry, an operator removed? A task pushes nothing
+        after that: its tab still holds the tenant, but its operator no longer may see it."""
+        return not hashed or await asyncio.to_thread(sessions.live_session, hashed) is None
+
+    def _forget_if(self, session: tuple[int, int]) -> None:
+        """A live task found its session ended: the tab forgets its operator (as any handler's `_fresh` would),
+        unless it has logged in as someone else meanwhile. Call under the state lock."""
+        if self._session() == session:
+            self._become(None)
+
     def _session(self) -> tuple[int, int]:
         """Who this tab is logged in as. A live task takes it when it starts and compares before it assigns
         anything: after a logout or another login in the tab, it pushes nothing more."""

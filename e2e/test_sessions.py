@@ -298,6 +298,27 @@ def publish_and_wake(result: Committed) -> None:
         ex.submit(asyncio.run, run()).result()
 
 
+def test_a_live_view_whose_session_ended_elsewhere_pushes_nothing_more(browser):
+    """Invariant: a live view (the orders list's watch; /ops, campaigns and an order's page read the same way) reads
+    its session again with each push: once it ended elsewhere — a logout in another tab, an expiry, an operator
+    removed — the tab is sent none of its tenant's changes and forgets its operator, as any handler would."""
+    alice = tapped_login(browser, "alice")
+    alice.page.get_by_test_id("order-link").first.wait_for()
+    wait_until(lambda: listeners(tenant_channel(42)) >= 1, 10, "alice's orders page to be live")
+    with get_engine().begin() as c:  # the session ends elsewhere (what a logout in another tab does)
+        c.execute(sa.text("UPDATE operator_sessions SET ended_at = now() WHERE ended_at IS NULL AND operator_id = "
+                          "(SELECT id FROM operators WHERE login = 'alice')"))
+    mark = len(alice.received)
+    oid = create_order(tenant_id=42, customer_ref="cust-004", amount_cents=700, currency="EUR")
+    r = execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
+                              actor_ref="operator:bob", request_id=f"req-ended-{oid}")
+    assert isinstance(r, Committed)
+    publish_and_wake(r)
+    alice.page.wait_for_function("() => !document.body.innerText.includes('Alice Moreau')")
+    assert f'"id":"{oid}"' not in "".join(alice.received[mark:]), "a view whose session ended was sent an order"
+    alice.page.context.close()
+
+
 TENANT_42_ONLY = ("Alice Moreau", "Northwind", "cust-", "advisor-anna", "operator:alice")
 
 

@@ -95,7 +95,7 @@ class CampaignsState(paging.KeysetPaged, AuthState):
     async def follow(self) -> None:
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            session = self._session()
+            session, hashed = self._session(), self._session_hash
         tenant = session[0]
         while still_wanted() and tenant:
             await asyncio.sleep(REFRESH_SECONDS)  # the page's refresh period while it is open
@@ -103,9 +103,12 @@ class CampaignsState(paging.KeysetPaged, AuthState):
                 return
             async with self:
                 where = self._where()
-            rows, older, newer = await asyncio.to_thread(self._page, tenant, where)
+            ended, (rows, older, newer) = await asyncio.gather(self._session_ended(hashed),
+                                                               asyncio.to_thread(self._page, tenant, where))
             async with self:
-                if self._session() != session:
+                if ended:
+                    self._forget_if(session)
+                if ended or self._session() != session:
                     return
                 if self._where() == where:  # else: the operator moved meanwhile
                     self.rows, self.has_older, self.has_newer = rows, older, newer

@@ -195,7 +195,7 @@ class OpsState(AuthState):
         """On-call leaves this page open: refresh every few seconds, reading outside the state lock."""
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            scope, session = self._scope(), self._session()
+            scope, session, hashed = self._scope(), self._session(), self._session_hash
         if not session[1]:
             return
         while still_wanted():
@@ -208,7 +208,11 @@ class OpsState(AuthState):
                 self.updated = ago(time.monotonic() - self._loaded_at)
                 due, window = time.monotonic() - self._loaded_at >= REFRESH_SECONDS, self.window
             if due:
-                snap = await _snapshot(scope, window)
+                ended, snap = await asyncio.gather(self._session_ended(hashed), _snapshot(scope, window))
+                if ended:
+                    async with self:
+                        self._forget_if(session)
+                    return
                 async with self:
                     if self._session() != session:
                         return

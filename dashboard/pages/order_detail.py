@@ -163,7 +163,7 @@ class OrderState(AuthState):
     async def watch(self) -> None:
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            session, order_id, seen = self._session(), self.order_id, self._version
+            session, order_id, seen, hashed = self._session(), self.order_id, self._version, self._session_hash
         tenant = session[0]
         if not tenant or not order_id:
             return  # a live task needs a logged-in operator of a tenant
@@ -172,9 +172,12 @@ class OrderState(AuthState):
         async with contextlib.aclosing(view.hints()) as hints:
             async for msg in hints:
                 # The message is only a hint: reload authorized state outside the lock, then assign.
-                loaded = await asyncio.to_thread(_load, tenant, order_id)
+                ended, loaded = await asyncio.gather(self._session_ended(hashed),
+                                                     asyncio.to_thread(_load, tenant, order_id))
                 async with self:
-                    if self.order_id != order_id or self._session() != session:
+                    if ended:
+                        self._forget_if(session)
+                    if ended or self.order_id != order_id or self._session() != session:
                         return  # another order, or logged out in this tab
                     rev = msg.get("revision", -1)
                     if msg.get("kind") == "order" and rev > self.revision + 1:

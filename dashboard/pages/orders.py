@@ -69,7 +69,7 @@ class OrdersState(paging.KeysetPaged, AuthState):
     async def watch(self) -> None:
         still_wanted = live.take_over_watch(self.router.session.client_token)
         async with self:
-            session, seen = self._session(), self._version
+            session, seen, hashed = self._session(), self._version, self._session_hash
         tenant = session[0]
         if not tenant:
             return  # a live task needs a logged-in operator of a tenant
@@ -80,9 +80,12 @@ class OrdersState(paging.KeysetPaged, AuthState):
                     if self._session() != session:
                         return
                     snapshot = (self.status_filter, self._before, self._after)
-                version, rows, older, newer = await asyncio.to_thread(self._fetch_for, tenant, *snapshot)
+                ended, (version, rows, older, newer) = await asyncio.gather(
+                    self._session_ended(hashed), asyncio.to_thread(self._fetch_for, tenant, *snapshot))
                 async with self:
-                    if self._session() != session:
+                    if ended:
+                        self._forget_if(session)
+                    if ended or self._session() != session:
                         return
                     if (self.status_filter, self._before, self._after) == snapshot:  # else: moved meanwhile
                         self._version, self.rows, self.has_older, self.has_newer = version, rows, older, newer
