@@ -94,3 +94,14 @@ def key7(db) -> dict[str, str]:  # type: ignore[no-untyped-def]
     from domain.access.auth import create_api_key
 
     return {"Authorization": f"Bearer {create_api_key(7)}"}
+
+
+@pytest.fixture
+def relay_stopped(services):  # type: ignore[no-untyped-def]
+    """The test drives the relay's scan (or reads the bulk window) itself: the session's relay process must not
+    scan or lock rows beside it; it is started again afterwards."""
+    relay = services.procs.get("relay")
+    if relay is not None and relay.alive():
+        relay.stop()
+    yield
+    services.relay()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
 import sqlalchemy as sa
 
 from domain.campaigns import fan_out as campaign_fan_out
@@ -130,17 +129,9 @@ def test_a_capped_tenants_moments_are_reserved_one_apart_and_never_raced(redis_d
     assert all(0 < -w <= 0.1 + 0.005 for w in refused), refused
 
 
-@pytest.fixture
-def no_relay(services):  # type: ignore[no-untyped-def]
-    """The test reads the bulk window itself: the session's relay must not lock its rows meanwhile."""
-    relay = services.procs.get("relay")
-    if relay is not None and relay.alive():
-        relay.stop()
-    yield
-    services.relay()
 
 
-def test_only_flows_owing_something_due_share_a_tenants_turn(no_relay, db, redis_db):
+def test_only_flows_owing_something_due_share_a_tenants_turn(relay_stopped, db, redis_db):
     _recipients(7, 5)
     waiting, fresh = _campaign(7, "Waits for the morning"), _campaign(7, "New")
     both = {_flow(r): gap for r, gap in fair.scan_bulk_window(200) if r.tenant_id == 7}

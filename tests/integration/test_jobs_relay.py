@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 import sqlalchemy as sa
 from arq import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix
@@ -50,17 +49,9 @@ async def _finish(pool: ArqRedis, ids: list[int]) -> None:
     await pool.zrem(queue_name("bulk"), *[job_id(i) for i in ids])
 
 
-@pytest.fixture
-def only_this_relay(services):  # type: ignore[no-untyped-def]
-    """The test drives the relay's scan itself: the session's relay process must not scan beside it."""
-    relay = services.procs.get("relay")
-    if relay is not None and relay.alive():
-        relay.stop()
-    yield
-    services.relay()
 
 
-def test_relay_keeps_a_window_of_wake_ups_per_lane_in_id_order_and_loses_none(only_this_relay, db, redis_db):
+def test_relay_keeps_a_window_of_wake_ups_per_lane_in_id_order_and_loses_none(relay_stopped, db, redis_db):
     bulk = _owed("bulk", 3 * WINDOW, "win-b-")
     codes = _owed("critical", 3, "win-c-")  # created after the whole bulk backlog: higher ids
 
@@ -90,7 +81,7 @@ def test_relay_keeps_a_window_of_wake_ups_per_lane_in_id_order_and_loses_none(on
     asyncio.run(run())
 
 
-def test_a_notify_scans_only_the_lanes_it_names_and_the_interval_scan_every_lane(only_this_relay, db, redis_db):
+def test_a_notify_scans_only_the_lanes_it_names_and_the_interval_scan_every_lane(relay_stopped, db, redis_db):
     bulk = _owed("bulk", 30, "scope-b-")
     codes = _owed("critical", 2, "scope-c-")
 
@@ -120,7 +111,7 @@ def test_a_notify_scans_only_the_lanes_it_names_and_the_interval_scan_every_lane
     asyncio.run(run())
 
 
-def test_a_window_of_overdue_rows_is_checked_for_dead_jobs_in_one_round_trip(only_this_relay, db, redis_db):
+def test_a_window_of_overdue_rows_is_checked_for_dead_jobs_in_one_round_trip(relay_stopped, db, redis_db):
     lease = get_settings().lease_seconds
     ids = _owed("normal", 300, "dead-")
     with get_engine().begin() as c:  # due for longer than a lease and never claimed: each one's worker may be dead
