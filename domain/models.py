@@ -312,6 +312,9 @@ class Receipt(SQLModel, table=True):
     __table_args__ = (
         sa.Index("delivery_receipts_pending", "notification_id",
                  postgresql_where=sa.text("applied_at IS NULL AND notification_id IS NOT NULL")),
+        # A message's bounces (invariant 9 asks, per accepted attempt older than a replay, whether one came since).
+        sa.Index("delivery_receipts_bounced", "notification_id",
+                 postgresql_where=sa.text("outcome = 'failed' AND notification_id IS NOT NULL")),
         {"postgresql_partition_by": "RANGE (received_at)"},
     )
     id: int | None = Field(default=None, sa_column=sa.Column(sa.Integer, primary_key=True, autoincrement=True))
