@@ -67,15 +67,34 @@ def endless(monkeypatch):  # type: ignore[no-untyped-def]
     get_settings.cache_clear()
 
 
-def claimed_send(e: dict[str, Any]) -> tuple[Any, Any]:
-    """An approval's row for endpoint `e`, claimed (Ready), and what the worker would send it with."""
-    r = approve()
+def claimed_send(e: dict[str, Any], tenant_id: int = 42) -> tuple[Any, Any]:
+    """An approval's row for endpoint `e` (of `tenant_id`), claimed (Ready), and what the worker would send it with."""
+    r = approve() if tenant_id == 42 else approve(order_id=orders_of(tenant_id)[0], tenant_id=tenant_id)
     (row,) = rows("event_id = :e AND endpoint_id = :i", e=r.event_id, i=e["id"])
     got = claims.claim(row.id, 30, datetime.now(UTC))
     assert isinstance(got, claims.Ready), got
-    target = store.send_target(42, e["id"])
+    target = store.send_target(tenant_id, e["id"])
     assert target is not None
     return got, target
+
+
+class Hanging:
+    """A resolver that never answers until released, counting the lookups that reached it."""
+
+    def __init__(self) -> None:
+        self.release, self.entered, self._lock = threading.Event(), 0, threading.Lock()
+
+    def __call__(self, host: str, port: int) -> list[str]:
+        with self._lock:
+            self.entered += 1
+        self.release.wait(60)
+        return ["93.184.216.34"]
+
+    async def reached(self, n: int, deadline_s: float = 10.0) -> None:
+        """Wait (with a deadline, not a fixed sleep) until `n` lookups are hanging in the resolver."""
+        async with asyncio.timeout(deadline_s):
+            while self.entered < n:
+                await asyncio.sleep(0.01)
 
 
 def test_an_endless_answer_is_read_up_to_a_bound(db, redis_db, endless):  # type: ignore[no-untyped-def]
@@ -99,12 +118,7 @@ def test_a_hanging_dns_lookup_neither_outlives_its_deadline_nor_starves_the_data
     nothing sent) within the DNS deadline, and while many such lookups hang, the worker's other work — every
     database call goes through the default executor — still gets a thread at once."""
     got, target = claimed_send(endpoint(42, "https://hangs.example/hook"))
-    release = threading.Event()
-
-    def hanging(host: str, port: int) -> list[str]:
-        release.wait(60)
-        return ["93.184.216.34"]
-
+    hanging = Hanging()
     check = urls.addresses_for_send
     monkeypatch.setattr(urls, "addresses_for_send", lambda url, allow: check(url, allow, resolve=hanging))
     monkeypatch.setattr(worker, "DNS_DEADLINE_S", 1.0, raising=False)
@@ -112,7 +126,7 @@ def test_a_hanging_dns_lookup_neither_outlives_its_deadline_nor_starves_the_data
     async def many() -> tuple[list[Any], float]:
         async with httpx.AsyncClient(timeout=30) as http:
             sends = [asyncio.create_task(worker._post_endpoint({"http": http}, got.claim, target)) for _ in range(12)]
-            await asyncio.sleep(0)  # every lookup started and hanging
+            await hanging.reached(2)  # the tenant's share of the DNS threads is hanging
             t0 = asyncio.get_running_loop().time()
             await asyncio.wait_for(asyncio.to_thread(lambda: None), 2)  # a database call's thread hop
             hop = asyncio.get_running_loop().time() - t0
@@ -121,7 +135,7 @@ def test_a_hanging_dns_lookup_neither_outlives_its_deadline_nor_starves_the_data
     try:
         outcomes, hop = asyncio.run(many())
     finally:
-        release.set()
+        hanging.release.set()
     assert hop < 1.0, f"a thread hop waited {hop:.2f} s behind hanging DNS lookups"
     assert all(o.status_code is None and o.error == "connection" and "did not resolve" in (o.excerpt or "")
                for o, _ in outcomes), outcomes
@@ -134,24 +148,9 @@ def test_one_tenants_hanging_names_never_fail_another_tenants_endpoint(  # type:
     tenant's endpoint meanwhile resolves and is sent to at once. On the old code its lookup queued behind the hung
     ones, ran out its deadline unstarted and counted as that innocent endpoint's connection failure (its breaker
     opens on a run of those, then the endpoint is disabled)."""
-    e42 = endpoint(42, "https://hangs.example/hook")
-    r42 = approve()
-    (row42,) = rows("event_id = :e AND endpoint_id = :i", e=r42.event_id, i=e42["id"])
-    got42 = claims.claim(row42.id, 30, datetime.now(UTC))
-    assert isinstance(got42, claims.Ready), got42
-    e7 = endpoint(7, f"http://127.0.0.1:{ENDLESS_PORT}/hook")
-    r7 = approve(order_id=orders_of(7)[0], tenant_id=7)
-    (row7,) = rows("event_id = :e AND endpoint_id = :i", e=r7.event_id, i=e7["id"])
-    got7 = claims.claim(row7.id, 30, datetime.now(UTC))
-    assert isinstance(got7, claims.Ready), got7
-    target42, target7 = store.send_target(42, e42["id"]), store.send_target(7, e7["id"])
-    assert target42 is not None and target7 is not None
-    release = threading.Event()
-
-    def hanging(host: str, port: int) -> list[str]:
-        release.wait(60)
-        return ["93.184.216.34"]
-
+    got42, target42 = claimed_send(endpoint(42, "https://hangs.example/hook"))
+    got7, target7 = claimed_send(endpoint(7, f"http://127.0.0.1:{ENDLESS_PORT}/hook"), tenant_id=7)
+    hanging = Hanging()
     check = urls.addresses_for_send
     monkeypatch.setattr(urls, "addresses_for_send",
                         lambda url, allow: check(url, allow, resolve=hanging) if "hangs.example" in url
@@ -162,13 +161,13 @@ def test_one_tenants_hanging_names_never_fail_another_tenants_endpoint(  # type:
         async with httpx.AsyncClient(timeout=30) as http:
             hung = [asyncio.create_task(worker._post_endpoint({"http": http}, got42.claim, target42))
                     for _ in range(12)]
-            await asyncio.sleep(0)  # every one of tenant 42's lookups started or waiting
+            await hanging.reached(2)  # tenant 42's share of the DNS threads is hanging
             theirs = await asyncio.wait_for(worker._post_endpoint({"http": http}, got7.claim, target7), 10)
             return await asyncio.wait_for(asyncio.gather(*hung), 10), theirs
 
     try:
         outcomes, (theirs, _) = asyncio.run(both())
     finally:
-        release.set()
+        hanging.release.set()
     assert theirs.status_code == 200 and theirs.error is None, theirs
     assert all(o.status_code is None and o.error == "connection" for o, _ in outcomes), outcomes
