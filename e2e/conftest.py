@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import parallel  # first: a parallel worker's own slot and Redis server (tests/parallel.py)
+
 os.environ["OUTBOX_ENV"] = "development"  # demo secrets and the /ops fault switches the browser tests use
 _SLOT = int(os.environ.get("OUTBOX_TEST_SLOT", "0") or 0)  # see tests/conftest.py
 _SUFFIX = f"_s{_SLOT}" if _SLOT else ""
@@ -32,6 +34,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    parallel.register(config)
     global _EVIDENCE_RUN
     _EVIDENCE_RUN = bool(config.getoption("--evidence", default=False))
 

@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+from tests import parallel  # first: a parallel worker's own slot and Redis server (tests/parallel.py)
+
 PG_BASE = os.environ.get("OUTBOX_PG_BASE", "postgresql+psycopg://postgres@127.0.0.1:5432")
 REDIS_BASE = os.environ.get("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0]
 # OUTBOX_TEST_SLOT=N (N > 0) gives a second checkout or a parallel run its own databases and ports; pair it with
@@ -94,6 +96,10 @@ def redis_db():
     r.flushdb()
     yield r
     r.close()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    parallel.register(config)
 
 
 def pytest_report_header() -> list[str]:

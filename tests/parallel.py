@@ -1,0 +1,110 @@
+"""The suite in parallel (pytest-xdist, `-n N`): each worker is a test run of its own.
+
+Imported first by tests/conftest.py and e2e/conftest.py (and registered as a plugin by whichever loads first), so
+every module that reads the environment at import sees the worker's own:
+- `OUTBOX_TEST_SLOT`: its own databases (`outbox_test_sN`, `outbox_e2e_sN`, ...), ports and log folders — the
+  mechanism a second checkout uses (tests/conftest.py);
+- `OUTBOX_REDIS_URL`: its own Redis server, started here on a port of its slot and shut down at the end, since the
+  tests' Redis db indexes (3, 9-12) are fixed.
+Without `-n` (or with `-n 0`) nothing here runs: the suite is the one run it always was.
+
+The work is handed out by group (`--dist loadgroup`): every browser test shares one running system and one
+Chromium, so they form one group on one worker; each drill that owns a cluster under `.run/` is a group of its
+own. The groups that take longest are collected first, so the long poles start at once and the short tests fill
+the other workers around them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... (set by xdist before it loads any plugin)
+_REDIS: tuple[int, Path] | None = None
+
+
+def worker_slot(worker: str, base: int) -> int:
+    """gwN of a run whose own slot is `base` (0: the usual checkout) -> a slot no other run uses: 20 + N for
+    the usual checkout, 10 * base + 20 + N for a second one (ports are 100 * slot above the defaults)."""
+    return 10 * base + 20 + int(worker.removeprefix("gw"))
+
+
+def _start_redis(port: int) -> Path:
+    workdir = Path(tempfile.mkdtemp(prefix=f"outbox-test-redis-{port}-"))
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise pytest.UsageError("redis-server is not installed: run 'sudo apt-get install -y redis-server'")
+    subprocess.run([exe, "--daemonize", "yes", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                    "--appendonly", "no", "--dir", str(workdir), "--logfile", str(workdir / "redis.log")],
+                   check=True, stdout=subprocess.DEVNULL)
+    import redis
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if redis.Redis(port=port).ping():
+                return workdir
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
+if _WORKER:
+    _slot = worker_slot(_WORKER, int(os.environ.get("OUTBOX_TEST_SLOT", "0") or 0))
+    _port = 16400 + _slot
+    os.environ["OUTBOX_TEST_SLOT"] = str(_slot)
+    os.environ["OUTBOX_REDIS_URL"] = f"redis://127.0.0.1:{_port}/0"
+    _REDIS = (_port, _start_redis(_port))
+
+
+def register(config: pytest.Config) -> None:
+    """Make this module's hooks part of the run (once, whichever conftest asks first)."""
+    if not config.pluginmanager.has_plugin(__name__):
+        config.pluginmanager.register(sys.modules[__name__], __name__)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _REDIS is None:
+        return
+    port, workdir = _REDIS
+    import redis
+
+    try:
+        redis.Redis(port=port).shutdown(nosave=True)
+    except redis.ConnectionError:
+        pass  # shutting down closes the connection under us
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+# The long poles, longest first (seconds on two cores, from --durations): each is its own group.
+_OWN_GROUP = ("tests/integration/test_jobs_drills_chaos.py", "tests/integration/test_jobs_drills_replica.py",
+              "e2e/test_scale_out.py")
+
+
+def _group(nodeid: str) -> str | None:
+    path = nodeid.split("::", 1)[0]
+    if path in _OWN_GROUP:
+        return path
+    if path.startswith("e2e/"):
+        return "e2e"  # one running system and one Chromium for all of them (e2e/conftest.py)
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _WORKER is None and not getattr(config.option, "numprocesses", None):
+        return
+    first = {g: i for i, g in enumerate(("e2e", *_OWN_GROUP))}
+    for item in items:
+        group = _group(item.nodeid)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda it: first.get(_group(it.nodeid) or "", len(first)))
