@@ -73,8 +73,9 @@ ensure_postgres() {
     fi
     data=$(readlink -f .run/pgdata)
   fi
-  [ -f "$data/PG_VERSION" ] || { mkdir -p "$data"; "${run[@]}" "$bindir/initdb" -D "$data" -U postgres --auth=trust >/dev/null; }
-  "${run[@]}" "$bindir/pg_ctl" -D "$data" -o "-p $PG_PORT -k /tmp -h 127.0.0.1" -l "$data/server.log" -w start >/dev/null
+  mkdir -p "$data"
+  (cd / && { [ -f "$data/PG_VERSION" ] || "${run[@]}" "$bindir/initdb" -D "$data" -U postgres --auth=trust >/dev/null; } &&
+    "${run[@]}" "$bindir/pg_ctl" -D "$data" -o "-p $PG_PORT -k /tmp -h 127.0.0.1" -l "$data/server.log" -w start >/dev/null)
   pg_isready -q -h $PG_HOST -p "$PG_PORT" || die "PostgreSQL did not start; see .run/pgdata/server.log"
 }
 

@@ -101,7 +101,7 @@ def remove_cluster_home(name: str) -> None:
     if home.parent == Path(tempfile.gettempdir()) and home.name.startswith(f"outbox-{name}-") and home.is_dir():
         for pid_file in home.glob("*/data/postmaster.pid"):  # each cluster in <home>/<name>/data
             subprocess.run(pg_command("pg_ctl", "-D", str(pid_file.parent), "-m", "immediate", "-w", "stop"),
-                           capture_output=True, timeout=120)
+                           capture_output=True, timeout=120, cwd="/")
         shutil.rmtree(home, ignore_errors=True)
     note.unlink()
 
@@ -123,7 +123,7 @@ class OwnedPostgres:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}"
 
     def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        p = subprocess.run(pg_command(*argv), capture_output=True, text=True, timeout=120)
+        p = subprocess.run(pg_command(*argv), capture_output=True, text=True, timeout=120, cwd="/")  # it may not enter ours
         if check and p.returncode != 0:
             raise RuntimeError(f"{argv[0]} exited {p.returncode}: {(p.stderr or p.stdout).strip()[-500:]}")
         return p
