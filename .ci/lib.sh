@@ -56,14 +56,26 @@ ensure_postgres() {
     $SUDO pg_ctlcluster --skip-systemctl-redirect "$v" main start 2>/dev/null || true
     for _ in $(seq 20); do pg_isready -q -h $PG_HOST -p "$PG_PORT" && return 0; sleep 0.5; done
   fi
-  step "starting a project-local PostgreSQL in .run/pgdata on port 55432"
+  step "starting a project-local PostgreSQL (.run/pgdata) on port 55432"
   PG_PORT=55432
-  local run=(); [ "$(id -u)" = 0 ] && run=(runuser -u postgres --)
-  if [ ! -f .run/pgdata/PG_VERSION ]; then
-    mkdir -p .run/pgdata && [ "$(id -u)" = 0 ] && chown -R postgres .run/pgdata
-    "${run[@]}" "$bindir/initdb" -D "$ROOT/.run/pgdata" -U postgres --auth=trust >/dev/null
+  local run=() data=$ROOT/.run/pgdata
+  if [ "$(id -u)" = 0 ]; then
+    # As root the server runs as `postgres`, who may not enter a checkout inside a private (0700) directory: a new
+    # cluster lives in that user's home, one per checkout, and .run/pgdata links to it (its server.log too).
+    run=(runuser -u postgres --)
+    if [ ! -f .run/pgdata/PG_VERSION ]; then
+      local home; home=$(getent passwd postgres | cut -d: -f6)
+      [ -n "$home" ] || die "there is no postgres user: run 'sudo apt-get install -y postgresql'"
+      data="$home/outbox-$(printf %s "$ROOT" | sha1sum | cut -c1-12)"
+      install -d -o postgres -m 700 "$data"
+      [ -L .run/pgdata ] || rm -rf .run/pgdata  # what a failed initdb left (no PG_VERSION)
+      ln -sfn "$data" .run/pgdata
+    fi
+    data=$(readlink -f .run/pgdata)
   fi
-  "${run[@]}" "$bindir/pg_ctl" -D "$ROOT/.run/pgdata" -o "-p $PG_PORT -k /tmp -h 127.0.0.1" -l "$ROOT/.run/pgdata/server.log" -w start >/dev/null
+  mkdir -p "$data"
+  (cd / && { [ -f "$data/PG_VERSION" ] || "${run[@]}" "$bindir/initdb" -D "$data" -U postgres --auth=trust >/dev/null; } &&
+    "${run[@]}" "$bindir/pg_ctl" -D "$data" -o "-p $PG_PORT -k /tmp -h 127.0.0.1" -l "$data/server.log" -w start >/dev/null)
   pg_isready -q -h $PG_HOST -p "$PG_PORT" || die "PostgreSQL did not start; see .run/pgdata/server.log"
 }
 

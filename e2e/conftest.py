@@ -1,5 +1,6 @@
 """Browser tests: real Chromium (Debian's /usr/bin/chromium) against the real app in prod mode, started here with
-its own database (outbox_e2e), Redis db 10, receiver, relay and lane workers."""
+its own database (outbox_e2e), Redis db 10, receiver, relay and lane workers, its frontend built in `.run/e2e/web`
+(never the checkout's `.web/`, which a demo may be serving)."""
 
 from __future__ import annotations
 
@@ -144,7 +145,7 @@ def app_system():
     if not shutil.which(CHROMIUM):
         pytest.fail("Debian's chromium is required: sudo apt-get install -y chromium (the test command does this)")
     from jobs.ops.dbadmin import isolated_environment
-    from jobs.ops.procs import ROOT, System
+    from jobs.ops.procs import ROOT, System, app_dir
 
     # Short leases and scans: a crashed worker's message is back within seconds (the default is 30 s / 5 s).
     isolated_environment(E2E_DB_NAME, E2E_REDIS_DB, OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{RECEIVER_PORT}",
@@ -156,7 +157,7 @@ def app_system():
         system.receiver(RECEIVER_PORT, reset=True)
         system.relay()
         system.workers()
-        system.dashboard(APP_PORT, timeout=420)
+        system.dashboard(APP_PORT, app_dir(f"e2e{_SUFFIX}"), timeout=420)  # never the checkout's .web/
         yield system
     finally:
         system.stop_all()

@@ -1,7 +1,9 @@
-"""The clusters `outbox replica-drill` owns under `.run/replica-drill/`, never the machine's own (127.0.0.1:5432):
+"""The clusters `outbox replica-drill` owns, never the machine's own (127.0.0.1:5432), in a directory of the server's
+user (`cluster_home("replica-drill")`: outside the checkout, which may sit where `postgres` cannot reach):
 a primary (initdb, a physical replication slot), its streaming standby (pg_basebackup -R through that slot) and an
 "outside" cluster for the receiver — the world we deliver to does not fail over with our database, so what it
-received stays counted across the promotion. Each on a port of its own; all stopped and removed on the way out."""
+received stays counted across the promotion. Each on a port of its own; all stopped and removed on the way out (their
+server logs kept in `.run/replica-drill-logs/`)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ from dataclasses import dataclass
 
 import psycopg
 
-from jobs.drills.chaos.owned import OwnedPostgres
+from jobs.drills.chaos.owned import OwnedPostgres, cluster_home, remove_cluster_home
 from jobs.ops.procs import ROOT, wait_until
 
-BASE = ROOT / ".run" / "replica-drill"
+HOME = "replica-drill"  # the name of its clusters' home (cluster_home)
+LOG_DIR = ROOT / ".run" / "replica-drill-logs"
 SLOT_NAME = "drill_standby"
 
 
@@ -51,7 +54,7 @@ class Cluster(OwnedPostgres):
                   "postgres", "-X", "stream", "-S", SLOT_NAME, "-R", "-c", "fast")
 
     def _own(self) -> None:
-        if os.geteuid() == 0:  # the server runs as `postgres` (see OwnedPostgres._run)
+        if os.geteuid() == 0:  # the server runs as `postgres` (see pg_command)
             subprocess.run(["chown", "-R", "postgres", str(self.base)], check=True)
 
     def promote(self) -> None:
@@ -88,11 +91,10 @@ def _streaming(primary: Cluster, sync: bool) -> bool:
 @contextmanager
 def owned_clusters(slot: int, sync: bool) -> Iterator[Clusters]:
     """Primary streaming to its standby (synchronously with `sync`), plus the outside cluster; whatever happens, every
-    cluster is stopped and its directory removed afterwards (server logs kept in `.run/replica-drill-logs/`)."""
-    cs = Clusters(Cluster(port_near(55440 + slot), BASE / "primary"), Cluster(port_near(55450 + slot), BASE / "standby"),
-                  Cluster(port_near(55460 + slot), BASE / "outside"))
-    for c in (cs.primary, cs.standby, cs.outside):
-        c.remove()  # a run killed outright left its clusters behind
+    cluster is stopped and its home removed afterwards (server logs kept in `.run/replica-drill-logs/`)."""
+    home = cluster_home(HOME)  # what a run killed outright left behind is stopped and removed first
+    cs = Clusters(Cluster(port_near(55440 + slot), home / "primary"),
+                  Cluster(port_near(55450 + slot), home / "standby"), Cluster(port_near(55460 + slot), home / "outside"))
     try:
         t = time.monotonic()
         for c in (cs.primary, cs.outside):
@@ -106,14 +108,11 @@ def owned_clusters(slot: int, sync: bool) -> Iterator[Clusters]:
             cs.primary.sql("SELECT pg_reload_conf()")
         wait_until(lambda: _streaming(cs.primary, sync), 60, "the standby to stream")
         print(f"replica drill: primary :{cs.primary.port} streams to standby :{cs.standby.port} "
-             f"({'synchronous' if sync else 'asynchronous'}), outside :{cs.outside.port}; "
+             f"({'synchronous' if sync else 'asynchronous'}), outside :{cs.outside.port}; clusters in {home}; "
              f"{time.monotonic() - t:.1f} s", flush=True)
         yield cs
     finally:
-        logs = ROOT / ".run" / "replica-drill-logs"
-        logs.mkdir(parents=True, exist_ok=True)
         for name, c in (("primary", cs.primary), ("standby", cs.standby), ("outside", cs.outside)):
-            if (c.base / "server.log").exists():
-                shutil.copy(c.base / "server.log", logs / f"{name}{'-sync' if sync else ''}.log")
+            c.keep_log(LOG_DIR / f"{name}{'-sync' if sync else ''}.log")
             c.remove()
-        shutil.rmtree(BASE, ignore_errors=True)
+        remove_cluster_home(HOME)

@@ -11,7 +11,7 @@ from domain.settings import get_settings, reload_settings
 from jobs.ops import scaled
 from jobs.ops.dbadmin import ensure_database
 from jobs.ops.dbadmin import migrate as run_migrate
-from jobs.ops.procs import ROOT, System, stop_on_sigterm
+from jobs.ops.procs import DEMO_APP, ROOT, System, stop_on_sigterm
 from jobs.ops.seed import DEMO_PASSWORD, OPERATORS, seed, seed_journeys, seed_recipients
 
 Say = Callable[[str], None]
@@ -68,7 +68,7 @@ def up(say: Say, port: int, receiver_port: int, no_dashboard: bool, time_scale: 
             system.workers()
         if not no_dashboard and scale == 1:
             say("starting dashboard (first build takes a minute) …")
-            system.dashboard(port)
+            system.dashboard(port, DEMO_APP)
         say(f"\n[bold green]Outbox is up[/]: open http://127.0.0.1:{port}/login  "
             f"(alice, bob, sam — tenant 42; carol — tenant 7; pat — platform on-call; password {DEMO_PASSWORD})\n"
             f"API docs http://127.0.0.1:{port}/api/docs · metrics http://127.0.0.1:{port}/metrics · "

@@ -24,6 +24,31 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
+@dataclass(frozen=True)
+class AppDir:
+    """Where one dashboard keeps what Reflex writes: `web`, the frontend it builds and serves (the backend's address,
+    its port, is baked into that bundle: a second build for another port in the same directory turns the first
+    dashboard's pages to that port), and `states`, its sessions on disk (Reflex's disk state manager, which every
+    `reflex run` empties as it starts)."""
+
+    web: Path
+    states: Path
+
+    def env(self) -> dict[str, str]:
+        return {"REFLEX_WEB_WORKDIR": str(self.web), "REFLEX_STATES_WORKDIR": str(self.states)}
+
+
+# The checkout's own `.web/` and `.states/` are the demo's (`outbox up`, and `reflex run` by hand) and no one else's.
+DEMO_APP = AppDir(ROOT / ".web", ROOT / ".states")
+
+
+def app_dir(name: str) -> AppDir:
+    """The directories of one drill's, bench step's or test run's dashboard: `.run/<name>/web` and
+    `.run/<name>/states` (`outbox up --scale` keeps its bundle there too), never the checkout's."""
+    base = ROOT / ".run" / name
+    return AppDir(base / "web", base / "states")
+
+
 @dataclass
 class Proc:
     name: str
@@ -101,9 +126,11 @@ class System:
         wait_http(f"http://127.0.0.1:{port}/healthz", timeout, proc=p)
         return p
 
-    def dashboard(self, port: int, timeout: float = 240) -> Proc:
+    def dashboard(self, port: int, app: AppDir, timeout: float = 240) -> Proc:
+        """Pages, websocket and API on one port, built and run in `app` (DEMO_APP for the demo, app_dir(name) for
+        every drill, bench step and test)."""
         p = self._proc("dashboard", [str(BIN / "reflex"), "run", "--env", "prod", "--frontend-port", str(port),
-                                     "--backend-port", str(port), "--loglevel", "warning"], reflex_env(self.env))
+                                     "--backend-port", str(port), "--loglevel", "warning"], reflex_env(self.env, app))
         wait_http(f"http://127.0.0.1:{port}/ping", timeout, proc=p)
         wait_http(f"http://127.0.0.1:{port}/", timeout, proc=p)
         return p
@@ -146,13 +173,13 @@ def receiver_database_url(database_url: str) -> str:
     return f"{base}_receiver{sep}{query}"
 
 
-def reflex_env(env: dict[str, str]) -> dict[str, str]:
+def reflex_env(env: dict[str, str], app: AppDir) -> dict[str, str]:
     """Reflex offline: bun from the npm registry (installed into .tools by the set-up), no telemetry, no version
-    check, no registry speed test (see shared/notes/reflex-on-these-machines.md)."""
+    check, no registry speed test (see shared/notes/reflex-on-these-machines.md); everything it writes in `app`."""
     return {
         "PATH": f"{ROOT / '.tools' / 'node_modules' / '.bin'}:{BIN}:{env.get('PATH', '')}",
         "REFLEX_USE_SYSTEM_BUN": "1", "REFLEX_TELEMETRY_ENABLED": "false", "REFLEX_CHECK_LATEST_VERSION": "0",
-        "NPM_CONFIG_REGISTRY": "https://registry.npmjs.org",
+        "NPM_CONFIG_REGISTRY": "https://registry.npmjs.org", **app.env(),
     }
 
 

@@ -3,9 +3,9 @@ nginx, sharing sessions through Reflex's Redis state manager; N workers per lane
 Redis.
 
 The frontend is built once, for the proxy's address (Reflex bakes the backend URL into the bundle), into a web
-directory of its own (`REFLEX_WEB_WORKDIR`), so it never disturbs a single-backend build in `.web/`. nginx serves
-that bundle and proxies the backend paths (the `/_event` websocket, `/ping`, the HTTP API, `/healthz`, `/metrics`)
-round-robin to the backends, each started `--backend-only`. A backend that dies is skipped (nginx passes a request
+directory of its own (`<run_dir>/web`, as every build but the demo's: jobs/ops/procs.py AppDir), so it never disturbs
+a single-backend build in `.web/`. nginx serves that bundle and proxies the backend paths (the `/_event` websocket,
+`/ping`, the HTTP API, `/healthz`, `/metrics`) round-robin to the backends, each started `--backend-only`. A backend that dies is skipped (nginx passes a request
 it could not send to the next one); a tab on it reconnects to another, which loads the session from Redis.
 
 Diagnostics and the test pin a browser to one backend with the cookie `outbox_backend=<i>` (1-based); while that
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from domain.delivery.queue import LANES
-from jobs.ops.procs import BIN, ROOT, Proc, System, reflex_env, wait_http
+from jobs.ops.procs import BIN, ROOT, AppDir, Proc, System, reflex_env, wait_http
 
 # What the backends answer; every other path is the static bundle (an unknown page gets the bundle's own 404.html,
 # whose router renders the page, as Reflex's own static mount does).
@@ -42,8 +42,12 @@ class Topology:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def app(self) -> AppDir:
+        return AppDir(self.run_dir / "web", self.run_dir / "states")
+
+    @property
     def web_dir(self) -> Path:
-        return self.run_dir / "web"
+        return self.app.web
 
     @property
     def static_dir(self) -> Path:
@@ -121,7 +125,7 @@ http {{
 def dashboard_env(t: Topology, env: dict[str, str]) -> dict[str, str]:
     """Every backend (and the build) sees the same bundle directory, the proxy as its public address and the shared
     state manager; one granian worker each (the processes are the scale unit here, not threads)."""
-    return {**env, **reflex_env(env), "REFLEX_WEB_WORKDIR": str(t.web_dir), "REFLEX_API_URL": t.url,
+    return {**env, **reflex_env(env, t.app), "REFLEX_API_URL": t.url,
             "OUTBOX_APP_URL": t.url, "OUTBOX_DASHBOARD_STATE_URL": t.state_redis_url, "GRANIAN_WORKERS": "1"}
 
 

@@ -4,8 +4,9 @@ the relay, the receiver and the API, stalls a worker past its lease, flushes Red
 
 Protects: nothing committed is lost (every accepted request and every ledger row ends sent or with a reason; every
 order event has its receiver effect), one effect per (event_id, effect_type), and money matches (balances vs their
-entries, sent rows charged exactly, unsent rows not charged). Deselect with `-m "not chaos"`; replay a failure with
-`OUTBOX_TEST_SEED=<printed seed>`.
+entries, sent rows charged exactly, unsent rows not charged); the cluster lives where its server's user can reach it
+(outside the checkout, which may sit in a 0700 directory: issue 25) and is removed afterwards. Deselect with
+`-m "not chaos"`; replay a failure with `OUTBOX_TEST_SEED=<printed seed>`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import os
 import random
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from jobs.ops.procs import BIN, ROOT
 
 pytestmark = pytest.mark.chaos
+HOME = re.compile(r"cluster in (\S+)\)")
 RESULT = re.compile(r"chaos result=(PASS|FAIL) lost=(\d+) duplicate_effects=(\d+) invariants_broken=(\d+) "
                     r"money_mismatch=(\d+) restart_recovery_s=(\S+)")
 
@@ -42,3 +45,6 @@ def test_chaos_30s_loses_nothing_duplicates_nothing_and_money_matches() -> None:
     assert duplicates == 0, f"seed {seed}: {duplicates} duplicate receiver effects"
     assert money == 0, f"seed {seed}: {money} money mismatches"
     assert p.returncode == (0 if m.group(1) == "PASS" else 1)
+    home = HOME.search(p.stdout)
+    assert home is not None and not Path(home.group(1)).parent.exists(), "the drill left its cluster behind"
+    assert not (ROOT / ".run" / "chaos-pg.home").exists()

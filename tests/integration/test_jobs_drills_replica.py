@@ -1,5 +1,6 @@
 """A replica promotion (issue 19, item 5): `outbox replica-drill --no-sync` with a short load — a primary and its
-streaming standby of its own under `.run/replica-drill/`, the system on one URL naming both hosts
+streaming standby of its own (in a directory its server's user owns, outside the checkout: a checkout inside a 0700
+directory works too, issue 25), the system on one URL naming both hosts
 (`target_session_attrs=read-write`), the primary stopped hard, the standby promoted.
 
 Protects: the system finds the promoted standby by itself and delivers through it (a webhook approved after the stop
@@ -22,6 +23,7 @@ HAVE_PG = any(Path("/usr/lib/postgresql").glob("*/bin/pg_basebackup"))
 pytestmark = [pytest.mark.chaos, pytest.mark.skipif(
     not HAVE_PG, reason="needs PostgreSQL's server binaries (initdb, pg_ctl, pg_basebackup) under "
                         "/usr/lib/postgresql: apt-get install postgresql")]
+HOME = re.compile(r"clusters in (\S+);")
 RESULT = re.compile(r"replica result=(PASS|FAIL) rto_s=(\S+) rpo_events=(\d+) doubled=(\d+) delivered_after=(\d+)")
 
 
@@ -40,4 +42,6 @@ def test_system_follows_a_promoted_standby_and_doubles_nothing() -> None:
     assert int(doubled) == 0, f"{doubled} effects doubled at the receiver across the promotion"
     assert int(delivered) > 0
     assert verdict == "PASS" and p.returncode == 0, "an invariant of `outbox check` broke on the promoted database"
-    assert not (ROOT / ".run" / "replica-drill").exists(), "the drill left a cluster behind"
+    home = HOME.search(p.stdout)
+    assert home is not None and not Path(home.group(1)).exists(), "the drill left a cluster behind"
+    assert not (ROOT / ".run" / "replica-drill.home").exists()

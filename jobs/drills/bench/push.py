@@ -24,12 +24,14 @@ import sqlalchemy as sa
 from domain.db import UnitOfWork
 from domain.delivery.queue import LIVE_VIEWS_KEY, order_channel
 from domain.orders.commands import create_order
-from jobs.drills.bench.common import _SLOT, pct, rss_kb, rss_total_mb, say, system_pids
+from jobs.drills.bench.common import _SLOT, SUFFIX, pct, rss_kb, rss_total_mb, say, system_pids
 from jobs.ops.browser import open_order, operator_page
-from jobs.ops.procs import System, wait_until
+from jobs.ops.procs import ROOT, Proc, System, app_dir, wait_until
 
 DASH_PORT = 3098 + 100 * _SLOT
 APP = f"http://127.0.0.1:{DASH_PORT}"
+# Built for DASH_PORT in directories of its own: a demo running from this checkout (its `.web/`) keeps its pages.
+APP_DIR = app_dir(f"bench-push{SUFFIX}")
 CHROMIUM = "/usr/bin/chromium"
 
 # Stamps the moment the element `testid` shows `want`, in window.__stamp[key] (page clock, ms since the epoch).
@@ -108,14 +110,8 @@ def bench_push(system: System, r: redis_lib.Redis, runs: int = 50, tabs: int = 5
     if "relay" not in system.procs:
         system.relay()
         system.workers()
-    say("building and starting the dashboard (prod) …")
-    # The dashboard accepts its own origin only (rxconfig.py); the other processes keep posting receipts to the API.
-    api_url = system.env.get("OUTBOX_APP_URL", "")
-    system.env["OUTBOX_APP_URL"] = APP
-    try:
-        system.dashboard(DASH_PORT, timeout=600)
-    finally:
-        system.env["OUTBOX_APP_URL"] = api_url
+    say(f"building and starting the dashboard (prod) in {APP_DIR.web.relative_to(ROOT)} …")
+    start_dashboard(system)
     res: dict[str, float] = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
@@ -148,6 +144,17 @@ def bench_push(system: System, r: redis_lib.Redis, runs: int = 50, tabs: int = 5
         finally:
             browser.close()
     return res
+
+
+def start_dashboard(system: System) -> Proc:
+    """The bench's dashboard on DASH_PORT, built and run in its own directories (APP_DIR)."""
+    # The dashboard accepts its own origin only (rxconfig.py); the other processes keep posting receipts to the API.
+    api_url = system.env.get("OUTBOX_APP_URL", "")
+    system.env["OUTBOX_APP_URL"] = APP
+    try:
+        return system.dashboard(DASH_PORT, APP_DIR, timeout=600)
+    finally:
+        system.env["OUTBOX_APP_URL"] = api_url
 
 
 def _dashboard_kb(system: System) -> int:

@@ -1,7 +1,8 @@
 """`outbox chaos --duration S --seed N`: the whole system under steady load while seeded faults hit it.
 
-It owns everything it runs, next to the demo and a test run: a PostgreSQL cluster under `.run/chaos-pg/` (initdb +
-pg_ctl, as the `postgres` user when run as root), its own Redis server, the receiver, the HTTP API (the dashboard's
+It owns everything it runs, next to the demo and a test run: a PostgreSQL cluster in a temporary directory of its own
+(initdb + pg_ctl, as the `postgres` user when run as root: the checkout may sit where that user cannot reach; removed
+afterwards, its log kept in `.run/chaos-logs/postgres.log`), its own Redis server, the receiver, the HTTP API (the dashboard's
 backend for /api/v1; the Reflex build is too slow to restart inside a short run), the relay and two workers per
 lane (one critical), each on a free port. Load goes through the API: order approvals, sends, one-time codes, lead
 events, and one campaign. At times drawn from `random.Random(seed)` it SIGKILLs a worker, the relay, the receiver

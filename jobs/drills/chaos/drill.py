@@ -67,8 +67,8 @@ def run_chaos(duration: float, seed: int, rate: float = 8.0, drain_timeout: floa
     with owned_system(run.ports) as (system, pg, rds):
         api = f"http://127.0.0.1:{run.ports['api']}"
         key, recipients = _setup_load(api, seed)
-        say(f"chaos system up: postgres :{run.ports['postgres']} redis :{run.ports['redis']} receiver "
-            f":{run.ports['receiver']} api :{run.ports['api']}, {len(system.procs) - 3} workers, relay; "
+        say(f"chaos system up: postgres :{run.ports['postgres']} (cluster in {pg.base}) redis :{run.ports['redis']} "
+            f"receiver :{run.ports['receiver']} api :{run.ports['api']}, {len(system.procs) - 3} workers, relay; "
             f"logs {LOG_DIR.relative_to(ROOT)}")
         load = Load(api, key, seed, recipients, rate)
         t0 = time.monotonic()

@@ -1,12 +1,15 @@
-"""What a chaos run owns, next to the demo and a test run: its knobs, its PostgreSQL cluster under `.run/chaos-pg/`,
-its Redis server and every process of the system on free ports; all of it stopped on the way out."""
+"""What a chaos run owns, next to the demo and a test run: its knobs, its PostgreSQL cluster (in a directory of the
+server's user, see `cluster_home`; its log kept in `.run/chaos-logs/`), its Redis server and every process of the
+system on free ports; all of it stopped and removed on the way out."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +23,7 @@ from domain.delivery.queue import LANES
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System, wait_until, wait_worker_ready
 
-PG_DIR = ROOT / ".run" / "chaos-pg"
+PG_HOME = "chaos-pg"  # the name of its cluster's home (cluster_home)
 LOG_DIR = ROOT / ".run" / "chaos-logs"
 DB_NAME = "outbox_chaos"
 TENANT = 7  # its seeded recipients have no quiet hours: nothing is legitimately held past the drain
@@ -56,12 +59,60 @@ def worker_names() -> list[str]:
     return [f"worker-{lane}-{i}" for lane in LANES for i in (1, 2) if lane != "critical" or i == 1]
 
 
+def pg_command(*argv: str) -> list[str]:
+    """A PostgreSQL server program (the newest installed), run as the `postgres` user when we are root (initdb and
+    the server refuse to run as root), else as ourselves."""
+    bindir = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name))
+    if not bindir:
+        raise RuntimeError("PostgreSQL is not installed: run 'sudo apt-get install -y postgresql'")
+    cmd = [str(bindir[-1] / argv[0]), *argv[1:]]
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+def _home_note(name: str) -> Path:
+    return ROOT / ".run" / f"{name}.home"
+
+
+def cluster_home(name: str) -> Path:
+    """A fresh directory for the clusters of drill `name`, owned by the user their servers run as. Never inside the
+    checkout: a checkout inside a 0700 directory (a home, a `mktemp -d`) is out of the `postgres` user's reach, so
+    the clusters live in a private directory under the system's temporary directory, handed to `postgres` when we
+    are root. Its path is noted in `.run/<name>.home`, so that the next run stops and removes what a run killed
+    outright left behind (remove_cluster_home)."""
+    remove_cluster_home(name)
+    note = _home_note(name)
+    note.parent.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix=f"outbox-{name}-"))  # mode 0700, ours
+    note.write_text(f"{home}\n")
+    if os.geteuid() == 0:
+        shutil.chown(home, "postgres")
+        if subprocess.run(["runuser", "-u", "postgres", "--", "test", "-w", str(home)]).returncode != 0:
+            raise RuntimeError(f"the postgres user cannot write {home}: point TMPDIR at a directory it can enter")
+    return home
+
+
+def remove_cluster_home(name: str) -> None:
+    """Stop every server still running in drill `name`'s cluster home and remove it (a no-op when there is none)."""
+    note = _home_note(name)
+    if not note.exists():
+        return
+    home = Path(note.read_text().strip())
+    # Only what cluster_home made: a note edited by hand never points the removal anywhere else.
+    if home.parent == Path(tempfile.gettempdir()) and home.name.startswith(f"outbox-{name}-") and home.is_dir():
+        for pid_file in home.glob("*/data/postmaster.pid"):  # each cluster in <home>/<name>/data
+            subprocess.run(pg_command("pg_ctl", "-D", str(pid_file.parent), "-m", "immediate", "-w", "stop"),
+                           capture_output=True, timeout=120, cwd="/")
+        shutil.rmtree(home, ignore_errors=True)
+    note.unlink()
+
+
 @dataclass
 class OwnedPostgres:
-    """A cluster under `.run/chaos-pg/` on its own port; never the system one."""
+    """A cluster of a drill's own on its own port, never the system one: its data directory, socket and server log
+    under `base`, inside a cluster_home (the server's user owns it)."""
 
     port: int
-    base: Path = PG_DIR
+    base: Path
 
     @property
     def data(self) -> Path:
@@ -72,22 +123,16 @@ class OwnedPostgres:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}"
 
     def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        bindir = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name))
-        if not bindir:
-            raise RuntimeError("PostgreSQL is not installed: run 'sudo apt-get install -y postgresql'")
-        cmd = [str(bindir[-1] / argv[0]), *argv[1:]]
-        if os.geteuid() == 0:  # initdb and the server refuse to run as root
-            cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=120)
+        p = subprocess.run(pg_command(*argv), capture_output=True, text=True, timeout=120, cwd="/")  # it may not enter ours
+        if check and p.returncode != 0:
+            raise RuntimeError(f"{argv[0]} exited {p.returncode}: {(p.stderr or p.stdout).strip()[-500:]}")
+        return p
 
     def init(self) -> None:
         self.base.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             subprocess.run(["chown", "-R", "postgres", str(self.base)], check=True)
-        if not (self.data / "PG_VERSION").exists():
-            self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust")
-        if (self.data / "postmaster.pid").exists():  # a previous run that was killed outright
-            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust")
 
     def start(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-o", f"-p {self.port} -h 127.0.0.1 -k {self.base}",
@@ -95,6 +140,12 @@ class OwnedPostgres:
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop", check=False)
+
+    def keep_log(self, into: Path) -> None:
+        """Copy the server's log out of its home (removed with it) into `.run/`."""
+        if (self.base / "server.log").exists():
+            into.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(self.base / "server.log", into)
 
     def accepts(self) -> bool:
         try:
@@ -137,7 +188,7 @@ def _pings(r: redis_lib.Redis) -> bool:
 def owned_system(ports: dict[str, int]) -> Iterator[tuple[System, OwnedPostgres, OwnedRedis]]:
     """Cluster, Redis and every process of the system; all of it is stopped on the way out, whatever happened."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    pg = OwnedPostgres(ports["postgres"])
+    pg = OwnedPostgres(ports["postgres"], cluster_home(PG_HOME) / "pg")
     rds = OwnedRedis(ports["redis"])
     system: System | None = None
     try:
@@ -167,6 +218,8 @@ def owned_system(ports: dict[str, int]) -> Iterator[tuple[System, OwnedPostgres,
             system.stop_all()
         rds.stop()
         pg.stop()
+        pg.keep_log(LOG_DIR / "postgres.log")
+        remove_cluster_home(PG_HOME)
 
 
 def signal_group(pid: int, sig: int) -> None:
