@@ -147,6 +147,9 @@ def app_system():
     from jobs.ops.dbadmin import isolated_environment
     from jobs.ops.procs import ROOT, System, app_dir
 
+    # This process points at the e2e system only while a browser test runs (`_e2e_environment`): in a parallel run
+    # the same worker goes on with integration tests, which must find their own database and Redis db again.
+    before = dict(os.environ)
     # Short leases and scans: a crashed worker's message is back within seconds (the default is 30 s / 5 s).
     isolated_environment(E2E_DB_NAME, E2E_REDIS_DB, OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{RECEIVER_PORT}",
                          OUTBOX_APP_URL=APP, OUTBOX_LEASE_SECONDS="2", OUTBOX_SCAN_INTERVAL="0.5")
@@ -158,9 +161,35 @@ def app_system():
         system.relay()
         system.workers()
         system.dashboard(APP_PORT, app_dir(f"e2e{_SUFFIX}"), timeout=420)  # never the checkout's .web/
+        _use_environment(before)
         yield system
     finally:
+        _use_environment(before)
         system.stop_all()
+
+
+def _use_environment(env: dict[str, str]) -> None:
+    from domain.settings import reload_settings
+
+    os.environ.clear()
+    os.environ.update(env)
+    reload_settings()
+
+
+@pytest.fixture(autouse=True)
+def _e2e_environment(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A browser test reads and writes the e2e system's database and Redis db from this process too (its
+    helpers, its assertions): the system's environment for the test, the worker's own again afterwards."""
+    if "app_system" not in request.fixturenames:
+        yield
+        return
+    system = request.getfixturevalue("app_system")
+    before = dict(os.environ)
+    _use_environment(system.env)
+    try:
+        yield
+    finally:
+        _use_environment(before)
 
 
 @pytest.fixture(scope="session")

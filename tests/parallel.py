@@ -8,7 +8,7 @@ every module that reads the environment at import sees the worker's own:
   tests' Redis db indexes (3, 9-12) are fixed.
 Without `-n` (or with `-n 0`) nothing here runs: the suite is the one run it always was.
 
-The work is handed out by group (`--dist loadgroup`): every browser test shares one running system and one
+The work is handed out by group (our scheduler, below): every browser test shares one running system and one
 Chromium, so they form one group on one worker; each drill that owns a cluster under `.run/` is a group of its
 own. The groups that take longest are collected first, so the long poles start at once and the short tests fill
 the other workers around them.
@@ -98,13 +98,22 @@ def _group(nodeid: str) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _WORKER is None and not getattr(config.option, "numprocesses", None):
+    """The long poles first (the scheduler hands units out in the order the workers collected them)."""
+    if _WORKER is None:
         return
     first = {g: i for i, g in enumerate(("e2e", *_OWN_GROUP))}
-    for item in items:
-        group = _group(item.nodeid)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda it: first.get(_group(it.nodeid) or "", len(first)))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's own `loadgroup` marks groups by rewriting `item._nodeid`, which pytest 9 no longer reads (a node's
+    id is `_id`): every marked test went its own way and three workers built three e2e systems at once. So the
+    groups are decided here, from the node id, by a scheduler of ours."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid) or nodeid
+
+    return Groups(config, log)
