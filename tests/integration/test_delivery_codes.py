@@ -63,8 +63,8 @@ def attempt_outcomes(nid: int) -> list[str]:
 
 def assert_expired_unsent(nid: int, detail: str) -> Any:
     r = row(nid)
-    assert (r.status, r.suppressed_reason, r.reason_detail, r.reserved_cents, r.sent_at) == (
-        "SUPPRESSED", "code_expired", detail, 0, None), tuple(r)
+    assert (r.status, r.suppressed_reason, r.reason_detail, r.reserved_cents, r.sent_at, r.cap_day) == (
+        "SUPPRESSED", "code_expired", detail, 0, None, None), tuple(r)  # no cap slot taken either
     assert sum(a for _, a in entries(nid)) == 0, entries(nid)
     return r
 
