@@ -443,3 +443,39 @@ def test_login_locks_out_after_repeated_failures_and_says_when_to_try_again(brow
     assert failures("login:mallory") == 5, "a try during the lockout is refused before any password is checked"
     shot(page, "login-locked-out")
     ctx.close()
+
+
+def test_replaying_an_expired_code_from_ops_is_refused_and_says_why(new_operator):
+    """Issue 25, item 3: a FAILED one-time code past its 10 minutes is not owed again by Replay on /ops — the row
+    stays FAILED, no action is kept, and the answer says why ("left as it is: the code had expired at …")."""
+    from domain.ledger import otp
+    from domain.ledger.recipients import find_by_ref
+
+    ((_, rid),) = find_by_ref(42, "cust-002")
+    set_lane_paused("critical", True)  # no worker may take it while it is being made a FAILED, expired code
+    try:
+        asked = otp.request(42, rid, "sms", datetime.now(UTC))
+        assert asked is not None
+        nid = asked.notification_id
+        with get_engine().begin() as c:
+            c.execute(sa.text("UPDATE notifications SET status = 'FAILED', last_error_class = 'contract', "
+                              "review = 'needs_review', settled_at = now() WHERE id = :n"), {"n": nid})
+            at = c.execute(sa.text("UPDATE otp_codes SET expires_at = now() - interval '1 minute' "
+                                   "WHERE notification_id = :n RETURNING expires_at"), {"n": nid}).scalar_one()
+    finally:
+        set_lane_paused("critical", False)
+    a = new_operator("alice")
+    a.goto(f"{APP}/ops")
+    row = a.get_by_test_id("review-table").locator("tr", has=a.get_by_role("link", name=f"#{nid}", exact=True))
+    row.get_by_test_id("replay").click()
+    a.get_by_test_id("confirm-note").fill(f"replay code {nid}")
+    a.get_by_test_id("confirm-ok").click()
+    want = f"#{nid} left as it is: the code had expired at {at.astimezone(UTC):%H:%M} UTC"
+    a.wait_for_function("([t]) => (document.querySelector('[data-testid=ops-message]') || {innerText: ''})"
+                        ".innerText.includes(t)", arg=[want])
+    with get_engine().connect() as c:
+        status = c.execute(sa.text("SELECT status FROM notifications WHERE id = :n"), {"n": nid}).scalar_one()
+        kept = c.execute(sa.text("SELECT count(*) FROM operator_actions WHERE note = :n"),
+                         {"n": f"replay code {nid}"}).scalar_one()
+    assert (status, kept) == ("FAILED", 0)
+    shot(a, "ops-replay-expired-code")

@@ -290,7 +290,7 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
              latency_ms=round(latency_ms, 1), retry_in=getattr(decision, "delay_seconds", None))
     faults.hit("after_local_ack")
     await _refresh(ctx, c)
-    if isinstance(decision, RetryDecision):
+    if isinstance(decision, RetryDecision) and result != "code_expired":  # a code's retry never outlives it
         raise Retry(defer=decision.delay_seconds)
     return result
 

@@ -253,7 +253,9 @@ class OpsState(AuthState):
             return None
         scope, actor = self._scope(), self._actor_ref
         ok = await asyncio.to_thread(lambda: review_actions.replay(scope, int(nid), actor_ref=actor, note=note))
-        self.message = f"#{nid} queued again with the same event id." if ok else f"#{nid} is no longer FAILED."
+        self.message = (f"#{nid} queued again with the same event id." if ok else
+                        f"#{nid} left as it is: {ok.refused.detail}; the person can ask for a new code."
+                        if ok.refused else f"#{nid} is no longer FAILED.")
         return OpsState.load
 
     async def _resolve(self, nid: str, note: str) -> Followup:
@@ -286,9 +288,11 @@ class OpsState(AuthState):
                 kind, scope, lane, datetime.fromisoformat(since), actor_ref=actor, note=note))
             asked = len(done.done) + done.left
         verb = "queued again with the same event ids" if kind == "replay" else "marked resolved by hand"
+        unchanged = asked - len(done.done) - len(done.refused) if action.endswith("_selected") else 0
         self.message = (f"{len(done.done)} message(s) {verb}"
-                        + (f"; {asked - len(done.done)} no longer needed it" if asked > len(done.done) + done.left
-                           else "") + (f"; {done.left} more left: run it again" if done.left else "") + ".")
+                        + (f"; {unchanged} no longer needed it" if unchanged > 0 else "")
+                        + (f"; left as it is: {review_actions.left_as_it_is(done.refused)}" if done.refused else "")
+                        + (f"; {done.left} more left: run it again" if done.left else "") + ".")
         self.selected, self._bulk_ids, self._bulk_from = [], [], ""
         return OpsState.load
 

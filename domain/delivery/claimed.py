@@ -3,7 +3,7 @@
 `Claim` and `SendContext` are read from ONE row of `sql.CLAIM` (the lease, the fence token and everything the floor
 rules and the send need). `plan` answers with a `Take` — the cap slot, the template version and the price that
 `sql.TAKE` takes in one statement — or None for anything else (suppress, defer, a cap slot of another day, a
-superseded nudge, a cancelled campaign): that goes the long way, claims.py's `_decide_and_take`, which settles it
+superseded nudge, a cancelled campaign, a one-time code past its end of life): that goes the long way, claims.py's `_decide_and_take`, which settles it
 in the same transaction. Pure: no unit of work, no SQL.
 """
 
@@ -31,6 +31,8 @@ _CLAIM_FIELDS = ("id", "tenant_id", "recipient", "channel", "lane", "template", 
                  "campaign_status")
 # A tenant endpoint's state at claim time (absent from rows of other kinds).
 _ENDPOINT_FIELDS = ("endpoint_id", "ep_found", "ep_disabled", "ep_disabled_reason", "ep_open_until")
+# A one-time code's end of life (absent from rows of other kinds): the floor suppresses a code claimed after it.
+_CODE_FIELDS = ("otp_expires_at",)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Claim:
     ep_disabled: bool = False
     ep_disabled_reason: str | None = None
     ep_open_until: datetime | None = None
+    otp_expires_at: datetime | None = None
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> Claim:
@@ -79,8 +82,8 @@ class Claim:
                 event_type=m["event_type"], schema_version=m["schema_version"], occurred_at=m["occurred_at"],
                 request_id=m["request_id"], causation_id=m["causation_id"], actor_ref=m["actor_ref"],
                 payload=m["event_payload"])
-        return cls(**{k: m[k] for k in _CLAIM_FIELDS}, **{k: m[k] for k in _ENDPOINT_FIELDS if m.get(k) is not None},
-                   envelope=env)
+        return cls(**{k: m[k] for k in _CLAIM_FIELDS},
+                   **{k: m[k] for k in _ENDPOINT_FIELDS + _CODE_FIELDS if m.get(k) is not None}, envelope=env)
 
 
 @dataclass(frozen=True)
@@ -219,7 +222,7 @@ def plan(c: Claim, x: SendContext, now: datetime) -> Take | None:
     decision = floor_decision(
         now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c), opted_out_channels=x.opted_out,
         sent_today=0 if holds_slot else x.taken_on(day), daily_cap=x.daily_cap, tz=x.timezone,
-        quiet_start=x.quiet_start, quiet_end=x.quiet_end)
+        quiet_start=x.quiet_start, quiet_end=x.quiet_end, code_expires_at=c.otp_expires_at)
     if not isinstance(decision, Send):
         return None
     take_slot = x.daily_cap is not None and c.lane != "critical" and not holds_slot

@@ -46,7 +46,7 @@ from domain.delivery.claimed import (
 )
 from domain.delivery.receipts import apply_pending
 from domain.delivery.retry import Fail, Retry, RetryDecision, Succeeded
-from domain.ledger import metering
+from domain.ledger import metering, reasons
 from domain.ledger.floor import Defer, Send, Suppress, floor_decision
 from domain.ledger.templates import render_for_send
 from domain.ledger.write import accept_truth, settle_unsent
@@ -143,9 +143,12 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, x: SendContext, now: datetime, w
         now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),
         opted_out_channels=x.opted_out, sent_today=0 if holds_slot else int(taken),
         daily_cap=x.daily_cap, tz=x.timezone, quiet_start=x.quiet_start, quiet_end=x.quiet_end,
+        code_expires_at=c.otp_expires_at,
     )
     if isinstance(decision, Suppress):
         detail = _opt_out_detail(uow, c) if decision.reason == "opted_out" else None
+        if decision.reason == "code_expired" and c.otp_expires_at is not None:
+            detail = reasons.code_expired(c.otp_expires_at)
         return _suppress(uow, c, worker, decision.reason, now, detail)
     if isinstance(decision, Defer):
         until_local = decision.until.astimezone(ZoneInfo(x.timezone))
@@ -240,6 +243,7 @@ def record(
                 c, decision, worker=worker, started=started, status_code=status_code, latency_ms=latency_ms,
                 provider_reference=provider_reference, excerpt=excerpt)).scalar_one() else "stale"
             if outcome == "stale":
+                outcome = _settle_outlived_code(uow, c, decision)
                 _attempt(uow, c, worker, started, outcome, status_code, decision.error_class, latency_ms, excerpt)
         else:
             assert isinstance(decision, Fail)
@@ -256,6 +260,20 @@ def record(
         apply_pending(uow, c.id)  # receipts that came before this record
         uow.commit()
     return outcome
+
+
+def _settle_outlived_code(uow: UnitOfWork, c: Claim, decision: Retry) -> str:
+    """A one-time code's retry that would come due at or after the code's end of life is not scheduled
+    (`sql.RECORD_RETRY` refuses it): the row is settled SUPPRESSED `code_expired` under the claim's token and what
+    it holds is given back. "stale" when that is not why the retry matched nothing."""
+    p = {"id": c.id, "tok": c.claim_token, "delay": decision.delay_seconds}
+    expires_at = uow.execute(sql.CODE_OUTLIVED, p).scalar() if c.otp_expires_at is not None else None
+    if expires_at is None or not settle_unsent(
+            uow, c.id, c.claim_token, status="SUPPRESSED", reason="code_expired",
+            detail=reasons.code_outlived(expires_at), refund_reason="refund: code_expired",
+            intent_why="suppressed: code expired"):
+        return "stale"
+    return "code_expired"
 
 
 def record_params(c: Claim, decision: RetryDecision, *, worker: str, started: datetime, status_code: int | None,

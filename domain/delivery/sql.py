@@ -6,7 +6,8 @@ as `sa.text`, the workers' async store (hot.py, psycopg's pool, prepared) runs t
 - `CLAIM`: the guarded lease and the next fence token (FOR UPDATE of the row, taken by the UPDATE; a row another
   claim holds is skipped by the guard, not waited on for long), and everything the decision and the send need:
   envelope, order status, intent and lead, campaign, the recipient's floor rules and contact point, their cap
-  counts around today, the newest template for the channel and a one-time code's nonce; for a tenant endpoint's
+  counts around today, the newest template for the channel and a one-time code's nonce and end of life (the floor
+  suppresses a code claimed after it: `code_expired`); for a tenant endpoint's
   webhook, whether the endpoint is still there, enabled, and its breaker closed (never its URL or secrets).
 - `TAKE`: for a message that may go: its cap slot (guarded: at the cap it takes nothing), the template version kept
   on the row, and its price (guarded: `balance >= price` or nothing; money only once the slot is taken). Mirrors
@@ -16,7 +17,9 @@ as `sa.text`, the workers' async store (hot.py, psycopg's pool, prepared) runs t
   the ledger (its cap slot held or not needed, its price held or free): SENT (DELIVERED for a webhook), the next
   token (fencing out any later claim), the nudge marked sent, the attempt line. Anything else (a late truth, a
   stale identity) matches nothing and goes the long way (domain/ledger/write.py's `accept_truth`).
-- `RECORD_RETRY`: the guarded retry and its attempt line (with the retry's time); a stale token matches nothing.
+- `RECORD_RETRY`: the guarded retry and its attempt line (with the retry's time); a stale token matches nothing,
+  and so does a one-time code's retry that would come due at or after the code's end of life: the long way settles
+  that row `code_expired` instead (`CODE_OUTLIVED`), so a code's retries never outlive it.
 - `PENDING_RECEIPTS`: run AFTER a record statement, in its own snapshot (a receipt committed while the record
   waited for the row's lock is seen): any receipt kept while the row was owed sends the record the long way.
 
@@ -57,6 +60,7 @@ SELECT c.*, o.status AS order_status, e.aggregate_type, e.aggregate_id, e.aggreg
          WHERE r.id IS NOT NULL AND dc.tenant_id = c.tenant_id AND dc.recipient = c.recipient
            AND dc.day BETWEEN CAST(:day_from AS date) AND CAST(:day_to AS date)) AS taken_by_day,
        t.version AS template_version, t.body AS template_body, oc.nonce AS otp_nonce,
+       oc.expires_at AS otp_expires_at,
        we.id IS NOT NULL AS ep_found, we.disabled_at IS NOT NULL AS ep_disabled,
        we.disabled_reason AS ep_disabled_reason, we.breaker_open_until AS ep_open_until
 FROM c
@@ -143,6 +147,8 @@ WITH n AS (
   UPDATE notifications SET next_attempt_at = now() + make_interval(secs => :delay), leased_until = NULL,
          last_error_class = :err
   WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok
+    AND NOT EXISTS (SELECT 1 FROM otp_codes oc WHERE oc.notification_id = notifications.id
+                    AND oc.expires_at <= now() + make_interval(secs => :delay))
   RETURNING id, next_attempt_at, created_at
 ), a AS (
   INSERT INTO notification_attempts (notification_id, attempt_no, worker, started_at, finished_at, outcome,
@@ -197,6 +203,11 @@ OPT_OUT_CHANGE = sa.text(
     "SELECT ch.changed_at, ch.actor_ref FROM recipient_changes ch JOIN recipients r ON r.id = ch.recipient_id "
     "WHERE r.tenant_id = :t AND r.ref = :ref AND ch.field = 'opted_out_channels' "
     "AND ch.new_value LIKE :like ORDER BY ch.id DESC LIMIT 1")
+# A retry `RECORD_RETRY` refused because the code's life ends before it would come due, under the claim's token.
+CODE_OUTLIVED = sa.text(
+    "SELECT oc.expires_at FROM otp_codes oc JOIN notifications n ON n.id = oc.notification_id "
+    "WHERE oc.notification_id = :id AND n.status = 'QUEUED' AND n.claim_token = :tok "
+    "AND oc.expires_at <= now() + make_interval(secs => :delay)")
 DEFER = sa.text(
     "UPDATE notifications SET attempts = attempts - 1, next_attempt_at = :u, leased_until = NULL, "
     "reason_detail = :d WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok")
@@ -243,7 +254,14 @@ _REPLAY_SET = (
     "  THEN dedupe_key || '~replay-' || (claim_token + 1) ELSE provider_key END, "
     "provider_reference = CASE WHEN last_error_class = 'undeliverable' THEN NULL ELSE provider_reference END, "
     "claim_token = claim_token + 1 ")
-REPLAY = sa.text(f"{_REPLAY_SET} WHERE {_IN_SCOPE} RETURNING lane, tenant_id")
+# A one-time code past its end of life is never owed again: every replay leaves it as it is (`code_expired`), and
+# `REPLAY_REFUSED_*` name those rows with their end of life for the answer.
+_CODE_ALIVE = ("NOT EXISTS (SELECT 1 FROM otp_codes oc WHERE oc.notification_id = notifications.id "
+               "AND oc.expires_at <= now())")
+_EXPIRED_CODES = (
+    "SELECT n.id, oc.expires_at FROM notifications n JOIN otp_codes oc ON oc.notification_id = n.id "
+    "WHERE oc.expires_at <= now() AND n.status = 'FAILED' AND (CAST(:t AS integer) IS NULL OR n.tenant_id = :t) ")
+REPLAY = sa.text(f"{_REPLAY_SET} WHERE {_IN_SCOPE} AND {_CODE_ALIVE} RETURNING lane, tenant_id")
 # Shared with every replay, exclusive to an archive of a month (domain/retention/sql.py `ARCHIVE_EXCLUDES_REPLAY`).
 REPLAY_WAITS_FOR_ARCHIVE = sa.text("SELECT pg_advisory_xact_lock_shared(hashtext('outbox archive'))")
 RESOLVE = sa.text(f"UPDATE notifications SET review = 'resolved' WHERE {_IN_SCOPE} RETURNING id, tenant_id")
@@ -254,13 +272,19 @@ _MANY = "id = ANY(:ids) AND (CAST(:t AS integer) IS NULL OR tenant_id = :t) AND 
 _LANE_FILTER = ("lane = :lane AND (CAST(:t AS integer) IS NULL OR tenant_id = :t) AND status = 'FAILED' "
                 "AND coalesce(review, 'needs_review') <> 'resolved' AND coalesce(settled_at, created_at) >= :since")
 _LANE_SINCE = f"status = 'FAILED' AND id IN (SELECT id FROM notifications WHERE {_LANE_FILTER} ORDER BY id LIMIT :l)"
-REPLAY_MANY = sa.text(f"{_REPLAY_SET} WHERE {_MANY} RETURNING id, lane, tenant_id")
+_LANE_SINCE_ALIVE = (f"status = 'FAILED' AND id IN (SELECT id FROM notifications WHERE {_LANE_FILTER} "
+                     f"AND {_CODE_ALIVE} ORDER BY id LIMIT :l)")
+REPLAY_MANY = sa.text(f"{_REPLAY_SET} WHERE {_MANY} AND {_CODE_ALIVE} RETURNING id, lane, tenant_id")
+REPLAY_REFUSED_MANY = sa.text(f"{_EXPIRED_CODES} AND n.id = ANY(:ids) ORDER BY n.id")
 RESOLVE_MANY = sa.text(f"UPDATE notifications SET review = 'resolved' WHERE {_MANY} "
                        "AND coalesce(review, 'needs_review') <> 'resolved' RETURNING id, lane, tenant_id")
-REPLAY_LANE_SINCE = sa.text(f"{_REPLAY_SET} WHERE {_LANE_SINCE} RETURNING id, lane, tenant_id")
+REPLAY_LANE_SINCE = sa.text(f"{_REPLAY_SET} WHERE {_LANE_SINCE_ALIVE} RETURNING id, lane, tenant_id")
+REPLAY_REFUSED_LANE = sa.text(
+    f"{_EXPIRED_CODES} AND n.id IN (SELECT id FROM notifications WHERE {_LANE_FILTER}) ORDER BY n.id LIMIT :l")
 RESOLVE_LANE_SINCE = sa.text(
     f"UPDATE notifications SET review = 'resolved' WHERE {_LANE_SINCE} RETURNING id, lane, tenant_id")
 COUNT_LANE_SINCE = sa.text(f"SELECT count(*) FROM notifications WHERE {_LANE_FILTER}")
+COUNT_LANE_SINCE_REPLAYABLE = sa.text(f"SELECT count(*) FROM notifications WHERE {_LANE_FILTER} AND {_CODE_ALIVE}")
 
 # ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------
 _SCAN_OWED = (

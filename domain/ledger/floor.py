@@ -3,6 +3,7 @@
 - quiet hours in the recipient's timezone for every lane but critical: defer to their end, never drop
 - a per-recipient daily cap that suppresses with reason `daily_cap`
 - send-time eligibility (the fact still holds, the recipient has not opted out)
+- a one-time code's life: a code claimed at or after its `expires_at` is never sent (reason `code_expired`)
 
 (The journey step order is the journeys' own: `domain.journeys.steps`.)
 """
@@ -17,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 SuppressReason = Literal[
     "daily_cap", "opted_out", "no_longer_eligible", "superseded", "no_contact_point", "insufficient_balance",
-    "campaign_cancelled"
+    "campaign_cancelled", "code_expired"
 ]
 
 def in_quiet_hours(instant: datetime, tz: str, start: time | None, end: time | None) -> bool:
@@ -132,12 +133,19 @@ def floor_decision(
     tz: str,
     quiet_start: time | None,
     quiet_end: time | None,
+    code_expires_at: datetime | None = None,
 ) -> FloorDecision:
-    """Evaluated at send time by the worker, in this order: eligibility, opt-out, quiet hours, cap (the critical
-    lane — one-time codes — skips quiet hours and the cap).
+    """Evaluated at send time by the worker, in this order: a code's life, eligibility, opt-out, quiet hours, cap
+    (the critical lane — one-time codes — skips quiet hours and the cap).
+
+    `code_expires_at`: a one-time code's end of life (None: not a code). A code still owed at or after it is
+    suppressed `code_expired` whatever else holds: the person could no longer use it, so it is neither sent nor
+    charged (the person asks for a new one).
 
     Webhooks go to a system, not a person: quiet hours and the personal cap do not apply to them.
     """
+    if code_expires_at is not None and code_expires_at <= now:
+        return Suppress("code_expired")
     if not still_eligible:
         return Suppress("no_longer_eligible")
     if channel in opted_out_channels:

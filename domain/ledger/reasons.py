@@ -4,7 +4,7 @@ take them from. "Why didn't they get it?" is answered here, never by a code like
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 SUPPRESSED: Final[dict[str, str]] = {
@@ -17,6 +17,7 @@ SUPPRESSED: Final[dict[str, str]] = {
     "campaign_cancelled": "Not sent: the campaign was cancelled before this message went out.",
     "endpoint_disabled": "Not sent: the webhook endpoint it was for was disabled.",
     "endpoint_deleted": "Not sent: the webhook endpoint it was for was deleted.",
+    "code_expired": "Not sent: the one-time code had expired before it could go out.",
 }
 
 ERROR_CLASS: Final[dict[str, str]] = {
@@ -30,6 +31,16 @@ ERROR_CLASS: Final[dict[str, str]] = {
     "undeliverable": "the provider could not deliver it (refunded)",
     "url_not_allowed": "the endpoint's address was refused at send time (it is, or resolves to, a private address)",
 }
+
+
+def code_expired(expires_at: datetime) -> str:
+    """A `code_expired` row's detail: "the code had expired at 10:42 UTC" (shown as "Not sent: …")."""
+    return f"the code had expired at {expires_at.astimezone(UTC):%H:%M} UTC"
+
+
+def code_outlived(expires_at: datetime) -> str:
+    """The detail of a code whose next try would have come due after its end of life (settled at the record)."""
+    return f"the code expired at {expires_at.astimezone(UTC):%H:%M} UTC, before its next try was due"
 
 
 def suppressed_text(reason: str | None) -> str:

@@ -83,16 +83,19 @@ def messages(status: str = typer.Option(None, help=f"only this status: {', '.joi
 
 
 def _review(action: str, ids: list[int], tenant: int, note: str) -> None:
-    from domain.delivery.review import BULK_MAX, review_many
+    from domain.delivery.review import BULK_MAX, left_as_it_is, review_many
 
     if not ids or any(i < 1 for i in ids) or len(ids) > BULK_MAX:
         err.print(f"[red]error:[/] give 1 to {BULK_MAX} message ids (positive numbers)")
         raise typer.Exit(2)
-    done = review_many(action, tenant or None, ids, actor_ref=cli_actor(), note=note).done
+    bulk = review_many(action, tenant or None, ids, actor_ref=cli_actor(), note=note)
+    done = bulk.done
     verb = "queued again (same event id)" if action == "replay" else "marked resolved"
     if done:
         print(f"{verb}: " + " ".join(f"#{i}" for i in done))
-    unchanged = sorted(set(ids) - set(done))
+    if bulk.refused:  # FAILED, but may not be owed again: a one-time code past its end of life
+        err.print(f"left as it is: {left_as_it_is(bulk.refused)}")
+    unchanged = sorted(set(ids) - set(done) - {r.id for r in bulk.refused})
     if unchanged:
         err.print("unchanged (not FAILED, already " + ("replayed" if action == "replay" else "resolved")
                   + ", or no such message" + (f" in tenant {tenant}" if tenant else "") + "): "
@@ -103,7 +106,8 @@ def replay(ids: list[int] = typer.Argument(..., help="message ids (`outbox messa
            note: str = typer.Option("", help="why (kept in the audit log)"),
            tenant: int = typer.Option(0, min=0, max=MAX_TENANT, help="refuse rows of any other tenant (0: any tenant)")) -> None:
     """Queue FAILED messages again with the same row and event id (the receiver recognises them). A message that
-    is not FAILED (already replayed, delivered meanwhile) is left as it is."""
+    is not FAILED (already replayed, delivered meanwhile), or a one-time code past its end of life, is left as it
+    is, and the answer says why."""
     _review("replay", ids, tenant, note)
 
 

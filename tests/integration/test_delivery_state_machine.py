@@ -6,12 +6,13 @@ recovery scan writes real arq wake-ups into Redis), workers (take a wake-up from
 row directly; send; record — or crash before recording, at the fault points `after_worker_claim`,
 `before_remote_call` and `after_remote_accept_before_local_ack`; or stall past their lease and resume later),
 the provider (idempotent by the key we send; it may accept, answer 503 or 400, time out before or after it
-accepted), receipts (delivered or failed, in any order, twice), an operator replaying failed rows, and Redis being
-flushed. The provider is simulated in-process so that a run is reproducible from its seed; PostgreSQL and Redis
+accepted), receipts (delivered or failed, in any order, twice), an operator replaying failed rows, one-time codes
+expiring while owed (and an operator replaying one after), and Redis being flushed. The provider is simulated in-process so that a run is reproducible from its seed; PostgreSQL and Redis
 are real.
 
 Invariants checked after EVERY step: all of `outbox check` (domain/invariants.py INVARIANTS: money matches, no sent row
-refunded, no unsent row charged, every accepted attempt reflected in its row, no phantom nudge, ...). At the end,
+refunded, no unsent row charged, every accepted attempt reflected in its row, no phantom nudge, ...), and no
+expired code claimed to be sent, charged or owed again. At the end,
 after everything is drained by scans and healthy workers: nothing due is left owed, every send the provider
 accepted is reflected in its row, and the provider applied at most one effect per message identity.
 
@@ -313,6 +314,81 @@ class DeliveryMachine(RuleBasedStateMachine):
                 "SELECT id FROM notifications WHERE status = 'FAILED' ORDER BY id")).scalars()]
         if failed:
             review.replay(42, data.draw(st.sampled_from(failed)), actor_ref="sm")
+
+    # ---- a code expiring while owed (issue 25, item 3) -------------------------------------------------------
+    @rule(data=st.data())
+    def code_expires(self, data: st.DataObject) -> None:
+        """A one-time code reaches its end of life while still owed — waiting, retrying, in flight with a worker —
+        or while FAILED and waiting for an operator (a paused critical lane, an outage, a provider down)."""
+        with get_engine().connect() as c:
+            alive = [int(i) for i in c.execute(sa.text(
+                "SELECT n.id FROM notifications n JOIN otp_codes oc ON oc.notification_id = n.id "
+                "WHERE n.status IN ('QUEUED', 'FAILED') AND oc.expires_at > now() ORDER BY n.id")).scalars()]
+        if alive:
+            with get_engine().begin() as c:  # now(): every claim before this step was made while it was alive
+                c.execute(sa.text("UPDATE otp_codes SET expires_at = now() WHERE notification_id = :n"),
+                          {"n": data.draw(st.sampled_from(alive))})
+
+    @rule(data=st.data(), behaviour=st.sampled_from(BEHAVIOURS))
+    def code_tried_then_expired(self, data: st.DataObject, behaviour: str) -> None:
+        """A worker tries an owed code (or one just asked for; the provider answers any way), then its life ends before anyone
+        looks again: a retry is never claimed to be sent (the next claim settles it `code_expired`, giving back
+        its price), and an operator's replay of a FAILED one is refused."""
+        owed = self._owed("template = 'otp_code'")
+        if owed:
+            nid = data.draw(st.sampled_from(owed))
+        else:  # none owed: someone asks for one
+            asked = otp.request(42, self.recipient_id, data.draw(st.sampled_from(["sms", "whatsapp"])), datetime.now(UTC))
+            assert asked is not None
+            nid = asked.notification_id
+        got = claims.claim(nid, LEASE, datetime.now(UTC), "w3")
+        if isinstance(got, claims.Ready):
+            f = InFlight(got.claim, "w3")
+            f.outcome, f.reference = self.provider.post(claims.idempotency_key(f.claim), behaviour, f.claim.channel)
+            self._record(f)
+        with get_engine().begin() as c:
+            c.execute(sa.text("UPDATE otp_codes SET expires_at = least(expires_at, now()) WHERE notification_id = :n"),
+                      {"n": nid})
+            status = c.execute(sa.text("SELECT status FROM notifications WHERE id = :n"), {"n": nid}).scalar_one()
+        if status == "QUEUED":
+            again = claims.claim(nid, LEASE, datetime.now(UTC), "w3")
+            assert not isinstance(again, claims.Ready), (SEED, nid, again)
+        elif status == "FAILED":
+            assert not review.replay(42, nid, actor_ref="sm"), (SEED, nid)
+
+    @rule(data=st.data())
+    def replay_expired_code(self, data: st.DataObject) -> None:
+        """An operator replays a FAILED code after its end of life (expiring it first if it is still alive):
+        refused with `code_expired`; the row stays FAILED and is not owed again."""
+        with get_engine().connect() as c:
+            failed = [int(i) for i in c.execute(sa.text(
+                "SELECT n.id FROM notifications n JOIN otp_codes oc ON oc.notification_id = n.id "
+                "WHERE n.status = 'FAILED' ORDER BY n.id")).scalars()]
+        if failed:
+            nid = data.draw(st.sampled_from(failed))
+            with get_engine().begin() as c:
+                c.execute(sa.text("UPDATE otp_codes SET expires_at = least(expires_at, now()) "
+                                  "WHERE notification_id = :n"), {"n": nid})
+            got = review.replay(42, nid, actor_ref="sm")
+            assert not got and got.refused is not None and got.refused.reason == "code_expired", (SEED, nid, got)
+
+    @invariant()
+    def no_expired_code_is_sent_or_charged(self) -> None:
+        """No code is claimed to be sent (leased Ready, or sent by that claim) at or after its end of life, none is
+        charged by a claim after it, and none is owed again by a replay after it. A send claimed while the code
+        was alive may still finish, and its truth (a late accept, a receipt) is recorded as always."""
+        with get_engine().connect() as c:
+            bad = [tuple(r) for r in c.execute(sa.text(
+                "SELECT n.id, n.status, 'claimed' AS how FROM notifications n "
+                "JOIN otp_codes oc ON oc.notification_id = n.id WHERE n.claimed_at >= oc.expires_at "
+                "AND ((n.status = 'QUEUED' AND n.leased_until > now()) OR (n.status IN ('SENT', 'DELIVERED') "
+                "AND coalesce(n.reason_detail, '') NOT LIKE 'accepted %')) "
+                "UNION ALL SELECT n.id, n.status, 'replayed' FROM notifications n "
+                "JOIN otp_codes oc ON oc.notification_id = n.id WHERE n.replayed_at >= oc.expires_at "
+                "UNION ALL SELECT e.notification_id, e.reason, 'charged' FROM balance_entries e "
+                "JOIN otp_codes oc ON oc.notification_id = e.notification_id WHERE e.kind = 'reserve' "
+                "AND e.created_at >= oc.expires_at AND e.reason NOT LIKE '%(accepted late)'"))]
+        assert not bad, f"seed {SEED}: an expired code was sent, charged or owed again: {bad}"
 
     # ---- after every step ------------------------------------------------------------------------------------
     @invariant()

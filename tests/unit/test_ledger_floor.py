@@ -79,3 +79,17 @@ def test_critical_lane_is_never_deferred_by_quiet_hours(now, tz):
     d = floor_decision(now=now, **{**BASE, "tz": tz, "lane": "critical", "quiet_start": time(0),
                                    "quiet_end": time(23, 59)})
     assert d == Send()
+
+
+def test_a_code_past_its_end_of_life_is_suppressed_whatever_else_holds():
+    """Invariant (issue 25, item 3): a one-time code decided at or after its `expires_at` is never sent — reason
+    `code_expired`, before every other rule (quiet hours and the cap never apply to it, an opt-out is beside the
+    point); a code still alive goes as before. Today there was no such rule: a code past its life was sent."""
+    now = datetime(2026, 11, 29, 14, 30, tzinfo=UTC)  # 23:30 in Tokyo: quiet, which a code ignores
+    code = {**BASE, "lane": "critical", "channel": "sms", "sent_today": 9}
+    for expired in (now, now - timedelta(seconds=1), now - timedelta(days=3)):
+        assert floor_decision(now=now, **code, code_expires_at=expired) == Suppress("code_expired")
+        assert floor_decision(now=now, **{**code, "opted_out_channels": ("sms",), "still_eligible": False},
+                              code_expires_at=expired) == Suppress("code_expired")
+    assert floor_decision(now=now, **code, code_expires_at=now + timedelta(seconds=1)) == Send()
+    assert floor_decision(now=now, **code) == Send()  # not a code
