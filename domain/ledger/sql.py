@@ -162,13 +162,14 @@ RECIPIENT_CAP = sa.text("SELECT daily_cap, timezone FROM recipients WHERE tenant
 # ---- receipts kept pending, settled with their row (write.settle_receipts) ----------------------------------
 # A provider's receipt waits (`applied_at` NULL) only while its row is owed; whatever settles the row settles the
 # receipts pending on it, in the same transaction, by these three statements. `:ids` are the rows just settled.
-# The few receipts that move the row and its money, applied one at a time against the row as it then stands: a
-# `delivered` one on a row not DELIVERED (the truth, `accept_truth`), a `failed` one on a SENT row (the refund).
-RECEIPTS_THAT_MOVE = sa.text(
-    "SELECT r.id, r.received_at, r.notification_id, r.provider_reference, r.outcome FROM delivery_receipts r "
-    "JOIN notifications n ON n.id = r.notification_id "
+# What is pending on them, with how each row stands (through the partial index `delivery_receipts_pending`: nearly
+# always nothing, and then this one probe is all). The few receipts that move the row and its money are applied one
+# at a time against the row as it then stands: a `delivered` one on a row not DELIVERED (the truth, `accept_truth`),
+# a `failed` one on a SENT row (the refund).
+PENDING_ON_ROWS = sa.text(
+    "SELECT r.id, r.received_at, r.notification_id, r.provider_reference, r.outcome, n.status "
+    "FROM delivery_receipts r JOIN notifications n ON n.id = r.notification_id "
     "WHERE r.notification_id = ANY(CAST(:ids AS bigint[])) AND r.applied_at IS NULL "
-    "AND ((r.outcome = 'delivered' AND n.status <> 'DELIVERED') OR (r.outcome = 'failed' AND n.status = 'SENT')) "
     "ORDER BY r.notification_id, r.id")
 ROW_FOR_RECEIPT = sa.text("SELECT status FROM notifications WHERE id = :n FOR UPDATE")
 SENT_UNDELIVERABLE = sa.text(

@@ -272,19 +272,22 @@ def settle_receipts(uow: UnitOfWork, notification_ids: Collection[int]) -> list[
     - `failed` on a row still owed (QUEUED: the worker has not recorded the send): kept, for whatever settles it.
 
     Money moves only for the first two, one receipt at a time against the row as it then stands (locked); the rest
-    is one statement. Safe to call for any rows: a row with nothing pending costs one index probe of the partial
-    index `delivery_receipts_pending`. Never commits."""
+    is one statement. Safe to call for any rows: when nothing is pending on them (nearly always) it is one probe of
+    the partial index `delivery_receipts_pending`. Never commits."""
     ids = sorted({int(i) for i in notification_ids})
-    if not ids:
+    pending = uow.execute(sql.PENDING_ON_ROWS, {"ids": ids}).all() if ids else []
+    if not pending:
         return []
     done: list[int] = []
-    for r in uow.execute(sql.RECEIPTS_THAT_MOVE, {"ids": ids}).all():
+    for r in pending:
+        if not _moves(r.outcome, r.status):
+            continue
         nid = int(r.notification_id)
         status = uow.execute(sql.ROW_FOR_RECEIPT, {"n": nid}).scalar()
-        moves = (r.outcome == "delivered" and status != "DELIVERED") or (r.outcome == "failed" and status == "SENT")
         # An earlier receipt of the row may have moved it since (then the statement below settles this one), and
         # a receipt is applied once: the guarded mark decides before any money moves.
-        if not moves or uow.execute(sql.RECEIPT_APPLIED, {"i": r.id, "at": r.received_at}).first() is None:
+        if not _moves(r.outcome, status) or uow.execute(
+                sql.RECEIPT_APPLIED, {"i": r.id, "at": r.received_at}).first() is None:
             continue
         if r.outcome == "delivered":
             _accept(uow, nid, final="DELIVERED", provider_reference=str(r.provider_reference), delivered=True)
@@ -292,8 +295,14 @@ def settle_receipts(uow: UnitOfWork, notification_ids: Collection[int]) -> list[
             uow.execute(sql.SENT_UNDELIVERABLE, {"n": nid})
             metering.release(uow, nid, "refund: provider could not deliver")
         done.append(int(r.id))
-    done += [int(i) for i in uow.execute(sql.SETTLE_RECEIPTS, {"ids": ids}).scalars()]
+    if done or any(r.status != "QUEUED" for r in pending):  # else: all still wait for their rows to be settled
+        done += [int(i) for i in uow.execute(sql.SETTLE_RECEIPTS, {"ids": ids}).scalars()]
     return done
+
+
+def _moves(outcome: str, status: str | None) -> bool:
+    """A receipt that moves its row (and money): the truth on a row not DELIVERED yet, a bounce of a SENT row."""
+    return (outcome == "delivered" and status != "DELIVERED") or (outcome == "failed" and status == "SENT")
 
 
 def _accept(uow: UnitOfWork, notification_id: int, *, final: str, provider_reference: str | None,
