@@ -37,7 +37,7 @@ def upgrade() -> None:
             AND r.outcome = 'failed')""")
     op.execute(f"""
         UPDATE delivery_receipts r SET applied_at = now(), closed_reason = CASE n.status
-          WHEN 'DELIVERED' THEN 'no longer applies: the provider said delivered; DELIVERED is final'
+          WHEN 'DELIVERED' THEN 'no longer applies: the provider had said delivered; DELIVERED is final'
           WHEN 'SUPPRESSED' THEN 'no longer applies: the message was settled unsent (' || n.suppressed_reason
                                  || ') before the answer was recorded; nothing was charged'
           END
