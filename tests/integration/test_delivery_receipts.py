@@ -14,6 +14,7 @@ exact (nothing charged or refunded twice); the archive of that month is not refu
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -199,3 +200,44 @@ def test_invariant_14_counts_a_receipt_stranded_on_a_settled_row_and_archive_doe
                   {"r": f"rc-failed-{nid}", "at": AUG})
     done = archive_before(date(2026, 9, 1), tmp_path, actor_ref="test:oncall")
     assert [m.month for m in done] == ["2026-08"]
+
+
+def test_a_failed_receipt_racing_a_cancel_is_never_left_pending(db):
+    """The receipt and the cancel in overlapping transactions, 20 rounds, two threads released together: whichever
+    takes the row first, the other settles the receipt with it (the receipt's own transaction finds the row settled,
+    or the cancel finds the receipt committed once the row's lock is its) — never one left pending."""
+    with get_engine().begin() as c:
+        c.execute(sa.text("UPDATE recipients SET quiet_start = NULL, quiet_end = NULL, daily_cap = NULL, "
+                          "opted_out_channels = ARRAY[]::text[] WHERE tenant_id = 42"))
+    start = balance()
+    stranded: list[int] = []
+    for i in range(20):
+        cid = campaign_fan_out.create(tenant_id=42, name=f"race-{i}", segment="all_reachable", template="offer",
+                                      channel="sms", actor_ref="test")
+        campaign_fan_out.fan_out(cid)
+        nid = int(one("SELECT min(id) FROM notifications WHERE campaign_id = :c", c=cid))
+        c = ready(nid, "A")
+        assert record(c, Retry("timeout", 0.0), code=None) == "retry"
+        gate = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def go(fn: Any, gate: threading.Barrier = gate, errors: list[BaseException] = errors) -> None:
+            gate.wait()
+            try:
+                fn()
+            except BaseException as exc:  # an error in a thread is a failure of the test, not a lost thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=go, args=(lambda cid=cid: campaign_fan_out.cancel(42, cid),)),
+                   threading.Thread(target=go, args=(lambda c=c, nid=nid: apply_receipt(
+                       "sms", f"rc-race-{nid}", f"ref-{nid}", "failed", c.dedupe_key),))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        assert row(nid).status == "SUPPRESSED"
+        if pending_on_settled():
+            stranded.append(nid)
+    assert stranded == [], f"{len(stranded)} of 20 failed receipts left pending on a cancelled row"
+    assert balance() == start and not any(invariant_counts().values())
