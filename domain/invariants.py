@@ -91,6 +91,14 @@ INVARIANTS: Final[dict[str, str]] = {
         WHERE NOT EXISTS (SELECT 1 FROM delivery_receipt_keys k WHERE k.receipt_id = r.receipt_id
                           AND k.received_at = r.received_at)
     """,
+    # A receipt waits (`applied_at` NULL) only while its message is owed: whatever settles a message settles the
+    # receipts pending on it in the same transaction (domain/ledger/write.py `settle_receipts`). One left pending
+    # on a row that can no longer change would wait for ever (and the money it means with it). A receipt no
+    # message was found for is kept for support, never applied: not counted.
+    "14 a receipt pending on a settled row": """
+        SELECT count(*) FROM delivery_receipts r JOIN notifications n ON n.id = r.notification_id
+        WHERE r.applied_at IS NULL AND r.notification_id IS NOT NULL AND n.status <> 'QUEUED'
+    """,
     "10 a live nudge with no message left owed (a phantom intent)": """
         SELECT count(*) FROM lead_notification_intents i
         WHERE i.status IN ('pending','scheduled')

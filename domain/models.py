@@ -324,9 +324,13 @@ class Receipt(SQLModel, table=True):
     outcome: str  # delivered | failed
     received_at: datetime | None = Field(default=None, sa_column=sa.Column(
         sa.DateTime(timezone=True), primary_key=True, nullable=False, server_default=NOW))
-    # Kept before it can be applied (the send not recorded yet): applied_at NULL until the worker records it.
+    # Kept before it can be applied (the send not recorded yet): applied_at NULL until its row is settled, however
+    # that happens (domain/ledger/write.py `settle_receipts`, in the settling transaction).
     notification_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
     applied_at: datetime | None = _ts(nullable=True, default=False)
+    # Set when the receipt was settled without effect, in plain words why ("no longer applies: the message was
+    # settled unsent (campaign_cancelled) …", "… DELIVERED is final"); NULL when it was applied.
+    closed_reason: str | None = None
 
 
 class ReceiptKey(SQLModel, table=True):

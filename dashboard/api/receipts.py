@@ -39,7 +39,7 @@ async def receipt(provider: str, request: Request) -> JSONResponse:
         return JSONResponse({"error": "invalid_receipt", "detail": str(exc)}, status_code=422)
     if r.status == "unknown_reference":
         return JSONResponse({"error": "unknown_reference"}, status_code=404)
-    if r.status == "pending":  # kept: applied when the worker records the send (domain/delivery/receipts.py)
+    if r.status == "pending":  # kept: settled with its row, however it is settled (domain/delivery/receipts.py)
         return JSONResponse({"status": "pending"}, status_code=202)
     if r.status == "applied" and r.order_id is not None and r.tenant_id is not None:
         pool = await maybe_pool()

@@ -44,12 +44,11 @@ from domain.delivery.claimed import (
     still_eligible,
     superseded,
 )
-from domain.delivery.receipts import apply_pending
 from domain.delivery.retry import Fail, Retry, RetryDecision, Succeeded
 from domain.ledger import metering, reasons
 from domain.ledger.floor import Defer, Send, Suppress, floor_decision
 from domain.ledger.templates import render_for_send
-from domain.ledger.write import accept_truth, settle_unsent
+from domain.ledger.write import accept_truth, settle_receipts, settle_unsent
 
 __all__ = ["EVENT_REQUIRES_STATUS", "Claim", "ClaimResult", "Deferred", "Ready", "Suppressed", "claim", "give_back",
            "idempotency_key", "local_day", "record", "still_eligible", "superseded"]
@@ -192,11 +191,11 @@ def _attempt(uow: UnitOfWork, c: Claim, worker: str, started: datetime, outcome:
 
 def _suppress(uow: UnitOfWork, c: Claim, worker: str, reason: str, now: datetime,
               detail: str | None = None) -> Suppressed:
-    """Settled unsent with its reason (and its detail in plain words); whatever it held is given back."""
+    """Settled unsent with its reason (and its detail in plain words); whatever it held is given back, and a
+    receipt kept while it was owed is settled with it (`settle_unsent`)."""
     settle_unsent(uow, c.id, c.claim_token, status="SUPPRESSED", reason=reason, detail=detail,
                   intent_why=f"suppressed: {reason.replace('_', ' ')}")
     _attempt(uow, c, worker, now, "suppressed", None, reason, None)
-    apply_pending(uow, c.id)  # a receipt kept while it was owed is applied to how it ended
     return Suppressed(c, reason)
 
 
@@ -230,6 +229,7 @@ def record(
                 c, decision, worker=worker, started=started, status_code=status_code, latency_ms=latency_ms,
                 provider_reference=provider_reference, excerpt=excerpt)).scalar_one():
             outcome = "already_processed" if decision.already_processed else "sent"  # the common case, one statement
+            settle_receipts(uow, [c.id])  # receipts kept before this record (the ways below settle their own)
         elif isinstance(decision, Succeeded):
             # A webhook's 2xx IS its delivery; providers confirm later with a receipt.
             accepted = accept_truth(uow, c.id, final="DELIVERED" if c.channel == "webhook" else "SENT",
@@ -257,7 +257,6 @@ def record(
         if c.endpoint_id is not None and outcome != "stale":  # the endpoint's health moves on this claim's answer
             circuit.note_attempt(uow, c, ok=isinstance(decision, Succeeded), started=started,
                                  error_class=None if isinstance(decision, Succeeded) else decision.error_class)
-        apply_pending(uow, c.id)  # receipts that came before this record
         uow.commit()
     return outcome
 

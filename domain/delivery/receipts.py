@@ -1,30 +1,30 @@
 """Provider delivery receipts: SENT -> DELIVERED | FAILED, once per receipt id, in whatever order they come.
 
 A receipt names the provider's reference and echoes the idempotency key we sent (`client_reference`: the row's
-`provider_key`, or its dedupe key). No receipt is lost:
+`provider_key`, or its dedupe key). Each is kept first, then settled with its row by the ledger's one mechanism
+(`domain/ledger/write.py` `settle_receipts`, which also settles any other receipt the row still had pending):
 - `delivered` while the row is still owed: applied at once (the truth; the worker in flight is fenced out);
-- `failed` before the worker recorded the send: kept (`applied_at` NULL, answered 202) and applied in the
-  transaction that records the attempt or settles the row (`apply_pending`);
+- `failed` before the worker recorded the send: kept (`applied_at` NULL, answered 202) until the row is settled,
+  however that happens — the record of the attempt (a send: refunded), a suppressing claim, a campaign cancel, a
+  journey supersede, an endpoint disabled, a `delivered` receipt — all in the settling transaction;
 - a `delivered` receipt for a row that ended unsent (the worker timed out, the provider had accepted) is the
   late truth: the row becomes DELIVERED and is charged (domain/ledger/write.py);
-- a `failed` receipt for a SENT row refunds it; DELIVERED is final (a later `failed` changes nothing).
+- a `failed` receipt for a SENT row refunds it; DELIVERED is final (a later `failed` is closed, changing nothing);
+  on a row settled unsent it is closed too (nothing was charged).
 Neither the reference nor the key known: kept as it arrived (support can see it), answered 404.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
-from domain.delivery import sql
-from domain.delivery.sql import BY_KEY, BY_REFERENCE, KEEP, PENDING
-from domain.ledger import metering
-from domain.ledger.write import accept_truth
+from domain.delivery.sql import BY_KEY, BY_REFERENCE, KEEP
+from domain.ledger.write import settle_receipts
 
-__all__ = ["BY_KEY", "BY_REFERENCE", "KEEP", "PENDING", "ReceiptResult", "apply_pending", "apply_receipt"]
+__all__ = ["BY_KEY", "BY_REFERENCE", "KEEP", "ReceiptResult", "apply_receipt"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class ReceiptResult:
 
 def apply_receipt(provider: str, receipt_id: str, reference: str, outcome: str, client_reference: str | None = None,
                   engine: Engine | None = None) -> ReceiptResult:
+    """Keep the receipt, then settle it with its row ("applied" — or closed, when it no longer applies); "pending"
+    while its row is still owed and the receipt waits for the record."""
     if outcome not in ("delivered", "failed"):
         raise ValueError("outcome must be delivered or failed")
     with UnitOfWork(engine) as uow:
@@ -52,40 +54,6 @@ def apply_receipt(provider: str, receipt_id: str, reference: str, outcome: str, 
             return ReceiptResult("unknown_reference")
         if kept is None:
             return ReceiptResult("duplicate", n.id, n.tenant_id, n.order_id)
-        applied = _apply(uow, n, int(kept.id), reference, outcome)
+        applied = int(kept.id) in settle_receipts(uow, [int(n.id)])
         uow.commit()
     return ReceiptResult("applied" if applied else "pending", n.id, n.tenant_id, n.order_id)
-
-
-def apply_pending(uow: UnitOfWork, notification_id: int) -> int:
-    """Apply the receipts that came before the send was recorded (called where an attempt is recorded)."""
-    pending = uow.execute(PENDING, {"n": notification_id}).all()
-    if not pending:
-        return 0
-    row = uow.execute(sql.ROW_FOR_UPDATE, {"n": notification_id}).first()
-    done = 0
-    for p in pending:
-        done += _apply(uow, row, int(p.id), str(p.provider_reference), str(p.outcome))
-        row = uow.execute(sql.ROW_STATUS, {"n": notification_id}).first()
-    return done
-
-
-def _apply(uow: UnitOfWork, n: Any, kept_id: int, reference: str, outcome: str) -> bool:
-    """One receipt against the row as it stands. A `delivered` receipt is the truth at once, even while the row
-    is still owed (a worker may be waiting out its deadline on a hung answer; the truth fences it out). False: a
-    `failed` receipt for a send not recorded yet waits for the record."""
-    if n.status == "QUEUED" and outcome == "failed":
-        return False
-    if outcome == "delivered" and n.status != "DELIVERED":
-        # SENT -> DELIVERED, or the late truth for a row that ended unsent (charged again, with why).
-        accept_truth(uow, int(n.id), final="DELIVERED", provider_reference=reference, delivered=True)
-    elif outcome == "failed" and n.status == "SENT":
-        uow.execute(sql.SENT_UNDELIVERABLE, {"id": n.id})
-        # The provider could not deliver it: the tenant does not pay for it.
-        metering.release(uow, int(n.id), "refund: provider could not deliver")
-    elif outcome == "failed" and n.status == "FAILED":
-        # Failed for want of an answer, though the provider had taken it: now we know it bounced (a replay
-        # then sends it as a new message).
-        uow.execute(sql.FAILED_UNDELIVERABLE, {"id": n.id})
-    uow.execute(sql.RECEIPT_APPLIED, {"i": kept_id})
-    return True

@@ -228,17 +228,6 @@ KEEP = sa.text(
     "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome, notification_id, received_at) "
     "SELECT receipt_id, CAST(:p AS text), CAST(:r AS text), CAST(:o AS text), CAST(:n AS bigint), received_at FROM k "
     "RETURNING id")
-PENDING = sa.text(
-    "SELECT id, provider_reference, outcome FROM delivery_receipts WHERE notification_id = :n AND applied_at IS NULL "
-    "ORDER BY id")
-
-ROW_FOR_UPDATE = sa.text("SELECT id, status FROM notifications WHERE id = :n FOR UPDATE")
-ROW_STATUS = sa.text("SELECT id, status FROM notifications WHERE id = :n")
-SENT_UNDELIVERABLE = sa.text("UPDATE notifications SET status = 'FAILED', settled_at = now(), "
-                             "last_error_class = 'undeliverable' WHERE id = :id")
-FAILED_UNDELIVERABLE = sa.text("UPDATE notifications SET last_error_class = 'undeliverable', review = NULL "
-                               "WHERE id = :id")
-RECEIPT_APPLIED = sa.text("UPDATE delivery_receipts SET applied_at = now() WHERE id = :i")
 
 # ---- lanes (lanes.py) and review (review.py) --------------------------------------------------------------------
 LANE_PAUSED = sa.text("SELECT paused FROM lane_controls WHERE lane = :l")

@@ -159,6 +159,53 @@ INTENT_SENT = sa.text(
     "WHERE id = :i AND status IN ('pending', 'scheduled')")
 RECIPIENT_CAP = sa.text("SELECT daily_cap, timezone FROM recipients WHERE tenant_id = :t AND ref = :r")
 
+# ---- receipts kept pending, settled with their row (write.settle_receipts) ----------------------------------
+# A provider's receipt waits (`applied_at` NULL) only while its row is owed; whatever settles the row settles the
+# receipts pending on it, in the same transaction, by these three statements. `:ids` are the rows just settled.
+# What is pending on them, with how each row stands (through the partial index `delivery_receipts_pending`: nearly
+# always nothing, and then this one probe is all). The few receipts that move the row and its money are applied one
+# at a time against the row as it then stands: a `delivered` one on a row not DELIVERED (the truth, `accept_truth`),
+# a `failed` one on a SENT row (the refund).
+PENDING_ON_ROWS = sa.text(
+    "SELECT r.id, r.received_at, r.notification_id, r.provider_reference, r.outcome, n.status "
+    "FROM delivery_receipts r JOIN notifications n ON n.id = r.notification_id "
+    "WHERE r.notification_id = ANY(CAST(:ids AS bigint[])) AND r.applied_at IS NULL "
+    "ORDER BY r.notification_id, r.id")
+ROW_FOR_RECEIPT = sa.text("SELECT status FROM notifications WHERE id = :n FOR UPDATE")
+SENT_UNDELIVERABLE = sa.text(
+    "UPDATE notifications SET status = 'FAILED', settled_at = now(), last_error_class = 'undeliverable' "
+    "WHERE id = :n AND status = 'SENT'")
+RECEIPT_APPLIED = sa.text("UPDATE delivery_receipts SET applied_at = now() WHERE id = :i AND received_at = :at "
+                          "AND applied_at IS NULL RETURNING id")
+# Every other receipt pending on a settled row, in one statement, by how the row ended: on a FAILED row a `failed`
+# one is applied (the row says `undeliverable`: a replay is then a new message for the provider); a `delivered`
+# one on a DELIVERED row is applied (it agrees); a `failed` one on a DELIVERED row, or on a row settled unsent
+# (SUPPRESSED: nothing was charged, so nothing to refund), is closed with why. A row still owed keeps its own.
+SETTLE_RECEIPTS = sa.text(
+    """
+    WITH p AS (
+      SELECT r.id, r.received_at, r.outcome, n.id AS nid, n.status, n.suppressed_reason
+      FROM delivery_receipts r JOIN notifications n ON n.id = r.notification_id
+      WHERE r.notification_id = ANY(CAST(:ids AS bigint[])) AND r.applied_at IS NULL AND n.status <> 'QUEUED'
+        AND NOT (r.outcome = 'delivered' AND n.status <> 'DELIVERED')
+        AND NOT (r.outcome = 'failed' AND n.status = 'SENT')
+    ), bounced AS (
+      UPDATE notifications n SET last_error_class = 'undeliverable', review = NULL
+      WHERE n.id IN (SELECT nid FROM p WHERE p.status = 'FAILED' AND p.outcome = 'failed')
+    ), s AS (
+      UPDATE delivery_receipts r SET applied_at = now(), closed_reason = CASE
+          WHEN p.outcome = 'failed' AND p.status = 'DELIVERED'
+            THEN 'no longer applies: the provider had said delivered; DELIVERED is final'
+          WHEN p.outcome = 'failed' AND p.status = 'SUPPRESSED'
+            THEN 'no longer applies: the message was settled unsent (' || coalesce(p.suppressed_reason, 'suppressed')
+                 || ') before the answer was recorded; nothing was charged'
+        END
+      FROM p WHERE r.id = p.id AND r.received_at = p.received_at AND r.applied_at IS NULL
+      RETURNING r.id
+    )
+    SELECT id FROM s
+    """)
+
 # ---- metering ------------------------------------------------------------------------------------------------
 # One statement: the guarded debit, its entry and the row's hold. The tenant's balance row is the one row every
 # send of that tenant locks, so the claim takes money LAST and in one round trip, and commits right after: the lock

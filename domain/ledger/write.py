@@ -16,6 +16,11 @@ Out, each moving money only when its guarded update matched:
 - `accept_truth`: the provider (or the customer's endpoint) accepted a send. That is a fact, whatever the row says
   by now: a row still owed becomes SENT (DELIVERED for a webhook); a row that was settled unsent after its lease
   ran out becomes SENT too, is charged again, and says why (`late_accept`); a row already sent stays as it is.
+
+And a row's receipts leave with it: each of these (and the worker's one-statement record of a send, and a new
+receipt) ends by calling `settle_receipts` for the rows it settled, so a provider's receipt kept while its row was
+owed is applied or closed in the transaction that settles the row, however that happens — never left pending on a
+row that can no longer change (`outbox check` invariant 14; `outbox archive` waits only on rows still owed).
 """
 
 from __future__ import annotations
@@ -186,6 +191,7 @@ def settle_unsent(uow: UnitOfWork, notification_id: int, token: int, *, status: 
     metering.release(uow, notification_id, refund_reason)
     if row.intent_id is not None:
         finish_intent_if_nothing_left(uow, int(row.intent_id), intent_why or f"{status.lower()}: {reason}")
+    settle_receipts(uow, [notification_id])
     return True
 
 
@@ -209,6 +215,7 @@ def settle_unsent_where(uow: UnitOfWork, *, reason: str, campaign_id: int | None
     for r in rows:
         if r.holds:  # only a row a claim already charged (a retry in progress) holds anything to give back
             metering.release(uow, int(r.id), refund_reason)
+    settle_receipts(uow, [int(r.id) for r in rows])
     if close_intents:
         for intent_id in sorted({int(r.intent_id) for r in rows if r.intent_id is not None}):
             finish_intent_if_nothing_left(uow, intent_id, f"suppressed: {reason}")
@@ -236,11 +243,71 @@ class Accepted:
 def accept_truth(uow: UnitOfWork, notification_id: int, *, final: str, provider_reference: str | None,
                  delivered: bool = False, sent_key: str | None = None) -> Accepted:
     """Record that the other side accepted a send (or a receipt says it was delivered). Never dropped: a late
-    truth is recorded as the truth, charged, counted against the person's cap, and explained.
+    truth is recorded as the truth, charged, counted against the person's cap, and explained; the receipts pending
+    on the row are settled against what it now says (`settle_receipts`).
 
     `sent_key` is the idempotency key a worker's attempt sent (None for a receipt, already matched to the row's
     current identity). An answer about an identity the row no longer has (it was replayed as a new message since)
     or about a message the provider has since said it could not deliver is old news: "stale", nothing changes."""
+    got = _accept(uow, notification_id, final=final, provider_reference=provider_reference, delivered=delivered,
+                  sent_key=sent_key)
+    if got.outcome != "stale" and got.status != "missing":
+        settle_receipts(uow, [notification_id])
+    return got
+
+
+def settle_receipts(uow: UnitOfWork, notification_ids: Collection[int]) -> list[int]:
+    """The one way out of `pending` for a provider's receipt: every receipt kept on these rows (just settled, in
+    this transaction, however: a record, a suppressing claim, a cancel, a supersede, an endpoint disabled, the
+    truth, a new receipt) applied or closed against how its row now stands. Returns the receipts settled.
+
+    - `delivered` on a row not DELIVERED: the truth (SENT -> DELIVERED; a row that ended unsent is the late truth,
+      DELIVERED and charged again, with why);
+    - `failed` on a SENT row: FAILED `undeliverable`, refunded (the tenant does not pay for it) — once: the row is
+      FAILED after the first, and a second `failed` receipt moves no money;
+    - `failed` on a FAILED row: applied, the row says `undeliverable` (a replay is then a new message for the
+      provider); `delivered` on a DELIVERED row: applied (it agrees);
+    - `failed` on a DELIVERED row (DELIVERED is final) or on a row settled unsent (SUPPRESSED: nothing charged,
+      nothing to refund): closed, `closed_reason` saying why;
+    - `failed` on a row still owed (QUEUED: the worker has not recorded the send): kept, for whatever settles it.
+
+    Money moves only for the first two, one receipt at a time against the row as it then stands (locked); the rest
+    is one statement. Safe to call for any rows: when nothing is pending on them (nearly always) it is one probe of
+    the partial index `delivery_receipts_pending`. Never commits."""
+    ids = sorted({int(i) for i in notification_ids})
+    pending = uow.execute(sql.PENDING_ON_ROWS, {"ids": ids}).all() if ids else []
+    if not pending:
+        return []
+    done: list[int] = []
+    for r in pending:
+        if not _moves(r.outcome, r.status):
+            continue
+        nid = int(r.notification_id)
+        status = uow.execute(sql.ROW_FOR_RECEIPT, {"n": nid}).scalar()
+        # An earlier receipt of the row may have moved it since (then the statement below settles this one), and
+        # a receipt is applied once: the guarded mark decides before any money moves.
+        if not _moves(r.outcome, status) or uow.execute(
+                sql.RECEIPT_APPLIED, {"i": r.id, "at": r.received_at}).first() is None:
+            continue
+        if r.outcome == "delivered":
+            _accept(uow, nid, final="DELIVERED", provider_reference=str(r.provider_reference), delivered=True)
+        else:
+            uow.execute(sql.SENT_UNDELIVERABLE, {"n": nid})
+            metering.release(uow, nid, "refund: provider could not deliver")
+        done.append(int(r.id))
+    if done or any(r.status != "QUEUED" for r in pending):  # else: all still wait for their rows to be settled
+        done += [int(i) for i in uow.execute(sql.SETTLE_RECEIPTS, {"ids": ids}).scalars()]
+    return done
+
+
+def _moves(outcome: str, status: str | None) -> bool:
+    """A receipt that moves its row (and money): the truth on a row not DELIVERED yet, a bounce of a SENT row."""
+    return (outcome == "delivered" and status != "DELIVERED") or (outcome == "failed" and status == "SENT")
+
+
+def _accept(uow: UnitOfWork, notification_id: int, *, final: str, provider_reference: str | None,
+            delivered: bool = False, sent_key: str | None = None) -> Accepted:
+    """`accept_truth` without its receipts (`settle_receipts` applies a `delivered` receipt through this)."""
     row = uow.execute(sql.READ_FOR_TRUTH, {"id": notification_id}).first()
     if row is None:
         return Accepted("already_recorded", "missing")

@@ -54,12 +54,16 @@ def create_month(parent: str, name: str, lo: str, hi: str) -> list[sa.TextClause
 # own short transaction. A replay racing an archive lands before its check (refused) or after its commit.
 ARCHIVE_EXCLUDES_REPLAY = sa.text("SELECT pg_advisory_xact_lock(hashtext('outbox archive'))")
 # Still owed in a month: a message of that month a worker must still act on, or a receipt of that month waiting to
-# be applied to its message (a receipt no message was found for is kept for support, never applied: not owed).
+# be applied to its message while that message is still owed (a receipt no message was found for is kept for
+# support, never applied: not owed). A receipt waits only on a row that can still change: whatever settles a row
+# settles its receipts (domain/ledger/write.py `settle_receipts`); one left on a settled row is invariant 14's to
+# show, never a month held for ever.
 OWED_IN_MONTH = sa.text(
     "SELECT (SELECT count(*) FROM notifications WHERE status = 'QUEUED' AND created_at >= CAST(:lo AS timestamptz) "
     "        AND created_at < CAST(:hi AS timestamptz)) AS messages, "
-    "       (SELECT count(*) FROM delivery_receipts WHERE applied_at IS NULL AND notification_id IS NOT NULL "
-    "        AND received_at >= CAST(:lo AS timestamptz) AND received_at < CAST(:hi AS timestamptz)) AS receipts")
+    "       (SELECT count(*) FROM delivery_receipts r JOIN notifications n ON n.id = r.notification_id "
+    "        WHERE r.applied_at IS NULL AND n.status = 'QUEUED' "
+    "        AND r.received_at >= CAST(:lo AS timestamptz) AND r.received_at < CAST(:hi AS timestamptz)) AS receipts")
 # What an archive keeps of a message: ids, states, times and money, never a contact point, a payload, a code, the
 # rendered text or a provider's answer.
 ARCHIVED_MESSAGE_COLUMNS: Final = (
@@ -70,7 +74,8 @@ ARCHIVED_ATTEMPT_COLUMNS: Final = (
     "id", "notification_id", "attempt_no", "worker", "started_at", "finished_at", "outcome", "status_code",
     "error_class", "latency_ms", "next_attempt_at")
 ARCHIVED_RECEIPT_COLUMNS: Final = (
-    "id", "receipt_id", "provider", "provider_reference", "outcome", "received_at", "notification_id", "applied_at")
+    "id", "receipt_id", "provider", "provider_reference", "outcome", "received_at", "notification_id", "applied_at",
+    "closed_reason")
 MONTH_MESSAGES = sa.text(
     f"SELECT {', '.join(ARCHIVED_MESSAGE_COLUMNS)} FROM notifications "
     "WHERE created_at >= CAST(:lo AS timestamptz) AND created_at < CAST(:hi AS timestamptz) ORDER BY id")

@@ -6,15 +6,17 @@ recovery scan writes real arq wake-ups into Redis), workers (take a wake-up from
 row directly; send; record — or crash before recording, at the fault points `after_worker_claim`,
 `before_remote_call` and `after_remote_accept_before_local_ack`; or stall past their lease and resume later),
 the provider (idempotent by the key we send; it may accept, answer 503 or 400, time out before or after it
-accepted), receipts (delivered or failed, in any order, twice), an operator replaying failed rows, one-time codes
-expiring while owed (and an operator replaying one after), and Redis being flushed. The provider is simulated in-process so that a run is reproducible from its seed; PostgreSQL and Redis
-are real.
+accepted), receipts (delivered or failed, in any order, twice; a `failed` one kept while its row is owed, then the
+row settled by a campaign cancel or a journey supersede), an operator replaying failed rows, one-time codes
+expiring while owed (and an operator replaying one after), and Redis being flushed. The provider is simulated
+in-process so that a run is reproducible from its seed; PostgreSQL and Redis are real.
 
 Invariants checked after EVERY step: all of `outbox check` (domain/invariants.py INVARIANTS: money matches, no sent row
-refunded, no unsent row charged, every accepted attempt reflected in its row, no phantom nudge, ...), and no
-expired code claimed to be sent, charged or owed again. At the end,
-after everything is drained by scans and healthy workers: nothing due is left owed, every send the provider
-accepted is reflected in its row, and the provider applied at most one effect per message identity.
+refunded, no unsent row charged, every accepted attempt reflected in its row, no phantom nudge, no receipt pending
+on a settled row, ...), and no expired code claimed to be sent, charged or owed again. At the end, after
+everything is drained by scans and healthy workers: nothing due is left owed, every send the provider accepted is
+reflected in its row, no receipt is left pending on a settled row (invariant 14), and the provider applied at most
+one effect per message identity.
 
 Seed: OUTBOX_SM_SEED (printed); the default is a fresh random seed per run, so each CI run explores new paths.
 """
@@ -390,6 +392,65 @@ class DeliveryMachine(RuleBasedStateMachine):
                 "AND e.created_at >= oc.expires_at AND e.reason NOT LIKE '%(accepted late)'"))]
         assert not bad, f"seed {SEED}: an expired code was sent, charged or owed again: {bad}"
 
+    # ---- a receipt pending when its row is settled another way (issue 25, item 2) -----------------------------
+    def _bounce_while_owed(self, nid: int) -> bool:
+        """The provider takes the message but the worker's wait runs out (a Retry is recorded, or a Fail at its
+        last attempt); the provider's `failed` receipt then comes, while the row is still owed: kept pending.
+        False: the row could not be claimed now."""
+        got = claims.claim(nid, LEASE, datetime.now(UTC), "w-bounce")
+        if not isinstance(got, claims.Ready):
+            return False
+        f = InFlight(got.claim, "w-bounce")
+        key = claims.idempotency_key(f.claim)
+        f.outcome, f.reference = self.provider.post(key, "timeout_after", f.claim.channel)
+        self._record(f)
+        channel, rid, ref, _ = next(r for r in reversed(self.provider.receipts) if r[3] == key)
+        apply_receipt(channel, f"{rid}-bounce-{self.counter}", ref, "failed", key)
+        return True
+
+    @rule(data=st.data())
+    def receipt_pending_at_cancel(self, data: st.DataObject) -> None:
+        """A campaign's row bounced while still owed, then the campaign is cancelled: the cancel settles the
+        pending receipt with the row (invariant 14, checked after every step). A campaign of the run with rows
+        owed and unleased, or a fresh one."""
+        unleased = "(leased_until IS NULL OR leased_until < now())"
+        live = [c for c in self.campaigns if self._owed(f"campaign_id = {int(c)} AND {unleased}")]
+        if not live:
+            self.campaign()
+            live = self.campaigns[-1:]
+        cid = data.draw(st.sampled_from(live))
+        owed = self._owed(f"campaign_id = {int(cid)} AND {unleased}")
+        self.counter += 1
+        if owed and self._bounce_while_owed(data.draw(st.sampled_from(owed))):
+            campaign_fan_out.cancel(42, cid)
+
+    def _live_nudge_rows(self, lead_id: int) -> tuple[int, list[int]]:
+        """The lead's rank in the funnel (-1: not started) and its live nudge's rows owed and unleased, made due
+        now (the nudge's time has come)."""
+        with get_engine().begin() as c:
+            step = c.execute(sa.text("SELECT current_step FROM leads WHERE id = :l"), {"l": lead_id}).scalar()
+            nids = [int(i) for i in c.execute(sa.text(
+                "UPDATE notifications n SET next_attempt_at = now() FROM lead_notification_intents i "
+                "WHERE i.id = n.intent_id AND i.lead_id = :l AND i.status IN ('pending', 'scheduled') "
+                "AND n.status = 'QUEUED' AND n.channel <> 'webhook' "
+                "AND (n.leased_until IS NULL OR n.leased_until < now()) RETURNING n.id"), {"l": lead_id}).scalars()]
+        return (JOURNEY_STEPS.index(step) if step in JOURNEY_STEPS else -1), nids
+
+    @rule(lead=st.integers(0, 1), step=st.sampled_from(JOURNEY_STEPS[:-1]))
+    def receipt_pending_at_supersede(self, lead: int, step: str) -> None:
+        """A live nudge's row, its time come, bounced while still owed; then the lead moves on a step: the
+        supersede settles the pending receipt with the row. One of the run's two leads if it has such a nudge
+        and a step left to take, else a fresh lead that reached `step`."""
+        lead_id = self.leads[lead]
+        rank, nids = self._live_nudge_rows(lead_id)
+        self.counter += 1
+        if rank + 1 >= len(JOURNEY_STEPS) or not nids:
+            lead_id = create_lead(42, "cust-003", "advisor-anna")
+            record_lead_event(42, lead_id, step, event_id=f"sm-{self.counter}")
+            rank, nids = self._live_nudge_rows(lead_id)
+        if nids and self._bounce_while_owed(min(nids)):
+            record_lead_event(42, lead_id, JOURNEY_STEPS[rank + 1], event_id=f"sm-{self.counter}-next")
+
     # ---- after every step ------------------------------------------------------------------------------------
     @invariant()
     def outbox_check_is_clean(self) -> None:
@@ -436,6 +497,8 @@ class DeliveryMachine(RuleBasedStateMachine):
         for channel, rid, ref, key in self.provider.receipts:  # every receipt arrives in the end
             apply_receipt(channel, f"{rid}-final", ref, "delivered", key)
         self.outbox_check_is_clean()
+        stranded = invariants.invariant_counts()["14 a receipt pending on a settled row"]
+        assert stranded == 0, f"seed {SEED}: {stranded} receipt(s) left pending on a settled row"
         with get_engine().connect() as c:
             rows = {str(r.k): r for r in c.execute(sa.text(
                 "SELECT coalesce(provider_key, dedupe_key) AS k, dedupe_key, status, last_error_class "

@@ -119,7 +119,7 @@ def test_a_row_of_a_month_not_created_yet_waits_in_default_and_joins_its_month(d
 
 def test_archive_refuses_a_month_that_still_owes_and_changes_nothing(db: str, tmp_path: Path) -> None:
     """Invariant: never an owed row archived. A month with a message still QUEUED, or a receipt of it not yet
-    applied, is refused: no file, no partition dropped or created, not a row changed."""
+    applied to a message still owed, is refused: no file, no partition dropped or created, not a row changed."""
     done = message(AUG, "DELIVERED", "aug-done")
     attempt(done, 1)
     owed = message(AUG + timedelta(days=3), "QUEUED", "aug-owed")
@@ -130,12 +130,15 @@ def test_archive_refuses_a_month_that_still_owes_and_changes_nothing(db: str, tm
     assert table_digest() == before and {p.name for p in partitions()} == parts
     assert list(tmp_path.iterdir()) == []
 
-    # Settled, but a receipt of August still waits to be applied: still refused.
+    # Settled, but a receipt of August still waits to be applied to a message still owed (July's, its send not
+    # recorded yet): still refused. (A receipt left on a row that can no longer change holds nothing: invariant 14
+    # shows it — tests/integration/test_delivery_receipts.py.)
     run("UPDATE notifications SET status = 'FAILED', settled_at = now(), last_error_class = 'exhausted' "
         "WHERE id = :n", n=owed)
-    receipt(done, "rcpt-aug-pending", AUG + timedelta(days=1), applied=False)
+    july = message(AUG - timedelta(days=20), "QUEUED", "jul-owed")
+    receipt(july, "rcpt-aug-pending", AUG + timedelta(days=1), applied=False)
     before = table_digest()
-    with pytest.raises(ArchiveRefused, match="1 receipt"):
+    with pytest.raises(ArchiveRefused, match=r"2026-08: 0 owed message\(s\), 1 receipt"):
         archive_before(date(2026, 10, 1), tmp_path, actor_ref="test:oncall")
     assert table_digest() == before and list(tmp_path.iterdir()) == []
 
