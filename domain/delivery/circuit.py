@@ -2,12 +2,12 @@
 
 At claim: a row whose endpoint's breaker is open is deferred until it closes — not attempted, so not an attempt —
 except the one probe taken when its time is up (half-open). The probe is taken last, after every floor rule and the
-money, so it goes to a claim that will send; a claim the worker gives back gives its probe back with it. At record: a 2xx closes the breaker and ends the run of
-failures; a failure adds to the run, and `domain/endpoints/breaker.py` decides whether the breaker opens or, after
-sustained failure, the endpoint is disabled. Disabling settles what the endpoint still owes (its rows no live lease
-holds; a leased one is settled by its own claim next time) SUPPRESSED `endpoint_disabled` with the reason in plain
-words, records an operator alert in the audit log (`auto-disable webhook endpoint`, counted on /metrics as
-`outbox_endpoints_auto_disabled_total`), all in the record's transaction.
+money, so it goes to a claim that will send; a claim the worker gives back gives its probe back with it. At record:
+a 2xx closes the breaker and ends the run of failures; a failure adds to the run, and `domain/endpoints/breaker.py`
+decides whether the breaker opens or, after sustained failure, the endpoint is disabled. Disabling settles what the
+endpoint still owes (its rows no live lease holds; a leased one is settled by its own claim next time) SUPPRESSED
+`endpoint_disabled` with the reason in plain words, records an operator alert in the audit log (`auto-disable
+webhook endpoint`, counted on /metrics as `outbox_endpoints_auto_disabled_total`), all in the record's transaction.
 
 Only a claim's own answer counts: the record calls `note_attempt` only when its guarded write matched (a stale
 claim, whose lease ran out, moves no breaker).

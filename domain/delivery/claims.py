@@ -54,8 +54,7 @@ from domain.ledger.templates import render_for_send
 from domain.ledger.write import accept_truth, settle_unsent
 
 __all__ = ["EVENT_REQUIRES_STATUS", "Claim", "ClaimResult", "Deferred", "Exhausted", "Ready", "Suppressed", "claim",
-           "give_back",
-           "idempotency_key", "local_day", "record", "still_eligible", "superseded"]
+           "give_back", "idempotency_key", "local_day", "record", "still_eligible", "superseded"]
 
 CLAIM_NOTIFICATION = sql.CLAIM_NOTIFICATION
 _TAKE = sql.TAKE_STMT
