@@ -383,7 +383,8 @@ class Balance(SQLModel, table=True):
     __tablename__ = "balances"
     __table_args__ = (sa.CheckConstraint("balance_cents >= 0", name="balances_never_negative"),)
     tenant_id: int = Field(foreign_key="tenants.id", primary_key=True, sa_column_kwargs={"autoincrement": False})
-    balance_cents: int
+    # 64-bit: a refund never overflows it (domain/ledger/metering.py `MAX_BALANCE_CENTS` bounds what top-ups add).
+    balance_cents: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
 
 
 class BalanceEntry(SQLModel, table=True):

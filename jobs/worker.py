@@ -259,9 +259,9 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
                    request_id=c.envelope.request_id if c.envelope else None, channel=c.channel)
     log.info("claimed", result=type(claimed).__name__.lower())
     faults.hit("after_worker_claim")
-    if isinstance(claimed, claims.Suppressed):
+    if isinstance(claimed, claims.Suppressed):  # settled at claim: suppressed, or FAILED with its attempts used up
         await _refresh(ctx, c)
-        return "suppressed"
+        return "failed" if isinstance(claimed, claims.Exhausted) else "suppressed"
     if isinstance(claimed, claims.Deferred):
         raise Retry(defer=max(1.0, (claimed.until - now).total_seconds()))
     faults.hit("before_remote_call")

@@ -74,7 +74,11 @@ class BalanceState(AuthState):
         if not 0 < cents <= 10**9 or not reference or len(reference) > 100:
             self.error = "Give an amount between 0.01 and 10,000,000.00 and the payment's reference."
             return
-        r = await asyncio.to_thread(metering.top_up, self._tenant_id, cents, reference, self._actor_ref)
+        try:
+            r = await asyncio.to_thread(metering.top_up, self._tenant_id, cents, reference, self._actor_ref)
+        except metering.BalanceLimit as exc:  # the API's 422 `balance_limit`, in the same plain words
+            self.error = f"Not credited: {exc}."
+            return
         self.notice = (f"Credited {money(cents)} (reference {reference})." if r.credited else
                        f"Reference {reference} was already credited; nothing changed.")
         await self.load()

@@ -1,12 +1,13 @@
 """A tenant endpoint's circuit breaker at work, inside the claim's and the record's own transactions (claims.py).
 
 At claim: a row whose endpoint's breaker is open is deferred until it closes — not attempted, so not an attempt —
-except the one probe taken when its time is up (half-open). At record: a 2xx closes the breaker and ends the run of
-failures; a failure adds to the run, and `domain/endpoints/breaker.py` decides whether the breaker opens or, after
-sustained failure, the endpoint is disabled. Disabling settles what the endpoint still owes (its rows no live lease
-holds; a leased one is settled by its own claim next time) SUPPRESSED `endpoint_disabled` with the reason in plain
-words, records an operator alert in the audit log (`auto-disable webhook endpoint`, counted on /metrics as
-`outbox_endpoints_auto_disabled_total`), all in the record's transaction.
+except the one probe taken when its time is up (half-open). The probe is taken last, after every floor rule and the
+money, so it goes to a claim that will send; a claim the worker gives back gives its probe back with it. At record:
+a 2xx closes the breaker and ends the run of failures; a failure adds to the run, and `domain/endpoints/breaker.py`
+decides whether the breaker opens or, after sustained failure, the endpoint is disabled. Disabling settles what the
+endpoint still owes (its rows no live lease holds; a leased one is settled by its own claim next time) SUPPRESSED
+`endpoint_disabled` with the reason in plain words, records an operator alert in the audit log (`auto-disable
+webhook endpoint`, counted on /metrics as `outbox_endpoints_auto_disabled_total`), all in the record's transaction.
 
 Only a claim's own answer counts: the record calls `note_attempt` only when its guarded write matched (a stale
 claim, whose lease ran out, moves no breaker).
@@ -14,6 +15,7 @@ claim, whose lease ran out, moves no breaker).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from domain import logs
@@ -29,13 +31,32 @@ ALERT_ACTION = "auto-disable webhook endpoint"
 log = logs.get_logger("outbox.circuit")
 
 
-def defer_until(uow: UnitOfWork, c: Claim, now: datetime) -> datetime | None:
-    """None: send (the breaker is closed, or this claim holds the probe); else defer the row until then."""
-    if c.endpoint_id is None or c.ep_open_until is None:
+def open_until(c: Claim, now: datetime) -> datetime | None:
+    """Until when the breaker defers this row (None: closed, or its time is up and a probe may go). Pure: the probe
+    itself is taken last, by `take_probe`, once every floor rule and the money said the claim will send."""
+    if c.endpoint_id is None or c.ep_open_until is None or c.ep_open_until <= now:
         return None
-    if c.ep_open_until > now:
-        return c.ep_open_until
-    return store.take_probe(uow, c.tenant_id, c.endpoint_id, now, Thresholds.from_settings().cooldown)
+    return c.ep_open_until
+
+
+def take_probe(uow: UnitOfWork, c: Claim, now: datetime) -> Claim | datetime:
+    """Half-open: the one probe, for a claim that will send. Answers the claim to send — carrying the probe it took
+    (`probe_until`), so that giving the claim back gives the probe back — or, when another claim holds the probe,
+    until when to defer. A claim whose breaker was closed is answered as it is."""
+    if c.endpoint_id is None or c.ep_open_until is None:
+        return c
+    until = now + Thresholds.from_settings().cooldown
+    if store.take_probe(uow, c.tenant_id, c.endpoint_id, now, until):
+        return replace(c, probe_until=until)
+    held = store.breaker_until(uow, c.tenant_id, c.endpoint_id)
+    return held if held is not None and held > now else c  # closed meanwhile (a success): send as usual
+
+
+def give_back_probe(uow: UnitOfWork, c: Claim) -> None:
+    """The claim will not send after all (the worker gave it back): its probe goes back with it, so the next claim
+    probes now instead of a whole cooldown later."""
+    if c.endpoint_id is not None and c.probe_until is not None and c.ep_open_until is not None:
+        store.give_back_probe(uow, c.tenant_id, c.endpoint_id, c.probe_until, c.ep_open_until)
 
 
 def note_attempt(uow: UnitOfWork, c: Claim, *, ok: bool, error_class: str | None, started: datetime) -> None:

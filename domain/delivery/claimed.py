@@ -71,6 +71,9 @@ class Claim:
     ep_disabled_reason: str | None = None
     ep_open_until: datetime | None = None
     otp_expires_at: datetime | None = None
+    # The breaker's half-open probe this claim took (what it wrote as the breaker's time; None: it took none). Set
+    # by the long way when it hands the claim out; giving the claim back gives the probe back (claims.give_back).
+    probe_until: datetime | None = None
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any]) -> Claim:
@@ -148,6 +151,12 @@ class Deferred:
     until: datetime
 
 
+@dataclass(frozen=True)
+class Exhausted(Suppressed):
+    """Settled FAILED at claim, not sent: the claim would have run past `max_attempts` (the last attempt's lease
+    ran out without an answer). `reason` is that attempt's error class."""
+
+
 ClaimResult = Ready | Suppressed | Deferred
 
 
@@ -195,6 +204,12 @@ def superseded(c: Claim) -> bool:
     return c.intent_id is not None and (c.intent_status == "cancelled" or c.lead_step != c.intent_step)
 
 
+def attempts_used_up(c: Claim) -> bool:
+    """The claim counted one attempt more than the row may make: the last attempt's lease ran out unanswered and
+    this is a re-claim. It must not run (the long way settles the row FAILED)."""
+    return c.attempts > c.max_attempts
+
+
 def local_day(now: datetime, tz: str) -> date:
     return now.astimezone(ZoneInfo(tz)).date()
 
@@ -205,6 +220,8 @@ def price_to_hold(c: Claim) -> int:
 
 def plan(c: Claim, x: SendContext, now: datetime) -> Take | None:
     """A `Take` when the row may go now and only needs its slot, version and price; None: the long way decides."""
+    if attempts_used_up(c):
+        return None
     if superseded(c) or c.campaign_status == "cancelled" or not endpoint_closed(c):
         return None
     if c.channel == "webhook":  # a system, not a person: no quiet hours, cap or contact point

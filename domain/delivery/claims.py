@@ -19,7 +19,7 @@ exception is an accepted send: that is the truth and is recorded whatever the ro
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -33,10 +33,12 @@ from domain.delivery.claimed import (
     Claim,
     ClaimResult,
     Deferred,
+    Exhausted,
     Ready,
     SendContext,
     Suppressed,
     Take,
+    attempts_used_up,
     claim_params,
     idempotency_key,
     local_day,
@@ -50,8 +52,8 @@ from domain.ledger.floor import Defer, Send, Suppress, floor_decision
 from domain.ledger.templates import render_for_send
 from domain.ledger.write import accept_truth, settle_receipts, settle_unsent
 
-__all__ = ["EVENT_REQUIRES_STATUS", "Claim", "ClaimResult", "Deferred", "Ready", "Suppressed", "claim", "give_back",
-           "idempotency_key", "local_day", "record", "still_eligible", "superseded"]
+__all__ = ["EVENT_REQUIRES_STATUS", "Claim", "ClaimResult", "Deferred", "Exhausted", "Ready", "Suppressed", "claim",
+           "give_back", "idempotency_key", "local_day", "record", "still_eligible", "superseded"]
 
 CLAIM_NOTIFICATION = sql.CLAIM_NOTIFICATION
 _TAKE = sql.TAKE_STMT
@@ -108,6 +110,8 @@ def take_for_send(uow: UnitOfWork, c: Claim, take: Take, worker: str, now: datet
 
 def _decide_and_take(uow: UnitOfWork, c: Claim, x: SendContext, now: datetime, worker: str) -> ClaimResult:
     """The long way: everything `plan` leaves out (suppress, defer, a cap slot of another day), settled here."""
+    if attempts_used_up(c):
+        return _used_up(uow, c)
     if superseded(c):
         return _suppress(uow, c, worker, "superseded", now)
     if c.campaign_status == "cancelled":  # a row left to a worker at cancel comes back here after a retry
@@ -123,13 +127,17 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, x: SendContext, now: datetime, w
                 return _suppress(uow, c, worker, "endpoint_deleted", now)
             if c.ep_disabled:
                 return _suppress(uow, c, worker, "endpoint_disabled", now, c.ep_disabled_reason)
-            until = circuit.defer_until(uow, c, now)
+            until = circuit.open_until(c, now)
             if until is not None:
-                return _defer(uow, c, until, f"endpoint {c.endpoint_id} keeps failing: its circuit breaker holds "
-                                             f"sends until {until:%H:%M:%S} UTC")
+                return _defer(uow, c, until, _breaker_holds(c, until))
         if not _take_money(uow, c):
             return _suppress(uow, c, worker, "insufficient_balance", now)
-        return Ready(c)
+        # Half-open: the one probe goes to a claim that will send, so it is taken after every check (the balance
+        # row, then the endpoint's: the record's order too). Deferred for want of it, the row keeps what it holds.
+        probe = circuit.take_probe(uow, c, now)
+        if isinstance(probe, datetime):
+            return _defer(uow, c, probe, _breaker_holds(c, probe))
+        return Ready(probe)
     contact = x.contact(c.channel)
     if not x.found or not contact:
         return _suppress(uow, c, worker, "no_contact_point", now)
@@ -162,6 +170,26 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, x: SendContext, now: datetime, w
     if not _take_money(uow, c):  # last: see metering._RESERVE
         return _suppress(uow, c, worker, "insufficient_balance", now)
     return Ready(c, contact, body)
+
+
+def _breaker_holds(c: Claim, until: datetime) -> str:
+    return f"endpoint {c.endpoint_id} keeps failing: its circuit breaker holds sends until {until:%H:%M:%S} UTC"
+
+
+# The last attempt of a row re-claimed after its lease ran out got no answer in time: its failure, as the record of
+# a timeout at the last attempt would settle it (FAILED, not for review).
+LOST_ATTEMPT = "timeout"
+
+
+def _used_up(uow: UnitOfWork, c: Claim) -> Exhausted:
+    """No claim runs past `max_attempts`: this claim's count is given back (the row made `max_attempts`) and the row
+    settles FAILED as its last attempt's failure would, under this claim's token; what it holds is given back, and
+    a receipt kept meanwhile is settled with it (settle_unsent). A late answer of that attempt is still the truth
+    (write.accept_truth records it)."""
+    uow.execute(sql.GIVE_BACK_ATTEMPT, {"id": c.id, "tok": c.claim_token})
+    settle_unsent(uow, c.id, c.claim_token, status="FAILED", error_class=LOST_ATTEMPT,
+                  refund_reason=f"refund: {LOST_ATTEMPT}", intent_why=f"failed: {LOST_ATTEMPT}")
+    return Exhausted(replace(c, attempts=c.max_attempts), LOST_ATTEMPT)
 
 
 def _take_money(uow: UnitOfWork, c: Claim) -> bool:
@@ -207,9 +235,11 @@ def _defer(uow: UnitOfWork, c: Claim, until: datetime, detail: str) -> Deferred:
 
 def give_back(c: Claim, engine: Engine | None = None) -> bool:
     """The worker will not send under this claim (too little of its lease is left to try): the attempt is given
-    back and the row is owed again at once; what it holds stays held. Guarded by the token like every write."""
+    back and the row is owed again at once; what it holds stays held. Guarded by the token like every write. A
+    breaker probe the claim took goes back with it (fenced by what the probe wrote): the next claim probes."""
     with UnitOfWork(engine) as uow:
         done = uow.execute(sql.GIVE_BACK, {"id": c.id, "tok": c.claim_token}).first()
+        circuit.give_back_probe(uow, c)
         uow.commit()
     return done is not None
 

@@ -211,6 +211,9 @@ CODE_OUTLIVED = sa.text(
 DEFER = sa.text(
     "UPDATE notifications SET attempts = attempts - 1, next_attempt_at = :u, leased_until = NULL, "
     "reason_detail = :d WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok")
+# A claim that must not run (its attempts were used up): its count given back before the row settles.
+GIVE_BACK_ATTEMPT = sa.text(
+    "UPDATE notifications SET attempts = attempts - 1 WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok")
 GIVE_BACK = sa.text(
     "UPDATE notifications SET attempts = attempts - 1, leased_until = NULL, next_attempt_at = now() "
     "WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok RETURNING id")

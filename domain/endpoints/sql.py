@@ -62,6 +62,10 @@ OPEN_BREAKER = sa.text("UPDATE webhook_endpoints SET breaker_open_until = :until
 TAKE_PROBE = sa.text(
     "UPDATE webhook_endpoints SET breaker_open_until = :until WHERE tenant_id = :t AND id = :i "
     "AND disabled_at IS NULL AND breaker_open_until <= :now RETURNING id")
+# A probe given back with its claim (the worker will not send under it): fenced by what the probe wrote.
+GIVE_BACK_PROBE = sa.text(
+    "UPDATE webhook_endpoints SET breaker_open_until = :was WHERE tenant_id = :t AND id = :i "
+    "AND breaker_open_until = :taken RETURNING id")
 BREAKER_UNTIL = sa.text("SELECT breaker_open_until FROM webhook_endpoints WHERE tenant_id = :t AND id = :i")
 AUTO_DISABLE = sa.text(
     "UPDATE webhook_endpoints SET disabled_at = now(), disabled_reason = :why, breaker_open_until = NULL, "

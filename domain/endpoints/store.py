@@ -211,13 +211,25 @@ def open_breaker(uow: UnitOfWork, tenant_id: int, endpoint_id: int, until: datet
     uow.execute(sql.OPEN_BREAKER, {"t": tenant_id, "i": endpoint_id, "until": until})
 
 
-def take_probe(uow: UnitOfWork, tenant_id: int, endpoint_id: int, now: datetime, cooldown: timedelta) -> datetime | None:
-    """The breaker's time is up: the first claim takes the one probe (None: send it) and holds the breaker open
-    meanwhile; any other claim is told until when to wait."""
-    if uow.execute(sql.TAKE_PROBE, {"t": tenant_id, "i": endpoint_id, "now": now, "until": now + cooldown}).first():
-        return None
-    until = uow.execute(sql.BREAKER_UNTIL, {"t": tenant_id, "i": endpoint_id}).scalar()
-    return until if until is not None and until > now else None
+def take_probe(uow: UnitOfWork, tenant_id: int, endpoint_id: int, now: datetime, until: datetime) -> bool:
+    """The breaker's time is up: the first claim takes the one probe (True) and holds the breaker open until `until`
+    meanwhile. False: another claim took it, or the endpoint is disabled."""
+    return uow.execute(sql.TAKE_PROBE, {"t": tenant_id, "i": endpoint_id, "now": now, "until": until}).first() \
+        is not None
+
+
+def breaker_until(uow: UnitOfWork, tenant_id: int, endpoint_id: int) -> datetime | None:
+    until: datetime | None = uow.execute(sql.BREAKER_UNTIL, {"t": tenant_id, "i": endpoint_id}).scalar()
+    return until
+
+
+def give_back_probe(uow: UnitOfWork, tenant_id: int, endpoint_id: int, taken_until: datetime,
+                    was: datetime) -> bool:
+    """A probe taken (the breaker's time moved to `taken_until`) by a claim that will not send: the breaker's time is
+    up again (`was`), so the next claim probes. Only while the breaker still says what that probe wrote: once an
+    answer moved it, or another claim probed since, nothing changes (False)."""
+    return uow.execute(sql.GIVE_BACK_PROBE, {"t": tenant_id, "i": endpoint_id, "taken": taken_until,
+                                             "was": was}).first() is not None
 
 
 def auto_disable(uow: UnitOfWork, tenant_id: int, endpoint_id: int, why: str) -> str | None:

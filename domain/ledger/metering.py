@@ -90,25 +90,43 @@ class TopUp:
     balance_cents: int
 
 
-# The balance column is a 32-bit integer: a credit that would carry it past this is refused, never an overflow.
+# The most a balance may come to once every owed row has given back what it holds: a top-up past it is refused
+# (`balance_limit`), so a refund of an owed row's hold can never carry the balance past it. The column is 64-bit,
+# so no refund can overflow it either — not even a SENT row's charge given back by a failed receipt (money the
+# ceiling does not count: it may carry the balance past the ceiling, and the next top-up is refused). A credit on
+# the way back never raises: the record that refunds is never lost to arithmetic.
 MAX_BALANCE_CENTS = 2**31 - 1
 
 
 class BalanceLimit(ValueError):
-    """A credit would carry the balance past MAX_BALANCE_CENTS: nothing was credited."""
+    """A credit would carry the balance past MAX_BALANCE_CENTS (counting what owed rows hold): nothing was
+    credited. The message says, in plain words, how much can be credited now."""
+
+
+def _money(cents: int) -> str:
+    return f"{cents / 100:,.2f}"
 
 
 def top_up(tenant_id: int, amount_cents: int, reference: str, actor_ref: str,
            engine: Engine | None = None) -> TopUp:
     """Credit once per reference: the same reference twice credits once (answered as credited before, whatever
-    the balance is now). A new credit past the balance's ceiling raises BalanceLimit and changes nothing."""
+    the balance is now). A new credit that would carry the balance past its ceiling once the money owed rows hold
+    is given back raises BalanceLimit and changes nothing.
+
+    The balance row is locked first: a claim's reserve waits for it, and a refund of an owed row (its hold still
+    committed as held until the refund commits) is counted as held, so the sum read after the lock is exact."""
     if amount_cents <= 0:
         raise ValueError("amount_cents must be positive")
     with UnitOfWork(engine) as uow:
         current = uow.execute(sql.LOCK_BALANCE, {"t": tenant_id}).scalar() or 0
         known = uow.execute(sql.KNOWN_REFERENCE, {"t": tenant_id, "ref": reference}).first()
-        if known is None and current + amount_cents > MAX_BALANCE_CENTS:
-            raise BalanceLimit(f"the balance would pass {MAX_BALANCE_CENTS / 100:,.2f}; top up less")
+        if known is None:
+            held = int(uow.execute(sql.HELD_BY_OWED, {"t": tenant_id}).scalar() or 0)
+            if current + held + amount_cents > MAX_BALANCE_CENTS:
+                room = max(0, MAX_BALANCE_CENTS - current - held)
+                raise BalanceLimit(
+                    f"the balance would pass its ceiling of {_money(MAX_BALANCE_CENTS)} once the {_money(held)} "
+                    f"held for messages still owed is given back; at most {_money(room)} can be credited now")
         inserted = uow.execute(sql.INSERT_TOP_UP, {"t": tenant_id, "a": amount_cents, "r": f"top-up {reference}", "ref": reference,
              "who": actor_ref}).first()
         if inserted is not None:

@@ -42,13 +42,15 @@ from domain.db import UnitOfWork, get_engine
 from domain.delivery import claims, review
 from domain.delivery.queue import LANES, queue_name
 from domain.delivery.receipts import apply_receipt
-from domain.delivery.retry import Outcome, decide_retry
+from domain.delivery.retry import Outcome, Succeeded, decide_retry
 from domain.delivery.wakeups import arq_pool
+from domain.endpoints import store as endpoint_store
 from domain.journeys.steps import JOURNEY_STEPS
 from domain.journeys.store import create_lead, record_lead_event
-from domain.ledger import otp
+from domain.ledger import metering, otp
 from domain.ledger.write import NewMessage, ledger_message
-from domain.orders.commands import execute_order_command
+from domain.orders.commands import Committed, execute_order_command
+from domain.settings import get_settings
 from jobs.relay import scan_once
 from tests.conftest import TEST_REDIS_URL, truncate_all
 
@@ -450,6 +452,133 @@ class DeliveryMachine(RuleBasedStateMachine):
             rank, nids = self._live_nudge_rows(lead_id)
         if nids and self._bounce_while_owed(min(nids)):
             record_lead_event(42, lead_id, JOURNEY_STEPS[rank + 1], event_id=f"sm-{self.counter}-next")
+
+    # ---- a balance at its ceiling, a breaker half-open (issue 25 items 4 and 5) -------------------------------
+    @rule()
+    def balance_at_its_ceiling(self) -> None:
+        """Tenant 42 is topped up to its ceiling, counting what its owed rows hold: one cent more is refused and
+        changes nothing. Every refund that follows (a failed record, a cancel, a supersede, a failed receipt, a
+        lease used up) must not raise, and the money stays exact (invariants 5, 7, 8 after every step)."""
+        self.counter += 1
+        room = metering.MAX_BALANCE_CENTS - self._balance(42) - self._held_by_owed(42)
+        if room > 0:
+            assert metering.top_up(42, room, f"sm-ceiling-{self.counter}", "sm").credited
+        before = (self._balance(42), self._entries(42))
+        try:
+            metering.top_up(42, 1, f"sm-past-ceiling-{self.counter}", "sm")
+        except metering.BalanceLimit:
+            pass
+        else:
+            raise AssertionError(f"seed {SEED}: a top-up past the ceiling was credited")
+        assert (self._balance(42), self._entries(42)) == before, f"seed {SEED}: a refused top-up changed money"
+
+    @rule(spoiler=st.sampled_from(["no_balance", "given_back"]), answer=st.sampled_from([200, 503]))
+    def breaker_half_open(self, spoiler: str, answer: int) -> None:
+        """A tenant-7 endpoint whose breaker's time is up: a claim that will not send — suppressed for want of
+        balance, or given back by its worker — leaves the probe to the next claim, which takes it; its answer
+        closes the breaker (2xx) or opens it again. The endpoint is deleted after the move: what it still owes is
+        settled `endpoint_deleted` at its next claim, nothing of it reaches the provider."""
+        e = endpoint_store.create(7, "http://93.184.216.34/sm-hooks", "sm", None, "sm")
+        try:
+            self._half_open(int(e["id"]), spoiler, answer)
+        finally:
+            endpoint_store.delete(7, int(e["id"]), "sm")
+
+    def _half_open(self, endpoint_id: int, spoiler: str, answer: int) -> None:
+        with get_engine().begin() as c:
+            c.execute(sa.text("UPDATE webhook_endpoints SET breaker_open_until = now() - interval '1 second', "
+                              "failure_streak = :n WHERE id = :i"),
+                      {"i": endpoint_id, "n": get_settings().endpoint_breaker_failures})
+        if spoiler == "no_balance":
+            with get_engine().begin() as c:  # priced past the balance; the price is read at insert
+                c.execute(sa.text("UPDATE channel_prices SET price_cents = :p WHERE tenant_id = 7 "
+                                  "AND channel = 'webhook'"), {"p": self._balance(7) + 1})
+            try:
+                poor = self._tenant7_webhook(endpoint_id)
+            finally:
+                with get_engine().begin() as c:
+                    c.execute(sa.text("UPDATE channel_prices SET price_cents = 0 WHERE tenant_id = 7 "
+                                      "AND channel = 'webhook'"))
+            if poor is None:
+                return
+            got = claims.claim(poor, LEASE, datetime.now(UTC), "sm-poor")
+            assert isinstance(got, claims.Suppressed) and got.reason == "insufficient_balance", (SEED, got)
+            nid = self._tenant7_webhook(endpoint_id)
+            if nid is None:
+                return
+        else:
+            nid = self._tenant7_webhook(endpoint_id)
+            if nid is None:
+                return
+            now = datetime.now(UTC)
+            first = claims.claim(nid, LEASE, now, "sm-paced")
+            assert isinstance(first, claims.Ready), (SEED, first)
+            taken = self._breaker_until(endpoint_id)
+            assert taken is not None and taken > now, f"seed {SEED}: a claim that will send took no probe"
+            claims.give_back(first.claim)  # the worker's pacing: too little of its lease left to send
+        until = self._breaker_until(endpoint_id)
+        assert until is not None and until <= datetime.now(UTC), f"seed {SEED}: the probe was spent ({spoiler})"
+        now = datetime.now(UTC)
+        probe = claims.claim(nid, LEASE, now, "sm-probe")
+        assert isinstance(probe, claims.Ready), (SEED, spoiler, probe)
+        taken = self._breaker_until(endpoint_id)
+        assert taken is not None and taken > now, f"seed {SEED}: the probe went to no claim"
+        outcome = Outcome(200) if answer == 200 else Outcome(503)
+        decision = decide_retry(outcome, probe.claim.attempts, probe.claim.max_attempts, 0.0, 0.0, self.rng)
+        claims.record(probe.claim, decision, worker="sm-probe", started=now, status_code=answer, latency_ms=1.0,
+                      provider_reference=None)
+        after = self._breaker_until(endpoint_id)
+        if isinstance(decision, Succeeded):
+            assert after is None, f"seed {SEED}: the probe's success leaves the breaker open"
+        else:
+            assert after is not None and after > now, f"seed {SEED}: the probe's failure leaves the breaker shut"
+
+    def _tenant7_webhook(self, endpoint_id: int) -> int | None:
+        """One more event of a tenant-7 order (approve an authorized one, or fulfil an approved one): its row for
+        the endpoint. None: no order of tenant 7 can move any more."""
+        with get_engine().connect() as c:
+            o = c.execute(sa.text(
+                "SELECT id, status, revision FROM orders WHERE tenant_id = 7 AND status IN ('authorized', 'approved') "
+                "ORDER BY status DESC, id LIMIT 1")).first()
+        if o is None:
+            return None
+        self.counter += 1
+        r = execute_order_command(tenant_id=7, order_id=int(o.id), expected_revision=int(o.revision),
+                                  command="approve" if o.status == "authorized" else "fulfill", actor_ref="sm",
+                                  request_id=f"sm-{self.counter}")
+        assert isinstance(r, Committed), (SEED, r)
+        with get_engine().connect() as c:
+            return int(c.execute(sa.text("SELECT id FROM notifications WHERE event_id = :e AND endpoint_id = :i"),
+                                 {"e": r.event_id, "i": endpoint_id}).scalar_one())
+
+    def _breaker_until(self, endpoint_id: int) -> datetime | None:
+        with get_engine().connect() as c:
+            until: datetime | None = c.execute(sa.text(
+                "SELECT breaker_open_until FROM webhook_endpoints WHERE id = :i"), {"i": endpoint_id}).scalar_one()
+        return until
+
+    def _balance(self, tenant_id: int) -> int:
+        with get_engine().connect() as c:
+            return int(c.execute(sa.text("SELECT balance_cents FROM balances WHERE tenant_id = :t"),
+                                 {"t": tenant_id}).scalar_one())
+
+    def _held_by_owed(self, tenant_id: int) -> int:
+        with get_engine().connect() as c:
+            return int(c.execute(sa.text("SELECT coalesce(sum(reserved_cents), 0) FROM notifications "
+                                         "WHERE tenant_id = :t AND status = 'QUEUED'"), {"t": tenant_id}).scalar_one())
+
+    def _entries(self, tenant_id: int) -> int:
+        with get_engine().connect() as c:
+            return int(c.execute(sa.text("SELECT count(*) FROM balance_entries WHERE tenant_id = :t"),
+                                 {"t": tenant_id}).scalar_one())
+
+    @invariant()
+    def no_claim_past_its_attempts(self) -> None:
+        """A claim never runs past `max_attempts` (a re-claim after the last attempt's lease ran out settles)."""
+        over = [f.claim.id for f in self.inflight if f.claim.attempts > f.claim.max_attempts]
+        with get_engine().connect() as c:
+            rows = c.execute(sa.text("SELECT count(*) FROM notifications WHERE attempts > max_attempts")).scalar()
+        assert not over and not rows, f"seed {SEED}: claims past their attempts {over}, rows {rows}"
 
     # ---- after every step ------------------------------------------------------------------------------------
     @invariant()

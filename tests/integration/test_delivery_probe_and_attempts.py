@@ -1,0 +1,152 @@
+"""The breaker's probe goes to a claim that will send, and no claim runs past its attempts — on real PostgreSQL,
+through both of the worker's stores (claims.py, and hot.py on its async pool).
+
+Invariants:
+- an endpoint whose breaker's time is up lets one probe through, and only a claim that will send takes it: a claim
+  suppressed for want of balance takes none, and a claim the worker gives back (too little lease left, the endpoint
+  gone meanwhile) gives its probe back with it — the next claim probes at once, not a cooldown later;
+- a claim never runs past `max_attempts`: a re-claim after the last attempt's lease ran out settles the row FAILED
+  as that attempt's failure would (no answer in time: `timeout`, not for review), fenced by its token, the attempt
+  count left at the maximum and what it held given back; the stale worker's late retry changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from domain.db import get_engine
+from domain.delivery import claims, hot
+from domain.delivery.retry import Retry, Succeeded
+from domain.settings import get_settings
+from tests.integration.conftest import rows
+from tests.integration.test_delivery_claims_fencing import lease_runs_out, record
+from tests.integration.test_endpoints_fan_out import PUBLIC, approve, endpoint, endpoint_row, orders_of
+from tests.integration.test_ledger import assert_invariants, new_recipient, one, send_body, set_balance
+
+LEASE = 30.0
+
+
+def half_open(endpoint_id: int) -> None:
+    """The breaker opened after a run of failures and its cooldown is over: the next claim may probe."""
+    with get_engine().begin() as c:
+        c.execute(sa.text("UPDATE webhook_endpoints SET breaker_open_until = now() - interval '1 second', "
+                          "failure_streak = :n WHERE id = :i"),
+                  {"i": endpoint_id, "n": get_settings().endpoint_breaker_failures})
+
+
+def probe_free(endpoint_id: int) -> bool:
+    until = endpoint_row(endpoint_id).breaker_open_until
+    return until is not None and until <= datetime.now(UTC)
+
+
+def webhook_row(endpoint_id: int, order_id: int) -> Any:
+    (r,) = rows("event_id = :e AND endpoint_id = :i", e=approve(order_id).event_id, i=endpoint_id)
+    return r
+
+
+def set_webhook_price(cents: int) -> None:
+    with get_engine().begin() as c:
+        c.execute(sa.text("UPDATE channel_prices SET price_cents = :c WHERE tenant_id = 42 AND channel = 'webhook'"),
+                  {"c": cents})
+
+
+def test_a_claim_suppressed_for_want_of_balance_does_not_spend_the_probe(db, redis_db):
+    """Before: the probe was taken before the money check, so the suppressed claim held the breaker open for a
+    whole cooldown and the next row was deferred."""
+    e = endpoint(42, PUBLIC)
+    set_webhook_price(7)  # a price the balance cannot cover
+    first, second = orders_of(42)[:2]
+    poor = webhook_row(e["id"], first)
+    set_webhook_price(0)
+    good = webhook_row(e["id"], second)
+    set_balance(42, 6)
+    half_open(e["id"])
+    now = datetime.now(UTC)
+    got = claims.claim(poor.id, LEASE, now)
+    assert isinstance(got, claims.Suppressed) and got.reason == "insufficient_balance", got
+    assert probe_free(e["id"]), "a claim that will not send takes no probe"
+    probe = claims.claim(good.id, LEASE, now)
+    assert isinstance(probe, claims.Ready), probe
+    assert endpoint_row(e["id"]).breaker_open_until > now + timedelta(seconds=1), "the probe holds the breaker"
+    assert record(probe.claim, Succeeded(False), code=200) == "sent"
+    ep = endpoint_row(e["id"])
+    assert ep.breaker_open_until is None and ep.failure_streak == 0, "the probe's success closes the breaker"
+    assert one("SELECT balance_cents FROM balances WHERE tenant_id = 42") == 6, "nothing charged"
+    assert_invariants()
+
+
+def test_a_claim_given_back_gives_its_probe_back(db, redis_db):
+    """Before: a probe whose claim the worker gave back (pacing: too little of its lease left) kept the breaker
+    open for another cooldown, and the row's next claim was deferred instead of probing."""
+    e = endpoint(42, PUBLIC)
+    a = webhook_row(e["id"], orders_of(42)[0])
+    half_open(e["id"])
+    first = claims.claim(a.id, LEASE, datetime.now(UTC))
+    assert isinstance(first, claims.Ready), first
+    assert not probe_free(e["id"]), "the probe is taken by the claim that will send"
+    assert claims.give_back(first.claim)
+    assert probe_free(e["id"]), "given back with the claim"
+    again = claims.claim(a.id, LEASE, datetime.now(UTC))
+    assert isinstance(again, claims.Ready), again
+    assert again.claim.attempts == 1, "a claim given back is not an attempt"
+    # A probe the breaker no longer holds (its answer came, another claim probed since) is not given back twice.
+    assert claims.give_back(first.claim) is False and not probe_free(e["id"])
+    assert record(again.claim, Retry("server_error", 0.01), code=503) == "retry"
+    assert endpoint_row(e["id"]).breaker_open_until > datetime.now(UTC), "the probe's failure opens it again"
+    assert_invariants()
+
+
+def _used_up(nid: int) -> None:
+    with get_engine().begin() as c:
+        c.execute(sa.text("UPDATE notifications SET attempts = max_attempts - 1 WHERE id = :i"), {"i": nid})
+
+
+async def _last_attempt_lost(client, key42, period: str) -> tuple[int, claims.Claim, int]:  # type: ignore[no-untyped-def]
+    rid = await new_recipient(client, key42)
+    nid = int((await client.post("/api/v1/notifications", json=send_body(rid, period), headers=key42))
+              .json()["notification_id"])
+    await asyncio.to_thread(_used_up, nid)
+    before = int(one("SELECT balance_cents FROM balances WHERE tenant_id = 42"))
+    last = await asyncio.to_thread(claims.claim, nid, LEASE, datetime.now(UTC), "stalled")
+    assert isinstance(last, claims.Ready) and last.claim.attempts == last.claim.max_attempts, last
+    await asyncio.to_thread(lease_runs_out, nid)  # the worker of the last attempt stalls past its lease
+    return nid, last.claim, before
+
+
+def _settled_as_the_last_failure(nid: int, before: int, stale: claims.Claim) -> None:
+    n = one("SELECT status || ':' || last_error_class || ':' || coalesce(review, 'none') || ':' || attempts "
+            "|| '/' || max_attempts || ':' || reserved_cents FROM notifications WHERE id = :i", i=nid)
+    m = get_settings().max_attempts
+    assert n == f"FAILED:timeout:none:{m}/{m}:0", n
+    assert one("SELECT balance_cents FROM balances WHERE tenant_id = 42") == before, "what it held is given back"
+    assert one("SELECT count(*) FROM notification_attempts WHERE notification_id = :i AND attempt_no > :m",
+               i=nid, m=m) == 0
+    assert record(stale, Retry("timeout", 0.01), code=None) == "stale", "the stalled worker changes nothing"
+    assert one("SELECT status FROM notifications WHERE id = :i", i=nid) == "FAILED"
+    assert_invariants()
+
+
+async def test_a_reclaim_after_the_last_attempts_lease_ran_out_settles_failed_not_attempt_nine(client, key42):
+    """Before: the re-claim ran as attempt 9 of 8 (Ready, sent again)."""
+    nid, stale, before = await _last_attempt_lost(client, key42, "attempts-sync")
+    got = await asyncio.to_thread(claims.claim, nid, LEASE, datetime.now(UTC), "next")
+    assert not isinstance(got, claims.Ready), f"ran as attempt {got.claim.attempts} of {got.claim.max_attempts}"
+    assert isinstance(got, claims.Exhausted), got
+    await asyncio.to_thread(_settled_as_the_last_failure, nid, before, stale)
+
+
+async def test_the_async_store_never_claims_past_max_attempts_either(client, key42):
+    """Before: the async store's common case (hot.py) took the row as attempt 9 of 8 in one statement."""
+    nid, stale, before = await _last_attempt_lost(client, key42, "attempts-hot")
+    pool = await hot.open_pool(get_settings().database_url, "test-attempts", max_size=2)
+    try:
+        got = await hot.claim(pool, nid, LEASE, datetime.now(UTC), "next")
+    finally:
+        await pool.close()
+    assert not isinstance(got, claims.Ready), f"ran as attempt {got.claim.attempts} of {got.claim.max_attempts}"
+    assert isinstance(got, claims.Exhausted), got
+    await asyncio.to_thread(_settled_as_the_last_failure, nid, before, stale)
