@@ -192,10 +192,13 @@ def _e2e_environment(request: pytest.FixtureRequest) -> Iterator[None]:
         _use_environment(before)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def playwright_session():  # type: ignore[no-untyped-def]
-    """The session's one Playwright: a second sync_playwright() in the same thread, while this one runs, fails
-    ("Sync API inside the asyncio loop"), so every browser of the session is launched from this one."""
+    """The browser tests' one Playwright: a second sync_playwright() in the same thread, while this one runs, fails
+    ("Sync API inside the asyncio loop"), so every browser is launched from this one. It lives while the tests of
+    this package run and stops when they are done: while it runs, its loop is this thread's running loop, and an
+    async test that a parallel worker runs after the browser tests could not start its own ("Runner.run() cannot
+    be called from a running event loop")."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -208,7 +211,7 @@ def launch_chromium(p):  # type: ignore[no-untyped-def]
         "--no-first-run", "--disable-quic"])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(app_system, playwright_session):
     b = launch_chromium(playwright_session)
     yield b
