@@ -2,7 +2,7 @@
 
 1. `RequestContext` — a request id for every request (`X-Request-Id`, and `request_id` in every JSON error body),
    the security headers on every response (API and dashboard pages alike: the Reflex app is mounted inside the API
-   app, so its pages cross this layer too), and a JSON 500 with the request id instead of a plain-text traceback.
+   app, so its pages cross this layer too; JSON answers also `Cache-Control: no-store`), and a JSON 500 with the request id instead of a plain-text traceback.
 2. `ApiKeyGate` — the API key of a route that needs one is checked from the headers alone, before the body is read
    or parsed; unknown keys are throttled per client address (`client_of`: the peer, or behind a trusted proxy the
    address it forwarded).
@@ -48,6 +48,7 @@ API_CSP = "default-src 'none'; frame-ancestors 'none'"
 PAGE_CSP = "frame-ancestors 'none'"
 COMMON_HEADERS = ((b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
                   (b"x-frame-options", b"DENY"))
+API_CACHE = (b"cache-control", b"no-store")
 ERROR_CODES = {400: "malformed_json", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 409: "conflict", 413: "payload_too_large", 422: "invalid_request",
                429: "rate_limited", 500: "internal_error", 503: "unavailable"}
@@ -93,6 +94,8 @@ class RequestContext:
         api = is_api_path(scope.get("path", ""))
         extra = [*COMMON_HEADERS, (b"content-security-policy", (API_CSP if api else PAGE_CSP).encode()),
                  (REQUEST_ID_HEADER.lower().encode(), rid.encode())]
+        if api:
+            extra.append(API_CACHE)  # a tenant's rows never sit in a shared or a browser cache
         started = False
         held: dict[str, Any] | None = None  # an error's start message, held until its body is known
         chunks: list[bytes] = []
