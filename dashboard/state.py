@@ -12,9 +12,10 @@ import reflex as rx
 
 from dashboard import live, routes
 from dashboard.events import Followup, event
-from domain.access import roles, sessions
+from domain.access import peers, roles, sessions
 from domain.access.auth import LockedOut, Principal, login_operator
 from domain.access.roles import Act
+from domain.settings import get_settings
 
 
 class AuthState(rx.State):
@@ -58,7 +59,11 @@ class AuthState(rx.State):
         self.logging_in = True
         self.login_error = ""
         yield None
-        client = str(getattr(self.router.session, "client_ip", "") or "unknown")
+        # The websocket's peer (rxconfig keeps Reflex's own X-Forwarded-For reading off), or behind one of
+        # OUTBOX_TRUSTED_PROXIES the client it forwarded: the throttle counts people, not our nginx.
+        peer = str(getattr(self.router.session, "client_ip", "") or "unknown")
+        client = peers.client_address(peer, self.router.headers.raw_headers.get("x-forwarded-for"),
+                                      get_settings().trusted_networks)
         p = await asyncio.to_thread(login_operator, str(form.get("login", "")).strip(), str(form.get("password", "")),
                                     client)
         self.logging_in = False

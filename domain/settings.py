@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from domain.access import peers
 
 PREFIX = "OUTBOX_"
 
@@ -57,6 +59,11 @@ class Settings(BaseSettings):
     backoff_base: float = Field(1.0, gt=0)
     backoff_cap: float = Field(300.0, gt=0)
     max_body_bytes: int = Field(65536, ge=1024)
+    # The reverse proxies whose X-Forwarded-For we believe (addresses or CIDRs, comma-separated): the client counted
+    # by the login throttle and the unknown-key gate is then the right-most forwarded address that is not one of
+    # them (domain/access/peers.py). Empty: nobody is trusted, the connection's peer is the client (fail closed).
+    # `outbox up --scale` adds the nginx it starts for its backends.
+    trusted_proxies: str = ""
     # Requests per second per API key (bursts of twice that); above it the API answers 429 with Retry-After.
     api_rate_per_second: float = Field(50.0, gt=0, validation_alias="OUTBOX_API_RATE")
     # Live views (open tabs) one dashboard process fans its one Redis subscription out to; beyond it, not live.
@@ -92,6 +99,15 @@ class Settings(BaseSettings):
     # Seconds between an open view's revision checks (one small indexed read per watched order or order list): the
     # safety net that reloads a view whose hint was lost. At most the relay's default scan interval.
     view_check_interval: float = Field(2.0, gt=0, le=60)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: str) -> str:
+        return ",".join(str(n) for n in peers.parse_networks(v))  # ValueError names the bad entry
+
+    @property
+    def trusted_networks(self) -> tuple[peers.Network, ...]:
+        return peers.parse_networks(self.trusted_proxies)
 
     @classmethod
     def env_names(cls) -> dict[str, str]:

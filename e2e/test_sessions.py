@@ -111,20 +111,27 @@ def lane_paused(lane: str) -> bool:
 
 
 def failed_webhook() -> int:
-    """A tenant-42 webhook row that failed for good (the receiver answers 422 once): something to replay."""
-    httpx.post(f"{RECEIVER}/faults", json={"fail_422": 1}).raise_for_status()
+    """A tenant-42 webhook row that failed for good (the receiver answers 422): something to replay.
+
+    The receiver answers 422 until this order's webhook has failed, not just to its next call: the next call may
+    be another test's webhook still being retried, or this row's attempt whose answer the worker read only after
+    the attempt's deadline (1.5 s of a 2 s lease, a loaded machine) — a timeout, retried, and then a 200 that
+    never fails (the test waited 30 s for a FAILED row that could no longer come, 2 runs in 4 at load 12-17)."""
     oid = create_order(tenant_id=42, customer_ref="cust-003", amount_cents=1800, currency="EUR")
-    result = execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
-                                   actor_ref="operator:bob", request_id=f"req-forge-{oid}")
-    assert isinstance(result, Committed)
 
     def failed() -> int | None:
         with get_engine().connect() as c:
             return c.execute(sa.text("SELECT id FROM notifications WHERE order_id = :o AND channel = 'webhook' "
                                      "AND status = 'FAILED'"), {"o": oid}).scalar()
 
-    wait_until(lambda: failed() is not None, 30, "the webhook to fail on the receiver's 422")
-    nid = failed()
+    httpx.post(f"{RECEIVER}/faults", json={"fail_422": 1000}).raise_for_status()
+    try:
+        result = execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
+                                       actor_ref="operator:bob", request_id=f"req-forge-{oid}")
+        assert isinstance(result, Committed)
+        nid = wait_until(failed, 90, "this order's webhook to fail on the receiver's 422")
+    finally:
+        httpx.post(f"{RECEIVER}/faults", json={}).raise_for_status()
     assert nid is not None
     return nid
 
@@ -160,9 +167,9 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
     pat = tapped_login(browser, "pat")  # positive control: the same forge path does act for the right role
     pat.page.get_by_test_id("lane-row").first.wait_for()
     pat.forge(OpsState, "toggle_lane", {"lane": "bulk", "paused": "no"})
-    wait_until(lambda: lane_paused("bulk"), 15, "platform on-call's forged pause to take effect")
+    wait_until(lambda: lane_paused("bulk"), 30, "platform on-call's forged pause to take effect")
     pat.forge(OpsState, "toggle_lane", {"lane": "bulk", "paused": "yes"})
-    wait_until(lambda: not lane_paused("bulk"), 15, "platform on-call's forged resume to take effect")
+    wait_until(lambda: not lane_paused("bulk"), 30, "platform on-call's forged resume to take effect")
     assert actions_since(start) == [("operator:pat", "pause"), ("operator:pat", "resume")]
     pat.page.context.close()
 

@@ -31,6 +31,9 @@ log = logging.getLogger("outbox.relay")
 # How often the relay makes sure next months' partitions exist (a catalog read when they do).
 PARTITIONS_EVERY_S = 3600.0
 CHART_POINTS_EVERY_S = 60.0
+# A failed scan (Redis away; every Redis call is bounded, domain/delivery/wakeups.py) is tried again this soon,
+# doubling with each failure in a row up to the scan interval.
+SCAN_RETRY_S = 0.5
 
 
 def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0,
@@ -200,6 +203,12 @@ async def keep_chart_points() -> None:
         log.warning("chart points not kept (%s); retrying in a minute", type(exc).__name__)
 
 
+def retry_in(failures: int, interval: float) -> float:
+    """Seconds before a failed scan is tried again: SCAN_RETRY_S, doubling with each failure in a row, at most the
+    interval."""
+    return min(interval, SCAN_RETRY_S * 2.0 ** max(0, failures - 1))
+
+
 async def run_relay(interval: float | None = None, once: bool = False) -> None:
     s = get_settings()
     interval = interval or s.scan_interval
@@ -213,6 +222,7 @@ async def run_relay(interval: float | None = None, once: bool = False) -> None:
     last_scan = 0.0
     last_partitions = -PARTITIONS_EVERY_S
     last_points, points_task = -CHART_POINTS_EVERY_S, None
+    failures = 0  # scans failed in a row
     while True:
         if time.monotonic() - last_partitions >= PARTITIONS_EVERY_S:
             await keep_partitions_ahead(s.partitions_ahead)
@@ -236,7 +246,14 @@ async def run_relay(interval: float | None = None, once: bool = False) -> None:
                 seen, enq = await scan_once(redis, lanes=None if full else lanes)
                 if enq:
                     log.info("relay %s", "scan" if full else "wake", extra={"owed_due": seen, "enqueued": enq})
+                failures = 0
             except Exception as exc:  # Redis down: keep going, the next scan catches up
-                log.warning("scan failed: %s", type(exc).__name__)
-            if full:
+                failures += 1
+                log.warning("scan failed: %s: %s; again in %.1fs", type(exc).__name__, str(exc)[:200],
+                            retry_in(failures, interval))
+            if failures:
+                # A failed scan (full or a NOTIFY's) is followed by a full one soon, not after a whole interval; a
+                # Redis call is bounded (wakeups.arq_pool), so a Redis that stays away costs a few seconds a try.
+                last_scan = time.monotonic() - interval + retry_in(failures, interval)
+            elif full:
                 last_scan = time.monotonic()

@@ -68,8 +68,22 @@ class LaneWorker(Worker):
         if not self.burst:
             await self._wait()
 
+    def running_here(self, job_id: str) -> bool:
+        t = self.tasks.get(job_id)
+        return t is not None and not t.done()
+
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         before = set(self.tasks.values())
+        # Never a second run of a job id this worker is still running. The relay, which takes a worker whose lease
+        # ran out for dead (PostgreSQL says so), drops that job's in-progress mark and wakes the row again; when
+        # the worker is alive after all (a slow record on a loaded machine) arq would start the same id beside the
+        # first run: it keeps running jobs in dicts keyed by job id (`tasks`, `job_tasks`), so the second run
+        # overwrote the first's entries, the first run's Retry then deleted the second's entry and its in-progress
+        # mark, and the second run's own `del self.job_tasks[job_id]` raised KeyError — its outcome (a send, a
+        # Retry) logged as a failure and its job removed from the queue. The wake-up waits in the queue instead:
+        # the first run's end re-schedules it (a Retry) or consumes it (done), and the relay's scan rebuilds
+        # whatever is still owed. Another worker may still take the row over: its claim's fence decides.
+        job_ids = [j for j in job_ids if not self.running_here(j.decode())]
         if self.lane == "bulk":
             # Fair order (domain/delivery/fair.py): start only what free slots take now, and at most
             # `BULK_STARTS_PER_READ` jobs of one read of the queue, then read it again. arq would wait for a slot on

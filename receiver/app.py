@@ -11,6 +11,7 @@ It imports nothing of ours (an import-linter contract says so): `python -m recei
 - Lean on purpose, so the mock is never the system's limit: several server processes (`serve --workers`), each
   request one statement on psycopg's async pool (no thread pool, no ORM on the request path).
 - GET /effects/{event_id} and GET /invariants: what it applied, read through its HTTP API (never by a join).
+- Every answer carries the security headers the dashboard sets (`SecurityHeaders`; a preflight grants no origin).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import logging
 import os
 import secrets
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -54,7 +55,51 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await _client[1].aclose()
 
 
-app = FastAPI(title="Outbox mock receiver", version="1.0", docs_url="/docs", lifespan=lifespan)
+# The security headers the dashboard's `guard.RequestContext` sets, on every answer (written again here: the receiver
+# imports nothing of ours). JSON answers load nothing, are never framed and never stored by a cache; the docs page
+# needs its own scripts, so it gets only the framing rule.
+API_CSP = b"default-src 'none'; frame-ancestors 'none'"
+PAGE_CSP = b"frame-ancestors 'none'"
+COMMON_HEADERS = ((b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
+                  (b"x-frame-options", b"DENY"))
+DOCS_PATHS = ("/docs",)
+Scope = dict[str, Any]
+Message = dict[str, Any]
+
+
+class SecurityHeaders:
+    """Pure ASGI, outermost (around Starlette's own error layer, so a 500 carries them too) and cheap: the mock
+    must never be the system's limit."""
+
+    def __init__(self, app: Callable[[Scope, Any, Any], Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Message]],
+                       send: Callable[[Message], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        page = str(scope.get("path", "")).startswith(DOCS_PATHS)
+        extra = [*COMMON_HEADERS, (b"content-security-policy", PAGE_CSP if page else API_CSP)]
+        if not page:
+            extra.append((b"cache-control", b"no-store"))
+        ours = {k for k, _ in extra}
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in ours]
+                message = {**message, "headers": kept + extra}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+class ReceiverApp(FastAPI):
+    def build_middleware_stack(self) -> Any:
+        return SecurityHeaders(super().build_middleware_stack())
+
+
+app = ReceiverApp(title="Outbox mock receiver", version="1.0", docs_url="/docs", lifespan=lifespan)
 
 
 @app.post("/faults", response_model=None)

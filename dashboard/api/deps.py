@@ -15,6 +15,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dashboard.api.errors import ApiError
+from dashboard.api.guard import client_of
 from dashboard.pool import maybe_pool as maybe_pool  # re-exported: the routes take the pool from here
 from dashboard.pool import redis_pool as redis_pool
 from domain.access.auth import Principal, principal_for_key
@@ -23,8 +24,8 @@ from domain.delivery.queue import API_RATE_KEY
 from domain.settings import get_settings
 
 # Unknown keys per client address: a burst of 20, then one every 3 s; beyond it 429 before any database lookup.
-# (Behind a reverse proxy every caller shares the proxy's address: a flood of bad keys then slows everyone's
-# *unknown* keys — a valid key is only refused while that address is over its budget.)
+# (Behind a reverse proxy that is not in OUTBOX_TRUSTED_PROXIES every caller shares the proxy's address: a flood of
+# bad keys then slows everyone's *unknown* keys — a valid key is only refused while that address is over its budget.)
 UNKNOWN_KEY_KEY = "outbox:rate:unknown-key:"  # + the client address
 UNKNOWN_KEY_RATE, UNKNOWN_KEY_BURST = 1 / 3, 20.0
 # Keys this process authenticated in the last few seconds skip the unknown-key gate: a flood of bad keys from one
@@ -71,8 +72,7 @@ async def principal(request: Request,
     p = request.scope.get("state", {}).get("principal")
     if isinstance(p, Principal):
         return p
-    client = request.client.host if request.client else "unknown"
-    return await authenticate(request.headers.get("authorization"), client)
+    return await authenticate(request.headers.get("authorization"), client_of(request.scope))
 
 
 async def _throttled(pool: ArqRedis | None, op: Any, bucket: str, rate: float, burst: float,

@@ -2,9 +2,10 @@
 
 1. `RequestContext` — a request id for every request (`X-Request-Id`, and `request_id` in every JSON error body),
    the security headers on every response (API and dashboard pages alike: the Reflex app is mounted inside the API
-   app, so its pages cross this layer too), and a JSON 500 with the request id instead of a plain-text traceback.
+   app, so its pages cross this layer too; JSON answers also `Cache-Control: no-store`), and a JSON 500 with the request id instead of a plain-text traceback.
 2. `ApiKeyGate` — the API key of a route that needs one is checked from the headers alone, before the body is read
-   or parsed; unknown keys are throttled per client address.
+   or parsed; unknown keys are throttled per client address (`client_of`: the peer, or behind a trusted proxy the
+   address it forwarded).
 3. `BodyLimit` (dashboard/limits.py) — 413 above `OUTBOX_MAX_BODY_BYTES`.
 4. `HostileInput` — a JSON body or query string holding a NUL, a lone surrogate or a non-finite number is refused
    (422 naming the field) before any route sees it: PostgreSQL cannot store the first two and JSON has no third, so
@@ -20,7 +21,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -30,6 +31,8 @@ from starlette.routing import Match
 from dashboard.api.metrics import observe_request
 from dashboard.limits import read_body, replaying
 from domain import logs
+from domain.access import peers
+from domain.settings import get_settings
 
 log = logging.getLogger("outbox.api")
 
@@ -45,6 +48,7 @@ API_CSP = "default-src 'none'; frame-ancestors 'none'"
 PAGE_CSP = "frame-ancestors 'none'"
 COMMON_HEADERS = ((b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
                   (b"x-frame-options", b"DENY"))
+API_CACHE = (b"cache-control", b"no-store")
 ERROR_CODES = {400: "malformed_json", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 409: "conflict", 413: "payload_too_large", 422: "invalid_request",
                429: "rate_limited", 500: "internal_error", 503: "unavailable"}
@@ -53,6 +57,15 @@ ERROR_CODES = {400: "malformed_json", 401: "unauthorized", 403: "forbidden", 404
 def is_api_path(path: str) -> bool:
     """JSON endpoints: the API, health and metrics (the docs page is HTML)."""
     return (path.startswith("/api/") and not path.startswith("/api/docs")) or path in ("/healthz", "/metrics")
+
+
+def client_of(scope: Mapping[str, Any]) -> str:
+    """The client address a request is counted under: the connection's peer, or, when that peer is one of
+    `OUTBOX_TRUSTED_PROXIES`, the right-most forwarded address that is not (domain/access/peers.py)."""
+    peer = str((scope.get("client") or ("unknown", 0))[0])
+    forwarded = peers.forwarded_for(v.decode("latin-1") for k, v in scope.get("headers") or []
+                                    if k.lower() == b"x-forwarded-for")
+    return peers.client_address(peer, forwarded, get_settings().trusted_networks)
 
 
 def request_id(scope: dict[str, Any]) -> str:
@@ -81,6 +94,8 @@ class RequestContext:
         api = is_api_path(scope.get("path", ""))
         extra = [*COMMON_HEADERS, (b"content-security-policy", (API_CSP if api else PAGE_CSP).encode()),
                  (REQUEST_ID_HEADER.lower().encode(), rid.encode())]
+        if api:
+            extra.append(API_CACHE)  # a tenant's rows never sit in a shared or a browser cache
         started = False
         held: dict[str, Any] | None = None  # an error's start message, held until its body is known
         chunks: list[bytes] = []
@@ -194,10 +209,9 @@ class ApiKeyGate:
         from dashboard.api.errors import ApiError
 
         header = dict(scope.get("headers") or []).get(b"authorization")
-        client = scope.get("client") or ("unknown", 0)
         try:
             principal = await self.authenticate(header.decode("latin-1") if header is not None else None,
-                                                str(client[0]))
+                                                client_of(scope))
         except ApiError as exc:
             await send_json(send, exc.status, exc.body, exc.headers)
             return

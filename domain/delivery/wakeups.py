@@ -15,14 +15,18 @@ its publish-to-render latency (`record_push_latency`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections.abc import Iterable
 
-from arq import ArqRedis, create_pool
+from arq import ArqRedis
 from arq.connections import RedisSettings
 from arq.constants import job_key_prefix
+from redis.asyncio.retry import Retry
+from redis.backoff import ConstantBackoff
+from redis.exceptions import RedisError
 from sqlalchemy.engine import Engine
 
 from domain import faults
@@ -51,12 +55,45 @@ SCAN_OWED_LANE = sql.SCAN_OWED_LANE
 log = logging.getLogger("outbox.wake")
 
 
+# What one Redis call of ours may cost its caller (the relay's scan, the API's after-commit wake-ups and rate limits,
+# the tools), at most: a connect within REDIS_CONNECT_TIMEOUT, a reply within REDIS_REPLY_TIMEOUT, and one more try
+# after REDIS_RETRY_BACKOFF — then the error, which every caller already treats as "Redis is away, PostgreSQL still
+# holds everything". arq's pool took redis-py's defaults instead: no reply timeout (a connection whose peer went
+# silent held the caller for ever) and 3 more tries with jittered exponential backoff of up to 2, 4 and 8 s around
+# its 1 s connect timeout, so a call that had to connect while Redis took no connections raised
+# `TimeoutError: Timeout connecting to server` after up to 4 x 1 + 14 = 18 s — the relay's "scan failed:
+# TimeoutError" and its 18 s stall (issue 25 item 6; docs/operations-runbook.md).
+REDIS_CONNECT_TIMEOUT = 1.0
+REDIS_REPLY_TIMEOUT = 5.0  # above any command we send (pipelined pages of EXISTS, one Lua call per page: ms)
+REDIS_RETRIES, REDIS_RETRY_BACKOFF = 1, 0.1
+
+
 def redis_settings(url: str | None = None) -> RedisSettings:
     return RedisSettings.from_dsn(url or get_settings().redis_url)
 
 
+def bounded_retry() -> Retry:
+    return Retry(ConstantBackoff(REDIS_RETRY_BACKOFF), REDIS_RETRIES)
+
+
 async def arq_pool(url: str | None = None) -> ArqRedis:
-    return await create_pool(redis_settings(url))
+    """An arq pool whose every call is bounded (above). Made as arq's `create_pool` makes it — pinged, and retried
+    at start while Redis is not there yet (arq's `conn_retries` times, `conn_retry_delay` apart)."""
+    rs = redis_settings(url)
+    for attempt in range(rs.conn_retries + 1):
+        pool = ArqRedis(host=rs.host, port=rs.port, db=rs.database, username=rs.username, password=rs.password,
+                        ssl=rs.ssl, encoding="utf8", socket_connect_timeout=REDIS_CONNECT_TIMEOUT,
+                        socket_timeout=REDIS_REPLY_TIMEOUT, retry=bounded_retry())
+        try:
+            await pool.ping()  # type: ignore[misc]  # redis-py types ping for both of its clients at once
+            return pool
+        except (RedisError, OSError) as exc:
+            await pool.aclose()
+            if attempt == rs.conn_retries:
+                raise
+            log.warning("redis not reachable (%s); %d retries left", type(exc).__name__, rs.conn_retries - attempt)
+            await asyncio.sleep(rs.conn_retry_delay)
+    raise AssertionError("unreachable")
 
 
 def refresh_message(tenant_id: int, order_id: int, revision: int, event_id: str | None, kind: str) -> str:

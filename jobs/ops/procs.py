@@ -120,9 +120,11 @@ class System:
         return self._proc(name, [str(BIN / "outbox"), "relay"])
 
     def api(self, port: int, timeout: float = 60) -> Proc:
-        """The HTTP API alone (no pages): receipts land here in tests and benchmarks."""
+        """The HTTP API alone (no pages): receipts land here in tests and benchmarks. uvicorn's own reading of
+        X-Forwarded-For (on by default, trusting loopback) is off: which proxies are believed is
+        OUTBOX_TRUSTED_PROXIES alone, as under the dashboard's granian."""
         p = self._proc("api", [str(BIN / "python"), "-m", "uvicorn", "dashboard.standalone:app", "--host",
-                               "127.0.0.1", "--port", str(port), "--log-level", "warning"])
+                               "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-proxy-headers"])
         wait_http(f"http://127.0.0.1:{port}/healthz", timeout, proc=p)
         return p
 

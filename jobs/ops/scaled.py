@@ -28,6 +28,9 @@ from jobs.ops.procs import BIN, ROOT, AppDir, Proc, System, reflex_env, wait_htt
 # whose router renders the page, as Reflex's own static mount does).
 BACKEND_PATHS = ("_event", "_upload", "_health", "_all_routes", "ping", "auth-codespace", "api", "healthz", "metrics")
 PIN_COOKIE = "outbox_backend"
+# Where the nginx we start reaches its backends from (it listens and connects on loopback only): its backends trust
+# its X-Forwarded-For, so the login throttle and the API's per-address limits count each client, not the proxy.
+PROXY_ADDRESS = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -122,11 +125,20 @@ http {{
 """
 
 
+def trusting_proxy(env: dict[str, str]) -> str:
+    """`OUTBOX_TRUSTED_PROXIES` for a backend behind our nginx: whatever the operator trusts already (a load
+    balancer in front of it) and the proxy itself."""
+    given = env.get("OUTBOX_TRUSTED_PROXIES", "").strip()
+    return f"{given},{PROXY_ADDRESS}" if given else PROXY_ADDRESS
+
+
 def dashboard_env(t: Topology, env: dict[str, str]) -> dict[str, str]:
     """Every backend (and the build) sees the same bundle directory, the proxy as its public address and the shared
-    state manager; one granian worker each (the processes are the scale unit here, not threads)."""
+    state manager, and trusts the proxy's X-Forwarded-For; one granian worker each (the processes are the scale unit
+    here, not threads)."""
     return {**env, **reflex_env(env, t.app), "REFLEX_API_URL": t.url,
-            "OUTBOX_APP_URL": t.url, "OUTBOX_DASHBOARD_STATE_URL": t.state_redis_url, "GRANIAN_WORKERS": "1"}
+            "OUTBOX_APP_URL": t.url, "OUTBOX_DASHBOARD_STATE_URL": t.state_redis_url, "GRANIAN_WORKERS": "1",
+            "OUTBOX_TRUSTED_PROXIES": trusting_proxy(env)}
 
 
 def build_frontend(t: Topology, env: dict[str, str], log: Path, timeout: float = 900) -> None:

@@ -92,7 +92,7 @@ async def test_an_unexpected_exception_is_a_json_500_with_the_request_id_logged(
 async def test_every_response_carries_the_security_headers_api_and_pages(db, redis_db, key42):
     """Invariant: JSON answers forbid loading anything and being framed; pages (the Reflex app is mounted inside
     the API app exactly like this, `api_transformer`) and the API docs may load their own scripts but can never be
-    framed; every answer says nosniff and no-referrer."""
+    framed; every answer says nosniff and no-referrer; no JSON answer is stored by a cache."""
     from starlette.applications import Starlette
     from starlette.responses import HTMLResponse
     from starlette.routing import Route
@@ -108,6 +108,7 @@ async def test_every_response_carries_the_security_headers_api_and_pages(db, red
                   await c.get("/healthz"), await c.get("/metrics"), await c.get("/api/openapi.json")):
             assert_security_headers(r, json_csp)
             assert r.headers["X-Request-Id"]
+            assert r.headers["Cache-Control"] == "no-store", r.request.url.path
         for r in (await c.get("/orders"), await c.get("/api/docs")):
             assert r.status_code == 200
             assert_security_headers(r, "frame-ancestors 'none'")

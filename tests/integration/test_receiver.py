@@ -249,3 +249,41 @@ def test_a_counted_fault_is_taken_once_across_processes(served):
     assert httpx.post(f"{served}/faults", json={}).status_code == 200
     raw, h = _signed({"event_id": str(uuid.uuid4()), "schema_version": 1})
     assert [r.status_code for r in asyncio.run(_post_spread(served, raw, h, 10))] == [200] * 10
+
+
+def assert_receiver_security_headers(r: httpx.Response, page: bool = False) -> None:
+    """What the dashboard's `guard.RequestContext` sets, the receiver sets too (its own code: it imports none of
+    ours): nosniff, no referrer, never framed; JSON loads nothing and is never stored by a cache."""
+    what = f"{r.request.method} {r.request.url.path} -> {r.status_code}"
+    assert r.headers.get("x-content-type-options") == "nosniff", what
+    assert r.headers.get("referrer-policy") == "no-referrer", what
+    assert r.headers.get("x-frame-options") == "DENY", what
+    csp = "frame-ancestors 'none'" if page else "default-src 'none'; frame-ancestors 'none'"
+    assert r.headers.get("content-security-policy") == csp, what
+    if not page:
+        assert r.headers.get("cache-control") == "no-store", what
+
+
+def test_every_answer_and_a_cors_preflight_carry_the_security_headers(served):
+    """Invariant: every answer of the receiver over real HTTP — success, refusal, a switched fault, an unknown path,
+    a CORS preflight (which grants no origin: nobody's browser talks to the outside world's API) — carries the
+    security headers; its docs page may load its scripts but is never framed (issue 25 item 6: there were none)."""
+    raw, h = _signed({"event_id": str(uuid.uuid4()), "schema_version": 1, "event_type": "order.approved"})
+    with httpx.Client(base_url=served, timeout=30) as c:
+        answers = [c.get("/healthz"), c.post("/webhooks/orders", content=raw, headers=h),
+                   c.post("/webhooks/orders", content=raw, headers={**h, "webhook-signature": "v1,bm9wZQ=="}),
+                   c.get(f"/effects/{uuid.uuid4()}"), c.get("/invariants"), c.get("/nope"),
+                   c.post("/providers/sms/messages", json={}), c.get("/openapi.json")]
+        preflight = c.options("/webhooks/orders", headers={
+            "Origin": "https://evil.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type"})
+        assert c.post("/faults", json={"fail_503": 1}).status_code == 200
+        answers += [c.post("/webhooks/orders", content=raw, headers=h), preflight]
+        assert c.post("/faults", json={}).status_code == 200
+        docs = c.get("/docs")
+    assert {r.status_code for r in answers} >= {200, 401, 404, 405, 422, 503}, [r.status_code for r in answers]
+    for r in answers:
+        assert_receiver_security_headers(r)
+    assert "access-control-allow-origin" not in preflight.headers
+    assert docs.status_code == 200 and "text/html" in docs.headers["content-type"]
+    assert_receiver_security_headers(docs, page=True)
