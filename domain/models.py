@@ -207,6 +207,10 @@ class Notification(SQLModel, table=True):
         # The bulk lane's fair window: each (tenant, campaign) flow's oldest owed rows, and a skip scan of flows.
         sa.Index("notifications_owed_bulk_flow", "tenant_id", sa.text("coalesce(campaign_id, 0)"), "id",
                  postgresql_where=sa.text("status = 'QUEUED' AND lane = 'bulk'")),
+        # What a tenant's owed rows hold (a top-up's ceiling sums it under the balance row's lock): retries in
+        # progress only, a small set beside a campaign's owed backlog.
+        sa.Index("notifications_held_by_owed", "tenant_id",
+                 postgresql_where=sa.text("status = 'QUEUED' AND reserved_cents > 0")),
         sa.Index("notifications_recipient_created", "tenant_id", "recipient", "created_at"),
         sa.Index("notifications_provider_reference", "provider_reference"),
         sa.Index("notifications_provider_key", "provider_key", unique=True,

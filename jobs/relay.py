@@ -205,8 +205,9 @@ async def keep_chart_points() -> None:
 
 def retry_in(failures: int, interval: float) -> float:
     """Seconds before a failed scan is tried again: SCAN_RETRY_S, doubling with each failure in a row, at most the
-    interval."""
-    return min(interval, SCAN_RETRY_S * 2.0 ** max(0, failures - 1))
+    interval. The exponent is bounded: failures in a row keep counting through a long outage (one a scan, one a
+    NOTIFY), and 2.0 ** 1025 raised OverflowError out of the relay's loop."""
+    return min(interval, SCAN_RETRY_S * 2.0 ** min(max(0, failures - 1), 16))
 
 
 async def run_relay(interval: float | None = None, once: bool = False) -> None:

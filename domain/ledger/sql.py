@@ -180,7 +180,9 @@ RECEIPT_APPLIED = sa.text("UPDATE delivery_receipts SET applied_at = now() WHERE
 # Every other receipt pending on a settled row, in one statement, by how the row ended: on a FAILED row a `failed`
 # one is applied (the row says `undeliverable`: a replay is then a new message for the provider); a `delivered`
 # one on a DELIVERED row is applied (it agrees); a `failed` one on a DELIVERED row, or on a row settled unsent
-# (SUPPRESSED: nothing was charged, so nothing to refund), is closed with why. A row still owed keeps its own.
+# (SUPPRESSED: nothing was charged, so nothing to refund), is closed with why — and a SUPPRESSED row it bounced
+# says `undeliverable` too, so a stalled worker's late 2xx for that send is old news (write.accept_truth), not a
+# late truth that charges a message the provider could not deliver. A row still owed keeps its own.
 SETTLE_RECEIPTS = sa.text(
     """
     WITH p AS (
@@ -191,7 +193,7 @@ SETTLE_RECEIPTS = sa.text(
         AND NOT (r.outcome = 'failed' AND n.status = 'SENT')
     ), bounced AS (
       UPDATE notifications n SET last_error_class = 'undeliverable', review = NULL
-      WHERE n.id IN (SELECT nid FROM p WHERE p.status = 'FAILED' AND p.outcome = 'failed')
+      WHERE n.id IN (SELECT nid FROM p WHERE p.status IN ('FAILED', 'SUPPRESSED') AND p.outcome = 'failed')
     ), s AS (
       UPDATE delivery_receipts r SET applied_at = now(), closed_reason = CASE
           WHEN p.outcome = 'failed' AND p.status = 'DELIVERED'

@@ -312,7 +312,7 @@ def _accept(uow: UnitOfWork, notification_id: int, *, final: str, provider_refer
     if row is None:
         return Accepted("already_recorded", "missing")
     if sent_key is not None and (sent_key != row.current_key or (
-            row.status == "FAILED" and row.last_error_class == "undeliverable")):
+            row.status in ("FAILED", "SUPPRESSED") and row.last_error_class == "undeliverable")):
         return Accepted("stale", str(row.status))
     if row.status in ("SENT", "DELIVERED"):
         to = "DELIVERED" if delivered or row.status == "DELIVERED" else "SENT"

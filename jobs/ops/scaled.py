@@ -30,6 +30,8 @@ BACKEND_PATHS = ("_event", "_upload", "_health", "_all_routes", "ping", "auth-co
 PIN_COOKIE = "outbox_backend"
 # Where the nginx we start reaches its backends from (it listens and connects on loopback only): its backends trust
 # its X-Forwarded-For, so the login throttle and the API's per-address limits count each client, not the proxy.
+# The header is the proxy's own (`$remote_addr`, replacing whatever the caller sent): a caller on this host reaches
+# the proxy from 127.0.0.1 too, and an appended header would leave its forged address counted left of that hop.
 PROXY_ADDRESS = "127.0.0.1"
 
 
@@ -112,7 +114,7 @@ http {{
       proxy_set_header Upgrade $http_upgrade;
       proxy_set_header Connection $connection_upgrade;
       proxy_set_header Host $host;
-      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-For $remote_addr;
       proxy_set_header X-Forwarded-Proto $scheme;
       proxy_connect_timeout 2s;
       proxy_read_timeout 1h;

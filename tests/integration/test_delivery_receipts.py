@@ -28,7 +28,7 @@ from domain.delivery.retry import Retry, Succeeded
 from domain.invariants import invariant_counts
 from domain.journeys.store import create_lead, record_lead_event
 from domain.retention.archive import archive_before
-from tests.integration.test_delivery_claims_fencing import entries, ready, record, row
+from tests.integration.test_delivery_claims_fencing import entries, lease_runs_out, ready, record, row
 from tests.integration.test_delivery_claims_fencing_review import person, sms
 from tests.integration.test_ledger import one
 
@@ -241,3 +241,29 @@ def test_a_failed_receipt_racing_a_cancel_is_never_left_pending(db):
             stranded.append(nid)
     assert stranded == [], f"{len(stranded)} of 20 failed receipts left pending on a cancelled row"
     assert balance() == start and not any(invariant_counts().values())
+
+
+def test_a_stalled_workers_late_accept_of_a_bounced_then_cancelled_row_is_old_news(db):
+    """A worker claims a campaign's row and stalls past its lease; the provider's `failed` receipt comes while the
+    row is owed (kept), the campaign is cancelled (the row SUPPRESSED, the receipt settled with it); then the stalled
+    worker's 2xx arrives. The provider has said it could not deliver that message: the late accept is stale — the
+    row stays SUPPRESSED and uncharged (before: the late truth made it SENT and charged, the bounce forgotten)."""
+    with get_engine().begin() as c:
+        c.execute(sa.text("UPDATE recipients SET quiet_start = NULL, quiet_end = NULL, daily_cap = NULL, "
+                          "opted_out_channels = ARRAY[]::text[] WHERE tenant_id = 42"))
+    start = balance()
+    cid = campaign_fan_out.create(tenant_id=42, name="t", segment="all_reachable", template="offer", channel="sms",
+                                  actor_ref="test")
+    campaign_fan_out.fan_out(cid)
+    nid = int(one("SELECT min(id) FROM notifications WHERE campaign_id = :c", c=cid))
+    c = ready(nid, "A")
+    lease_runs_out(nid)
+    got = apply_receipt(row(nid).channel, f"rc-failed-{nid}", f"ref-{nid}", "failed", c.dedupe_key)
+    assert got.status == "pending"
+    assert campaign_fan_out.cancel(42, cid) >= 1
+    assert (row(nid).status, row(nid).last_error_class) == ("SUPPRESSED", "undeliverable")
+    assert record(c, Succeeded(False), f"ref-{nid}") == "stale"
+    r = row(nid)
+    assert (r.status, r.reserved_cents) == ("SUPPRESSED", 0), "a bounced message was recorded sent and charged"
+    assert balance() == start and pending_on_settled() == 0
+    assert not any(invariant_counts().values()), invariant_counts()
