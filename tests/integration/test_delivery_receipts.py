@@ -86,18 +86,24 @@ def assert_settled_and_archivable(nid: int, tmp_path: Path) -> None:
     assert not any(invariant_counts().values())
 
 
+def campaign_row() -> tuple[int, int]:
+    """An SMS campaign to every reachable person of tenant 42 (no quiet hours, caps or opt-outs in the way),
+    fanned out: its id and its first row."""
+    with get_engine().begin() as c:
+        c.execute(sa.text("UPDATE recipients SET quiet_start = NULL, quiet_end = NULL, daily_cap = NULL, "
+                          "opted_out_channels = ARRAY[]::text[] WHERE tenant_id = 42"))
+    cid = campaign_fan_out.create(tenant_id=42, name="t", segment="all_reachable", template="offer", channel="sms",
+                                  actor_ref="test")
+    campaign_fan_out.fan_out(cid)
+    return cid, int(one("SELECT min(id) FROM notifications WHERE campaign_id = :c", c=cid))
+
+
 def test_a_failed_receipt_pending_at_campaign_cancel_is_closed_with_the_row(db, tmp_path):
     """Cancel settles the campaign's rows SUPPRESSED `campaign_cancelled` and, in the same transaction, closes the
     `failed` receipt pending on one of them (it no longer applies: nothing was charged, so nothing to refund).
     Money: the price reserved at claim is given back once."""
-    with get_engine().begin() as c:
-        c.execute(sa.text("UPDATE recipients SET quiet_start = NULL, quiet_end = NULL, daily_cap = NULL, "
-                          "opted_out_channels = ARRAY[]::text[] WHERE tenant_id = 42"))
     start = balance()
-    cid = campaign_fan_out.create(tenant_id=42, name="t", segment="all_reachable", template="offer", channel="sms",
-                                  actor_ref="test")
-    campaign_fan_out.fan_out(cid)
-    nid = int(one("SELECT min(id) FROM notifications WHERE campaign_id = :c", c=cid))
+    cid, nid = campaign_row()
     timed_out_then_bounced(nid)
     price = row(nid).cost_cents
     assert price > 0 and balance() == start - price
@@ -248,14 +254,8 @@ def test_a_stalled_workers_late_accept_of_a_bounced_then_cancelled_row_is_old_ne
     row is owed (kept), the campaign is cancelled (the row SUPPRESSED, the receipt settled with it); then the stalled
     worker's 2xx arrives. The provider has said it could not deliver that message: the late accept is stale — the
     row stays SUPPRESSED and uncharged (before: the late truth made it SENT and charged, the bounce forgotten)."""
-    with get_engine().begin() as c:
-        c.execute(sa.text("UPDATE recipients SET quiet_start = NULL, quiet_end = NULL, daily_cap = NULL, "
-                          "opted_out_channels = ARRAY[]::text[] WHERE tenant_id = 42"))
     start = balance()
-    cid = campaign_fan_out.create(tenant_id=42, name="t", segment="all_reachable", template="offer", channel="sms",
-                                  actor_ref="test")
-    campaign_fan_out.fan_out(cid)
-    nid = int(one("SELECT min(id) FROM notifications WHERE campaign_id = :c", c=cid))
+    cid, nid = campaign_row()
     c = ready(nid, "A")
     lease_runs_out(nid)
     got = apply_receipt(row(nid).channel, f"rc-failed-{nid}", f"ref-{nid}", "failed", c.dedupe_key)
