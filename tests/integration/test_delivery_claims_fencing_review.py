@@ -66,7 +66,9 @@ def test_late_accept_counts_against_the_daily_cap(db):
     assert_invariants()
 
 
-def _campaign_row() -> tuple[int, int]:
+def campaign_row() -> tuple[int, int]:
+    """An SMS campaign to every reachable person of tenant 42 (no quiet hours, caps or opt-outs in the way),
+    fanned out: its id and its first row."""
     with get_engine().begin() as c:
         c.execute(sa.text("UPDATE recipients SET quiet_start = NULL, quiet_end = NULL, daily_cap = NULL, "
                           "opted_out_channels = ARRAY[]::text[] WHERE tenant_id = 42"))
@@ -79,7 +81,7 @@ def _campaign_row() -> tuple[int, int]:
 def test_delivered_receipt_while_owed_is_applied_at_once_and_survives_a_cancel(db):
     """H2a: the provider accepted and its `delivered` receipt came while the worker waited out a hung answer;
     the worker records Retry, then the campaign is cancelled. The row stays DELIVERED and charged."""
-    cid, nid = _campaign_row()
+    cid, nid = campaign_row()
     a = ready(nid, "A")
     assert apply_receipt("sms", "rc-1", "sms-ref-1", "delivered", a.dedupe_key).status == "applied"
     assert record(a, Retry("timeout", 0.0), code=None) == "stale"

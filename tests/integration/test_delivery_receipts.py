@@ -29,7 +29,7 @@ from domain.invariants import invariant_counts
 from domain.journeys.store import create_lead, record_lead_event
 from domain.retention.archive import archive_before
 from tests.integration.test_delivery_claims_fencing import entries, lease_runs_out, ready, record, row
-from tests.integration.test_delivery_claims_fencing_review import person, sms
+from tests.integration.test_delivery_claims_fencing_review import campaign_row, person, sms
 from tests.integration.test_ledger import one
 
 STRANDED = "14 a receipt pending on a settled row"
@@ -84,18 +84,6 @@ def assert_settled_and_archivable(nid: int, tmp_path: Path) -> None:
     done = archive_before(date(2026, 9, 1), tmp_path, actor_ref="test:oncall")
     assert [(m.month, m.messages, m.receipts) for m in done] == [("2026-08", 1, len(rids))], done
     assert not any(invariant_counts().values())
-
-
-def campaign_row() -> tuple[int, int]:
-    """An SMS campaign to every reachable person of tenant 42 (no quiet hours, caps or opt-outs in the way),
-    fanned out: its id and its first row."""
-    with get_engine().begin() as c:
-        c.execute(sa.text("UPDATE recipients SET quiet_start = NULL, quiet_end = NULL, daily_cap = NULL, "
-                          "opted_out_channels = ARRAY[]::text[] WHERE tenant_id = 42"))
-    cid = campaign_fan_out.create(tenant_id=42, name="t", segment="all_reachable", template="offer", channel="sms",
-                                  actor_ref="test")
-    campaign_fan_out.fan_out(cid)
-    return cid, int(one("SELECT min(id) FROM notifications WHERE campaign_id = :c", c=cid))
 
 
 def test_a_failed_receipt_pending_at_campaign_cancel_is_closed_with_the_row(db, tmp_path):
