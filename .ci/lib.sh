@@ -79,6 +79,35 @@ ensure_postgres() {
   pg_isready -q -h $PG_HOST -p "$PG_PORT" || die "PostgreSQL did not start; see .run/pgdata/server.log"
 }
 
+# The suite in parallel (3 workers, each with its own system of API, relay, lane workers and pools) opens up to ~250
+# connections at its peak: Debian's default of 100 failed tests with "too many clients". Raised once, for good
+# (ALTER SYSTEM, then a restart of the cluster we started or found); a server we cannot restart is left as it is,
+# with a warning and a suite in fewer workers.
+PG_MIN_CONNECTIONS=${OUTBOX_PG_MIN_CONNECTIONS:-300}
+ensure_pg_connections() {
+  local have v data
+  have=$(psql -h $PG_HOST -p "$PG_PORT" -U postgres -Atc 'show max_connections' 2>/dev/null) || return 0
+  [ "${have:-0}" -ge "$PG_MIN_CONNECTIONS" ] && return 0
+  step "raising PostgreSQL max_connections from $have to $PG_MIN_CONNECTIONS (the parallel suite needs them)"
+  if psql -h $PG_HOST -p "$PG_PORT" -U postgres -qc "ALTER SYSTEM SET max_connections = $PG_MIN_CONNECTIONS" \
+      >/dev/null 2>&1; then
+    if [ "$PG_PORT" = 55432 ] && [ -f .run/pgdata/PG_VERSION ]; then
+      data=$(readlink -f .run/pgdata)
+      if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl" -D "$data" -w restart >/dev/null) || true
+      else (cd / && "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl" -D "$data" -w restart >/dev/null) || true; fi
+    elif [ -d /etc/postgresql ] && command -v pg_ctlcluster >/dev/null; then
+      v=$(ls /etc/postgresql | sort -V | tail -1)
+      $SUDO pg_ctlcluster --skip-systemctl-redirect "$v" main restart 2>/dev/null || true
+    fi
+    for _ in $(seq 40); do pg_isready -q -h $PG_HOST -p "$PG_PORT" && break; sleep 0.5; done
+  fi
+  have=$(psql -h $PG_HOST -p "$PG_PORT" -U postgres -Atc 'show max_connections' 2>/dev/null || echo 0)
+  if [ "${have:-0}" -lt "$PG_MIN_CONNECTIONS" ]; then
+    printf '\n\033[33mWARNING:\033[0m PostgreSQL allows %s connections (the parallel suite wants %s); running the tests in 1 worker. Raise it: ALTER SYSTEM SET max_connections = %s, then restart PostgreSQL.\n' "$have" "$PG_MIN_CONNECTIONS" "$PG_MIN_CONNECTIONS" >&2
+    export OUTBOX_TEST_WORKERS=${OUTBOX_TEST_WORKERS:-1}
+  fi
+}
+
 REDIS_PORT=${OUTBOX_REDIS_PORT:-6379}
 ensure_redis() {
   if redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then return 0; fi
