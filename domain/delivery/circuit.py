@@ -24,6 +24,7 @@ from domain.db import UnitOfWork
 from domain.delivery.claimed import Claim
 from domain.endpoints import store
 from domain.endpoints.breaker import Disable, Open, Thresholds, after_failure
+from domain.ledger import metering
 from domain.ledger.write import settle_unsent_where
 
 ALERT_ACTOR = "system:circuit-breaker"
@@ -65,6 +66,10 @@ def note_attempt(uow: UnitOfWork, c: Claim, *, ok: bool, error_class: str | None
     if ok:
         store.note_success(uow, c.tenant_id, c.endpoint_id)
         return
+    # One lock order with the claim's (the balance, then the endpoint's row for the probe): this failure may
+    # disable the endpoint, which gives back what its owed rows hold — the tenant's balance. Taken here, before the
+    # endpoint's row, a probe's claim waits for this record instead of deadlocking against it.
+    metering.lock_balance(uow, c.tenant_id)
     failing = store.note_failure(uow, c.tenant_id, c.endpoint_id, started)
     if failing is None:
         return  # disabled or deleted meanwhile: nothing left to count

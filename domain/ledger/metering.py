@@ -107,6 +107,12 @@ def _money(cents: int) -> str:
     return f"{cents / 100:,.2f}"
 
 
+def lock_balance(uow: UnitOfWork, tenant_id: int) -> None:
+    """Hold the tenant's balance row until the transaction ends: taken before any other row a transaction that may
+    move money locks after it (the lock order every claim keeps: the balance, then an endpoint's row)."""
+    uow.execute(sql.LOCK_BALANCE, {"t": tenant_id})
+
+
 def top_up(tenant_id: int, amount_cents: int, reference: str, actor_ref: str,
            engine: Engine | None = None) -> TopUp:
     """Credit once per reference: the same reference twice credits once (answered as credited before, whatever

@@ -150,3 +150,53 @@ async def test_the_async_store_never_claims_past_max_attempts_either(client, key
     assert not isinstance(got, claims.Ready), f"ran as attempt {got.claim.attempts} of {got.claim.max_attempts}"
     assert isinstance(got, claims.Exhausted), got
     await asyncio.to_thread(_settled_as_the_last_failure, nid, before, stale)
+
+
+def test_a_record_that_disables_an_endpoint_takes_the_balance_before_the_endpoint(db, redis_db):
+    """Invariant: one lock order, balance before endpoint, on both sides — a probe's claim takes the tenant's
+    balance (the money), then the endpoint's row (the probe); the record whose failure disables the endpoint gives
+    back what the endpoint's owed rows hold (the balance) after counting the failure (the endpoint's row). Before:
+    the record held the endpoint's row while it waited for the balance a probe's claim held, so that claim's next
+    step (the endpoint) deadlocked against it. Here the claim's side holds the balance and must still get the
+    endpoint's row at once while the disabling record waits."""
+    import threading
+
+    s = get_settings()
+    e = endpoint(42, PUBLIC)
+    set_webhook_price(5)
+    first, second = orders_of(42)[:2]
+    failing, holding = webhook_row(e["id"], first), webhook_row(e["id"], second)
+    set_balance(42, 100)
+    now = datetime.now(UTC)
+    held = claims.claim(holding.id, LEASE, now)
+    assert isinstance(held, claims.Ready), held
+    assert record(held.claim, Retry("server_error", 0.01), code=503) == "retry"  # owed again, its price held
+    with get_engine().begin() as c:  # one failure short of the automatic disable, for long enough
+        c.execute(sa.text("UPDATE webhook_endpoints SET failure_streak = :n, failing_since = now() - interval '1 day',"
+                          " breaker_open_until = NULL WHERE id = :i"), {"i": e["id"], "n": s.endpoint_disable_failures - 1})
+    got = claims.claim(failing.id, LEASE, now)
+    assert isinstance(got, claims.Ready), got
+    outcome: list[str] = []
+    with get_engine().connect() as probe_side:
+        tx = probe_side.begin()
+        probe_side.execute(sa.text("SELECT balance_cents FROM balances WHERE tenant_id = 42 FOR UPDATE"))
+        me = probe_side.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        t = threading.Thread(target=lambda: outcome.append(record(got.claim, Retry("server_error", 0.01), code=503)))
+        t.start()
+        deadline = datetime.now(UTC) + timedelta(seconds=20)
+        with get_engine().connect() as watch:
+            while not watch.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE :me = ANY(pg_blocking_pids(pid))"),
+                                    {"me": me}).scalar_one():
+                assert datetime.now(UTC) < deadline, "the disabling record never waited for the balance"
+                watch.rollback()
+        probe_side.execute(sa.text("SET LOCAL lock_timeout = '2s'"))
+        probe_side.execute(sa.text("SELECT 1 FROM webhook_endpoints WHERE id = :i FOR UPDATE"), {"i": e["id"]})
+        tx.commit()
+    t.join(20)
+    assert outcome == ["retry"], outcome
+    ep = endpoint_row(e["id"])
+    assert ep.disabled_at is not None and "disabled automatically" in ep.disabled_reason
+    (settled,) = rows("id = :i", i=holding.id)
+    assert settled.status == "SUPPRESSED" and settled.suppressed_reason == "endpoint_disabled"
+    assert settled.reserved_cents == 0, "what it held was given back"
+    assert_invariants()
