@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -54,7 +55,22 @@ def test_schemathesis_all_checks_find_no_server_error_and_no_nonconformance(live
     # answering 401 is proven in tests/integration/test_dashboard_api.py.
     r = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=400,
                        env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)})
-    summary = r.stdout[r.stdout.find("SUMMARY"):] if "SUMMARY" in r.stdout else r.stdout[-4000:]
-    assert r.returncode == 0, f"schemathesis (seed {seed}) found failures:\n{r.stdout[-20000:]}\n{r.stderr[-2000:]}"
+    output = tmp_path / "schemathesis-output.txt"  # the whole run, kept: a CI log keeps only its tail
+    output.write_text(f"{r.stdout}\n--- stderr ---\n{r.stderr}")
+    summary = _section(r.stdout, "SUMMARY") or r.stdout[-4000:]
+    # What failed, by name, before anything else: the ERRORS section (a runtime error's title, text and traceback)
+    # and the FAILURES section come first, the summary last, so a cut-off log still says what went wrong.
+    named = "\n".join(filter(None, (_section(r.stdout, name, 12000) for name in ("ERRORS", "FAILURES"))))
+    assert r.returncode == 0, (f"schemathesis (seed {seed}) found failures (whole output: {output}):\n"
+                               f"{named or r.stdout[-12000:]}\n{summary}\n{r.stderr[-2000:]}")
     assert "Server error" not in r.stdout
     print(summary)
+
+
+def _section(stdout: str, name: str, limit: int = 4000) -> str:
+    """Schemathesis's `==== NAME ====` section of `stdout`, up to the next top-level section ("" if absent)."""
+    match = re.search(rf"^=+ {name} =+$", stdout, re.MULTILINE)
+    if match is None:
+        return ""
+    end = re.compile(r"^=+ [A-Z][A-Z ]+ =+$", re.MULTILINE).search(stdout, match.end())
+    return stdout[match.start():end.start() if end else len(stdout)][:limit]
