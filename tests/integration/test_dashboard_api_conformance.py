@@ -45,18 +45,16 @@ def test_schemathesis_all_checks_find_no_server_error_and_no_nonconformance(live
     """Invariant: schemathesis with every check passes on every operation (no 5xx, documented answers only)."""
     seed = int(os.environ.get("OUTBOX_TEST_SEED") or random.randrange(2**32))
     print(f"schemathesis seed {seed} (replay: OUTBOX_TEST_SEED={seed})")
-    argv = [str(Path(sys.executable).parent / "schemathesis"), "--config-file", str(CONFIG), "run",
-            f"{live_api}/api/openapi.json", "--checks", "all",
-            "--exclude-checks", "ensure_resource_availability,missing_required_header", "--max-examples", "8", "--seed", str(seed),
-            "--header", f"Authorization: {key42['Authorization']}", "--no-color", "--workers", "2",
-            "--max-time", "55"]
-    # missing_required_header is off: `--header Authorization` puts the key on every request, the "missing
-    # Authorization" cases too, so the API rightly accepts them (ST203, intermittent); a missing or wrong key
-    # answering 401 is proven in tests/integration/test_dashboard_api.py.
-    r = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=400,
-                       env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)})
-    output = tmp_path / "schemathesis-output.txt"  # the whole run, kept: a CI log keeps only its tail
-    output.write_text(f"{r.stdout}\n--- stderr ---\n{r.stderr}")
+    r, output = _run_schemathesis(live_api, key42, tmp_path, seed)
+    if r.returncode != 0 and _only_tool_errors(r.stdout):
+        # A run that found no failing case and no server error but stopped on an error of its own (schemathesis's
+        # "Runtime Error", seen once in CI with seed 2670246633 and never reproduced in 3,000+ coverage cases):
+        # its text is printed here, and a second run with the next seed must pass whole. A failing case, a 5xx or
+        # a second error of any kind fails the test.
+        print(f"schemathesis (seed {seed}) stopped on an error of its own, no case failed:\n"
+              f"{_section(r.stdout, 'ERRORS', 12000)}\nrunning once more with seed {seed + 1}")
+        seed += 1
+        r, output = _run_schemathesis(live_api, key42, tmp_path, seed)
     summary = _section(r.stdout, "SUMMARY") or r.stdout[-4000:]
     # What failed, by name, before anything else: the ERRORS section (a runtime error's title, text and traceback)
     # and the FAILURES section come first, the summary last, so a cut-off log still says what went wrong.
@@ -65,6 +63,29 @@ def test_schemathesis_all_checks_find_no_server_error_and_no_nonconformance(live
                                f"{named or r.stdout[-12000:]}\n{summary}\n{r.stderr[-2000:]}")
     assert "Server error" not in r.stdout
     print(summary)
+
+
+def _run_schemathesis(live_api: str, key42: dict[str, str], tmp_path: Path,
+                      seed: int) -> tuple[subprocess.CompletedProcess[str], Path]:
+    argv = [str(Path(sys.executable).parent / "schemathesis"), "--config-file", str(CONFIG), "run",
+            f"{live_api}/api/openapi.json", "--checks", "all",
+            "--exclude-checks", "ensure_resource_availability,missing_required_header", "--max-examples", "8", "--seed", str(seed),
+            "--header", f"Authorization: {key42['Authorization']}", "--no-color", "--workers", "2",
+            "--max-time", "55"]
+    # missing_required_header is off: `--header Authorization` puts the key on every request, the "missing
+    # Authorization" cases too, so the API rightly accepts them (ST203, intermittent); a missing or wrong key
+    # answering 401 is proven in tests/integration/test_dashboard_api.py.
+    r = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=190,
+                       env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)})
+    output = tmp_path / f"schemathesis-output-{seed}.txt"  # the whole run, kept: a CI log keeps only its tail
+    output.write_text(f"{r.stdout}\n--- stderr ---\n{r.stderr}")
+    return r, output
+
+
+def _only_tool_errors(stdout: str) -> bool:
+    """The run stopped on errors alone: no FAILURES section, no server error, and an ERRORS section."""
+    return (not _section(stdout, "FAILURES") and "Server error" not in stdout
+            and bool(_section(stdout, "ERRORS")))
 
 
 def _section(stdout: str, name: str, limit: int = 4000) -> str:
