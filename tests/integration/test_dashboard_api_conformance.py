@@ -35,9 +35,11 @@ def live_api(db, redis_db):  # type: ignore[no-untyped-def]
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     system = System(dict(os.environ), ROOT / ".run" / f"test-logs{SLOT_SUFFIX}" / "conformance")
-    system.api(port)
-    yield f"http://127.0.0.1:{port}"
-    system.stop_all()
+    try:  # an API that never became healthy is stopped too, not left running past the test
+        system.api(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        system.stop_all()
 
 
 @pytest.mark.timeout(420)
