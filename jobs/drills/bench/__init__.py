@@ -87,6 +87,9 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
                 results.update({"delivery": d, **delivery.e2e_keys(d)})
                 results.update(delivery.bench_e2e_latency(max(1.0, d["outbox_deliveries_per_s"] / 2)))
                 _stop(system, lambda name: name.startswith("worker-") or name == "relay")
+                probe = delivery.bench_lean(int(d["backlog"]))
+                d.update(probe)
+                results.update(delivery.lean_keys(d, probe))
             elif step == "recovery":
                 results["recovery"] = delivery.bench_recovery(system, n, r)
             elif step == "lanes":
