@@ -101,9 +101,11 @@ class System:
         self.procs[name] = p
         return p.start()
 
-    def receiver(self, port: int, reset: bool = False) -> Proc:
-        """The mock outside world, configured through its own `RECEIVER_*` variables (it reads none of ours)."""
+    def receiver(self, port: int, reset: bool = False, workers: int | None = None) -> Proc:
+        """The mock outside world, configured through its own `RECEIVER_*` variables (it reads none of ours);
+        `workers`: its server processes (default: its own setting)."""
         argv = [str(BIN / "python"), "-m", "receiver", "serve", "--port", str(port)] + (["--reset"] if reset else [])
+        argv += ["--workers", str(workers)] if workers else []
         p = self._proc("receiver", argv, receiver_env(self.env))
         wait_http(f"http://127.0.0.1:{port}/healthz", 60, proc=p)
         return p

@@ -22,3 +22,16 @@ def test_a_missing_section_is_appended() -> None:
 def test_bench_keeps_both_drill_sections() -> None:
     kept = "\n".join(_kept_vacuum(MD))
     assert "## VACUUM held back\n\nv1\n\n| a | 1 |" in kept and "## Replica promotion\n\nr1" in kept
+
+
+def test_bench_targets_table_marks_each_figure_against_its_target() -> None:
+    """Issue 26's figures are shown beside their target and their same-run baseline, met or not; a run without
+    them (an `--only` of other steps on old evidence) prints no table."""
+    from jobs.drills.bench.report import _targets
+
+    lines = _targets({"cpu_ms_per_delivery": 2.5, "lean_cpu_ms_per_delivery": 1.0, "e2e_ratio_lean": 0.5,
+                      "e2e_lean_per_s": 600.0})
+    assert "| cpu_ms_per_delivery | 2.50 | ≤ 3 ms | ✓ | lean_cpu_ms_per_delivery 1.00 |" in lines
+    assert "| e2e_ratio_lean | 0.50 | ≥ 0.8 | ✗ | e2e_lean_per_s 600.00 |" in lines
+    assert not any(line.startswith("| e2e_events_per_s") for line in lines)
+    assert _targets({"wake_p50_ms": 3.0}) == []

@@ -6,8 +6,9 @@ run's evidence:
   the relay's NOTIFY, and by the scan alone — beside a bare commit → PUBLISH → other process's UPDATE; then the CPU
   and memory every process holds at rest (wake.py);
 - commit: the order command at 1/4/16 clients beside the same statements by raw psycopg (commit.py);
-- delivery: a webhook backlog through ledger → arq → 2 workers → receiver beside the receiver's own capacity; then
-  commit-to-effect latency at half that rate (delivery.py);
+- delivery: a webhook backlog through ledger → arq → 2 workers → receiver beside the receiver's own capacity, with
+  the CPU our processes and the receiver spent on it (/proc); then commit-to-effect latency at half that rate; then
+  the lean probe (lean.py) on a backlog of the same size (delivery.py);
 - recovery: seconds from a Redis FLUSHDB with a backlog owed until every row is delivered (delivery.py);
 - lanes: one-time codes idle and with a campaign in flight, the fan-out beside a bare INSERT … SELECT, the
   campaign's rate with the bucket set high beside the provider's capacity (lanes.py);
@@ -32,7 +33,7 @@ from datetime import UTC, datetime
 import redis as redis_lib
 
 from jobs.drills.bench import commit, delivery, fair, lanes, push, report, scan, wake
-from jobs.drills.bench.common import API_PORT, BENCH_DB, BENCH_REDIS_DB, RECEIVER_PORT, say
+from jobs.drills.bench.common import API_PORT, BENCH_DB, BENCH_REDIS_DB, RECEIVER_PORT, RECEIVER_PROCS, say
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System
 
@@ -72,7 +73,7 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
             "scan": f"relay claim draining {scan_owed} owed among {scan_done} settled rows, then among 1,000,000",
             "push": "pushes: A's click to B's render over 50 runs in one Chromium, then 50 tabs open"}
     try:
-        system.receiver(RECEIVER_PORT, reset=True)
+        system.receiver(RECEIVER_PORT, reset=True, workers=RECEIVER_PROCS)
         system.api(API_PORT)  # delivery receipts land here
         for i, step in enumerate(steps, 1):
             print(f"[{i}/{len(steps)}] {what[step]} …", flush=True)
@@ -87,6 +88,9 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
                 results.update({"delivery": d, **delivery.e2e_keys(d)})
                 results.update(delivery.bench_e2e_latency(max(1.0, d["outbox_deliveries_per_s"] / 2)))
                 _stop(system, lambda name: name.startswith("worker-") or name == "relay")
+                probe = delivery.bench_lean(int(d["backlog"]))
+                d.update(probe)
+                results.update(delivery.lean_keys(d, probe))
             elif step == "recovery":
                 results["recovery"] = delivery.bench_recovery(system, n, r)
             elif step == "lanes":

@@ -24,6 +24,9 @@ SUFFIX = f"_s{_SLOT}" if _SLOT else ""
 BENCH_DB = f"outbox_bench{SUFFIX}"
 SCAN_DB = f"outbox_bench_scan{SUFFIX}"  # kept between runs: 1,001,000 ledger rows are built once
 BENCH_REDIS_DB, RECEIVER_PORT, API_PORT = 4, 8096 + 100 * _SLOT, 8093 + 100 * _SLOT
+# The mock receiver's server processes in the bench: one more than its default 2, so a process descheduled by
+# the workers beside it on these 2 cores does not halve its capacity (the target is ≥ 400 webhooks/s through it).
+RECEIVER_PROCS = 3
 T0 = time.perf_counter()
 
 
@@ -133,13 +136,61 @@ def _stat(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def cpu_ticks(pid: int) -> int:
-    """utime + stime of one process, in clock ticks (/proc/<pid>/stat fields 14 and 15)."""
+def cpu_ticks(pid: int, children: bool = False) -> int:
+    """utime + stime of one process, in clock ticks (/proc/<pid>/stat fields 14 and 15); with `children`, also
+    cutime + cstime (fields 16 and 17: what its children that have exited and been waited for used)."""
     try:
         fields = _stat(pid)
     except (FileNotFoundError, ProcessLookupError):
         return 0
-    return int(fields[11]) + int(fields[12])
+    own = int(fields[11]) + int(fields[12])
+    return own + int(fields[13]) + int(fields[14]) if children else own
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds used so far by these processes and their exited children (live children are in `pids`)."""
+    return sum(cpu_ticks(pid, children=True) for pid in pids) / os.sysconf("SC_CLK_TCK")
+
+
+# Whose CPU a delivery costs: our processes (the receiver is the outside world, counted apart). PostgreSQL and Redis
+# are shared with other work on this machine and left out.
+OURS = ("worker-", "relay", "api")
+
+
+def is_ours(name: str) -> bool:
+    return name.startswith(OURS)
+
+
+class CpuWindow:
+    """CPU seconds of every running process of `system` (each with its children, /proc) over a `with` block: the
+    processes are listed as it begins; one gone by its end counts nothing (never less than nothing), a child started
+    inside it (a uvicorn worker restarted) counts from zero."""
+
+    def __init__(self, system: System) -> None:
+        self.system = system
+        self.used: dict[str, float] = {}
+
+    @staticmethod
+    def _read(pids: list[int]) -> dict[int, float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        return {pid: cpu_ticks(pid, children=True) / tick for pid in pids}
+
+    def __enter__(self) -> CpuWindow:
+        self._start = {name: self._read(pids) for name, pids in system_pids(self.system).items()}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        now = system_pids(self.system)
+        self.used = {}
+        for name, start in self._start.items():
+            end = self._read(sorted(set(start) | set(now.get(name, []))))
+            self.used[name] = sum(max(0.0, v - start.get(pid, 0.0)) for pid, v in end.items() if v > 0)
+
+    def ours(self) -> float:
+        return sum(v for name, v in self.used.items() if is_ours(name))
+
+    def receiver(self) -> float:
+        return sum(v for name, v in self.used.items() if name.startswith("receiver"))
 
 
 def rss_kb(pid: int) -> int:

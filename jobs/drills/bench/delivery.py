@@ -18,7 +18,9 @@ from domain.delivery.lanes import set_lane_paused
 from domain.delivery.signing import signed_headers
 from domain.orders.commands import Committed, execute_order_command
 from domain.settings import get_settings
+from jobs.drills.bench import lean
 from jobs.drills.bench.common import (
+    CpuWindow,
     RssPeak,
     orders,
     owed_webhooks,
@@ -69,14 +71,35 @@ def bench_delivery(system: System, n: int, r: redis_lib.Redis) -> dict[str, floa
         system.worker("high", name=name)
     worker_ready(r, "high")
     say(f"draining {backlog} webhooks")
-    with RssPeak(system) as rss:
+    with RssPeak(system) as rss, CpuWindow(system) as cpu:
         set_lane_paused("high", False)  # NOTIFY wakes the relay, which enqueues the backlog
         took = wait_drained()
     raw_seq = asyncio.run(raw_posts(n, 1))
     raw_par = asyncio.run(raw_posts(n, 10))
+    ours, theirs = cpu.ours(), cpu.receiver()
     return {"backlog": backlog, "outbox_deliveries_per_s": backlog / took, "raw_sequential_posts_per_s": raw_seq,
             "raw_10_concurrent_posts_per_s": raw_par, "ratio_vs_sequential": (backlog / took) / raw_seq,
-            "ratio_vs_10_concurrent": (backlog / took) / raw_par, "rss_total_mb_load": rss.peak_mb}
+            "ratio_vs_10_concurrent": (backlog / took) / raw_par, "rss_total_mb_load": rss.peak_mb,
+            "cpu_ms_per_delivery": ours * 1000 / backlog,
+            "receiver_cpu_share": theirs / (ours + theirs) if ours + theirs > 0 else 0.0,
+            "receiver_cpu_ms_per_delivery": theirs * 1000 / backlog,
+            **{f"cpu_s.{name}": v for name, v in sorted(cpu.used.items())}}
+
+
+def bench_lean(backlog: int) -> dict[str, float]:
+    """The lean probe (lean.py) on a backlog of the delivery step's size, committed the same way (order approvals),
+    its lane paused and no worker or relay running: the probe alone claims it."""
+    set_lane_paused("high", True)
+    set_lane_paused("normal", True)
+    before = owed_webhooks()
+    for oid in orders(backlog):
+        _approve(oid)
+    say(f"lean probe draining {owed_webhooks() - before} new webhooks ({before} owed before)")
+    got = lean.run_probe(lane="high")
+    set_lane_paused("high", False)
+    return {"lean_backlog": float(backlog), "lean_delivered": got["delivered"], "lean_batches": got["batches"],
+            "e2e_lean_per_s": got["per_s"], "lean_cpu_ms_per_delivery":
+                got["cpu_s"] * 1000 / got["delivered"] if got["delivered"] else 0.0}
 
 
 def e2e_keys(delivery: dict[str, float]) -> dict[str, float]:
@@ -85,7 +108,17 @@ def e2e_keys(delivery: dict[str, float]) -> dict[str, float]:
     return {"e2e_events_per_s": delivery["outbox_deliveries_per_s"],
             "receiver_raw_posts_per_s": delivery["raw_10_concurrent_posts_per_s"],
             "e2e_ratio_vs_receiver_raw": delivery["ratio_vs_10_concurrent"],
-            "rss_total_mb_load": delivery["rss_total_mb_load"]}
+            "rss_total_mb_load": delivery["rss_total_mb_load"],
+            "cpu_ms_per_delivery": delivery["cpu_ms_per_delivery"],
+            "receiver_cpu_share": delivery["receiver_cpu_share"]}
+
+
+def lean_keys(delivery: dict[str, float], probe: dict[str, float]) -> dict[str, float]:
+    """The lean probe beside the real workers' rate (and, kept beside them, the receiver's raw capacity)."""
+    return {"e2e_lean_per_s": probe["e2e_lean_per_s"],
+            "e2e_ratio_lean": delivery["outbox_deliveries_per_s"] / probe["e2e_lean_per_s"]
+            if probe["e2e_lean_per_s"] else 0.0,
+            "lean_cpu_ms_per_delivery": probe["lean_cpu_ms_per_delivery"]}
 
 
 def bench_e2e_latency(rate: float, seconds: float = 10.0, most: int = 300) -> dict[str, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from jobs.ops.procs import ROOT
 
@@ -19,7 +20,14 @@ _KEYS = (
     "same statements (order update, envelope, two ledger rows, NOTIFY) by raw psycopg, K concurrent clients. "
     "`e2e_events_per_s`: a committed webhook backlog to receiver effects, 2 workers on the lane, beside "
     "`receiver_raw_posts_per_s`; `e2e_p50/p99_ms`: commit to the receiver's effect at half that rate, beside "
-    "`e2e_raw_post_*` (one signed POST's round trip). `otp_p99_ms_idle/bulk`: a one-time code's request to the "
+    "`e2e_raw_post_*` (one signed POST's round trip). `cpu_ms_per_delivery`: CPU (utime + stime, /proc, children "
+    "included) of our worker, relay and API processes over the drain of that backlog, per webhook delivered, "
+    "beside `lean_cpu_ms_per_delivery` (the lean probe's own process, same backlog); `receiver_cpu_share`: the "
+    "receiver's CPU over the same window as a share of ours plus its (PostgreSQL and Redis left out). "
+    "`e2e_lean_per_s`: the lean probe — one asyncio process, raw psycopg and httpx, claiming 50 rows per statement "
+    "(SKIP LOCKED, a lease and a fence token each) on 2 connections, POSTing them concurrently, signed as the "
+    "workers sign, and recording each batch in one statement — on a backlog of the same size committed the same "
+    "way; `e2e_ratio_lean` = `e2e_events_per_s` / `e2e_lean_per_s`. `otp_p99_ms_idle/bulk`: a one-time code's request to the "
     "provider's receipt of it, idle and with a campaign in flight, beside `raw_provider_p99_ms`. "
     "`campaign_ledgered_per_s` beside `raw_insert_select_rows_per_s` (the same rows by one bare INSERT … SELECT into a "
     "temporary table: no index, no WAL) and `raw_insert_select_indexed_rows_per_s` (into a table with every index "
@@ -48,6 +56,27 @@ _SECTIONS = (
     ("lanes", "Lanes: one-time codes (critical) idle and with a campaign in flight (bulk)"),
     ("scan", "Relay claim draining a backlog: partial index of owed rows vs index on (status, next_attempt_at)"),
 )
+
+
+# Issue 26's targets, each figure beside its baseline of the same run: (key, target, met?, its baseline's key).
+TARGETS: tuple[tuple[str, str, Callable[[float], bool], str], ...] = (
+    ("cpu_ms_per_delivery", "≤ 3 ms", lambda v: v <= 3, "lean_cpu_ms_per_delivery"),
+    ("e2e_ratio_lean", "≥ 0.8", lambda v: v >= 0.8, "e2e_lean_per_s"),
+    ("e2e_events_per_s", "≥ 400 webhooks/s", lambda v: v >= 400, "receiver_raw_posts_per_s"),
+    ("receiver_raw_posts_per_s", "> 400/s (the mock is never the limit)", lambda v: v > 400, "receiver_cpu_share"),
+)
+
+
+def _targets(res: dict[str, object]) -> list[str]:
+    lines = ["## Issue 26: delivery as cost, against its targets", "",
+             "| figure | value | target | met | beside it (same run) |", "|---|---|---|---|---|"]
+    for key, target, met, beside in TARGETS:
+        v, b = res.get(key), res.get(beside)
+        if not isinstance(v, int | float):
+            continue
+        shown = f"{b:.2f}" if isinstance(b, int | float) else "—"
+        lines.append(f"| {key} | {v:.2f} | {target} | {'✓' if met(v) else '✗'} | {beside} {shown} |")
+    return [*lines, ""] if len(lines) > 4 else []
 
 
 def _fmt(d: object, prefix: str = "") -> str:
@@ -111,7 +140,7 @@ def write(res: dict[str, object]) -> None:
           f"`outbox bench`, n={res['n']}, {res['cpu_count']} cores. Ratios compare against raw baselines measured in "
           "the same run on the same machine, shared with other engineers' tests: `uptime` said "
           f"\"{res.get('uptime_start', '?')}\" at the start and \"{res.get('uptime_end', '?')}\" at the end.", "",
-          *kept,
+          *kept, *_targets(res),
           "## Issue 17: each figure beside its raw baseline (flat keys of bench.json)", "", _KEYS, "",
           "| metric | value |", "|---|---|", _fmt(flat), ""]
     for key, title in _SECTIONS:
