@@ -5,7 +5,10 @@ One Chromium (Debian's), two logged-in operators on the same order. A's click an
 MutationObserver that fires when B's revision text turns to the new value; A's own render of its answer is stamped
 the same way (`push_self_*`: the command's round trip, the part of the push A pays too). Beside them, from the same
 run: the server's share (publish → B's state reloaded, the dashboard's own `refresh_metrics` of kind `push`) and the
-raw hop (a Redis PUBLISH to another connection's receipt).
+raw hop (a Redis PUBLISH to another connection's receipt). And the browser's share: `push_longtask_b_*` / `_a_*`, the
+main-thread long tasks (PerformanceObserver 'longtask', each over 50 ms) per push in B and in A, summed from the click
+until both pages have shown the new revision and run two more tasks; `push_longtask_b_share`, the pushes that cost B
+any long task at all.
 
 Then 50 tabs are opened on 50 orders, each with its live view subscribed, and the dashboard's resident memory is
 read before and after: `rss_per_tab_kb`; `rss_total_mb_tabs` is every process of the system with those tabs open
