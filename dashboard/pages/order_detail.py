@@ -63,8 +63,8 @@ def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[
 
 
 class OrderState(AuthState):
-    """The page's handlers and what a push seldom changes. What a push does change lives in two substates
-    (OrderHeadState, OrderNotesState): the browser keeps one store per state and re-renders only the components
+    """The page's handlers and what a push seldom changes. What a push does change lives in substates
+    (OrderHeadState, OrderNotesState, and OrderSeenState, which no component reads): the browser keeps one store per state and re-renders only the components
     that read a state whose values changed, so a delta re-renders the order's head and its notifications table,
     not every component of the page. The substates have no event handlers: every entry point is here and asks
     for the login, tenant and role itself."""
