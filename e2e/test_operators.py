@@ -88,6 +88,46 @@ def test_a_approves_b_sees_new_revision_and_push_latency(new_operator):
     assert b.get_by_test_id("missed-refresh").count() == 0
 
 
+# In B: when the revision first shows "2", what the rest of the page showed at that moment; and every mutation inside
+# the parts a push does not change (customer, amount), which must keep their very nodes.
+_WATCH_PUSH = """() => {
+  const keep = ['order-customer', 'order-amount'].map((id) => document.querySelector(`[data-testid="${id}"]`));
+  window.__push = {keep, before: keep.map((k) => k.innerText), touched: [], atHead: null};
+  new MutationObserver((recs) => {
+    const w = window.__push;
+    for (const r of recs) for (const k of keep) if (k.contains(r.target)) w.touched.push(k.dataset.testid);
+    const rev = document.querySelector('[data-testid="order-revision"]');
+    if (w.atHead === null && rev && rev.innerText.trim() === '2') {
+      w.atHead = {status: document.querySelector('[data-testid="order-status"]').dataset.status,
+                  rows: document.querySelectorAll('[data-testid="notification-row"]').length};
+    }
+  }).observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
+}"""
+
+
+def test_a_pushed_status_renders_before_the_rest_reloads_and_the_rest_keeps_its_content(new_operator):
+    """A push applies the order's head (status, revision, who and when) in a delta of its own, ahead of the
+    notifications table: when B's revision turns 2 its status already says approved while the events panel still
+    shows what it showed, which fills in after; the parts a push does not change keep their DOM nodes, untouched."""
+    oid = fresh_order()
+    a, b = new_operator("alice"), new_operator("bob")
+    open_order(a, oid)
+    open_order(b, oid)
+    wait_listeners(order_channel(42, oid), at_least=2)
+    assert b.get_by_test_id("notification-row").count() == 0, "a new order owes nothing yet"
+    b.evaluate(_WATCH_PUSH)
+    a.get_by_test_id("approve").click()
+    b.wait_for_function("() => document.querySelectorAll('[data-testid=notification-row]').length > 0")
+    seen = b.evaluate("() => { const w = window.__push; return {atHead: w.atHead, touched: w.touched, "
+                      "before: w.before, now: w.keep.map((k) => k.innerText), "
+                      "connected: w.keep.every((k) => k.isConnected)} }")
+    assert seen["atHead"] == {"status": "approved", "rows": 0}, "status and revision render before the table reloads"
+    assert seen["touched"] == [] and seen["connected"] and seen["now"] == seen["before"], \
+        "what the push did not change is neither re-created nor rewritten"
+    wait_text(b, "order-revision", "2")
+    assert b.get_by_test_id("missed-refresh").count() == 0
+
+
 def test_b_cut_off_reconnects_to_latest_revision_with_missed_badge(new_operator):
     oid = fresh_order()
     a, b = new_operator("alice"), new_operator("bob")

@@ -63,44 +63,54 @@ def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[
 
 
 class OrderState(AuthState):
+    """The page's handlers and what a push seldom changes. What a push does change lives in substates
+    (OrderHeadState, OrderNotesState, and OrderSeenState, which no component reads): the browser keeps one store per state and re-renders only the components
+    that read a state whose values changed, so a delta re-renders the order's head and its notifications table,
+    not every component of the page. The substates have no event handlers: every entry point is here and asks
+    for the login, tenant and role itself."""
+
     order_id: rx.Field[int] = rx.field(0)
     found: rx.Field[bool] = rx.field(True)
-    status: rx.Field[str] = rx.field("")
-    revision: rx.Field[int] = rx.field(0)
     customer: rx.Field[str] = rx.field("")
     amount: rx.Field[str] = rx.field("")
-    updated: rx.Field[str] = rx.field("")
-    notifications: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
-    can_approve: rx.Field[bool] = rx.field(False)
-    can_fulfill: rx.Field[bool] = rx.field(False)
-    can_cancel: rx.Field[bool] = rx.field(False)
-    last_change: rx.Field[str] = rx.field("")  # "approved by alice at 07:46:29"
-    pushed: rx.Field[str] = rx.field("")  # the last change another operator made while this page was open
     error: rx.Field[str] = rx.field("")
     notice: rx.Field[str] = rx.field("")
     missed: rx.Field[str] = rx.field("")
     busy: rx.Field[bool] = rx.field(False)
-    # "<order_id>:<revision>" last delivered to this browser tab (client-side storage).
-    seen: str = rx.SessionStorage("", name="outbox_seen_revision")
     _version: str | None = None  # backend-only: `order_views.order_version` read just before what is shown
 
-    def _apply(self, order: dict[str, Any] | None, notes: list[dict[str, str]], version: str | None) -> None:
+    async def _apply(self, order: dict[str, Any] | None, notes: list[dict[str, str]], version: str | None) -> None:
+        """Everything at once (a page load, a reconnect)."""
+        await self._apply_head(order, version)
+        await self._apply_notes(order, notes)
+
+    async def _apply_head(self, order: dict[str, Any] | None, version: str | None) -> None:
+        """The order itself: status, revision, who and when, the actions its state allows."""
         self._version = version
         if order is None:
             self.found = False
             return
-        prev_order, _, prev_rev = self.seen.partition(":")
+        head = await self.get_state(OrderHeadState)
+        prev_order, _, prev_rev = (await self.get_state(OrderSeenState)).seen.partition(":")
         new_rev = int(order["revision"])
         if prev_order == str(self.order_id) and prev_rev.isdigit() and new_rev > int(prev_rev) + 1:
             self.missed = f"refresh missed — reloaded at revision {new_rev}"
         allowed = allowed_commands(order["status"])
-        # Only what changed is assigned (a push then carries a small delta); only what the state allows is offered
-        # (the handler still asks the policy: a forged event gets its answer).
-        self._assign_changed(
-            found=True, status=order["status"], revision=new_rev, customer=order["customer_ref"],
-            amount=money(order["amount_cents"], order["currency"]), updated=when(order["updated_at"]),
+        # Only what changed is assigned (a push then carries a small delta, and a state nothing changed in is not
+        # sent at all); only what the state allows is offered (the handler still asks the policy: a forged event
+        # gets its answer).
+        self._assign_changed(found=True, customer=order["customer_ref"],
+                             amount=money(order["amount_cents"], order["currency"]))
+        head._assign_changed(
+            status=order["status"], revision=new_rev, updated=when(order["updated_at"]),
             last_change=order["last_change"], can_approve="approve" in allowed, can_fulfill="fulfill" in allowed,
-            can_cancel="cancel" in allowed, notifications=notes, seen=f"{self.order_id}:{new_rev}")
+            can_cancel="cancel" in allowed)
+
+    async def _apply_notes(self, order: dict[str, Any] | None, notes: list[dict[str, str]]) -> None:
+        """The notifications, then `seen`: the page now shows this revision whole."""
+        if order is not None:
+            (await self.get_state(OrderNotesState))._assign_changed(notifications=notes)
+            (await self.get_state(OrderSeenState))._assign_changed(seen=f"{self.order_id}:{int(order['revision'])}")
 
     @event
     async def load(self) -> Followup:
@@ -112,33 +122,39 @@ class OrderState(AuthState):
             self.found = False
             return None
         if oid != self.order_id:
-            self.missed, self.error, self.notice, self.pushed = "", "", "", ""
+            self.missed, self.error, self.notice = "", "", ""
+            (await self.get_state(OrderHeadState))._assign_changed(pushed="")
         self.order_id = oid
-        self._apply(*await asyncio.to_thread(_load, self._tenant_id, self.order_id))
+        await self._apply(*await asyncio.to_thread(_load, self._tenant_id, self.order_id))
         return OrderState.watch if self.found else None
 
     async def _command(self, command: str) -> AsyncIterator[Followup]:
-        self.busy, self.error, self.notice, self.pushed = True, "", "", ""
+        self.busy, self.error, self.notice = True, "", ""
+        head = await self.get_state(OrderHeadState)
+        head._assign_changed(pushed="")
         yield None
         if not self.order_id or not await self._allowed(Act.ORDERS):
             self.busy, self.error = False, refusal(Act.ORDERS)
             return
         result = await asyncio.to_thread(
             execute_order_command, tenant_id=self._tenant_id, order_id=self.order_id, command=command,
-            expected_revision=self.revision, actor_ref=self._actor_ref, request_id=f"ui-{uuid.uuid4().hex[:12]}")
+            expected_revision=head.revision, actor_ref=self._actor_ref, request_id=f"ui-{uuid.uuid4().hex[:12]}")
         if isinstance(result, Committed):
             await after_commit(await live.arq(), result)
             self.notice = f"{PAST[command]} at revision {result.revision} · event {result.event_id}"
         elif isinstance(result, NotFound):
             self.error = "This order no longer exists for your tenant."
-        loaded = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
+        order, notes, version = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
         if isinstance(result, Reject):
-            change = loaded[0]["last_change"] if loaded[0] else ""  # who moved it, e.g. "approved by alice at …"
+            change = order["last_change"] if order else ""  # who moved it, e.g. "approved by alice at …"
             self.error = ERROR_TEXT[result.error].format(rev=result.current_revision, status=result.current_status,
                                                          requested=PAST[command], change=f" ({change})" if change else "")
-            self.seen = ""  # a conflict reload is expected, not a missed refresh
-        self._apply(*loaded)
+            (await self.get_state(OrderSeenState)).seen = ""  # a conflict reload is expected, not a missed refresh
+        # The answer first (status, revision, the buttons), the notifications table in a delta of its own after it.
+        await self._apply_head(order, version)
         self.busy = False
+        yield None
+        await self._apply_notes(order, notes)
 
     @event
     async def approve(self) -> AsyncIterator[Followup]:
@@ -172,24 +188,64 @@ class OrderState(AuthState):
         async with contextlib.aclosing(view.hints()) as hints:
             async for msg in hints:
                 # The message is only a hint: reload authorized state outside the lock, then assign.
-                ended, loaded = await asyncio.gather(self._session_ended(hashed),
-                                                     asyncio.to_thread(_load, tenant, order_id))
+                ended, (order, notes, version) = await asyncio.gather(
+                    self._session_ended(hashed), asyncio.to_thread(_load, tenant, order_id))
+                # Two deltas: the head (status, revision, who and when) goes out as soon as this block exits and
+                # renders on its own; the notifications table follows in a second, smaller-than-the-page render.
                 async with self:
-                    if ended:
-                        self._forget_if(session)
-                    if ended or self.order_id != order_id or self._session() != session:
+                    if not self._still_mine(ended, session, order_id):
                         return  # another order, or logged out in this tab
+                    head = await self.get_state(OrderHeadState)
                     rev = msg.get("revision", -1)
-                    if msg.get("kind") == "order" and rev > self.revision + 1:
+                    if msg.get("kind") == "order" and rev > head.revision + 1:
                         self.missed = ("refresh missed — reloaded at revision "
-                                       f"{loaded[0]['revision'] if loaded[0] else rev}")
-                    if loaded[0] and int(loaded[0]["revision"]) > self.revision and not self.busy:
-                        self.pushed = loaded[0]["last_change"]  # a change made elsewhere: say who and when
-                    self._apply(*loaded)
-                view.seen = loaded[2]
+                                       f"{order['revision'] if order else rev}")
+                    if order and int(order["revision"]) > head.revision and not self.busy:
+                        head.pushed = order["last_change"]  # a change made elsewhere: say who and when
+                    await self._apply_head(order, version)
+                async with self:
+                    if not self._still_mine(False, session, order_id):
+                        return
+                    await self._apply_notes(order, notes)
+                view.seen = version
                 if msg.get("kind") == "order" and msg.get("published_at"):
                     latency = (time.time() - float(msg["published_at"])) * 1000
                     await asyncio.to_thread(telemetry.record_push_latency, tenant, latency)
+
+    def _still_mine(self, ended: bool, session: tuple[int, int], order_id: int) -> bool:
+        """Under the state lock, before a live task assigns: the tab still shows this order to this operator, whose
+        session has not ended (an ended one is forgotten here, as any handler's `_fresh` would)."""
+        if ended:
+            self._forget_if(session)
+        return not ended and self.order_id == order_id and self._session() == session
+
+
+class OrderHeadState(OrderState):
+    """What every push changes, beside the notifications: read by the status card and the pushed-change callout."""
+
+    status: rx.Field[str] = rx.field("")
+    revision: rx.Field[int] = rx.field(0)
+    updated: rx.Field[str] = rx.field("")
+    last_change: rx.Field[str] = rx.field("")  # "approved by alice at 07:46:29"
+    pushed: rx.Field[str] = rx.field("")  # the last change another operator made while this page was open
+    can_approve: rx.Field[bool] = rx.field(False)
+    can_fulfill: rx.Field[bool] = rx.field(False)
+    can_cancel: rx.Field[bool] = rx.field(False)
+
+
+class OrderNotesState(OrderState):
+    """The order's notifications (the events panel): the page's biggest part, re-rendered only when they change."""
+
+    notifications: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+
+
+class OrderSeenState(OrderState):
+    """`seen`, "<order_id>:<revision>" last delivered whole to this browser tab, in its sessionStorage: after a
+    reconnect the page knows which revision the browser last displayed. No component reads it (a change re-renders
+    nothing), and it is written with the last delta of a reload: the browser's sessionStorage write is a synchronous
+    call to its browser process that would otherwise hold up rendering the head."""
+
+    seen: str = rx.SessionStorage("", name="outbox_seen_revision")
 
 
 def _note_row(n: Row) -> rx.Component:
@@ -227,37 +283,37 @@ def order_page() -> rx.Component:
                 rx.cond(OrderState.notice != "", rx.callout(OrderState.notice, icon="circle_check",
                                                             color_scheme="green", data_testid="command-notice",
                                                             width="100%")),
-                rx.cond(OrderState.pushed != "", rx.callout(rx.text("Changed while you watched: ", OrderState.pushed),
+                rx.cond(OrderHeadState.pushed != "", rx.callout(rx.text("Changed while you watched: ", OrderHeadState.pushed),
                                                             icon="bell", color_scheme="blue", width="100%",
                                                             data_testid="pushed-change")),
                 card(
                     rx.flex(
                         rx.vstack(rx.text("Status", size="1", color=rx.color("gray", 11)),
-                                  rx.box(status_badge(OrderState.status, size="3"), data_testid="order-status",
-                                         data_status=OrderState.status), spacing="1"),
+                                  rx.box(status_badge(OrderHeadState.status, size="3"), data_testid="order-status",
+                                         data_status=OrderHeadState.status), spacing="1"),
                         rx.vstack(rx.text("Revision", size="1", color=rx.color("gray", 11)),
-                                  rx.heading(OrderState.revision, size="7", data_testid="order-revision"),
+                                  rx.heading(OrderHeadState.revision, size="7", data_testid="order-revision"),
                                   spacing="1"),
                         rx.vstack(rx.text("Customer", size="1", color=rx.color("gray", 11)),
-                                  rx.text(OrderState.customer, weight="medium"), spacing="1"),
+                                  rx.text(OrderState.customer, weight="medium", data_testid="order-customer"), spacing="1"),
                         rx.vstack(rx.text("Amount", size="1", color=rx.color("gray", 11)),
-                                  rx.text(OrderState.amount, weight="medium"), spacing="1"),
+                                  rx.text(OrderState.amount, weight="medium", data_testid="order-amount"), spacing="1"),
                         rx.vstack(rx.text("Updated (UTC)", size="1", color=rx.color("gray", 11)),
-                                  rx.text(OrderState.updated, size="2"), spacing="1"),
-                        rx.cond(OrderState.last_change != "", rx.vstack(
+                                  rx.text(OrderHeadState.updated, size="2"), spacing="1"),
+                        rx.cond(OrderHeadState.last_change != "", rx.vstack(
                             rx.text("Last change (UTC)", size="1", color=rx.color("gray", 11)),
-                            rx.text(OrderState.last_change, size="2", data_testid="last-change"), spacing="1")),
+                            rx.text(OrderHeadState.last_change, size="2", data_testid="last-change"), spacing="1")),
                         rx.spacer(),
                         rx.cond(~OrderState.may_change, rx.badge("read-only (support)", variant="soft",
                                                                   color_scheme="gray", data_testid="read-only")),
                         rx.cond(OrderState.may_change, rx.flex(
-                            rx.cond(OrderState.can_approve, rx.button(
+                            rx.cond(OrderHeadState.can_approve, rx.button(
                                 icon("check", size=16), "Approve", on_click=OrderState.approve,
                                 loading=OrderState.busy, data_testid="approve", color_scheme="green")),
-                            rx.cond(OrderState.can_fulfill, rx.button(
+                            rx.cond(OrderHeadState.can_fulfill, rx.button(
                                 icon("truck", size=16), "Mark fulfilled", on_click=OrderState.fulfill,
                                 loading=OrderState.busy, data_testid="fulfill", color_scheme="blue")),
-                            rx.cond(OrderState.can_cancel, rx.button(
+                            rx.cond(OrderHeadState.can_cancel, rx.button(
                                 icon("x", size=16), "Cancel order", on_click=OrderState.cancel,
                                 loading=OrderState.busy, data_testid="cancel", color_scheme="red", variant="soft")),
                             gap="8px", wrap="wrap", data_testid="order-actions",
@@ -270,7 +326,7 @@ def order_page() -> rx.Component:
                         "delivered at least once, applied once by the receiver.", size="2",
                         color=rx.color("gray", 11)),
                 data_table(["Channel", "Lane", "Event", "Job", "Rev", "Status", "Attempts", "Effect",
-                            "Receiver said"], OrderState.notifications, _note_row,
+                            "Receiver said"], OrderNotesState.notifications, _note_row,
                            "No notifications yet: approving this order creates them.", "notifications"),
                 spacing="3", width="100%",
             ),

@@ -5,7 +5,10 @@ One Chromium (Debian's), two logged-in operators on the same order. A's click an
 MutationObserver that fires when B's revision text turns to the new value; A's own render of its answer is stamped
 the same way (`push_self_*`: the command's round trip, the part of the push A pays too). Beside them, from the same
 run: the server's share (publish → B's state reloaded, the dashboard's own `refresh_metrics` of kind `push`) and the
-raw hop (a Redis PUBLISH to another connection's receipt).
+raw hop (a Redis PUBLISH to another connection's receipt). And the browser's share: `push_longtask_b_*` / `_a_*`, the
+main-thread long tasks (PerformanceObserver 'longtask', each over 50 ms) per push in B and in A, summed from the click
+until both pages have shown the new revision and run two more tasks; `push_longtask_b_share`, the pushes that cost B
+any long task at all.
 
 Then 50 tabs are opened on 50 orders, each with its live view subscribed, and the dashboard's resident memory is
 read before and after: `rss_per_tab_kb`; `rss_total_mb_tabs` is every process of the system with those tabs open
@@ -48,6 +51,18 @@ _WATCH = """([testid, want, key]) => {
   const obs = new MutationObserver(done);
   obs.observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
 }"""
+# Every long task (a main-thread task over 50 ms: here, React rendering a delta) from now on, in window.__lt.
+_LONGTASKS = """() => {
+  window.__lt = [];
+  if (!window.__ltObs) {
+    window.__ltObs = new PerformanceObserver((l) => {
+      for (const e of l.getEntries()) (window.__lt || []).push(e.duration);
+    });
+    window.__ltObs.observe({type: 'longtask'});
+  }
+}"""
+# The long tasks since _LONGTASKS, read once the page has run two more tasks (an entry is queued after its task).
+_LONGTASKS_READ = """() => new Promise((done) => setTimeout(() => setTimeout(() => done(window.__lt || []), 20), 20))"""
 _CLICK = """(testid) => {
   const t = performance.timeOrigin + performance.now();
   document.querySelector(`[data-testid="${testid}"]`).click();
@@ -119,16 +134,22 @@ def bench_push(system: System, r: redis_lib.Redis, runs: int = 50, tabs: int = 5
         try:
             a, b = _log_in(browser, "alice"), _log_in(browser, "bob")
             push, self_ms, since = [], [], time.time() - 1
+            long_b: list[float] = []
+            long_a: list[float] = []
             for i in range(runs):
                 oid = create_order(tenant_id=42, customer_ref="cust-001", amount_cents=2500, currency="EUR")
                 _open(a, oid)
                 _open(b, oid)
                 _subscribed(r, oid, 2)
+                b.evaluate(_LONGTASKS)
+                a.evaluate(_LONGTASKS)
                 b.evaluate(_WATCH, ["order-revision", "2", "b"])
                 a.evaluate(_WATCH, ["order-revision", "2", "a"])
                 t_click = float(a.evaluate(_CLICK, "approve"))
                 push.append(_stamp(b, "b") - t_click)
                 self_ms.append(_stamp(a, "a") - t_click)
+                long_b.append(sum(b.evaluate(_LONGTASKS_READ)))
+                long_a.append(sum(a.evaluate(_LONGTASKS_READ)))
                 if (i + 1) % 10 == 0:
                     say(f"{i + 1}/{runs} pushes: p50 {statistics.median(push):.1f} ms")
             server = _server_push_ms(since)
@@ -139,7 +160,11 @@ def bench_push(system: System, r: redis_lib.Redis, runs: int = 50, tabs: int = 5
                 "push_server_p50_ms": round(pct(server, 0.5), 1) if server else -1.0,
                 "push_server_p99_ms": round(pct(server, 0.99), 1) if server else -1.0,
                 "push_raw_publish_p50_ms": round(pct(raw, 0.5), 2),
-                "push_raw_publish_p99_ms": round(pct(raw, 0.99), 2)})
+                "push_raw_publish_p99_ms": round(pct(raw, 0.99), 2),
+                # Main-thread long tasks (> 50 ms each) per push, summed: B's render of the delta, A's of its answer.
+                "push_longtask_b_p50_ms": round(pct(long_b, 0.5), 1), "push_longtask_b_p99_ms": round(pct(long_b, 0.99), 1),
+                "push_longtask_a_p50_ms": round(pct(long_a, 0.5), 1), "push_longtask_a_p99_ms": round(pct(long_a, 0.99), 1),
+                "push_longtask_b_share": round(sum(1 for x in long_b if x > 0) / len(long_b), 2)})
             res.update(_tabs(system, browser, r, tabs))
         finally:
             browser.close()
