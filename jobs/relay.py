@@ -142,8 +142,11 @@ async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None
             if rows:
                 await forget_dead_jobs(redis, rows)
                 await wakeups.wake_lanes(redis, [lane])
-                log.debug("lane woken", extra={"lane": lane, "why": "lease expired" if rows[0].lease_expired
-                                               else "owed"})
+                first = rows[0]
+                log.info("lane woken", extra={
+                    "lane": lane, "why": "lease expired" if first.lease_expired else "owed",
+                    "notification_id": first.row.notification_id, "event_id": first.event_id,
+                    "tenant": first.tenant})
                 seen += 1
                 enq += 1
             continue

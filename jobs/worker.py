@@ -301,7 +301,6 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
 SENDS_PER_ENDPOINT: Final = 4
 SENDS_PER_TENANT_CHANNEL: Final = 16
 HTTP_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=30.0)
-IDLE_WAIT = 1.0  # seconds an idle drain loop waits for a wake-up before it claims again (one loop per worker)
 
 
 def _gate(ctx: dict[str, Any], c: Claim) -> asyncio.Semaphore:
@@ -390,7 +389,8 @@ async def drain(ctx: dict[str, Any], index: int) -> None:
     when that publish arrives. Either the set came before this loop's clear — then the claim that follows the
     clear starts after the commit and sees the row (or another loop's claim took it) — or it comes after the
     clear, and the event stays set, so the wait below returns at once and the loop claims again. A publish lost
-    altogether (Redis away) costs loop 0's idle poll (`IDLE_WAIT`) or the relay's next scan, which publishes again.
+    altogether (Redis away) costs loop 0's idle poll (`OUTBOX_BATCH_IDLE_POLL`) or the relay's next scan, which
+    publishes again.
     A full batch sets the event itself: the lane's other loops join in while more may be due.
     Retries need no wake-up: RECORD_RETRY sets next_attempt_at, and loop 0's poll claims the row once it is due.
     A paused lane: the claim's guard skips its rows; the loop just waits."""
@@ -398,6 +398,7 @@ async def drain(ctx: dict[str, Any], index: int) -> None:
     size, _ = s.batch_shape(ctx["lane"])
     wake: asyncio.Event = ctx["batch_wake"]
     stop: asyncio.Event = ctx["batch_stop"]
+    poll = s.batch_idle_poll if index == 0 and s.batch_idle_poll > 0 else None
     failures = 0
     while not stop.is_set():
         wake.clear()
@@ -409,14 +410,14 @@ async def drain(ctx: dict[str, Any], index: int) -> None:
         except Exception:  # the database away, a bug in one batch: its leases run out; the loop goes on
             failures += 1
             log.exception("batch failed", lane=ctx["lane"], loop=index)
-            await asyncio.sleep(min(IDLE_WAIT, 0.05 * 2 ** min(failures, 5)))
+            await asyncio.sleep(min(1.0, 0.05 * 2 ** min(failures, 5)))
             continue
         if got:
             if got >= size:
                 wake.set()
             continue
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(IDLE_WAIT if index == 0 else None):
+            async with asyncio.timeout(poll):
                 await wake.wait()
 
 
