@@ -134,7 +134,8 @@ def test_the_relay_names_each_wake_up_by_notification_and_event_id(sys_):
     """Invariant: a wake-up the relay enqueues (here: an order event committed with no after-commit enqueue, so only
     the relay's NOTIFY-woken scan can deliver its rows) is one JSON line of the relay naming the notification id,
     its event id, tenant and lane — so `grep <event id>` follows an event through the relay too — and no contact
-    point is in it."""
+    point is in it. A batched lane's line ("lane woken") names the oldest owed row that woke it, its event id and
+    tenant the same way."""
     from domain.orders.commands import Committed, execute_order_command
 
     marks = _marks()
@@ -148,7 +149,8 @@ def test_the_relay_names_each_wake_up_by_notification_and_event_id(sys_):
 
     def relay_lines() -> list[dict[str, Any]] | None:
         found = [p for p in map(_json, _new_lines(marks).get("relay", []))
-                 if p and p.get("event") == "wake-up enqueued" and p.get("event_id") == event_id]
+                 # A batched lane's wake-up names the lane and the owed row that woke it (here the lane's only one).
+                 if p and p.get("event") in ("wake-up enqueued", "lane woken") and p.get("event_id") == event_id]
         return found if {p["notification_id"] for p in found} >= set(owed) else None
 
     lines = wait_for(relay_lines, 20, "the relay's wake-up line for every row of the event")
