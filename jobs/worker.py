@@ -373,9 +373,12 @@ async def deliver_batch(ctx: dict[str, Any], size: int) -> int:
     counts: dict[str, int] = {}
     for result in outcomes.values():
         counts[result] = counts.get(result, 0) + 1
+    # One line per batch; it names every row and event it recorded, so `grep <event id>` still finds the worker.
     log.info("batch recorded", lane=lane, claimed=len(batch), long_way=len(batch.long_way),
              settled_at_claim=len(settled), given_back=len(ready) - len(attempted),
-             ms=round((time.monotonic() - claim_started) * 1000, 1), **counts)
+             ms=round((time.monotonic() - claim_started) * 1000, 1),
+             notification_ids=sorted(outcomes), tenants=sorted({a.claim.tenant_id for a in attempted}),
+             event_ids=[str(a.claim.event_id) for a in attempted if a.claim.event_id is not None], **counts)
     for nid, result in outcomes.items():
         log.debug("attempt recorded", notification_id=nid, result=result)
     return len(batch)

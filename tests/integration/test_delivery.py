@@ -173,7 +173,7 @@ def test_forged_receipt_is_refused(sys_):
     assert resp.status_code == 401
 
 
-def test_paused_lane_keeps_work_pending_until_resume(sys_, redis_db, per_row_lanes):
+def test_paused_lane_keeps_work_pending_until_resume(sys_, redis_db, per_row_lanes, relay_stopped):
     """Per-row path: a paused lane's worker takes its job and sends nothing: the row stays QUEUED with no attempt."""
     set_lane_paused("high", True)
     r = approve()
@@ -201,6 +201,7 @@ def test_a_paused_batched_lane_claims_nothing_until_resume(sys_, redis_db):
     (row,) = rows("event_id = :e AND channel = 'webhook'", e=r.event_id)
     assert row.status == "QUEUED" and row.attempts == 0
     set_lane_paused("high", False)
+    asyncio.run(_enqueue(r))  # what the per-row relay's scan does on the resume's NOTIFY (its job may have ended)
     wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id))
 
 
