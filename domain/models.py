@@ -204,6 +204,9 @@ class Notification(SQLModel, table=True):
         ),
         # The relay's per-lane window (its oldest owed rows of one lane).
         sa.Index("notifications_owed_by_lane", "lane", "id", postgresql_where=sa.text("status = 'QUEUED'")),
+        # A batched lane's drain loop: its lane's due owed rows, oldest due first (sql.CLAIM_BATCH).
+        sa.Index("notifications_owed_by_lane_due", "lane", "next_attempt_at", "id",
+                 postgresql_where=sa.text("status = 'QUEUED'")),
         # The bulk lane's fair window: each (tenant, campaign) flow's oldest owed rows, and a skip scan of flows.
         sa.Index("notifications_owed_bulk_flow", "tenant_id", sa.text("coalesce(campaign_id, 0)"), "id",
                  postgresql_where=sa.text("status = 'QUEUED' AND lane = 'bulk'")),

@@ -17,6 +17,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from domain.access import peers
 
 PREFIX = "OUTBOX_"
+# The lanes that may be drained in batches (the bulk lane's fair queueing is per row).
+BATCHABLE_LANES = ("critical", "high", "normal")
 
 
 class SettingsError(RuntimeError):
@@ -99,6 +101,40 @@ class Settings(BaseSettings):
     # Seconds between an open view's revision checks (one small indexed read per watched order or order list): the
     # safety net that reloads a view whose hint was lost. At most the relay's default scan interval.
     view_check_interval: float = Field(2.0, gt=0, le=60)
+    # Batched delivery (jobs/worker.py `drain`): these lanes are drained by resident loops in their lane worker,
+    # each claiming up to a batch of due rows in one statement and recording them in one; their wake-up names the
+    # lane, never a row (no per-row arq job). Empty: the per-row path (one arq job per message) for every lane. The
+    # bulk lane is never batched here (its fair queueing and token buckets are per row). One value for the whole
+    # system: the processes that enqueue and the lane workers must agree.
+    batch_lanes: str = Field("critical,high,normal", validation_alias="OUTBOX_BATCH_LANES")
+    # Rows per claim and drain loops per worker process: the critical lane's batches stay small (a one-time code
+    # never waits behind 31 others' sends), with more loops; the high and normal lanes' are wide.
+    batch_size: int = Field(32, ge=1, le=500, validation_alias="OUTBOX_BATCH_SIZE")
+    batch_loops: int = Field(2, ge=1, le=32, validation_alias="OUTBOX_BATCH_LOOPS")
+    batch_size_critical: int = Field(4, ge=1, le=500, validation_alias="OUTBOX_BATCH_SIZE_CRITICAL")
+    batch_loops_critical: int = Field(4, ge=1, le=32, validation_alias="OUTBOX_BATCH_LOOPS_CRITICAL")
+    # Seconds one drain loop per worker waits for a wake-up before it claims anyway (a lost wake-up, a retry come
+    # due). 0: none polls; only wake-ups bring a claim (the relay's scan wakes a lane that owes a due row).
+    batch_idle_poll: float = Field(1.0, ge=0, le=60, validation_alias="OUTBOX_BATCH_IDLE_POLL")
+
+    @field_validator("batch_lanes")
+    @classmethod
+    def _batch_lanes(cls, v: str) -> str:
+        lanes = [x.strip() for x in v.split(",") if x.strip()]
+        bad = [x for x in lanes if x not in BATCHABLE_LANES]
+        if bad:
+            raise ValueError(f"not a batchable lane: {', '.join(bad)} (one of {', '.join(BATCHABLE_LANES)})")
+        return ",".join(lanes)
+
+    @property
+    def batched_lanes(self) -> frozenset[str]:
+        return frozenset(x for x in self.batch_lanes.split(",") if x)
+
+    def batch_shape(self, lane: str) -> tuple[int, int]:
+        """(rows per claim, drain loops) of a batched lane."""
+        if lane == "critical":
+            return self.batch_size_critical, self.batch_loops_critical
+        return self.batch_size, self.batch_loops
 
     @field_validator("trusted_proxies")
     @classmethod

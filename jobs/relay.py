@@ -132,6 +132,24 @@ async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None
                 enq += await wake(redis, rows[i:i + limit])
             seen += len(rows)
             continue
+        if wakeups.batched(lane):
+            # A batched lane's drain loops claim its due rows themselves, oldest due first, a lease that ran out
+            # included (the claim's guard takes it, the new token fences the dead worker out): the scan only wakes
+            # the lane when it owes a due row, one publish, whatever its depth. The row read is handed to
+            # `forget_dead_jobs` like any other (a per-row job left from before batching was switched on, marked
+            # in progress by a dead worker, runs again).
+            rows = await asyncio.to_thread(claim_owed, 0, 1, 1.0, lane)
+            if rows:
+                await forget_dead_jobs(redis, rows)
+                await wakeups.wake_lanes(redis, [lane])
+                first = rows[0]
+                log.info("lane woken", extra={
+                    "lane": lane, "why": "lease expired" if first.lease_expired else "owed",
+                    "notification_id": first.row.notification_id, "event_id": first.event_id,
+                    "tenant": first.tenant})
+                seen += 1
+                enq += 1
+            continue
         after = visited = 0
         while visited < lane_window:  # keyset pages over the partial index (lane, id)
             page = min(limit, lane_window - visited)

@@ -26,7 +26,7 @@ from arq.worker import func
 from domain import faults, logs
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.delivery import claims, fairshare, hot, lanes, ratelimit
-from domain.delivery.claims import Claim
+from domain.delivery.claims import Claim, Ready
 from domain.delivery.queue import (
     DELIVER_TASK,
     FAN_OUT_TASK,
@@ -295,6 +295,162 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     return result
 
 
+# ---- batched lanes (OUTBOX_BATCH_LANES): resident drain loops ---------------------------------------------------
+# Sends in flight at once per tenant endpoint, and per (tenant, channel) towards the system's receiver/providers:
+# one tenant's slow endpoint holds a few of a batch's sends, never the worker's whole client.
+SENDS_PER_ENDPOINT: Final = 4
+SENDS_PER_TENANT_CHANNEL: Final = 16
+HTTP_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=32, keepalive_expiry=30.0)
+
+
+def _gate(ctx: dict[str, Any], c: Claim) -> asyncio.Semaphore:
+    gates: dict[tuple[int, str], asyncio.Semaphore] = ctx.setdefault("send_gates", {})
+    key = (c.tenant_id, f"endpoint:{c.endpoint_id}" if c.endpoint_id is not None else c.channel)
+    gate = gates.get(key)
+    if gate is None:
+        gate = gates[key] = asyncio.Semaphore(
+            SENDS_PER_ENDPOINT if c.endpoint_id is not None else SENDS_PER_TENANT_CHANNEL)
+    return gate
+
+
+async def _send_one(ctx: dict[str, Any], r: Ready, claim_started: float) -> hot.Attempted | None:
+    """One row of a batch: sent within what is left of its attempt's deadline (counted from the batch's claim),
+    or given back (None) when too little is left, or its tenant endpoint is gone since the claim."""
+    s = get_settings()
+    c = r.claim
+    target = None
+    if c.endpoint_id is not None:  # read now, never carried anywhere: the URL and the live secrets
+        target = await asyncio.to_thread(endpoints.send_target, c.tenant_id, c.endpoint_id)
+    if c.endpoint_id is None or target is not None:
+        async with _gate(ctx, c):
+            deadline = attempt_deadline(s.lease_seconds) - (time.monotonic() - claim_started)
+            if deadline >= s.lease_seconds * MIN_SEND_SHARE_OF_LEASE:
+                started = datetime.now(UTC)
+                t0 = time.perf_counter()
+                outcome, ref = await send(ctx, c, r.contact, r.body, deadline, target)
+                latency_ms = (time.perf_counter() - t0) * 1000
+                decision = decide_retry(outcome, c.attempts, c.max_attempts, s.backoff_base, s.backoff_cap,
+                                        ctx["rng"])
+                log.debug("attempted", notification_id=c.id, status_code=outcome.status_code,
+                          error_class=outcome.error, latency_ms=round(latency_ms, 1))
+                return hot.Attempted(c, decision, started, outcome.status_code, latency_ms, ref, outcome.excerpt)
+    # Not sent: the attempt is given back and the row is owed again at once (the loop claims it next).
+    await asyncio.to_thread(claims.give_back, c)
+    return None
+
+
+async def deliver_batch(ctx: dict[str, Any], size: int) -> int:
+    """One batch of a batched lane: claim up to `size` due rows (one statement, one commit), settle the uncommon
+    ones the long way, send the rest concurrently, record every outcome (one statement per kind, one commit).
+    Returns the rows claimed (0: nothing due). The fault points come in the per-row path's order, per batch."""
+    s = get_settings()
+    lane: str = ctx["lane"]
+    worker: str = ctx["worker_name"]
+    now = datetime.now(UTC)
+    claim_started = time.monotonic()
+    batch = await hot.claim_batch(ctx["db"], lane, size, s.lease_seconds, now)
+    if not len(batch):
+        return 0
+    faults.hit("after_worker_claim")
+    ready = list(batch.ready)
+    settled: list[Claim] = []
+    for c, x, refused in batch.long_way:  # each fenced by its claim's token, in a transaction of its own
+        got = await asyncio.to_thread(claims.settle_claimed, c, x, now, worker, refused)
+        if isinstance(got, Ready):
+            ready.append(got)
+        elif isinstance(got, claims.Suppressed):
+            settled.append(got.claim)
+        # Deferred: its next_attempt_at says when; a drain loop claims it then.
+    faults.hit("before_remote_call")
+    sent = await asyncio.gather(*[_send_one(ctx, r, claim_started) for r in ready])
+    attempted = [a for a in sent if a is not None]
+    if any(a.status_code is not None and 200 <= a.status_code < 300 for a in attempted):
+        await armed_from_ops(ctx, "after_remote_accept_before_local_ack")
+        faults.hit("after_remote_accept_before_local_ack")
+    outcomes = await hot.record_batch(ctx["db"], attempted, worker)
+    faults.hit("after_local_ack")
+    await asyncio.gather(*[_refresh(ctx, c) for c in settled + [a.claim for a in attempted]])
+    counts: dict[str, int] = {}
+    for result in outcomes.values():
+        counts[result] = counts.get(result, 0) + 1
+    # One line per batch; it names every row and event it recorded, so `grep <event id>` still finds the worker.
+    log.info("batch recorded", lane=lane, claimed=len(batch), long_way=len(batch.long_way),
+             settled_at_claim=len(settled), given_back=len(ready) - len(attempted),
+             ms=round((time.monotonic() - claim_started) * 1000, 1),
+             notification_ids=sorted(outcomes), tenants=sorted({a.claim.tenant_id for a in attempted}),
+             event_ids=[str(a.claim.event_id) for a in attempted if a.claim.event_id is not None], **counts)
+    for nid, result in outcomes.items():
+        log.debug("attempt recorded", notification_id=nid, result=result)
+    return len(batch)
+
+
+async def drain(ctx: dict[str, Any], index: int) -> None:
+    """A resident drain loop of a batched lane (K of them per lane worker, `Settings.batch_shape`).
+
+    Each turn clears the lane's wake event BEFORE it claims. Why nothing owed is ever slept through: a row is
+    published (`wakeups.wake_lanes`) only after the transaction that made it owed committed, and the event is set
+    when that publish arrives. Either the set came before this loop's clear — then the claim that follows the
+    clear starts after the commit and sees the row (or another loop's claim took it) — or it comes after the
+    clear, and the event stays set, so the wait below returns at once and the loop claims again. A publish lost
+    altogether (Redis away) costs loop 0's idle poll (`OUTBOX_BATCH_IDLE_POLL`) or the relay's next scan, which
+    publishes again.
+    A full batch sets the event itself: the lane's other loops join in while more may be due.
+    Retries need no wake-up: RECORD_RETRY sets next_attempt_at, and loop 0's poll claims the row once it is due.
+    A paused lane: the claim's guard skips its rows; the loop just waits."""
+    s = get_settings()
+    size, _ = s.batch_shape(ctx["lane"])
+    wake: asyncio.Event = ctx["batch_wake"]
+    stop: asyncio.Event = ctx["batch_stop"]
+    poll = s.batch_idle_poll if index == 0 and s.batch_idle_poll > 0 else None
+    failures = 0
+    while not stop.is_set():
+        wake.clear()
+        try:
+            got = await deliver_batch(ctx, size)
+            failures = 0
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the database away, a bug in one batch: its leases run out; the loop goes on
+            failures += 1
+            log.exception("batch failed", lane=ctx["lane"], loop=index)
+            await asyncio.sleep(min(1.0, 0.05 * 2 ** min(failures, 5)))
+            continue
+        if got:
+            if got >= size:
+                wake.set()
+            continue
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(poll):
+                await wake.wait()
+
+
+async def _start_drains(ctx: dict[str, Any]) -> None:
+    lane: str = ctx["lane"]
+    if lane not in get_settings().batched_lanes:
+        return
+    ctx.setdefault("batch_wake", asyncio.Event())
+    ctx["batch_stop"] = asyncio.Event()
+    _, loops = get_settings().batch_shape(lane)
+    ctx["drains"] = [asyncio.create_task(drain(ctx, i), name=f"drain-{lane}-{i}") for i in range(loops)]
+    log.info("drain loops started", lane=lane, loops=loops, batch=get_settings().batch_shape(lane)[0])
+
+
+async def _stop_drains(ctx: dict[str, Any]) -> None:
+    """Stop cleanly: each loop finishes the batch it holds (up to a lease), then ends; what is still running
+    after that is cancelled (its rows' leases run out, like a killed worker's)."""
+    tasks: list[asyncio.Task[None]] = ctx.pop("drains", [])
+    if not tasks:
+        return
+    ctx["batch_stop"].set()
+    ctx["batch_wake"].set()
+    _, pending = await asyncio.wait(tasks, timeout=min(get_settings().lease_seconds, 10.0))
+    for t in pending:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await t
+
+
 async def _refresh(ctx: dict[str, Any], c: Claim) -> None:
     if c.order_id is None:
         return
@@ -312,15 +468,17 @@ async def fan_out_campaign(ctx: dict[str, Any], campaign_id: int) -> int:
 def settings_for(lane: str) -> dict[str, Any]:
     async def startup(ctx: dict[str, Any]) -> None:
         ctx["lane"] = lane
-        ctx["http"] = httpx.AsyncClient(timeout=HTTP_TIMEOUT)
+        ctx["http"] = httpx.AsyncClient(timeout=HTTP_TIMEOUT, limits=HTTP_LIMITS)
         ctx["worker_name"] = f"{socket.gethostname()}:{os.getpid()}:{lane}"
         ctx["rng"] = random.Random()
         # The claim/record path's own pool, one per lane worker process (domain/delivery/hot.py).
         # Its backends at the lane's CPU priority too, when PostgreSQL runs on this machine (LANE_NICENESS).
         ctx["db"] = await hot.open_pool(get_settings().database_url, f"outbox-worker-{lane}",
                                         niceness=LANE_NICENESS.get(lane, 0))
+        await _start_drains(ctx)  # a batched lane's resident loops (the arq worker runs beside them)
 
     async def shutdown(ctx: dict[str, Any]) -> None:
+        await _stop_drains(ctx)
         await ctx["http"].aclose()
         await ctx["db"].close()
 

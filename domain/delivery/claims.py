@@ -53,7 +53,7 @@ from domain.ledger.templates import render_for_send
 from domain.ledger.write import accept_truth, settle_receipts, settle_unsent
 
 __all__ = ["EVENT_REQUIRES_STATUS", "Claim", "ClaimResult", "Deferred", "Exhausted", "Ready", "Suppressed", "claim",
-           "give_back", "idempotency_key", "local_day", "record", "still_eligible", "superseded"]
+           "give_back", "idempotency_key", "local_day", "record", "settle_claimed", "still_eligible", "superseded"]
 
 CLAIM_NOTIFICATION = sql.CLAIM_NOTIFICATION
 _TAKE = sql.TAKE_STMT
@@ -93,6 +93,21 @@ def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str
         c, x = Claim.from_mapping(m), SendContext.from_mapping(m)
         take = plan(c, x, now)
         result = _decide_and_take(uow, c, x, now, worker) if take is None else take_for_send(uow, c, take, worker, now)
+        uow.commit()
+    return result
+
+
+def settle_claimed(c: Claim, x: SendContext, now: datetime, worker: str = "worker", refused: Take | None = None,
+                   engine: Engine | None = None) -> ClaimResult:
+    """The long way for a row a batch claim already holds (hot.claim_batch committed its lease and token): what
+    `plan` left out is decided and settled here (`_decide_and_take`), or, `refused` given, the take the batch's
+    savepoint rolled back is tried again (`take_for_send`: at the cap or without the money it is suppressed with
+    its reason). One transaction; every write in it is fenced by the claim's token."""
+    with UnitOfWork(engine) as uow:
+        if refused is None:
+            result = _decide_and_take(uow, c, x, now, worker)
+        else:
+            result = take_for_send(uow, c, refused, worker, now)
         uow.commit()
     return result
 

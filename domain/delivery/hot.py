@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from domain.db import libpq_url
 from domain.delivery import claims, priority, sql
-from domain.delivery.claimed import Claim, ClaimResult, Ready, SendContext, claim_params, plan
+from domain.delivery.claimed import Claim, ClaimResult, Ready, SendContext, Take, claim_params, plan
 from domain.delivery.retry import Retry, RetryDecision, Succeeded
 
 log = logging.getLogger("outbox.delivery")
@@ -44,6 +45,10 @@ _RECORD_SENT = sql.for_psycopg(sql.RECORD_SENT)
 _RECORD_RETRY = sql.for_psycopg(sql.RECORD_RETRY)
 _PENDING = sql.for_psycopg(sql.PENDING_RECEIPTS)
 _CHANNEL_OF = sql.for_psycopg(sql.CHANNEL_OF)
+_CLAIM_BATCH = sql.for_psycopg(sql.CLAIM_BATCH)
+_RECORD_SENT_BATCH = sql.for_psycopg(sql.RECORD_SENT_BATCH)
+_RECORD_RETRY_BATCH = sql.for_psycopg(sql.RECORD_RETRY_BATCH)
+_PENDING_BATCH = sql.for_psycopg(sql.PENDING_RECEIPTS_BATCH)
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
 
@@ -133,3 +138,150 @@ async def record(pool: Pool, c: Claim, decision: RetryDecision, *, worker: str, 
         except psycopg.OperationalError as exc:
             log.warning("fast record failed (%s); the long way", type(exc).__name__)
     return await asyncio.to_thread(claims.record, c, decision, **kw)
+
+
+# ---- batches (a batched lane's drain loop, jobs/worker.py `deliver_batch`) ---------------------------------------
+
+
+@dataclass
+class Batch:
+    """One batch claim, committed: `ready` may be sent now (their takes held); `long_way` are claimed too (leased,
+    their tokens moved) but need claims.settle_claimed — `plan` said no (None), or their take was refused under its
+    savepoint (the Take, tried again there)."""
+
+    ready: list[Ready] = field(default_factory=list)
+    long_way: list[tuple[Claim, SendContext, Take | None]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ready) + len(self.long_way)
+
+
+class _Refused(Exception):
+    """Roll the take back to its savepoint: the row stays claimed, the long way takes again."""
+
+
+async def claim_batch(pool: Pool, lane: str, n: int, lease_seconds: float, now: datetime) -> Batch:
+    """Up to `n` due rows of `lane` in ONE statement (`sql.CLAIM_BATCH`), then in the same transaction each row's
+    take (`sql.TAKE`) under a savepoint of its own: a refused take is rolled back alone. One COMMIT.
+    A dropped connection: an empty batch (whatever committed is leased, and its leases run out)."""
+    params = {**claim_params(0, lease_seconds, now), "lane": lane, "n": n}
+    del params["id"]
+    batch = Batch()
+    try:
+        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+            rows = await (await conn.execute(_CLAIM_BATCH, params)).fetchall()
+            for row in rows:
+                c, x = Claim.from_mapping(row), SendContext.from_mapping(row)
+                take = plan(c, x, now)
+                if take is None:
+                    batch.long_way.append((c, x, None))
+                    continue
+                if not take.takes_nothing:
+                    try:
+                        async with conn.transaction():  # SAVEPOINT
+                            got = await (await conn.execute(_TAKE, take.params(c))).fetchone()
+                            if got is None or not got["slot_ok"] or not got["paid"]:
+                                raise _Refused
+                    except _Refused:  # ROLLBACK TO SAVEPOINT: nothing of the take stays
+                        batch.long_way.append((c, x, take))
+                        continue
+                batch.ready.append(Ready(c, take.contact, take.body))
+    except psycopg.OperationalError as exc:
+        log.warning("batch claim failed (%s); its leases, if it committed, run out", type(exc).__name__)
+        return Batch()
+    return batch
+
+
+@dataclass(frozen=True)
+class Attempted:
+    """One row's attempt of a batch, to record under its claim's token."""
+
+    claim: Claim
+    decision: RetryDecision
+    started: datetime
+    status_code: int | None
+    latency_ms: float
+    provider_reference: str | None
+    excerpt: str | None = None
+
+    def kw(self, worker: str) -> dict[str, Any]:
+        return {"worker": worker, "started": self.started, "status_code": self.status_code,
+                "latency_ms": self.latency_ms, "provider_reference": self.provider_reference,
+                "excerpt": self.excerpt}
+
+
+class _NotClean(Exception):
+    def __init__(self, ids: set[int]) -> None:
+        super().__init__(f"{len(ids)} rows go the long way")
+        self.ids = ids
+
+
+def _fast_outcome(a: Attempted) -> str:
+    if isinstance(a.decision, Retry):
+        return "retry"
+    assert isinstance(a.decision, Succeeded)
+    return "already_processed" if a.decision.already_processed else "sent"
+
+
+async def _record_clean(pool: Pool, rows: list[Attempted], worker: str) -> None:
+    """`RECORD_SENT_BATCH` + `RECORD_RETRY_BATCH` + `PENDING_RECEIPTS_BATCH` in one transaction; rolled back whole
+    (`_NotClean`, naming the rows) when any row matched nothing or has a receipt pending."""
+    sent = [a for a in rows if isinstance(a.decision, Succeeded)]
+    retry = [a for a in rows if isinstance(a.decision, Retry)]
+    async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+        done_sent = done_retry = None
+        if sent:
+            ps = [claims.record_params(a.claim, a.decision, **a.kw(worker)) for a in sent]
+            done_sent = await conn.execute(_RECORD_SENT_BATCH, {
+                "worker": worker, "ids": [p["id"] for p in ps], "finals": [p["final"] for p in ps],
+                "ps": [p["p"] for p in ps], "keys": [p["key"] for p in ps], "nos": [p["no"] for p in ps],
+                "starteds": [p["started"] for p in ps], "outcomes": [p["outcome"] for p in ps],
+                "codes": [p["code"] for p in ps], "latencies": [float(p["latency"]) for p in ps],
+                "excerpts": [p["excerpt"] for p in ps]})
+        if retry:
+            ps = [claims.record_params(a.claim, a.decision, **a.kw(worker)) for a in retry]
+            done_retry = await conn.execute(_RECORD_RETRY_BATCH, {
+                "worker": worker, "ids": [p["id"] for p in ps], "toks": [p["tok"] for p in ps],
+                "delays": [float(p["delay"]) for p in ps], "errs": [p["err"] for p in ps],
+                "nos": [p["no"] for p in ps], "starteds": [p["started"] for p in ps],
+                "codes": [p["code"] for p in ps], "latencies": [float(p["latency"]) for p in ps],
+                "excerpts": [p["excerpt"] for p in ps]})
+        # Its own snapshot, after the rows' locks: a receipt committed while the records waited is seen.
+        pending = await conn.execute(_PENDING_BATCH, {"ids": [a.claim.id for a in rows]})
+        matched: set[int] = set()
+        for cur in (done_sent, done_retry):
+            if cur is not None:
+                matched.update(int(r["id"]) for r in await cur.fetchall())
+        odd = {a.claim.id for a in rows if a.claim.id not in matched}
+        odd.update(int(r["id"]) for r in await pending.fetchall())
+        if odd:
+            raise _NotClean(odd)
+
+
+async def record_batch(pool: Pool, attempts: list[Attempted], worker: str) -> dict[int, str]:
+    """Every outcome of a batch in one transaction: the accepted sends and the retries of rows still ours, each
+    fenced by its own token (`sql.RECORD_SENT_BATCH`, `sql.RECORD_RETRY_BATCH`), then the batch's receipt check.
+    A row that matched nothing (stale, a late truth) or has a receipt pending rolls that transaction back; the
+    clean rows are recorded again without it (a new transaction), and it goes the long way (claims.record) alone,
+    as does every row that is not the common case (a failure, a tenant endpoint's answer: its breaker moves).
+    Returns each row's outcome by id."""
+    out: dict[int, str] = {}
+    fast = [a for a in attempts if isinstance(a.decision, Succeeded | Retry) and a.claim.endpoint_id is None]
+    fast_ids = {a.claim.id for a in fast}
+    slow = [a for a in attempts if a.claim.id not in fast_ids]
+    while fast:
+        try:
+            await _record_clean(pool, fast, worker)
+        except _NotClean as odd:
+            slow += [a for a in fast if a.claim.id in odd.ids]
+            fast = [a for a in fast if a.claim.id not in odd.ids]
+            continue
+        except psycopg.OperationalError as exc:  # a dropped connection, a deadlock: row by row, the long way
+            log.warning("fast batch record failed (%s); the long way", type(exc).__name__)
+            slow += fast
+            break
+        out.update((a.claim.id, _fast_outcome(a)) for a in fast)
+        break
+    for a in slow:
+        out[a.claim.id] = await asyncio.to_thread(claims.record, a.claim, a.decision, **a.kw(worker))
+    return out

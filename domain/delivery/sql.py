@@ -38,17 +38,18 @@ import sqlalchemy as sa
 from domain.ledger.views import NOTIFICATION_COLUMNS
 from domain.vocabulary import lanes_sql_list
 
-CLAIM: Final[str] = """
-WITH c AS (
-  UPDATE notifications SET attempts = attempts + 1, leased_until = now() + make_interval(secs => :lease),
-                           claimed_at = now(), claim_token = claim_token + 1
-  WHERE id = :id AND status = 'QUEUED' AND next_attempt_at <= now() + interval '1 second'
+# The claim's pieces, shared by `CLAIM` (one row by id) and `CLAIM_BATCH` (up to :n due rows of one lane).
+_CLAIM_SET = """UPDATE notifications SET attempts = attempts + 1, leased_until = now() + make_interval(secs => :lease),
+                           claimed_at = now(), claim_token = claim_token + 1"""
+# Owed, not leased (or its lease ran out: the worker that held it is gone or late; the token fences it out), its
+# lane not paused. `{due}`: how due.
+_CLAIMABLE = """status = 'QUEUED' AND {due}
     AND (leased_until IS NULL OR leased_until < now())
-    AND NOT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = notifications.lane AND l.paused)
-  RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts,
+    AND NOT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = notifications.lane AND l.paused)"""
+_CLAIM_RETURNING = """RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts,
             max_attempts, event_id, order_id, intent_id, campaign_id, reserved_cents, cap_day, claim_token,
-            provider_key, endpoint_id
-)
+            provider_key, endpoint_id"""
+_CLAIM_JOINED = """
 SELECT c.*, o.status AS order_status, e.aggregate_type, e.aggregate_id, e.aggregate_revision, e.event_type,
        e.schema_version, e.occurred_at, e.request_id, e.causation_id, e.actor_ref, e.payload AS event_payload,
        i.status AS intent_status, i.step AS intent_step, ld.current_step AS lead_step,
@@ -76,6 +77,28 @@ LEFT JOIN LATERAL (SELECT version, body FROM templates
 LEFT JOIN otp_codes oc ON c.template = :otp_template AND oc.notification_id = c.id
 LEFT JOIN webhook_endpoints we ON we.id = c.endpoint_id AND we.tenant_id = c.tenant_id
 """
+
+CLAIM: Final[str] = f"""
+WITH c AS (
+  {_CLAIM_SET}
+  WHERE id = :id AND {_CLAIMABLE.format(due="next_attempt_at <= now() + interval '1 second'")}
+  {_CLAIM_RETURNING}
+){_CLAIM_JOINED}"""
+
+# `CLAIM` for up to :n due rows of one lane at once (a batched lane's drain loop, jobs/worker.py): the oldest due
+# first, each its own lease and next fence token; a row another claim (or the relay's scan) holds is skipped, not
+# waited on (SKIP LOCKED), so two loops or two workers never claim one row. The pick is a MATERIALIZED CTE: it is
+# evaluated once, whatever the plan of the UPDATE. Served by notifications_owed_by_lane_due (migration 0025).
+CLAIM_BATCH: Final[str] = f"""
+WITH picked AS MATERIALIZED (
+  SELECT id FROM notifications
+  WHERE lane = :lane AND {_CLAIMABLE.format(due="next_attempt_at <= now()")}
+  ORDER BY next_attempt_at, id LIMIT :n FOR UPDATE SKIP LOCKED
+), c AS (
+  {_CLAIM_SET}
+  WHERE id IN (SELECT id FROM picked)
+  {_CLAIM_RETURNING}
+){_CLAIM_JOINED}"""
 
 TAKE: Final[str] = """
 WITH slot AS (
@@ -114,46 +137,54 @@ TAKE_OR_ABORT: Final[str] = TAKE[: TAKE.rindex("SELECT (SELECT slot_ok")] + f"""
        ELSE '{TAKE_REFUSED}: slot ' || CAST((SELECT slot_ok FROM ok) AS text) END AS boolean) AS taken
 """
 
-RECORD_SENT: Final[str] = """
-WITH n AS (
-  UPDATE notifications SET status = CAST(:final AS text), provider_reference = coalesce(CAST(:p AS text), provider_reference),
+# The record's pieces, shared by the one-row statements and their batch forms (`{x}`: where a row's value comes
+# from: a parameter `:x` for one row, the batch's unnested column `v.x` for many).
+_SENT_SET = """status = CAST({final} AS text), provider_reference = coalesce(CAST({p} AS text), provider_reference),
          sent_at = coalesce(sent_at, now()),
-         settled_at = CASE WHEN CAST(:final AS text) = 'DELIVERED' THEN now() END,
+         settled_at = CASE WHEN CAST({final} AS text) = 'DELIVERED' THEN now() END,
          leased_until = NULL, last_error_class = NULL, suppressed_reason = NULL, review = NULL,
-         reason_detail = NULL, claim_token = claim_token + 1
-  WHERE id = :id AND status = 'QUEUED' AND coalesce(provider_key, dedupe_key) = :key
+         reason_detail = NULL, claim_token = claim_token + 1"""
+_SENT_GUARD = """status = 'QUEUED' AND coalesce(provider_key, dedupe_key) = {key}
     AND (reserved_cents > 0 OR cost_cents <= 0)
     AND (cap_day IS NOT NULL OR channel = 'webhook' OR lane = 'critical'
          OR NOT EXISTS (SELECT 1 FROM recipients r WHERE r.tenant_id = notifications.tenant_id
-                        AND r.ref = notifications.recipient AND r.daily_cap IS NOT NULL))
+                        AND r.ref = notifications.recipient AND r.daily_cap IS NOT NULL))"""
+_INTENT_SENT = """UPDATE lead_notification_intents SET status = 'sent', updated_at = now(),
+         final_reason = 'sent at ' || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC'"""
+_ATTEMPT_COLUMNS = """notification_attempts (notification_id, attempt_no, worker, started_at, finished_at, outcome,
+                                     status_code, error_class, latency_ms, response_excerpt, next_attempt_at,
+                                     notification_created_at)"""
+_RETRY_SET = """next_attempt_at = now() + make_interval(secs => {delay}), leased_until = NULL,
+         last_error_class = {err}"""
+_RETRY_GUARD = """status = 'QUEUED' AND claim_token = {tok}
+    AND NOT EXISTS (SELECT 1 FROM otp_codes oc WHERE oc.notification_id = notifications.id
+                    AND oc.expires_at <= now() + make_interval(secs => {delay}))"""
+
+RECORD_SENT: Final[str] = f"""
+WITH n AS (
+  UPDATE notifications SET {_SENT_SET.format(final=":final", p=":p")}
+  WHERE id = :id AND {_SENT_GUARD.format(key=":key")}
   RETURNING id, intent_id, created_at
 ), i AS (
-  UPDATE lead_notification_intents SET status = 'sent', updated_at = now(),
-         final_reason = 'sent at ' || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC'
+  {_INTENT_SENT}
   WHERE id = (SELECT intent_id FROM n) AND status IN ('pending', 'scheduled')
 ), a AS (
-  INSERT INTO notification_attempts (notification_id, attempt_no, worker, started_at, finished_at, outcome,
-                                     status_code, error_class, latency_ms, response_excerpt, notification_created_at)
+  INSERT INTO {_ATTEMPT_COLUMNS}
   SELECT id, CAST(:no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(),
-         CAST(:outcome AS text), CAST(:code AS int), NULL, CAST(:latency AS float8), CAST(:excerpt AS text),
+         CAST(:outcome AS text), CAST(:code AS int), NULL, CAST(:latency AS float8), CAST(:excerpt AS text), NULL,
          created_at FROM n
   ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
 )
 SELECT count(*) AS matched FROM n
 """
 
-RECORD_RETRY: Final[str] = """
+RECORD_RETRY: Final[str] = f"""
 WITH n AS (
-  UPDATE notifications SET next_attempt_at = now() + make_interval(secs => :delay), leased_until = NULL,
-         last_error_class = :err
-  WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok
-    AND NOT EXISTS (SELECT 1 FROM otp_codes oc WHERE oc.notification_id = notifications.id
-                    AND oc.expires_at <= now() + make_interval(secs => :delay))
+  UPDATE notifications SET {_RETRY_SET.format(delay=":delay", err=":err")}
+  WHERE id = :id AND {_RETRY_GUARD.format(tok=":tok", delay=":delay")}
   RETURNING id, next_attempt_at, created_at
 ), a AS (
-  INSERT INTO notification_attempts (notification_id, attempt_no, worker, started_at, finished_at, outcome,
-                                     status_code, error_class, latency_ms, response_excerpt, next_attempt_at,
-                                     notification_created_at)
+  INSERT INTO {_ATTEMPT_COLUMNS}
   SELECT id, CAST(:no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(), 'retry',
          CAST(:code AS int), CAST(:err AS text), CAST(:latency AS float8), CAST(:excerpt AS text),
          next_attempt_at, created_at FROM n
@@ -162,8 +193,59 @@ WITH n AS (
 SELECT count(*) AS matched FROM n
 """
 
+# The batch forms (a batched lane's drain loop, domain/delivery/hot.py `record_batch`): one statement for every
+# accepted send of a batch, one for every retry, each row under exactly the guards of its one-row statement
+# above, its values unnested from arrays (one element per row, in the same order). RETURNING the ids matched:
+# a row that matched nothing (a stale token, a late truth) goes the long way, alone.
+RECORD_SENT_BATCH: Final[str] = f"""
+WITH v AS (
+  SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:finals AS text[]), CAST(:ps AS text[]), CAST(:keys AS text[]),
+                       CAST(:nos AS int[]), CAST(:starteds AS timestamptz[]), CAST(:outcomes AS text[]),
+                       CAST(:codes AS int[]), CAST(:latencies AS float8[]), CAST(:excerpts AS text[]))
+    AS v(vid, vfinal, vp, vkey, vno, vstarted, voutcome, vcode, vlatency, vexcerpt)
+), n AS (
+  UPDATE notifications SET {_SENT_SET.format(final="v.vfinal", p="v.vp")}
+  FROM v WHERE notifications.id = v.vid AND {_SENT_GUARD.format(key="v.vkey")}
+  RETURNING notifications.id, notifications.intent_id, notifications.created_at
+), i AS (
+  {_INTENT_SENT}
+  WHERE id IN (SELECT intent_id FROM n WHERE intent_id IS NOT NULL) AND status IN ('pending', 'scheduled')
+), a AS (
+  INSERT INTO {_ATTEMPT_COLUMNS}
+  SELECT n.id, v.vno, CAST(:worker AS text), v.vstarted, now(), v.voutcome, v.vcode, NULL, v.vlatency, v.vexcerpt,
+         NULL, n.created_at
+  FROM n JOIN v ON v.vid = n.id
+  ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
+)
+SELECT id FROM n
+"""
+
+RECORD_RETRY_BATCH: Final[str] = f"""
+WITH v AS (
+  SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:toks AS bigint[]), CAST(:delays AS float8[]),
+                       CAST(:errs AS text[]), CAST(:nos AS int[]), CAST(:starteds AS timestamptz[]),
+                       CAST(:codes AS int[]), CAST(:latencies AS float8[]), CAST(:excerpts AS text[]))
+    AS v(vid, vtok, vdelay, verr, vno, vstarted, vcode, vlatency, vexcerpt)
+), n AS (
+  UPDATE notifications SET {_RETRY_SET.format(delay="v.vdelay", err="v.verr")}
+  FROM v WHERE notifications.id = v.vid AND {_RETRY_GUARD.format(tok="v.vtok", delay="v.vdelay")}
+  RETURNING notifications.id, notifications.next_attempt_at, notifications.created_at
+), a AS (
+  INSERT INTO {_ATTEMPT_COLUMNS}
+  SELECT n.id, v.vno, CAST(:worker AS text), v.vstarted, now(), 'retry', v.vcode, v.verr, v.vlatency, v.vexcerpt,
+         n.next_attempt_at, n.created_at
+  FROM n JOIN v ON v.vid = n.id
+  ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
+)
+SELECT id FROM n
+"""
+
 PENDING_RECEIPTS: Final[str] = (
     "SELECT EXISTS (SELECT 1 FROM delivery_receipts WHERE notification_id = :id AND applied_at IS NULL) AS pending")
+# The batch form: the ids among :ids with a receipt kept while they were owed (run after the batch's records).
+PENDING_RECEIPTS_BATCH: Final[str] = (
+    "SELECT DISTINCT notification_id AS id FROM delivery_receipts "
+    "WHERE notification_id = ANY(CAST(:ids AS bigint[])) AND applied_at IS NULL")
 
 # The long way's attempt line (claims.py): the same row as the records above, its partition key (the message's
 # `created_at`) read from the message in the same statement.

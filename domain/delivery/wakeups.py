@@ -122,12 +122,23 @@ async def publish_refresh(
     return int(n)
 
 
+def batched(lane: str) -> bool:
+    """Is this lane drained in batches (`OUTBOX_BATCH_LANES`): its wake-up names the lane, never a row."""
+    return lane in get_settings().batched_lanes
+
+
 async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
     """Idempotent by `_job_id`: a row that already has a live job is not enqueued twice. Then one wake-up per lane
-    that got a job, so its idle workers start it now instead of at their next poll (jobs/wake.py)."""
+    that got a job, so its idle workers start it now instead of at their next poll (jobs/wake.py).
+    A row of a batched lane (`batched`) gets no job: its lane's wake-up alone (one publish per lane) brings a drain
+    loop to claim it; it counts as woken. Returns the rows enqueued or woken."""
     n = 0
     woken: set[str] = set()
     rows = list(rows)
+    for lane in {r.lane for r in rows if batched(r.lane)}:
+        n += sum(1 for r in rows if r.lane == lane)
+        woken.add(lane)
+    rows = [r for r in rows if not batched(r.lane)]
     # The bulk lane's wake-ups, scored by fair queueing over (tenant, campaign) flows (domain/delivery/fair.py).
     fair_rows = [r for r in rows if r.lane == "bulk" and r.flow]
     if fair_rows and (fair_n := await fair.enqueue_fair(redis, fair_rows)):
@@ -166,9 +177,12 @@ async def enqueue_missing(redis: ArqRedis, rows: list[OwedRow]) -> int:
 
 
 async def without_live_job(redis: ArqRedis, rows: list[OwedRow]) -> list[OwedRow]:
-    """The rows whose job is gone (lost with Redis, or finished): one pipelined EXISTS for the whole page."""
+    """The rows whose job is gone (lost with Redis, or finished): one pipelined EXISTS for the whole page. A
+    batched lane's rows have no job of their own: each is "gone" (its lane is woken)."""
     if not rows:
         return []
+    if all(batched(r.lane) for r in rows):
+        return list(rows)
     async with redis.pipeline(transaction=False) as pipe:
         for row in rows:
             pipe.exists(job_key_prefix + job_id(row.notification_id))

@@ -105,3 +105,23 @@ def relay_stopped(services):  # type: ignore[no-untyped-def]
         relay.stop()
     yield
     services.relay()
+
+
+# Worker processes on the per-row path (`OUTBOX_BATCH_LANES` empty): `sys_.start_worker(lane, env=PER_ROW)`.
+PER_ROW: dict[str, str] = {"OUTBOX_BATCH_LANES": ""}
+
+
+@pytest.fixture
+def per_row_lanes():  # type: ignore[no-untyped-def]
+    """The per-row path on every lane in this test's process (`OUTBOX_BATCH_LANES` empty): its enqueues and its
+    relay scans make one arq job per row, as before batching — for the tests of that path, which stays supported.
+    Processes the test starts take `PER_ROW` for the same."""
+    before = os.environ.get("OUTBOX_BATCH_LANES")
+    os.environ["OUTBOX_BATCH_LANES"] = ""
+    reload_settings()
+    yield
+    if before is None:
+        os.environ.pop("OUTBOX_BATCH_LANES", None)
+    else:
+        os.environ["OUTBOX_BATCH_LANES"] = before
+    reload_settings()

@@ -22,13 +22,13 @@ from domain import faults
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
 from domain.delivery.signing import signed_headers
-from domain.delivery.wakeups import arq_pool, enqueue
+from domain.delivery.wakeups import arq_pool, batched, enqueue
 from domain.orders.commands import Committed, execute_order_command
 from domain.orders.envelope import body_digest
 from domain.settings import get_settings
 from jobs.ops.procs import ROOT, job_tries, wait_worker_ready
 from tests.conftest import SLOT_SUFFIX
-from tests.integration.conftest import API_PORT, RECEIVER, effects, rows, wait_for
+from tests.integration.conftest import API_PORT, PER_ROW, RECEIVER, effects, rows, wait_for
 
 
 def approve(order_id: int = 913) -> Committed:
@@ -173,19 +173,43 @@ def test_forged_receipt_is_refused(sys_):
     assert resp.status_code == 401
 
 
-def test_paused_lane_keeps_work_pending_until_resume(sys_, redis_db):
-    """A paused lane's worker takes its job and sends nothing: the row stays QUEUED with no attempt."""
+def test_paused_lane_keeps_work_pending_until_resume(sys_, redis_db, per_row_lanes, relay_stopped):
+    """Per-row path: a paused lane's worker takes its job and sends nothing: the row stays QUEUED with no attempt."""
     set_lane_paused("high", True)
     r = approve()
     (webhook,) = [o for o in r.owed if o.lane == "high"]
     asyncio.run(_enqueue(r))  # what the API does after commit: the wake-up reaches the paused lane's queue
-    sys_.start_worker("high")
+    sys_.start_worker("high", env=PER_ROW)
     # Proof the worker ran this very job while paused (arq counts each try), not merely that time passed.
     wait_for(lambda: job_tries(redis_db, webhook.job_id) >= 1, 30, "the paused worker to take the job")
     (row,) = rows("event_id = :e AND channel = 'webhook'", e=r.event_id)
     assert row.status == "QUEUED" and row.attempts == 0
     set_lane_paused("high", False)
     wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id))
+
+
+def test_a_paused_batched_lane_claims_nothing_until_resume(sys_, redis_db):
+    """Batched lane: the paused lane's drain loops claim (the guard skips its rows) and send nothing: the row stays
+    QUEUED with no attempt; resumed, it is delivered."""
+    set_lane_paused("high", True)
+    r = approve()
+    asyncio.run(_enqueue(r))  # the lane's wake-up
+    sys_.start_worker("high")
+    # Proof the worker's drain loop ran its batch claim while paused (its pool's last statement), not merely
+    # that time passed.
+    wait_for(lambda: _batch_claim_ran("outbox-worker-high"), 30, "the paused worker's batch claim")
+    (row,) = rows("event_id = :e AND channel = 'webhook'", e=r.event_id)
+    assert row.status == "QUEUED" and row.attempts == 0
+    set_lane_paused("high", False)
+    asyncio.run(_enqueue(r))  # what the per-row relay's scan does on the resume's NOTIFY (its job may have ended)
+    wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id))
+
+
+def _batch_claim_ran(application_name: str) -> bool:
+    with get_engine().connect() as c:
+        return bool(c.execute(sa.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = :a AND datname = current_database() "
+            "AND query LIKE '%picked AS MATERIALIZED%'"), {"a": application_name}).scalar())
 
 
 def test_bulk_token_bucket_is_shared_and_never_exceeds_its_rate(redis_db):
@@ -232,7 +256,8 @@ def test_no_contact_point_or_secret_reaches_job_args_payloads_or_logs(sys_, redi
     from arq.jobs import deserialize_job
 
     r = approve()
-    ids = [x.notification_id for x in r.owed]
+    # A batched lane's rows have no job at all (their wake-up names only the lane): the per-row lanes' jobs here.
+    ids = [x.notification_id for x in r.owed if not batched(x.lane)]
     keys = [f"{job_key_prefix}n-{i}".encode() for i in ids]
     wait_for(lambda: all(redis_db.exists(k) for k in keys), 10, "the relay to enqueue wake-ups")
     for i, k in zip(ids, keys, strict=True):

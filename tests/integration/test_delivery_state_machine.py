@@ -2,8 +2,9 @@
 
 The machine plays every party at once, in any order hypothesis picks: producers (sends, one-time codes, order
 approvals and cancels, campaign fan-out and cancel, lead events that supersede nudges), the relay (its real
-recovery scan writes real arq wake-ups into Redis), workers (take a wake-up from the Redis lane queue, or claim a
-row directly; send; record — or crash before recording, at the fault points `after_worker_claim`,
+recovery scan writes real arq wake-ups into Redis), workers (take a wake-up from the Redis lane queue, claim a
+row directly, or claim a batch of a batched lane's due rows in one statement; send; record one by one, or a
+worker's answered attempts in one batch — or crash before recording, at the fault points `after_worker_claim`,
 `before_remote_call` and `after_remote_accept_before_local_ack`; or stall past their lease and resume later),
 the provider (idempotent by the key we send; it may accept, answer 503 or 400, time out before or after it
 accepted), receipts (delivered or failed, in any order, twice; a `failed` one kept while its row is owed, then the
@@ -39,11 +40,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from domain import invariants
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork, get_engine
-from domain.delivery import claims, review
+from domain.delivery import claims, hot, review
 from domain.delivery.queue import LANES, queue_name
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Outcome, Succeeded, decide_retry
-from domain.delivery.wakeups import arq_pool
+from domain.delivery.wakeups import arq_pool, batched
 from domain.endpoints import store as endpoint_store
 from domain.journeys.steps import JOURNEY_STEPS
 from domain.journeys.store import create_lead, record_lead_event
@@ -216,6 +217,52 @@ class DeliveryMachine(RuleBasedStateMachine):
             r.close()
         if job_id.startswith("n-"):
             self._claim(int(job_id[2:]), worker)
+
+    @rule(lane=st.sampled_from([lane for lane in LANES if lane != "bulk"]), size=st.integers(1, 6),
+          worker=st.sampled_from(["w1", "w2"]))
+    def claim_a_batch(self, lane: str, size: int, worker: str) -> None:
+        """A batched lane's drain loop claims up to `size` due rows in one statement (hot.claim_batch); what `plan`
+        leaves out, or whose take was refused, is settled the long way (claims.settle_claimed) after the commit."""
+        if not batched(lane):
+            return
+        now = datetime.now(UTC)
+
+        async def go() -> hot.Batch:
+            pool = await hot.open_pool(get_settings().database_url, "sm-batch", max_size=1)
+            try:
+                return await hot.claim_batch(pool, lane, size, LEASE, now)
+            finally:
+                await pool.close()
+
+        batch = _run(go())
+        ready = list(batch.ready)
+        for c, x, refused in batch.long_way:
+            got = claims.settle_claimed(c, x, now, worker, refused)
+            if isinstance(got, claims.Ready):
+                ready.append(got)
+        self.inflight += [InFlight(r.claim, worker) for r in ready]
+
+    @rule(worker=st.sampled_from(["w1", "w2"]))
+    def record_a_batch(self, worker: str) -> None:
+        """Every answered attempt of one worker recorded together (hot.record_batch: one statement per kind, each
+        row under its own token; a stale row or a pending receipt goes the long way alone)."""
+        done = [f for f in self.inflight if f.outcome is not None and f.worker == worker]
+        if not done:
+            return
+        for f in done:
+            self.inflight.remove(f)
+        attempts = [hot.Attempted(f.claim, decide_retry(f.outcome, f.claim.attempts, f.claim.max_attempts, 0.0,
+                                                        0.0, self.rng), datetime.now(UTC), f.outcome.status_code,
+                                  1.0, f.reference) for f in done if f.outcome is not None]
+
+        async def go() -> None:
+            pool = await hot.open_pool(get_settings().database_url, "sm-batch", max_size=1)
+            try:
+                await hot.record_batch(pool, attempts, worker)
+            finally:
+                await pool.close()
+
+        _run(go())
 
     @rule(data=st.data(), worker=st.sampled_from(["w1", "w2"]))
     def claim_directly(self, data: st.DataObject, worker: str) -> None:

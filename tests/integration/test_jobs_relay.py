@@ -5,19 +5,22 @@ one for a row whose job is live; as rows are settled the next scan brings in the
 flushed Redis is rebuilt by the next scan; a long bulk backlog never keeps another lane's rows out of their window.
 A NOTIFY makes the relay scan only the lanes it names (a one-time code's commit never makes it read the bulk
 lane's window); the periodic scan covers every lane. The dead-job check of a whole window of overdue rows is one
-Redis round trip on one connection, not one connection per row.
+Redis round trip on one connection, not one connection per row. Those are the per-row path's (`per_row_lanes`);
+a batched lane gets no job per row: one wake-up per scan while it owes a due row, none when it owes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import sqlalchemy as sa
 from arq import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix
 
 from domain.db import get_engine
-from domain.delivery.queue import NOTIFY_CHANNEL, job_id, queue_name
+from domain.delivery import wakeups
+from domain.delivery.queue import LANES, NOTIFY_CHANNEL, job_id, queue_name, wake_channel
 from domain.delivery.wakeups import arq_pool
 from domain.settings import get_settings
 from jobs.relay import listen, notified_lanes, scan_once
@@ -51,7 +54,8 @@ async def _finish(pool: ArqRedis, ids: list[int]) -> None:
 
 
 
-def test_relay_keeps_a_window_of_wake_ups_per_lane_in_id_order_and_loses_none(relay_stopped, db, redis_db):
+def test_relay_keeps_a_window_of_wake_ups_per_lane_in_id_order_and_loses_none(relay_stopped, db, redis_db,
+        per_row_lanes):
     bulk = _owed("bulk", 3 * WINDOW, "win-b-")
     codes = _owed("critical", 3, "win-c-")  # created after the whole bulk backlog: higher ids
 
@@ -81,7 +85,42 @@ def test_relay_keeps_a_window_of_wake_ups_per_lane_in_id_order_and_loses_none(re
     asyncio.run(run())
 
 
-def test_a_notify_scans_only_the_lanes_it_names_and_the_interval_scan_every_lane(relay_stopped, db, redis_db):
+def test_a_batched_lane_is_woken_once_per_scan_and_gets_no_job_per_row(relay_stopped, db, redis_db):
+    """Batched lanes (the default: critical, high, normal): the scan enqueues no arq job for their rows; it
+    publishes one wake-up per lane that owes a due row, however many it owes, and none for a lane that owes
+    nothing; the bulk lane keeps its window of per-row wake-ups."""
+    _owed("critical", 5, "bw-c-")
+    _owed("high", 3, "bw-h-")
+    bulk = _owed("bulk", 3, "bw-b-")
+
+    async def run() -> None:
+        pool = await arq_pool()
+        ps = pool.pubsub()
+        try:
+            db_index = wakeups.redis_db(pool)
+            channels = {wake_channel(lane, db_index): lane for lane in LANES}
+            await ps.subscribe(*channels)
+            _, enqueued = await scan_once(pool, limit=20, window=WINDOW)
+            assert enqueued == 1 + 1 + len(bulk), "one wake-up per batched lane that owes, one job per bulk row"
+            assert await _queued(pool, "critical") == set() and await _queued(pool, "high") == set()
+            assert await _queued(pool, "bulk") == set(bulk)
+            woken: list[str] = []
+            deadline = time.monotonic() + 10
+            while "bulk" not in woken:  # published last, in lane order: every earlier wake-up came before it
+                assert time.monotonic() < deadline, f"wake-ups seen: {woken}"
+                m = await ps.get_message(ignore_subscribe_messages=True, timeout=0.5)
+                if m is not None:
+                    woken.append(channels[m["channel"].decode() if isinstance(m["channel"], bytes) else m["channel"]])
+            assert woken == ["critical", "high", "bulk"], "the normal lane owes nothing: not woken"
+        finally:
+            await ps.aclose()
+            await pool.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_notify_scans_only_the_lanes_it_names_and_the_interval_scan_every_lane(relay_stopped, db, redis_db,
+        per_row_lanes):
     bulk = _owed("bulk", 30, "scope-b-")
     codes = _owed("critical", 2, "scope-c-")
 
@@ -111,7 +150,8 @@ def test_a_notify_scans_only_the_lanes_it_names_and_the_interval_scan_every_lane
     asyncio.run(run())
 
 
-def test_a_window_of_overdue_rows_is_checked_for_dead_jobs_in_one_round_trip(relay_stopped, db, redis_db):
+def test_a_window_of_overdue_rows_is_checked_for_dead_jobs_in_one_round_trip(relay_stopped, db, redis_db,
+        per_row_lanes):
     lease = get_settings().lease_seconds
     ids = _owed("normal", 300, "dead-")
     with get_engine().begin() as c:  # due for longer than a lease and never claimed: each one's worker may be dead

@@ -122,10 +122,11 @@ def partition(monkeypatch: pytest.MonkeyPatch) -> Iterator[Partition]:
 
 
 async def test_a_dead_redis_connection_never_stalls_the_relay(relay_stopped: None, db: str, redis_db: Any,
-                                                              partition: Partition) -> None:
+                                                              partition: Partition, per_row_lanes: None) -> None:
     """The relay's Redis connection dies silently mid-life; Redis is reachable again over a new connection. Before:
     the relay's next Redis call waited on the dead connection for ever (no reply timeout) and the row was never
-    woken. Now the call gives up within its bound, the failed scan is tried again at once, and the row is woken."""
+    woken. Now the call gives up within its bound, the failed scan is tried again at once, and the row is woken.
+    On the per-row path (`per_row_lanes`): each owed row's wake-up is a job in Redis, which the test can see."""
     task = asyncio.create_task(relay.run_relay())
     try:
         await _until(lambda: partition.accepted >= 1, "the relay's Redis pool to connect")

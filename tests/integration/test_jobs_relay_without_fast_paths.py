@@ -65,7 +65,8 @@ def authorized_orders(n: int) -> list[tuple[int, int]]:
 def test_with_after_commit_wake_ups_off_the_scan_alone_delivers_everything(no_relay, sys_, api_without_wake_ups,
                                                                           redis_db):
     for lane in LANES:
-        sys_.start_worker(lane)
+        # A batched lane's drain loops claim only when woken (no idle poll): the scan's wake-up alone moves them.
+        sys_.start_worker(lane, env={"OUTBOX_BATCH_IDLE_POLL": "0"})
     for lane in LANES:
         wait_worker_ready(redis_db, lane, 60)  # polling: any wake-up in Redis would be taken at once
     auth = {"Authorization": f"Bearer {create_api_key(42, 'drill:no-wake')}"}

@@ -25,13 +25,15 @@ from arq.worker import func
 from domain.delivery import wakeups
 from domain.delivery.queue import DELIVER_TASK, job_id, queue_name, wake_channel
 from domain.ledger.owed import OwedRow
+from domain.settings import reload_settings
 from jobs import wake
 from tests.conftest import TEST_REDIS_URL
 
 
 @pytest.fixture
-async def idle_worker(redis_db, monkeypatch):  # type: ignore[no-untyped-def]
-    """A critical-lane LaneWorker in this process whose idle poll is 4 s; yields (pool, started: id -> monotonic)."""
+async def idle_worker(redis_db, monkeypatch, per_row_lanes):  # type: ignore[no-untyped-def]
+    """A critical-lane LaneWorker in this process whose idle poll is 4 s; yields (pool, started: id -> monotonic).
+    The per-row path (`per_row_lanes`): each enqueue is an arq job; `worker` is the LaneWorker itself."""
     monkeypatch.setattr(wake, "IDLE_WAIT", 4.0)
     started: dict[int, float] = {}
 
@@ -51,6 +53,7 @@ async def idle_worker(redis_db, monkeypatch):  # type: ignore[no-untyped-def]
     while not (w.waiting and not w._wake.is_set()):  # past the poll its subscription woke: asleep for IDLE_WAIT
         assert time.monotonic() < deadline, "the worker never went to sleep"
         await asyncio.sleep(0.005)
+    monkeypatch.setattr(wake, "last_worker", w, raising=False)
     yield pool, started
     # Stop only once the job it started has finished: cancelling arq mid-finish raises CancelledError out of its
     # shielded bookkeeping into this teardown (seen once in a full run).
@@ -78,6 +81,29 @@ async def test_an_enqueue_wakes_the_idle_worker_long_before_its_poll(idle_worker
     t0 = time.monotonic()
     assert await wakeups.enqueue(pool, [OwedRow(1, "critical", job_id(1))]) == 1
     assert await _until(started, 1, 3.0) - t0 < 2.0  # the idle poll is 4 s away
+
+
+async def test_a_batched_lanes_wake_up_sets_the_drain_loops_event_at_once(idle_worker) -> None:  # type: ignore[no-untyped-def]
+    """A batched lane's enqueue makes no job: it publishes the lane's wake-up, which sets the event the lane's
+    drain loops wait on (`LaneWorker.batch_wake`) at once — long before any idle poll."""
+    pool, started = idle_worker
+    w = wake.last_worker  # type: ignore[attr-defined]
+    w.batch_wake.clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OUTBOX_BATCH_LANES", "critical")
+        reload_settings()
+        try:
+            t0 = time.monotonic()
+            assert await wakeups.enqueue(pool, [OwedRow(7, "critical", job_id(7))]) == 1
+            assert not await pool.exists(f"arq:job:{job_id(7)}"), "no per-row job on a batched lane"
+            deadline = time.monotonic() + 3
+            while not w.batch_wake.is_set():
+                assert time.monotonic() < deadline, "the drain loops' event was never set"
+                await asyncio.sleep(0.005)
+            assert time.monotonic() - t0 < 2.0 and 7 not in started
+        finally:
+            mp.setenv("OUTBOX_BATCH_LANES", "")
+            reload_settings()
 
 
 async def test_a_lost_hint_costs_one_idle_poll_not_the_job(idle_worker) -> None:  # type: ignore[no-untyped-def]

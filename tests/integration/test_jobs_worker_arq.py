@@ -28,7 +28,7 @@ from domain.delivery.wakeups import arq_pool, enqueue
 from domain.ledger.owed import OwedRow
 from jobs.ops.procs import job_tries, wait_worker_ready
 from jobs.relay import ScannedRow, forget_dead_jobs, wake
-from tests.integration.conftest import RECEIVER, effects, rows, wait_for
+from tests.integration.conftest import PER_ROW, RECEIVER, effects, rows, wait_for
 from tests.integration.test_delivery import approve
 
 
@@ -44,7 +44,7 @@ async def _as_the_relay_after_a_stale_read(row: OwedRow) -> int:
 
 
 def test_a_job_woken_again_while_its_first_run_retries_runs_once_at_a_time(sys_: Any, relay_stopped: None,
-                                                                           redis_db: Any) -> None:
+                                                                           redis_db: Any, per_row_lanes: None) -> None:
     """The first run gets a 503 (a `Retry`) and its record waits on a lock past the lease; meanwhile the relay wakes
     the row again. Before: the worker started the job id a second time and its log showed `KeyError: 'n-…'` from
     arq's run_job. Now the second start waits for the first run; the row is delivered, one effect."""
@@ -54,7 +54,7 @@ def test_a_job_woken_again_while_its_first_run_retries_runs_once_at_a_time(sys_:
     r = approve()
     (hook,) = [o for o in r.owed if o.lane == "high"]
     (marker,) = [o for o in approve(914).owed if o.lane == "high"]
-    worker = sys_.start_worker("high")
+    worker = sys_.start_worker("high", env=PER_ROW)  # the per-row path: one arq job per row
     wait_worker_ready(redis_db, "high", 30)
     asyncio.run(_enqueue(hook))
     lock_held, release = threading.Event(), threading.Event()

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from domain.access.auth import create_api_key
 from domain.db import get_engine
+from domain.delivery.wakeups import batched
 from domain.ledger import otp
 from domain.settings import get_settings
 from jobs.ops.procs import ROOT
@@ -53,7 +54,8 @@ def _json(line: str) -> dict[str, Any] | None:
 
 def test_one_event_is_followed_across_processes_by_its_id_in_json_lines(sys_):
     """Invariant: grep <event id> finds JSON lines of the API, a worker and the receiver, with the fields that
-    tie them together."""
+    tie them together. On a batched lane the worker's line is its batch's ("batch recorded"), naming every row
+    and event id of the batch; on the per-row path it is the row's own ("attempt recorded")."""
     marks = _marks()
     for lane in ("high", "normal"):
         sys_.start_worker(lane)
@@ -68,7 +70,8 @@ def test_one_event_is_followed_across_processes_by_its_id_in_json_lines(sys_):
 
     def written() -> bool:  # the worker logs its attempt just after the row says SENT
         text = "\n".join(line for ls in _new_lines(marks).values() for line in ls if event_id in line)
-        return '"process": "receiver"' in text and '"event": "attempt recorded"' in text
+        return '"process": "receiver"' in text and (
+            '"event": "attempt recorded"' in text or '"event": "batch recorded"' in text)
 
     wait_for(lambda: written() or None, 10, "the receiver's and the worker's lines")
     lines = _new_lines(marks)
@@ -78,11 +81,17 @@ def test_one_event_is_followed_across_processes_by_its_id_in_json_lines(sys_):
     assert {"api", "receiver"} <= set(by_process) and any(k.startswith("worker:") for k in by_process), by_process
     api = next(p for _, p in hits if p and p["process"] == "api" and p.get("event") == "order event committed")
     assert api["tenant"] == 42 and api["request_id"] == rid and hook.id in api["notification_ids"]
-    worker = next(p for _, p in hits if p and p["process"].startswith("worker:") and p.get("event") ==
-                  "attempt recorded" and p.get("notification_id") == hook.id)
-    assert (worker["tenant"], worker["event_id"], worker["lane"], worker["request_id"]) == (42, event_id,
-                                                                                           hook.lane, rid)
-    assert worker["attempt"] >= 1 and worker["level"] == "info"
+    if batched(hook.lane):
+        worker = next(p for _, p in hits if p and p["process"].startswith("worker:") and p.get("event") ==
+                      "batch recorded" and hook.id in p.get("notification_ids", []))
+        assert (42 in worker["tenants"], event_id in worker["event_ids"], worker["lane"]) == (True, True, hook.lane)
+        assert worker["claimed"] >= 1 and worker["level"] == "info"
+    else:
+        worker = next(p for _, p in hits if p and p["process"].startswith("worker:") and p.get("event") ==
+                      "attempt recorded" and p.get("notification_id") == hook.id)
+        assert (worker["tenant"], worker["event_id"], worker["lane"], worker["request_id"]) == (42, event_id,
+                                                                                               hook.lane, rid)
+        assert worker["attempt"] >= 1 and worker["level"] == "info"
     assert any(p and p["process"] == "receiver" and p.get("event") == "webhook" for _, p in hits)
     request = [p for p in map(_json, lines["api"]) if p and p.get("event") == "request" and p.get("request_id") == rid]
     assert request and request[0]["status"] == 200 and request[0]["tenant"] == 42
@@ -134,7 +143,8 @@ def test_the_relay_names_each_wake_up_by_notification_and_event_id(sys_):
     """Invariant: a wake-up the relay enqueues (here: an order event committed with no after-commit enqueue, so only
     the relay's NOTIFY-woken scan can deliver its rows) is one JSON line of the relay naming the notification id,
     its event id, tenant and lane — so `grep <event id>` follows an event through the relay too — and no contact
-    point is in it."""
+    point is in it. A batched lane's line ("lane woken") names the oldest owed row that woke it, its event id and
+    tenant the same way."""
     from domain.orders.commands import Committed, execute_order_command
 
     marks = _marks()
@@ -148,7 +158,8 @@ def test_the_relay_names_each_wake_up_by_notification_and_event_id(sys_):
 
     def relay_lines() -> list[dict[str, Any]] | None:
         found = [p for p in map(_json, _new_lines(marks).get("relay", []))
-                 if p and p.get("event") == "wake-up enqueued" and p.get("event_id") == event_id]
+                 # A batched lane's wake-up names the lane and the owed row that woke it (here the lane's only one).
+                 if p and p.get("event") in ("wake-up enqueued", "lane woken") and p.get("event_id") == event_id]
         return found if {p["notification_id"] for p in found} >= set(owed) else None
 
     lines = wait_for(relay_lines, 20, "the relay's wake-up line for every row of the event")
