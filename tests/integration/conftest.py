@@ -109,6 +109,23 @@ def relay_stopped(services):  # type: ignore[no-untyped-def]
 
 # Worker processes on the per-row path (`OUTBOX_BATCH_LANES` empty): `sys_.start_worker(lane, env=PER_ROW)`.
 PER_ROW: dict[str, str] = {"OUTBOX_BATCH_LANES": ""}
+# ... and on the batched path (jobs/worker.py `drain`): `sys_.start_worker(lane, env=BATCHED)`.
+BATCHED: dict[str, str] = {"OUTBOX_BATCH_LANES": "critical,high,normal"}
+
+
+@pytest.fixture
+def batched_lanes():  # type: ignore[no-untyped-def]
+    """Batched delivery on critical, high and normal in this test's process: its enqueues and relay scans wake the
+    lane and make no per-row job. Processes the test starts take `BATCHED` for the same."""
+    before = os.environ.get("OUTBOX_BATCH_LANES")
+    os.environ["OUTBOX_BATCH_LANES"] = BATCHED["OUTBOX_BATCH_LANES"]
+    reload_settings()
+    yield
+    if before is None:
+        os.environ.pop("OUTBOX_BATCH_LANES", None)
+    else:
+        os.environ["OUTBOX_BATCH_LANES"] = before
+    reload_settings()
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from domain.orders.envelope import body_digest
 from domain.settings import get_settings
 from jobs.ops.procs import ROOT, job_tries, wait_worker_ready
 from tests.conftest import SLOT_SUFFIX
-from tests.integration.conftest import API_PORT, PER_ROW, RECEIVER, effects, rows, wait_for
+from tests.integration.conftest import API_PORT, BATCHED, PER_ROW, RECEIVER, effects, rows, wait_for
 
 
 def approve(order_id: int = 913) -> Committed:
@@ -188,13 +188,13 @@ def test_paused_lane_keeps_work_pending_until_resume(sys_, redis_db, per_row_lan
     wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id))
 
 
-def test_a_paused_batched_lane_claims_nothing_until_resume(sys_, redis_db):
+def test_a_paused_batched_lane_claims_nothing_until_resume(sys_, redis_db, batched_lanes, relay_stopped):
     """Batched lane: the paused lane's drain loops claim (the guard skips its rows) and send nothing: the row stays
     QUEUED with no attempt; resumed, it is delivered."""
     set_lane_paused("high", True)
     r = approve()
     asyncio.run(_enqueue(r))  # the lane's wake-up
-    sys_.start_worker("high")
+    sys_.start_worker("high", env=BATCHED)
     # Proof the worker's drain loop ran its batch claim while paused (its pool's last statement), not merely
     # that time passed.
     wait_for(lambda: _batch_claim_ran("outbox-worker-high"), 30, "the paused worker's batch claim")

@@ -32,7 +32,7 @@ from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.wakeups import arq_pool, enqueue
 from domain.ledger import write
 from domain.settings import get_settings, reload_settings
-from tests.integration.conftest import effects, rows, wait_for
+from tests.integration.conftest import BATCHED, effects, rows, wait_for
 from tests.integration.test_delivery import approve
 from tests.integration.test_delivery_claims_fencing import assert_invariants, entries, lease_runs_out, row
 from tests.integration.test_delivery_claims_fencing_review import person
@@ -190,18 +190,18 @@ def _approve_several(orders: tuple[int, ...]) -> list[Any]:
     return [o for n in orders for o in approve(n).owed if o.lane == "high"]
 
 
-def test_a_worker_killed_mid_batch_loses_nothing_and_duplicates_no_effect(sys_, redis_db):
+def test_a_worker_killed_mid_batch_loses_nothing_and_duplicates_no_effect(sys_, redis_db, batched_lanes, relay_stopped):
     """A high-lane worker claims a batch of webhooks, the receiver accepts them, and the worker dies before it
     records any (`after_remote_accept_before_local_ack`). Their leases run out; a second worker claims and sends
     them again: every row ends DELIVERED and the receiver effected each event exactly once."""
     orders = (913, 914, 915)
     owed = _approve_several(orders)
     assert len(owed) >= 2, owed
-    faulty = sys_.start_worker("high", fault="after_remote_accept_before_local_ack")
+    faulty = sys_.start_worker("high", fault="after_remote_accept_before_local_ack", env=BATCHED)
     assert faulty.wait_exit(60) == faults.EXIT_CODE
     first = rows("id = ANY(:ids) AND attempts >= 1", ids=[o.notification_id for o in owed])
     assert len(first) >= 2, "the dead worker claimed a batch, not one row"
-    sys_.start_worker("high")
+    sys_.start_worker("high", env=BATCHED)
     ids = [o.notification_id for o in owed]
     wait_for(lambda: len(rows("id = ANY(:ids) AND status = 'DELIVERED'", ids=ids)) == len(ids), 60,
              "every row delivered by the second worker")

@@ -44,7 +44,7 @@ from domain.delivery import claims, hot, review
 from domain.delivery.queue import LANES, queue_name
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Outcome, Succeeded, decide_retry
-from domain.delivery.wakeups import arq_pool, batched
+from domain.delivery.wakeups import arq_pool
 from domain.endpoints import store as endpoint_store
 from domain.journeys.steps import JOURNEY_STEPS
 from domain.journeys.store import create_lead, record_lead_event
@@ -223,8 +223,6 @@ class DeliveryMachine(RuleBasedStateMachine):
     def claim_a_batch(self, lane: str, size: int, worker: str) -> None:
         """A batched lane's drain loop claims up to `size` due rows in one statement (hot.claim_batch); what `plan`
         leaves out, or whose take was refused, is settled the long way (claims.settle_claimed) after the commit."""
-        if not batched(lane):
-            return
         now = datetime.now(UTC)
 
         async def go() -> hot.Batch:

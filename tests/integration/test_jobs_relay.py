@@ -85,8 +85,9 @@ def test_relay_keeps_a_window_of_wake_ups_per_lane_in_id_order_and_loses_none(re
     asyncio.run(run())
 
 
-def test_a_batched_lane_is_woken_once_per_scan_and_gets_no_job_per_row(relay_stopped, db, redis_db):
-    """Batched lanes (the default: critical, high, normal): the scan enqueues no arq job for their rows; it
+def test_a_batched_lane_is_woken_once_per_scan_and_gets_no_job_per_row(relay_stopped, db, redis_db,
+                                                                         batched_lanes):
+    """Batched lanes (critical, high, normal): the scan enqueues no arq job for their rows; it
     publishes one wake-up per lane that owes a due row, however many it owes, and none for a lane that owes
     nothing; the bulk lane keeps its window of per-row wake-ups."""
     _owed("critical", 5, "bw-c-")
