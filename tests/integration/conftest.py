@@ -3,6 +3,7 @@ the whole session (their own ports, the test database and Redis db), and lane wo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import uuid
@@ -113,19 +114,28 @@ PER_ROW: dict[str, str] = {"OUTBOX_BATCH_LANES": ""}
 BATCHED: dict[str, str] = {"OUTBOX_BATCH_LANES": "critical,high,normal"}
 
 
+@contextlib.contextmanager
+def _batch_lanes(value: str):  # type: ignore[no-untyped-def]
+    """`OUTBOX_BATCH_LANES` set to `value` in this test's process for the block, then put back."""
+    before = os.environ.get("OUTBOX_BATCH_LANES")
+    os.environ["OUTBOX_BATCH_LANES"] = value
+    reload_settings()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("OUTBOX_BATCH_LANES", None)
+        else:
+            os.environ["OUTBOX_BATCH_LANES"] = before
+        reload_settings()
+
+
 @pytest.fixture
 def batched_lanes():  # type: ignore[no-untyped-def]
     """Batched delivery on critical, high and normal in this test's process: its enqueues and relay scans wake the
     lane and make no per-row job. Processes the test starts take `BATCHED` for the same."""
-    before = os.environ.get("OUTBOX_BATCH_LANES")
-    os.environ["OUTBOX_BATCH_LANES"] = BATCHED["OUTBOX_BATCH_LANES"]
-    reload_settings()
-    yield
-    if before is None:
-        os.environ.pop("OUTBOX_BATCH_LANES", None)
-    else:
-        os.environ["OUTBOX_BATCH_LANES"] = before
-    reload_settings()
+    with _batch_lanes(BATCHED["OUTBOX_BATCH_LANES"]):
+        yield
 
 
 @pytest.fixture
@@ -133,12 +143,5 @@ def per_row_lanes():  # type: ignore[no-untyped-def]
     """The per-row path on every lane in this test's process (`OUTBOX_BATCH_LANES` empty): its enqueues and its
     relay scans make one arq job per row, as before batching — for the tests of that path, which stays supported.
     Processes the test starts take `PER_ROW` for the same."""
-    before = os.environ.get("OUTBOX_BATCH_LANES")
-    os.environ["OUTBOX_BATCH_LANES"] = ""
-    reload_settings()
-    yield
-    if before is None:
-        os.environ.pop("OUTBOX_BATCH_LANES", None)
-    else:
-        os.environ["OUTBOX_BATCH_LANES"] = before
-    reload_settings()
+    with _batch_lanes(PER_ROW["OUTBOX_BATCH_LANES"]):
+        yield
