@@ -152,9 +152,10 @@ async def test_two_claimers_at_once_never_claim_the_same_row(pool):
         await other.close()
     assert sorted(claimed) == ids, "a row claimed twice, or never"
     assert {r.status for r in rows("id = ANY(:ids)", ids=ids)} == {"SENT"}
-    attempts = get_engine().connect().execute(sa.text(
-        "SELECT notification_id, count(*) FROM notification_attempts WHERE notification_id = ANY(:ids) "
-        "GROUP BY notification_id"), {"ids": ids}).all()
+    with get_engine().connect() as c:  # closed: an open one kept its transaction, and the next test's TRUNCATE waited
+        attempts = c.execute(sa.text(
+            "SELECT notification_id, count(*) FROM notification_attempts WHERE notification_id = ANY(:ids) "
+            "GROUP BY notification_id"), {"ids": ids}).all()
     assert sorted(n for _, n in attempts) == [1] * 40
     assert_invariants()
 
