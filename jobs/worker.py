@@ -25,7 +25,7 @@ from arq.worker import func
 
 from domain import faults, logs
 from domain.campaigns import fan_out as campaign_fan_out
-from domain.delivery import claims, fairshare, hot, lanes, ratelimit
+from domain.delivery import claims, fairshare, hot, ratelimit
 from domain.delivery.claims import Claim, Ready
 from domain.delivery.queue import (
     DELIVER_TASK,
@@ -55,6 +55,9 @@ ATTEMPT_SHARE_OF_LEASE = 0.75
 # Less than this share of the lease left after the claim (a slow claim: lock waits, a loaded machine): do not
 # start a send that could only time out half-sent; give the attempt back and try again at once.
 MIN_SEND_SHARE_OF_LEASE = 0.2
+# A claim that matched nothing while its row is still claimable on a running lane is tried again at once, this many
+# tries of the job at most (the lane was resumed between the claim and the check; anything else the scan settles).
+UNCLAIMED_RETRIES = 20
 
 
 def attempt_deadline(lease_seconds: float) -> float:
@@ -251,8 +254,12 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
     claim_started = time.monotonic()
     claimed = await hot.claim(ctx["db"], notification_id, s.lease_seconds, now, ctx["worker_name"])
     if claimed is None:
-        if await asyncio.to_thread(lanes.lane_paused, lane):
+        paused, claimable = await hot.unclaimed(ctx["db"], notification_id, lane)
+        if paused:
             raise Retry(defer=1.0)  # the row stays QUEUED; the card shows pending until resume
+        if claimable and ctx.get("job_try", 1) < UNCLAIMED_RETRIES:
+            # Paused at the claim, resumed since (a job ending here would leave the row to the relay's next scan).
+            raise Retry(defer=0.05)
         return "not_owed"  # already done, leased by another worker, or not yet due: the scan will bring it back
     c = claimed.claim
     logs.bind_here(tenant=c.tenant_id, event_id=str(c.event_id) if c.event_id else None, attempt=c.attempts,

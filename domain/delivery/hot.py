@@ -45,6 +45,7 @@ _RECORD_SENT = sql.for_psycopg(sql.RECORD_SENT)
 _RECORD_RETRY = sql.for_psycopg(sql.RECORD_RETRY)
 _PENDING = sql.for_psycopg(sql.PENDING_RECEIPTS)
 _CHANNEL_OF = sql.for_psycopg(sql.CHANNEL_OF)
+_UNCLAIMED = sql.for_psycopg(sql.UNCLAIMED)
 _CLAIM_BATCH = sql.for_psycopg(sql.CLAIM_BATCH)
 _RECORD_SENT_BATCH = sql.for_psycopg(sql.RECORD_SENT_BATCH)
 _RECORD_RETRY_BATCH = sql.for_psycopg(sql.RECORD_RETRY_BATCH)
@@ -112,6 +113,14 @@ async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: dat
     except psycopg.OperationalError as exc:  # a dropped connection: nothing of ours committed, or it did
         log.warning("fast claim failed (%s); the long way", type(exc).__name__)
     return await asyncio.to_thread(claims.claim, notification_id, lease_seconds, now, worker)
+
+
+async def unclaimed(pool: Pool, notification_id: int, lane: str) -> tuple[bool, bool]:
+    """After a claim that matched nothing: (the lane is paused, the row is claimable on a running lane)."""
+    async with pool.connection() as conn:
+        row = await (await conn.execute(_UNCLAIMED, {"id": notification_id, "lane": lane})).fetchone()
+        assert row is not None
+        return bool(row["paused"]), bool(row["claimable"])
 
 
 async def record(pool: Pool, c: Claim, decision: RetryDecision, *, worker: str, started: datetime,

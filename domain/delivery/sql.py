@@ -259,6 +259,14 @@ FROM notifications n WHERE n.id = :id
 ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
 """
 
+# Why `CLAIM` matched nothing, read just after it: the lane is paused now, or the row is still claimable with the
+# lane running (resumed between the claim and this read: claim again), or neither (done, leased, not yet due).
+UNCLAIMED: Final[str] = """
+SELECT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = :lane AND l.paused) AS paused,
+       EXISTS (SELECT 1 FROM notifications WHERE id = :id AND status = 'QUEUED'
+               AND next_attempt_at <= now() + interval '1 second'
+               AND (leased_until IS NULL OR leased_until < now())) AS claimable"""
+
 # A bulk row's route before its claim: the channel's bucket, the tenant's (and its own pace, if it has one).
 CHANNEL_OF: Final[str] = (
     "SELECT n.channel, n.tenant_id, t.bulk_rate_per_second AS tenant_rate FROM notifications n "

@@ -68,18 +68,25 @@ class Proc:
         return self.popen is not None and self.popen.poll() is None
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int | None:
+        """Signal the whole process group and return once every process in it is gone, not only the one we
+        started: a server's worker processes (uvicorn `--workers`) outliving their parent keep its port, and the
+        next start on that port fails "Address already in use". Whatever is left after `timeout` is SIGKILLed."""
         if self.popen is None:
             return None
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.popen.pid, sig)
-            except ProcessLookupError:
-                pass
+        pgid = self.popen.pid  # start_new_session: the group is named after the process we started
+        if self.popen.poll() is None or group_alive(pgid):
+            _signal_group(pgid, sig)
+            deadline = time.monotonic() + timeout
             try:
                 self.popen.wait(timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
+                pass
+            while group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self.popen.poll() is None or group_alive(pgid):
+                _signal_group(pgid, signal.SIGKILL)
                 self.popen.wait(5)
+                wait_until(lambda: not group_alive(pgid), 10, f"process group of {self.name} to be gone")
         return self.popen.returncode
 
     def wait_exit(self, timeout: float) -> int | None:
@@ -142,6 +149,29 @@ class System:
     def stop_all(self) -> None:
         for p in reversed(list(self.procs.values())):
             p.stop()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live process (zombies apart: they hold no port, and a reaper may be slow) is in group `pgid`."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
 
 
 def stop_on_sigterm() -> None:

@@ -133,3 +133,24 @@ async def test_a_dropped_connection_costs_a_retry_by_the_long_way(pool):
     assert row(second).attempts == 1
     assert await fast_record(pool, got.claim, Succeeded(False), "sms-d") == "sent"
     assert_invariants()
+
+
+async def test_a_claim_refused_by_a_pause_lifted_since_says_claim_again(pool):
+    """The worker's job ends only when its row is not claimable: a claim that matched nothing because the lane was
+    paused, read after a resume, reports the row claimable on a running lane (the job tries again at once instead
+    of leaving it to the relay's next scan); a leased row reports neither (CI: the paused-lane test's row stayed
+    QUEUED for 30 s when the resume fell between the claim and the pause check)."""
+    from domain.delivery.lanes import set_lane_paused
+
+    rid, _ = person(cap=None)
+    nid = otp.request(42, rid, "sms", datetime.now(UTC)).notification_id  # type: ignore[union-attr]
+    set_lane_paused("critical", True)
+    try:
+        assert await fast_claim(pool, nid) is None
+        assert await hot.unclaimed(pool, nid, "critical") == (True, True)
+    finally:
+        set_lane_paused("critical", False)
+    assert await hot.unclaimed(pool, nid, "critical") == (False, True)
+    got = await fast_claim(pool, nid)
+    assert isinstance(got, claims.Ready), got
+    assert await hot.unclaimed(pool, nid, "critical") == (False, False)

@@ -29,6 +29,9 @@ DB_NAME = "outbox_chaos"
 TENANT = 7  # its seeded recipients have no quiet hours: nothing is legitimately held past the drain
 LEASE_SECONDS = 3.0
 SAMPLE_EVERY = 0.25
+# Seven workers, the relay, the API and the receiver, each with its pools (a worker: up to 10 async + 10 sync), all
+# reconnecting at once after the restart: Debian's default of 100 ran out ("too many clients", CI, seed 792243900).
+MAX_CONNECTIONS = 300
 RATE_BEFORE_S, RATE_WINDOW_S, RECOVERED_SHARE = 4.0, 3.0, 0.95
 # The knobs every process of the run shares: short leases and scans so a 30 s run sees recovery, many attempts with
 # a short backoff so a receiver down for seconds delays messages instead of failing them, journeys 600x faster,
@@ -135,7 +138,7 @@ class OwnedPostgres:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust")
 
     def start(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-o", f"-p {self.port} -h 127.0.0.1 -k {self.base}",
+        self._run("pg_ctl", "-D", str(self.data), "-o", f"-p {self.port} -h 127.0.0.1 -k {self.base} -c max_connections={MAX_CONNECTIONS}",
                   "-l", str(self.base / "server.log"), "-w", "-t", "60", "start")
 
     def stop(self, mode: str = "fast") -> None:
