@@ -13,7 +13,7 @@ import time
 import sqlalchemy as sa
 import uvicorn
 
-from receiver import db, faults, logs
+from receiver import db, faults, logs, server
 from receiver.settings import get_settings
 
 
@@ -55,8 +55,8 @@ def serve(host: str, port: int, workers: int) -> None:
     flag = faults.create_flag(port)
     os.environ[faults.FLAG_ENV] = str(flag)  # the server processes inherit it
     try:
-        uvicorn.run("receiver.app:app", host=host, port=port, workers=workers, http="receiver.server:NoDelayH11Protocol",
-                    log_level="warning", log_config=None)
+        uvicorn.run("receiver.app:app", host=host, port=port, workers=workers, log_level="warning", log_config=None,
+                    access_log=False, **server.uvicorn_options())
     finally:
         flag.unlink(missing_ok=True)
 

@@ -4,9 +4,11 @@ event is followed from our processes into the outside world with one `grep`. No 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
+from datetime import UTC, datetime
 
 import structlog
 
@@ -25,6 +27,7 @@ def configure() -> None:
         foreign_pre_chain=shared,  # type: ignore[arg-type]
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]))
+    setattr(handler, _OURS, True)
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level.upper())
@@ -32,3 +35,27 @@ def configure() -> None:
         logging.getLogger(name).handlers, logging.getLogger(name).propagate = [], True
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def info(logger: logging.Logger, event: str, **fields: object) -> None:
+    """The hot path's INFO line, the same JSON object the configured handler would write (`event`, `level`,
+    `logger`, the fields, `timestamp`, `process`) without the logging record, structlog's processor chain and the
+    formatter's copies: one dict, one `json.dumps`, one write (≈ 0.3 ms → a few µs per request)."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    if not _direct():
+        logger.info(event, extra=fields)  # not configured by `configure()` (e.g. under a test's own logging)
+        return
+    line = {"event": event, "level": "info", "logger": logger.name, **fields,
+            "timestamp": datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+            "process": "receiver"}
+    sys.stderr.write(json.dumps(line, default=str) + "\n")
+
+
+def _direct() -> bool:
+    """True while the root handler is the one `configure()` installed (its stream is this process's stderr)."""
+    handlers = logging.getLogger().handlers
+    return len(handlers) == 1 and getattr(handlers[0], _OURS, False) and handlers[0].stream is sys.stderr  # type: ignore[attr-defined]
+
+
+_OURS = "_receiver_json"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from datetime import UTC, datetime
@@ -12,9 +13,14 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 __all__ = ["WebhookVerificationError", "digest", "signed_headers", "verify"]
 
 
+@functools.lru_cache(maxsize=8)
+def _webhook(secret: str) -> Webhook:
+    return Webhook(secret)  # decodes the secret once, not on every request
+
+
 def verify(secret: str, body: bytes, headers: dict[str, str]) -> Any:
     """The parsed JSON body, or WebhookVerificationError (bad signature, stale or future timestamp)."""
-    return Webhook(secret).verify(body, headers)
+    return _webhook(secret).verify(body, headers)
 
 
 def signed_headers(secret: str, msg_id: str, body: str) -> dict[str, str]:

@@ -97,6 +97,29 @@ def test_twenty_concurrent_deliveries_apply_one_effect(receiver_app):
     assert all(v == 0 for v in asyncio.run(_get(receiver_app, "/invariants")).values())
 
 
+def test_a_burst_of_many_events_with_duplicates_applies_each_once(receiver_app):
+    """Invariant 4 under the grouped write (receiver/batch.py puts a process's concurrent POSTs in one statement):
+    30 events each posted 3 times at once (duplicates in the same burst, never twice in one statement) — one
+    effect per event, one `accepted` and two `already_processed` naming it, every call counted."""
+    bodies = [{"event_id": str(uuid.uuid4()), "schema_version": 1, "event_type": "order.approved"} for _ in range(30)]
+    signed = [_signed(b) for b in bodies]
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=receiver_app), base_url="http://r") as c:
+            return await asyncio.gather(*(c.post("/webhooks/orders", content=raw, headers=h)
+                                          for raw, h in signed for _ in range(3)))
+
+    answers = asyncio.run(burst())
+    assert [r.status_code for r in answers] == [200] * 90, [r.text for r in answers if r.status_code != 200]
+    for i, body in enumerate(bodies):
+        mine = [r.json() for r in answers[3 * i:3 * i + 3]]
+        assert sorted(a["status"] for a in mine) == ["accepted", "already_processed", "already_processed"]
+        assert {a["event_id"] for a in mine} == {body["event_id"]} and len({a["result_ref"] for a in mine}) == 1
+        fx = asyncio.run(_get(receiver_app, f"/effects/{body['event_id']}"))
+        assert fx["effects"] == 1 and fx["deliveries"] == 3 and fx["result_refs"] == [mine[0]["result_ref"]]
+    assert all(v == 0 for v in asyncio.run(_get(receiver_app, "/invariants")).values())
+
+
 async def _get(app, path: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://receiver") as c:
         return (await c.get(path)).json()  # type: ignore[no-any-return]
