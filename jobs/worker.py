@@ -15,6 +15,7 @@ import socket
 import sys
 import time
 import weakref
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -346,6 +347,30 @@ async def _send_one(ctx: dict[str, Any], r: Ready, claim_started: float) -> hot.
     return None
 
 
+# Once a batch's first send has its answer, the others answered within this window are recorded with it; a send
+# still out after it (a slow endpoint, a provider's timeout) is recorded in a later group: it never holds the
+# batch's answered rows (their latency, their leases) until the slowest answer or timeout.
+RECORD_WINDOW_S: Final = 0.005
+
+
+async def _as_answered(sends: Iterable[Awaitable[hot.Attempted | None]]) -> AsyncIterator[list[hot.Attempted]]:
+    """The sends' attempts in groups, as they are answered: each group is what answered within RECORD_WINDOW_S of
+    the group's first answer (given-back rows, None, are left out)."""
+    pending = {asyncio.ensure_future(s) for s in sends}
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if pending:
+                more, pending = await asyncio.wait(pending, timeout=RECORD_WINDOW_S)
+                done |= more
+            group = [a for a in (t.result() for t in done) if a is not None]
+            if group:
+                yield group
+    finally:
+        for t in pending:  # the caller stopped early (an error recording): the rest's leases run out
+            t.cancel()
+
+
 async def deliver_batch(ctx: dict[str, Any], size: int) -> int:
     """One batch of a batched lane: claim up to `size` due rows (one statement, one commit), settle the uncommon
     ones the long way, send the rest concurrently, record every outcome (one statement per kind, one commit).
@@ -369,13 +394,15 @@ async def deliver_batch(ctx: dict[str, Any], size: int) -> int:
             settled.append(got.claim)
         # Deferred: its next_attempt_at says when; a drain loop claims it then.
     faults.hit("before_remote_call")
-    sent = await asyncio.gather(*[_send_one(ctx, r, claim_started) for r in ready])
-    attempted = [a for a in sent if a is not None]
-    if any(a.status_code is not None and 200 <= a.status_code < 300 for a in attempted):
-        await armed_from_ops(ctx, "after_remote_accept_before_local_ack")
-        faults.hit("after_remote_accept_before_local_ack")
-    outcomes = await hot.record_batch(ctx["db"], attempted, worker)
-    faults.hit("after_local_ack")
+    attempted: list[hot.Attempted] = []
+    outcomes: dict[int, str] = {}
+    async for group in _as_answered(_send_one(ctx, r, claim_started) for r in ready):
+        if any(a.status_code is not None and 200 <= a.status_code < 300 for a in group):
+            await armed_from_ops(ctx, "after_remote_accept_before_local_ack")
+            faults.hit("after_remote_accept_before_local_ack")
+        outcomes.update(await hot.record_batch(ctx["db"], group, worker))
+        faults.hit("after_local_ack")
+        attempted += group
     await asyncio.gather(*[_refresh(ctx, c) for c in settled + [a.claim for a in attempted]])
     counts: dict[str, int] = {}
     for result in outcomes.values():

@@ -9,7 +9,8 @@ Invariants protected:
 - a costed message whose take is refused (no balance) is suppressed with its reason; the rest of its batch goes;
 - a worker killed mid-batch (its sends accepted, nothing recorded) loses nothing: the leases run out, another
   worker delivers every row, and the receiver effects each event once;
-- with batching switched off the per-row path (one arq job per row) still delivers.
+- with batching switched off the per-row path (one arq job per row) still delivers;
+- a batch's answered rows are recorded as they are answered, never held behind its slowest send.
 """
 
 from __future__ import annotations
@@ -233,3 +234,49 @@ async def _enqueue(row_: Any) -> None:
         await enqueue(redis, [row_])
     finally:
         await redis.aclose()
+
+
+async def test_a_slow_send_never_holds_the_answered_rows_of_its_batch(pool, monkeypatch):
+    """Four rows in one batch; the provider answers three at once and holds the fourth. The three are recorded
+    (SENT, in one transaction: one sent_at) while the fourth is still out, leased and QUEUED; once it is answered it
+    is recorded too. Before, the batch's one record waited for its slowest answer (or a 5 s timeout)."""
+    import random
+
+    from domain.delivery.retry import Outcome
+    from jobs import worker
+
+    ids = sms_rows(4)
+    held = ids[0]
+    release = asyncio.Event()
+
+    async def provider(ctx: Any, c: claims.Claim, *args: Any) -> tuple[Outcome, str]:
+        if c.id == held:
+            await release.wait()
+        return Outcome(201), f"sms-{c.id}"
+
+    monkeypatch.setattr(worker, "send", provider)  # the provider's timing is ours; the database is real
+    redis = await arq_pool()
+    ctx = {"db": pool, "redis": redis, "lane": "normal", "worker_name": "batch-test", "rng": random.Random(7)}
+    try:
+        task = asyncio.create_task(worker.deliver_batch(ctx, 32))
+
+        async def answered_recorded() -> list[Any]:
+            deadline = asyncio.get_running_loop().time() + 20
+            while asyncio.get_running_loop().time() < deadline:
+                done = rows("id = ANY(:ids) AND status = 'SENT'", ids=ids)
+                if len(done) == 3:
+                    return done
+                await asyncio.sleep(0.05)
+            raise TimeoutError("the three answered rows were never recorded while the fourth was out")
+
+        done = await answered_recorded()
+        assert held not in {r.id for r in done} and len({r.sent_at for r in done}) == 1
+        (out,) = rows("id = :i", i=held)
+        assert out.status == "QUEUED" and out.leased_until is not None and not task.done()
+        release.set()
+        assert await asyncio.wait_for(task, 20) == 4
+    finally:
+        release.set()
+        await redis.aclose()
+    assert {r.status for r in rows("id = ANY(:ids)", ids=ids)} == {"SENT"}
+    assert_invariants()
