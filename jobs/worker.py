@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import httpx
+import psycopg
 from arq import Retry
 from arq.worker import func
 
@@ -351,6 +352,9 @@ async def _send_one(ctx: dict[str, Any], r: Ready, claim_started: float) -> hot.
 # still out after it (a slow endpoint, a provider's timeout) is recorded in a later group: it never holds the
 # batch's answered rows (their latency, their leases) until the slowest answer or timeout.
 RECORD_WINDOW_S: Final = 0.005
+# An idle loop's shortest sleep before it claims a row that came due (a due row a claim skipped, locked by
+# another, must not make it spin).
+NEXT_DUE_FLOOR_S: Final = 0.01
 
 
 async def _as_answered(sends: Iterable[Awaitable[hot.Attempted | None]]) -> AsyncIterator[list[hot.Attempted]]:
@@ -454,8 +458,21 @@ async def drain(ctx: dict[str, Any], index: int) -> None:
                 wake.set()
             continue
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(poll):
+            async with asyncio.timeout(await _idle_wait(ctx, poll)):
                 await wake.wait()
+
+
+async def _idle_wait(ctx: dict[str, Any], poll: float | None) -> float | None:
+    """How long an idle drain loop waits for a wake-up: loop 0 (the one with a poll) until the lane's next row
+    comes due — a retry after its backoff, a lease that ran out — or its poll, whichever is first; the others
+    until woken. Nothing is published when a retry comes due, so without this it waited out a whole poll."""
+    if poll is None:
+        return None
+    try:
+        due_in = await hot.next_due_in(ctx["db"], ctx["lane"])
+    except psycopg.Error:
+        return poll
+    return poll if due_in is None else min(poll, max(NEXT_DUE_FLOOR_S, due_in))
 
 
 async def _start_drains(ctx: dict[str, Any]) -> None:

@@ -46,6 +46,7 @@ _RECORD_RETRY = sql.for_psycopg(sql.RECORD_RETRY)
 _PENDING = sql.for_psycopg(sql.PENDING_RECEIPTS)
 _CHANNEL_OF = sql.for_psycopg(sql.CHANNEL_OF)
 _UNCLAIMED = sql.for_psycopg(sql.UNCLAIMED)
+_NEXT_DUE_IN_LANE = sql.for_psycopg(sql.NEXT_DUE_IN_LANE)
 _CLAIM_BATCH = sql.for_psycopg(sql.CLAIM_BATCH)
 _RECORD_SENT_BATCH = sql.for_psycopg(sql.RECORD_SENT_BATCH)
 _RECORD_RETRY_BATCH = sql.for_psycopg(sql.RECORD_RETRY_BATCH)
@@ -121,6 +122,13 @@ async def unclaimed(pool: Pool, notification_id: int, lane: str) -> tuple[bool, 
         row = await (await conn.execute(_UNCLAIMED, {"id": notification_id, "lane": lane})).fetchone()
         assert row is not None
         return bool(row["paused"]), bool(row["claimable"])
+
+
+async def next_due_in(pool: Pool, lane: str) -> float | None:
+    """Seconds until the lane's next unleased owed row is due (0: due now); None: nothing owed that is not leased."""
+    async with pool.connection() as conn:
+        row = await (await conn.execute(_NEXT_DUE_IN_LANE, {"lane": lane})).fetchone()
+        return None if row is None or row["due_in_s"] is None else float(row["due_in_s"])
 
 
 async def record(pool: Pool, c: Claim, decision: RetryDecision, *, worker: str, started: datetime,

@@ -267,6 +267,16 @@ SELECT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = :lane AND l.paused) 
                AND next_attempt_at <= now() + interval '1 second'
                AND (leased_until IS NULL OR leased_until < now())) AS claimable"""
 
+# When the next row of a lane comes due that no live lease holds (a retry's backoff, a deferral, a lease running
+# out): a batched lane's idle loop sleeps until then instead of a whole idle poll. Served by
+# notifications_owed_by_lane_due; the rows leased now (at most the lane's batches in flight) are stepped over, and
+# a paused lane has nothing due (its loop waits out its poll).
+NEXT_DUE_IN_LANE: Final[str] = f"""
+SELECT extract(epoch FROM greatest(min(next_attempt_at), now()) - now()) AS due_in_s FROM (
+  SELECT next_attempt_at FROM notifications
+  WHERE lane = :lane AND {_CLAIMABLE.format(due="TRUE")}
+  ORDER BY next_attempt_at, id LIMIT 1) n"""
+
 # A bulk row's route before its claim: the channel's bucket, the tenant's (and its own pace, if it has one).
 CHANNEL_OF: Final[str] = (
     "SELECT n.channel, n.tenant_id, t.bulk_rate_per_second AS tenant_rate FROM notifications n "

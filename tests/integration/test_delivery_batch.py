@@ -10,7 +10,8 @@ Invariants protected:
 - a worker killed mid-batch (its sends accepted, nothing recorded) loses nothing: the leases run out, another
   worker delivers every row, and the receiver effects each event once;
 - with batching switched off the per-row path (one arq job per row) still delivers;
-- a batch's answered rows are recorded as they are answered, never held behind its slowest send.
+- a batch's answered rows are recorded as they are answered, never held behind its slowest send;
+- a retry is claimed when its backoff ends, not at the idle loop's next poll (nothing is published for it).
 """
 
 from __future__ import annotations
@@ -280,3 +281,25 @@ async def test_a_slow_send_never_holds_the_answered_rows_of_its_batch(pool, monk
         await redis.aclose()
     assert {r.status for r in rows("id = ANY(:ids)", ids=ids)} == {"SENT"}
     assert_invariants()
+
+
+def test_a_retry_is_claimed_when_its_backoff_ends_not_at_the_next_idle_poll(sys_, redis_db, batched_lanes,
+                                                                             relay_stopped):
+    """The receiver answers one 503; the webhook's retry (backoff at most 0.5 s here) is due long before the idle
+    loop's poll (30 s for this worker) and no wake-up is published for it: the loop sleeps until the lane's next due
+    row instead, so the second attempt starts within a few seconds of the first, and the row is delivered."""
+    import httpx
+
+    from tests.integration.conftest import RECEIVER
+
+    httpx.post(f"{RECEIVER}/faults", json={"fail_503": 1})
+    sys_.start_worker("high", env={**BATCHED, "OUTBOX_BATCH_IDLE_POLL": "30"})
+    (hook,) = _approve_several((913,))
+    asyncio.run(_enqueue(hook))
+    wait_for(lambda: rows("id = :i AND status = 'DELIVERED'", i=hook.notification_id), 20,
+             "the retry delivered well before the 30 s poll")
+    with get_engine().connect() as c:
+        first, second = c.execute(sa.text(
+            "SELECT finished_at, started_at FROM notification_attempts WHERE notification_id = :n "
+            "ORDER BY attempt_no"), {"n": hook.notification_id}).all()
+    assert (second.started_at - first.finished_at).total_seconds() < 5, (first, second)
