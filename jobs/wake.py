@@ -52,14 +52,61 @@ class BeforeTheBucket:
         self._wake()  # room before the bucket: read the queue again
 
 
+class Doorbell:
+    """A batched lane's wake-up for its K drain loops: each ring wakes ONE waiting loop (or, none waiting, stays rung
+    for the next loop that goes idle), not all K — an event woke every loop for one row, and K claims raced for it
+    (K - 1 of them empty statements on a 2-core machine). A loop that fills its batch rings again for another.
+    `clear` takes a pending ring: the loop is about to claim anyway. `ring_all` is for stopping."""
+
+    def __init__(self) -> None:
+        self._rung = False
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def is_set(self) -> bool:
+        return self._rung
+
+    def set(self) -> None:
+        while self._waiters:
+            w = self._waiters.pop(0)
+            if not w.done():
+                w.set_result(None)
+                return
+        self._rung = True
+
+    def ring_all(self) -> None:
+        for w in self._waiters:
+            if not w.done():
+                w.set_result(None)
+        self._waiters.clear()
+        self._rung = True
+
+    def clear(self) -> None:
+        self._rung = False
+
+    async def wait(self) -> None:
+        if self._rung:
+            self._rung = False
+            return
+        w = asyncio.get_running_loop().create_future()
+        self._waiters.append(w)
+        try:
+            await w
+        except BaseException:  # timed out or cancelled
+            if w in self._waiters:
+                self._waiters.remove(w)
+            elif w.done() and not w.cancelled():
+                self.set()  # rung just as it was cancelled: pass the ring on, never lose it
+            raise
+
+
 class LaneWorker(Worker):
     def __init__(self, lane: str, **settings: Any) -> None:
         self.busy_wait = float(settings.pop("poll_delay", 0.05))
         super().__init__(**settings, poll_delay=0)  # arq's own sleep is gone: `_poll_iteration` waits instead
         self.lane = lane
         self._wake = asyncio.Event()
-        # A batched lane's drain loops (jobs/worker.py `drain`) wait on this one: set by every wake-up of the lane.
-        self.batch_wake = asyncio.Event()
+        # A batched lane's drain loops (jobs/worker.py `drain`) wait on this one: rung by every wake-up of the lane.
+        self.batch_wake = Doorbell()
         self.ctx["batch_wake"] = self.batch_wake
         self.before_the_bucket = BeforeTheBucket(self._wake.set)
         self.ctx["before_the_bucket"] = self.before_the_bucket

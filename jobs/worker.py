@@ -46,7 +46,7 @@ from domain.endpoints import urls
 from domain.endpoints.signing import signed_headers_all
 from domain.orders.envelope import canonical_json
 from domain.settings import get_settings
-from jobs.wake import LaneWorker
+from jobs.wake import Doorbell, LaneWorker
 
 HTTP_TIMEOUT = httpx.Timeout(connect=2.0, read=5.0, write=5.0, pool=2.0)
 # One attempt has one deadline, shorter than its lease: the attempt is recorded (as a timeout, under its own claim
@@ -437,7 +437,7 @@ async def drain(ctx: dict[str, Any], index: int) -> None:
     A paused lane: the claim's guard skips its rows; the loop just waits."""
     s = get_settings()
     size, _ = s.batch_shape(ctx["lane"])
-    wake: asyncio.Event = ctx["batch_wake"]
+    wake: Doorbell = ctx["batch_wake"]
     stop: asyncio.Event = ctx["batch_stop"]
     poll = s.batch_idle_poll if index == 0 and s.batch_idle_poll > 0 else None
     failures = 0
@@ -479,7 +479,7 @@ async def _start_drains(ctx: dict[str, Any]) -> None:
     lane: str = ctx["lane"]
     if lane not in get_settings().batched_lanes:
         return
-    ctx.setdefault("batch_wake", asyncio.Event())
+    ctx.setdefault("batch_wake", Doorbell())
     ctx["batch_stop"] = asyncio.Event()
     _, loops = get_settings().batch_shape(lane)
     ctx["drains"] = [asyncio.create_task(drain(ctx, i), name=f"drain-{lane}-{i}") for i in range(loops)]
@@ -493,7 +493,7 @@ async def _stop_drains(ctx: dict[str, Any]) -> None:
     if not tasks:
         return
     ctx["batch_stop"].set()
-    ctx["batch_wake"].set()
+    ctx["batch_wake"].ring_all()
     _, pending = await asyncio.wait(tasks, timeout=min(get_settings().lease_seconds, 10.0))
     for t in pending:
         t.cancel()
