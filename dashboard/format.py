@@ -91,7 +91,8 @@ RECEIVER_SAID = {"sent": "accepted", "already_processed": "already processed", "
 
 
 def notification(n: dict[str, Any]) -> dict[str, str]:
-    reason = ledger_reason(n)
+    # An owed row says what holds it now (domain/delivery/state.py), instead of the detail of an earlier deferral.
+    reason = n["state"]["text"] if n.get("state") else ledger_reason(n)
     return {
         "id": str(n["id"]),
         "tenant": str(n.get("tenant_id") or ""),

@@ -3,7 +3,8 @@ page, a link opened in a new tab of a logged-in browser opens that page, and a l
 it after login.
 
 Invariants: a phone number finds its recipient and never lands in the URL, a `#id` search is itself a link; the
-message page shows the answer, the attempts and the money; the session is a cookie every tab shares (HttpOnly, so no
+message page shows the answer, the attempts and the money, and a queued message in a paused lane says what holds it
+(never "being sent now"); the session is a cookie every tab shares (HttpOnly, so no
 script reads it), ended for every tab at logout; after login the browser lands on the page it asked for, and never
 on another site; another tenant's message looks exactly like a missing one.
 """
@@ -15,6 +16,8 @@ from urllib.parse import quote
 
 import pytest
 
+from domain.delivery.lanes import set_lane_paused
+from domain.ledger import otp
 from domain.ledger.recipients import find_by_ref
 from domain.ledger.write import send
 from e2e.conftest import APP, shot
@@ -171,3 +174,34 @@ def test_the_navigation_search_box_answers_from_any_page(new_operator):
     s.wait_for_function(f"() => location.pathname.startsWith('/search') && location.search.includes('{nid}')")
     s.wait_for_function("() => [...document.querySelectorAll('[data-testid=search-hit]')]"
                         f".some(e => e.innerText.includes('#{nid} email offer'))")
+
+
+def test_a_code_in_a_paused_lane_says_what_holds_it_never_being_sent_now(new_operator):
+    """Issue 27, item 1: with the critical lane paused, a one-time code's page read "QUEUED — being sent now", its
+    next retry already past. Its page says what holds it — the pause, since when and by whom — and when it can go
+    next ("when the lane is resumed"); resumed, the same page says it was sent."""
+    ((_, rid),) = find_by_ref(42, "cust-002")
+    set_lane_paused("critical", True, actor_ref="operator:pat", note="e2e: the SMS provider is down")
+    try:
+        asked = otp.request(42, rid, "sms", datetime.now(UTC))
+        assert asked is not None
+        nid = asked.notification_id
+        s = new_operator("sam")  # support, who answers the customer
+        s.goto(f"{APP}/messages/{nid}")
+        s.get_by_test_id("message-answer").wait_for()
+        answer = s.get_by_test_id("message-answer").inner_text()
+        assert answer.startswith("waiting: lane paused since ") and " by pat " in answer, answer
+        assert "being sent now" not in s.content()
+        facts = [f.inner_text() for f in s.get_by_test_id("message-fact").all()]
+        assert any("Next try" in f and "when the lane is resumed" in f for f in facts), facts
+        shot(s, "message-waiting-lane-paused")
+    finally:
+        set_lane_paused("critical", False, actor_ref="operator:pat", note="e2e: the provider is back")
+
+    def sent() -> bool:
+        s.reload()
+        s.get_by_test_id("message-answer").wait_for()
+        text = s.get_by_test_id("message-answer").inner_text()
+        return text.startswith("sent") or text == "delivered"
+
+    wait_until(sent, 30, "the resumed lane to send the code and its page to say so")

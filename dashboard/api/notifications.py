@@ -15,8 +15,8 @@ from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
 from dashboard.api.fields import JsonInt, Scalar
 from domain.delivery.wakeups import enqueue_after_commit
-from domain.ledger import views as ledger_views
 from domain.ledger import write as ledger_write
+from domain.support import ledger as support_ledger
 
 router = APIRouter(prefix="/api/v1/notifications", tags=["notifications"])
 
@@ -51,5 +51,5 @@ async def send(body: NotificationIn, p: Auth) -> JSONResponse:
 
 @router.get("/{notification_id}")
 async def get(notification_id: Id, p: Auth) -> dict[str, Any]:
-    return await tenant_row(lambda t, i: ledger_views.notification_detail(t, i, datetime.now(UTC)), p.tenant_id,
+    return await tenant_row(lambda t, i: support_ledger.notification_detail(t, i, datetime.now(UTC)), p.tenant_id,
                             notification_id)

@@ -18,8 +18,8 @@ from dashboard.api.deps import Auth, Cursor, Id, Limit, tenant_row
 from dashboard.api.errors import ApiError
 from dashboard.api.fields import INTEGER
 from domain.ledger import recipients
-from domain.ledger import views as ledger_views
 from domain.ledger.recipients import PEOPLE_CHANNELS
+from domain.support import ledger as support_ledger
 from domain.support import pages
 
 router = APIRouter(prefix="/api/v1/recipients", tags=["recipients"])
@@ -161,7 +161,7 @@ async def messages(recipient_id: Id, p: Auth, limit: Annotated[int, Query(ge=1, 
                    ) -> dict[str, Any]:
     """Newest first, each with its answer in plain words. `next_cursor` (null on the last page) fetches the next,
     older page."""
-    out = await asyncio.to_thread(ledger_views.recipient_messages, p.tenant_id, recipient_id, datetime.now(UTC), limit,
+    out = await asyncio.to_thread(support_ledger.recipient_messages, p.tenant_id, recipient_id, datetime.now(UTC), limit,
                                   cursor or before_id)
     if out is None:
         raise ApiError(404, "not_found")

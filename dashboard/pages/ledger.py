@@ -16,6 +16,7 @@ from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.delivery.queue import LANES
 from domain.ledger import views as ledger_views
+from domain.support import ledger as support_ledger
 from domain.support.export import ledger_csv
 
 ALL = "all"
@@ -80,7 +81,7 @@ class LedgerState(paging.KeysetPaged, AuthState):
     async def _query(self) -> None:
         if not await self._fresh() or not self._tenant_id:
             return
-        data = await asyncio.to_thread(ledger_views.ledger, self._tenant_id, self._filter())
+        data = await asyncio.to_thread(support_ledger.ledger, self._tenant_id, self._filter(), datetime.now(UTC))
         self.has_older = bool(data["more"]) or bool(self._after)
         self.has_newer = bool(self._before) or (bool(self._after) and bool(data["more"]))
         t = data["totals"]

@@ -39,7 +39,8 @@ def _facts(m: dict[str, Any]) -> list[dict[str, str]]:
         ("Template", f"{m['template']} v{m['template_version'] or '—'}", ""),
         ("Created", when(m["created_at"]), ""), ("Sent", when(m["sent_at"]), ""),
         ("Settled", when(m["settled_at"]), ""),
-        ("Next retry", when(m["next_retry_at"]), ""),
+        # While owed, from what holds it ("when the lane is resumed"), never a due time already past.
+        ("Next try", m["state"]["next_try"] if m["state"] else when(m["next_retry_at"]), ""),
         ("Attempts", f"{m['attempts']} of at most {m['max_attempts']}", ""),
         ("Provider reference", m["provider_reference"] or "—", ""),
         ("Job id", m["job_id"] or "—", ""),

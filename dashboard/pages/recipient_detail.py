@@ -27,9 +27,9 @@ from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
 from domain.ledger import recipients
-from domain.ledger import views as ledger_views
 from domain.ledger.reasons import CHANNEL_NAME
 from domain.ledger.recipients import PEOPLE_CHANNELS
+from domain.support.ledger import recipient_messages
 
 
 class RecipientState(AuthState):
@@ -63,7 +63,7 @@ class RecipientState(AuthState):
     async def _reload(self, rid: int) -> None:
         tenant, now = self._tenant_id, datetime.now(UTC)
         r, why = await asyncio.gather(asyncio.to_thread(recipients.get, tenant, rid),
-                                      asyncio.to_thread(ledger_views.recipient_messages, tenant, rid, now, 100))
+                                      asyncio.to_thread(recipient_messages, tenant, rid, now, 100))
         if r is None or why is None:
             self.found = False
             return

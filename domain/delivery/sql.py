@@ -24,7 +24,7 @@ as `sa.text`, the workers' async store (hot.py, psycopg's pool, prepared) runs t
   waited for the row's lock is seen): any receipt kept while the row was owed sends the record the long way.
 
 The rest of delivery's statements follow `for_psycopg`, as `sa.text` for the sync store: the long way of the claim
-(claims.py), receipts (receipts.py), lanes and review, the relay's scan (wakeups.py), /ops and /metrics (views.py,
+(claims.py), receipts (receipts.py), lanes and review, the relay's scan (wakeups.py), what holds an owed row (state.py), /ops and /metrics (views.py,
 telemetry.py).
 """
 
@@ -377,6 +377,61 @@ RESOLVE_LANE_SINCE = sa.text(
     f"UPDATE notifications SET review = 'resolved' WHERE {_LANE_SINCE} RETURNING id, lane, tenant_id")
 COUNT_LANE_SINCE = sa.text(f"SELECT count(*) FROM notifications WHERE {_LANE_FILTER}")
 COUNT_LANE_SINCE_REPLAYABLE = sa.text(f"SELECT count(*) FROM notifications WHERE {_LANE_FILTER} AND {_CODE_ALIVE}")
+
+# ---- what holds an owed row (state.py) --------------------------------------------------------------------------
+# Everything that may hold a page of owed rows, in ONE statement: each row's lease and due time; its lane's pause
+# with since when and by whom (the audit log's first pause after the lane's last resume; the flag's own time when
+# no audit row says); its tenant endpoint's breaker; its tenant's balance when that is short of the row's price and
+# the row holds no money yet, with since when (the newest balance entry after which the balance stayed short of
+# the price, read newest first and only as far back as needed); its recipient's quiet hours; the last failed
+# attempt (its number and HTTP status). A lane's pause and a (tenant, price)'s shortfall are read once, however
+# many rows of the page share them. Rows not owed (or another tenant's, `:t` given) are simply not in the answer.
+OWED_STATES = sa.text(
+    """
+    WITH n AS (
+      SELECT id, tenant_id, lane, channel, recipient, attempts, next_attempt_at, leased_until, last_error_class,
+             cost_cents, reserved_cents, endpoint_id, created_at
+      FROM notifications
+      WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'QUEUED' AND (CAST(:t AS int) IS NULL OR tenant_id = :t)
+    ), paused AS (
+      SELECT lc.lane, lc.updated_at, p.actor_ref, p.at
+      FROM lane_controls lc
+      LEFT JOIN LATERAL (
+        SELECT a.actor_ref, a.at FROM operator_actions a
+        WHERE a.tenant_id IS NULL AND a.action = 'pause' AND a.target = 'lane ' || lc.lane
+          AND a.id > coalesce((SELECT max(r.id) FROM operator_actions r WHERE r.tenant_id IS NULL
+                               AND r.action = 'resume' AND r.target = 'lane ' || lc.lane), 0)
+        ORDER BY a.id LIMIT 1) p ON true
+      WHERE lc.paused AND lc.lane IN (SELECT lane FROM n)
+    ), short AS (
+      SELECT x.tenant_id, x.cost_cents, b.balance_cents,
+             (SELECT w.newer_at FROM (
+                SELECT e.id, lag(e.created_at) OVER (ORDER BY e.id DESC) AS newer_at,
+                       b.balance_cents - coalesce(sum(e.amount_cents) OVER (
+                         ORDER BY e.id DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS after_it
+                FROM balance_entries e WHERE e.tenant_id = x.tenant_id ORDER BY e.id DESC) w
+              WHERE w.after_it >= x.cost_cents ORDER BY w.id DESC LIMIT 1) AS since
+      FROM (SELECT DISTINCT tenant_id, cost_cents FROM n WHERE cost_cents > 0 AND reserved_cents = 0) x
+      JOIN balances b ON b.tenant_id = x.tenant_id AND b.balance_cents < x.cost_cents
+    )
+    SELECT n.id, n.lane, n.channel, n.attempts, n.next_attempt_at, n.leased_until, n.last_error_class,
+           n.cost_cents, n.reserved_cents, n.endpoint_id,
+           p.lane IS NOT NULL AS lane_paused, coalesce(p.at, p.updated_at) AS paused_since, p.actor_ref AS paused_by,
+           we.breaker_open_until, coalesce(we.failure_streak, 0) AS failure_streak,
+           s.balance_cents AS short_balance_cents, s.since AS short_since,
+           r.timezone, r.quiet_start, r.quiet_end,
+           la.attempt_no AS failed_attempt_no, la.status_code AS failed_status_code
+    FROM n
+    LEFT JOIN paused p ON p.lane = n.lane
+    LEFT JOIN webhook_endpoints we ON n.endpoint_id IS NOT NULL AND we.id = n.endpoint_id
+                                   AND we.tenant_id = n.tenant_id
+    LEFT JOIN short s ON n.reserved_cents = 0 AND s.tenant_id = n.tenant_id AND s.cost_cents = n.cost_cents
+    LEFT JOIN recipients r ON n.channel <> 'webhook' AND r.tenant_id = n.tenant_id AND r.ref = n.recipient
+    LEFT JOIN LATERAL (
+      SELECT a.attempt_no, a.status_code FROM notification_attempts a
+      WHERE a.notification_id = n.id AND a.notification_created_at = n.created_at AND a.outcome = 'retry'
+      ORDER BY a.id DESC LIMIT 1) la ON n.last_error_class IS NOT NULL
+    """)
 
 # ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------
 _SCAN_OWED = (

@@ -89,7 +89,9 @@ def message_answer(n: Mapping[str, Any], now: datetime) -> str:
             if n.get("last_error_class"):
                 return f"retrying at {due:%H:%M} UTC: {error_text(n['last_error_class'])}"
             return f"scheduled for {due:%Y-%m-%d %H:%M} UTC"
-        return "being sent now"
+        # Whether a worker holds it, or what else does, is delivery's read model to say (domain/delivery/state.py,
+        # which every page and command lays over this answer): from the row alone, only that it is due.
+        return "due, not yet sent"
     if status == "SENT":
         return "sent; the provider has not confirmed delivery yet"
     if status == "DELIVERED":

@@ -11,6 +11,7 @@ from typing import Any, Final
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork, as_dicts
+from domain.delivery.state import OwedState, read_states
 from domain.ledger.reasons import error_text, ledger_reason, message_answer
 from domain.support import sql
 
@@ -40,6 +41,16 @@ def _attempt(a: dict[str, Any]) -> dict[str, Any]:
             "duration_ms": (finished - started).total_seconds() * 1000 if started and finished else None}
 
 
+def _reason(m: dict[str, Any], state: OwedState | None) -> str:
+    """The line under the answer. An owed row's answer says what holds it now, so an older detail (the quiet hours
+    of an earlier deferral) is not repeated beside it; its last error is, unless the answer already names it."""
+    if state is None:
+        return ledger_reason(m)
+    if m["last_error_class"] and state.kind not in ("retrying", "overdue"):
+        return f"Last error: {error_text(m['last_error_class'])}"
+    return ""
+
+
 def message_page(tenant_id: int, notification_id: int, now: datetime,
                  engine: Engine | None = None) -> dict[str, Any] | None:
     """None when this tenant has no such message (another tenant's id reads exactly like a missing one)."""
@@ -53,6 +64,9 @@ def message_page(tenant_id: int, notification_id: int, now: datetime,
             if m["provider_reference"] else []
         money = as_dicts(uow.execute(sql.MONEY, {"t": tenant_id, "i": notification_id}))
         envelope = uow.execute(sql.ENVELOPE, {"t": tenant_id, "e": m["event_id"]}).first() if m["event_id"] else None
+        # What holds it while it is owed, read in this same transaction (no state: it is not owed).
+        state = read_states(uow, [notification_id], now, tenant_id).get(notification_id) \
+            if m["status"] == "QUEUED" else None
     charged = -sum(e["amount_cents"] for e in money if e["kind"] == "reserve")
     refunded = sum(e["amount_cents"] for e in money if e["kind"] == "refund")
     env = dict(envelope._mapping) if envelope is not None else None
@@ -74,5 +88,6 @@ def message_page(tenant_id: int, notification_id: int, now: datetime,
         "receipts": receipts, "receipt": receipts[-1] if receipts else None,
         "money": {"entries": money, "charged_cents": charged, "refunded_cents": refunded,
                   "held_cents": m["reserved_cents"], "cost_cents": m["cost_cents"]},
-        "reason": ledger_reason(m), "answer": message_answer(m, now),
+        "reason": _reason(m, state), "answer": state.text if state else message_answer(m, now),
+        "state": state.as_dict() if state else None,
     }

@@ -11,9 +11,10 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork, as_dicts, like_escape
-from domain.ledger import views as ledger_views
+from domain.delivery.state import with_states
 from domain.ledger.reasons import CHANNEL_NAME, message_answer
 from domain.support import sql
+from domain.support.ledger import recipient_messages
 from domain.support.query import Probes, read_query
 
 MAX_RECIPIENTS, MAX_MESSAGES, MAX_LEADS, MAX_CAMPAIGNS = 10, 20, 10, 10
@@ -21,7 +22,7 @@ MAX_RECIPIENTS, MAX_MESSAGES, MAX_LEADS, MAX_CAMPAIGNS = 10, 20, 10, 10
 
 def _recipient_hit(tenant_id: int, r: dict[str, Any], now: datetime, leads: list[dict[str, Any]],
                    engine: Engine | None) -> dict[str, Any]:
-    why = ledger_views.recipient_messages(tenant_id, r["id"], now, 3, engine=engine) or {}
+    why = recipient_messages(tenant_id, r["id"], now, 3, engine=engine) or {}
     reached = ", ".join(CHANNEL_NAME.get(c, c) for c in why.get("reached_by", [])) or "no channel yet"
     return {
         "kind": "recipient", "id": r["id"], "ref": r["ref"], "title": f"{r['display_name']} ({r['ref']})",
@@ -40,7 +41,8 @@ def _recipient_hit(tenant_id: int, r: dict[str, Any], now: datetime, leads: list
 def _message_hit(n: dict[str, Any], now: datetime) -> dict[str, Any]:
     return {"kind": "message", "id": n["id"], "title": f"#{n['id']} {n['channel']} {n['template']} to {n['recipient']}",
             "status": n["status"], "channel": n["channel"], "recipient": n["recipient"], "job_id": n["job_id"],
-            "matched_by": n["matched_by"], "answer": message_answer(n, now), "href": f"/messages/{n['id']}",
+            "matched_by": n["matched_by"], "answer": n.get("answer") or message_answer(n, now),
+            "href": f"/messages/{n['id']}",
             "created_at": n["created_at"]}
 
 
@@ -73,7 +75,7 @@ def search(tenant_id: int, raw: str, now: datetime, engine: Engine | None = None
                       "status": event.event_type, "matched_by": "event id", "href": f"/audit?q={event.event_id}",
                       "answer": f"{event.event_type} on {event.aggregate_type} {event.aggregate_id} revision "
                                 f"{event.aggregate_revision} by {event.actor_ref} at {event.occurred_at:%Y-%m-%d %H:%M:%S} UTC"})
-    items.extend(_message_hit(n, now) for n in messages)
+    items.extend(_message_hit(n, now) for n in with_states(messages, now, tenant_id, engine))
     items.extend({"kind": "lead", "id": ld["id"], "title": f"lead #{ld['id']} ({ld['recipient_ref']})",
                   "status": ld["current_step"] or "not started", "matched_by": ld["matched_by"],
                   "href": f"/journeys/{ld['id']}",

@@ -38,6 +38,7 @@ def parse_since(text: str, now: datetime) -> datetime | None:
 def _rows(tenant: int | None, status: str | None, lane: str | None, since: datetime | None,
           limit: int) -> list[dict[str, Any]]:
     """Newest first, across the chosen tenant or every tenant, at most `limit`."""
+    from domain.delivery.state import with_states
     from domain.delivery.views import tenants
     from domain.ledger.views import LedgerFilter, ledger_rows
 
@@ -47,7 +48,8 @@ def _rows(tenant: int | None, status: str | None, lane: str | None, since: datet
     for t in [tenant] if tenant else [tid for tid, _ in tenants()]:
         found += ledger_rows(t, f)[0]
     kept = [r for r in found if since is None or r["created_at"] >= since]
-    return sorted(kept, key=lambda r: r["id"], reverse=True)[:limit]
+    # A queued row's `state`: what holds it (lane paused, breaker, balance, quiet hours, retrying, overdue).
+    return with_states(sorted(kept, key=lambda r: r["id"], reverse=True)[:limit], datetime.now(UTC))
 
 
 def messages(status: str = typer.Option(None, help=f"only this status: {', '.join(STATUSES)}"),
@@ -75,7 +77,8 @@ def messages(status: str = typer.Option(None, help=f"only this status: {', '.joi
                 "attempts"):
         t.add_column(col)
     for r in rows:
-        why = r["suppressed_reason"] or r["last_error_class"] or r["reason_detail"] or ""
+        why = (r["state"]["text"] if r.get("state") else None) or r["suppressed_reason"] or r["last_error_class"] \
+            or r["reason_detail"] or ""
         t.add_row(str(r["id"]), str(r["tenant_id"]), f"{r['created_at']:%Y-%m-%d %H:%M:%S}", r["channel"], r["lane"],
                   r["recipient"], r["template"], r["status"] + (f" ({r['review']})" if r["review"] else ""),
                   str(why), str(r["attempts"]))

@@ -81,11 +81,12 @@ def status() -> None:
 def why(recipient_ref: str = typer.Argument(..., help="the recipient's ref, e.g. cust-001"),
         tenant: int = typer.Option(None, help="only this tenant (default: every tenant with that ref)"),
         limit: int = typer.Option(50, help="messages to show, newest first")) -> None:
-    """"Why didn't they get it?" — every message to one recipient, with its answer in plain words."""
+    """"Why didn't they get it?" — every message to one recipient, with its answer in plain words (a queued one:
+    what holds it — lane paused, breaker open, balance, quiet hours, retrying, being sent, overdue)."""
     from datetime import UTC, datetime
 
     from domain.ledger.recipients import find_by_ref
-    from domain.ledger.views import recipient_messages
+    from domain.support.ledger import recipient_messages
 
     found = find_by_ref(tenant, recipient_ref)
     if not found:

@@ -91,7 +91,9 @@ async def test_notification_detail_shows_attempts_cost_and_next_retry(client, ke
     nid = (await client.post("/api/v1/notifications", json=send_body(rid), headers=key42)).json()["notification_id"]
     d = (await client.get(f"/api/v1/notifications/{nid}", headers=key42)).json()
     assert d["status"] == "QUEUED" and d["cost_cents"] == 5 and d["attempt_log"] == []
-    assert d["next_retry_at"] is not None and d["answer"] == "being sent now"
+    # No worker holds it: it is due and says so, never "being sent now" (issue 27: only a live lease is that).
+    assert d["next_retry_at"] is not None and d["answer"].endswith("not yet picked up"), d["answer"]
+    assert d["state"]["kind"] == "overdue"
     other = await client.get(f"/api/v1/notifications/{nid}", headers={
         "Authorization": f"Bearer {create_api_key(7)}"})
     assert other.status_code == 404
@@ -274,7 +276,8 @@ async def test_why_answers_quiet_hours_in_the_recipients_own_time(client, key42)
     (r,) = await asyncio.to_thread(_claim_all, [nid])
     assert isinstance(r, claims.Deferred)
     why = (await client.get(f"/api/v1/recipients/{rid}/messages", headers=key42)).json()
-    assert why["messages"][0]["answer"] == f"not sent yet: quiet hours until {end} Asia/Kolkata"
+    assert why["messages"][0]["answer"].startswith(f"waiting: quiet hours until {end} Asia/Kolkata (")
+    assert why["messages"][0]["state"]["kind"] == "waiting_quiet_hours"
 
 
 async def test_why_pages_a_recipients_messages_by_cursor(client, key42):
