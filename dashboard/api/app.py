@@ -31,6 +31,7 @@ from dashboard.api import (
     search,
     session,
 )
+from dashboard.api import docs as api_docs
 from dashboard.api.deps import authenticate, needs_key
 from dashboard.api.fields import publish_text_rules
 from dashboard.api.guard import ApiKeyGate, HostileInput, RequestContext
@@ -42,6 +43,8 @@ from domain.settings import get_settings
 ROUTERS: tuple[APIRouter, ...] = (endpoints.router, orders.router, events.router, leads.router, recipients.router, notifications.router,
                                   otp.router, campaigns.router, balance.router, receipts.router, health.router,
                                   search.router, messages.router, session.router)
+
+OPENAPI_URL = "/api/openapi.json"
 
 # Unmatched /api/... would fall through to Reflex's HTML 404: answer JSON instead. Registered LAST.
 not_found = APIRouter()
@@ -77,8 +80,12 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 def build_api() -> FastAPI:
     docs = bool(get_settings().api_docs)  # production: off unless OUTBOX_API_DOCS=1
-    api = FastAPI(title="Outbox API", version="1.0", openapi_url="/api/openapi.json" if docs else None,
-                  docs_url="/api/docs" if docs else None, redoc_url=None)
+    # FastAPI's own docs page is off (it loads Swagger UI from a CDN): ours serves the files itself (docs.py). No
+    # OAuth2 redirect page either: there is no OAuth2 here, and FastAPI would put it at /docs/..., outside /api.
+    api = FastAPI(title="Outbox API", version="1.0", openapi_url=OPENAPI_URL if docs else None,
+                  docs_url=None, redoc_url=None, swagger_ui_oauth2_redirect_url=None)
+    if docs:
+        api_docs.install(api, OPENAPI_URL)
     # add_middleware puts each new layer outside the previous ones: the request crosses them bottom-up, i.e.
     # RequestContext -> ApiKeyGate -> BodyLimit -> HostileInput -> Idempotency -> the route (see guard.py).
     api.add_middleware(Idempotency)

@@ -14,7 +14,7 @@ from fastapi import Depends, Path, Query, Request
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from dashboard.api.errors import ApiError
+from dashboard.api.errors import API_KEY, API_KEY_REFUSED, ApiError, unauthorized
 from dashboard.api.guard import client_of
 from dashboard.pool import maybe_pool as maybe_pool  # re-exported: the routes take the pool from here
 from dashboard.pool import redis_pool as redis_pool
@@ -40,7 +40,7 @@ async def authenticate(authorization: str | None, client: str) -> Principal:
     """Tenant and actor come from the bearer key, never from the body. Called by `guard.ApiKeyGate` from the
     headers alone, before the body is read."""
     if not authorization or not authorization.lower().startswith("bearer "):
-        raise ApiError(401, "unauthorized", detail="send Authorization: Bearer <api key>")
+        raise unauthorized(API_KEY, detail="send Authorization: Bearer <api key>")
     key = authorization[7:].strip()
     digest = hashlib.sha256(key.encode()).hexdigest()
     pool = await maybe_pool()
@@ -54,7 +54,7 @@ async def authenticate(authorization: str | None, client: str) -> Principal:
         p = await asyncio.to_thread(principal_for_key, key)
         if p is None:
             await _throttled(pool, ratelimit.take, bucket, UNKNOWN_KEY_RATE, UNKNOWN_KEY_BURST, None)
-            raise ApiError(401, "unauthorized", detail="unknown or revoked api key")
+            raise unauthorized(API_KEY_REFUSED, detail="unknown or revoked api key")
         if len(_known) >= KNOWN_KEY_MAX:
             _known.clear()
         _known[digest] = (time.monotonic() + KNOWN_KEY_SECONDS, p)

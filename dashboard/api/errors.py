@@ -13,10 +13,28 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dashboard.api.guard import ERROR_CODES
 
+# What each door answers a 401 with in WWW-Authenticate: the scheme it takes (RFC 9110 11.6.1: every 401 carries
+# one; RFC 6750 3: a bearer token that was sent and refused adds error="invalid_token"). A browser prompts for
+# credentials only for Basic and Digest: none of these.
+API_KEY = 'Bearer realm="outbox-api"'
+API_KEY_REFUSED = f'{API_KEY}, error="invalid_token"'
+METRICS_TOKEN = 'Bearer realm="outbox-metrics"'
+METRICS_TOKEN_REFUSED = f'{METRICS_TOKEN}, error="invalid_token"'
+RECEIPT_SIGNATURE = 'Standard-Webhooks realm="outbox-receipts"'  # webhook-id, -timestamp and -signature headers
+LOGIN_TICKET = 'Login-Ticket realm="outbox-dashboard"'  # the dashboard's one-time ticket for its session cookie
+CHALLENGE_HEADER = "WWW-Authenticate"
+
 
 class ApiError(Exception):
     def __init__(self, status: int, error: str, headers: dict[str, str] | None = None, **extra: Any) -> None:
+        if status == 401 and CHALLENGE_HEADER not in (headers or {}):
+            raise TypeError("a 401 names the scheme it takes: build it with errors.unauthorized()")
         self.status, self.body, self.headers = status, {"error": error, **extra}, headers
+
+
+def unauthorized(challenge: str, error: str = "unauthorized", **extra: Any) -> ApiError:
+    """The one way a 401 is built: the body every error has, and the challenge (one of the constants above)."""
+    return ApiError(401, error, headers={CHALLENGE_HEADER: challenge}, **extra)
 
 
 class ErrorOut(BaseModel):
@@ -35,6 +53,9 @@ _DESCRIPTIONS = {400: "malformed JSON", 401: "no, unknown or revoked API key", 4
                  429: "rate limited (Retry-After)", 500: "our fault (quote the request id)"}
 COMMON_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": text} for code, text in _DESCRIPTIONS.items()}
+COMMON_RESPONSES[401]["headers"] = {CHALLENGE_HEADER: {
+    "required": True, "schema": {"type": "string"},
+    "description": f"the scheme to authenticate with, e.g. `{API_KEY}`"}}
 
 
 def _field(loc: list[Any]) -> str:

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from dashboard.api.deps import maybe_pool, redis_pool
+from dashboard.api.errors import METRICS_TOKEN, METRICS_TOKEN_REFUSED, unauthorized
 from dashboard.api.metrics import REQUESTS, TelemetryCollector
 from domain import invariants
 from domain.db import UnitOfWork
@@ -53,15 +54,15 @@ _cache: tuple[float, bytes] | None = None
 
 
 @router.get("/metrics", response_model=None, response_class=PlainTextResponse)
-async def metrics(authorization: Annotated[str | None, Header()] = None) -> PlainTextResponse | JSONResponse:
+async def metrics(authorization: Annotated[str | None, Header()] = None) -> PlainTextResponse:
     """Prometheus text. Production: only with `Authorization: Bearer $OUTBOX_METRICS_TOKEN`. The figures are
     computed from PostgreSQL at most every few seconds, however often it is scraped."""
     global _cache
     s = get_settings()
     if s.env == "production" and not hmac.compare_digest((authorization or "").encode(),
                                                          f"Bearer {s.metrics_token}".encode()):
-        return JSONResponse({"error": "unauthorized", "detail": "send Authorization: Bearer <metrics token>"},
-                            status_code=401)
+        raise unauthorized(METRICS_TOKEN_REFUSED if authorization else METRICS_TOKEN,
+                           detail="send Authorization: Bearer <metrics token>")
     now = time.monotonic()
     if _cache is None or now - _cache[0] > METRICS_TTL_SECONDS:
         _cache = (now, await asyncio.to_thread(render_metrics, await _publishes()))

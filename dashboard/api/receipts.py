@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from dashboard.api.deps import maybe_pool
+from dashboard.api.errors import RECEIPT_SIGNATURE, unauthorized
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.signing import WebhookVerificationError, verify
 from domain.delivery.wakeups import publish_refresh
@@ -29,9 +30,9 @@ async def receipt(provider: str, request: Request) -> JSONResponse:
         rid, ref, outcome = str(data["receipt_id"]), str(data["provider_reference"]), str(data["outcome"])
         client_ref = data.get("client_reference")
     except (WebhookVerificationError, ValueError, KeyError, TypeError, AttributeError):
-        return JSONResponse({"error": "bad_signature"}, status_code=401)
+        raise unauthorized(RECEIPT_SIGNATURE, "bad_signature") from None
     if request.headers.get("webhook-id") != rid:
-        return JSONResponse({"error": "bad_signature"}, status_code=401)
+        raise unauthorized(RECEIPT_SIGNATURE, "bad_signature") from None
     try:
         r = await asyncio.to_thread(apply_receipt, provider, rid, ref, outcome,
                                     str(client_ref) if client_ref is not None else None)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from dashboard.api.errors import ApiError
+from dashboard.api.errors import LOGIN_TICKET, unauthorized
 from domain.access import sessions
 from domain.settings import get_settings
 
@@ -32,7 +32,7 @@ async def start(body: TicketIn, request: Request) -> JSONResponse:
     previous = request.cookies.get(sessions.COOKIE, "")
     token = await asyncio.to_thread(sessions.exchange_ticket, body.ticket, previous)
     if token is None:
-        raise ApiError(401, "unauthorized", detail="unknown, used or expired login ticket")
+        raise unauthorized(LOGIN_TICKET, detail="unknown, used or expired login ticket")
     response = JSONResponse({"session": "started"})
     _cookie(response, token, int(sessions.SESSION_TTL.total_seconds()))
     return response

@@ -1,7 +1,8 @@
 """The layers in front of every route (dashboard/api/guard.py), on real PostgreSQL and Redis.
 
 Invariants: every error — 400, 401, 404, 405, 413, 422, 429 and a 500 — is JSON carrying the request id that is
-also the X-Request-Id header, and a 405 names the allowed methods; every response (API and pages) carries
+also the X-Request-Id header, and a 405 names the allowed methods; every 401 names the scheme its door takes in
+WWW-Authenticate (RFC 9110 11.6.1), and no 401 is built anywhere but `errors.unauthorized`; every response (API and pages) carries
 nosniff, a Referrer-Policy and a CSP with frame-ancestors; the API key is checked from the headers before the body
 is read; unknown keys are throttled per client address before any database lookup; the login failure counter of an
 address is a window that decays, and a success from that address does not reset it.
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -70,6 +73,71 @@ async def test_every_error_is_json_with_the_request_id_and_405_names_the_allowed
     assert incoming.headers["X-Request-Id"] == "proxy-id-1234", "a harmless proxy id is kept for correlation"
     forged = await client.get("/api/v1/orders/1", headers={**key42, "X-Request-Id": "x\ny<script>"})
     assert forged.headers["X-Request-Id"] != "x\ny<script>"
+
+
+def assert_challenge(r: httpx.Response, challenge: str, error: str = "unauthorized") -> None:
+    assert_error(r, 401, error)
+    assert r.headers.get_list("WWW-Authenticate") == [challenge], (r.request.url.path, r.headers)
+
+
+async def test_every_401_names_the_scheme_it_takes(client, monkeypatch):
+    """Invariant: each way the API answers 401 carries a WWW-Authenticate challenge naming the scheme that door
+    takes — an API key (the gate, and the route dependency a request reaches without the gate), the dashboard's
+    login ticket, a receipt's Standard Webhooks signature, the metrics token in production — with
+    error="invalid_token" where a bearer token was sent and refused (RFC 6750); and no module builds a 401 itself
+    (it would carry no challenge)."""
+    from fastapi import FastAPI
+
+    from dashboard.api import errors, health, orders
+    from domain.delivery.signing import signed_headers
+    from domain.settings import get_settings, reload_settings
+
+    # The API key, checked by the gate before the body is read.
+    assert_challenge(await client.get("/api/v1/orders"), errors.API_KEY)
+    assert_challenge(await client.get("/api/v1/orders", headers={"Authorization": "Basic YTpi"}), errors.API_KEY)
+    assert_challenge(await client.post("/api/v1/orders/913/approve", json={},
+                                       headers={"Authorization": "Bearer obx_not-a-key"}), errors.API_KEY_REFUSED)
+    # The same key, checked by the route's own dependency (a route reached without the gate).
+    bare = FastAPI()
+    errors.install(bare)
+    bare.include_router(orders.router)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=bare), base_url="http://app") as c:
+        r = await c.get("/api/v1/orders")
+        assert r.status_code == 401 and r.headers.get_list("WWW-Authenticate") == [errors.API_KEY], r.headers
+        r = await c.get("/api/v1/orders", headers={"Authorization": "Bearer obx_unknown"})
+        assert r.headers.get_list("WWW-Authenticate") == [errors.API_KEY_REFUSED], r.headers
+    # The dashboard's login ticket.
+    assert_challenge(await client.post("/api/session", json={"ticket": "x" * 43}), errors.LOGIN_TICKET)
+    # A provider's receipt: a wrong signature, and a right one whose webhook-id is not the body's receipt id.
+    body = '{"receipt_id": "rcpt-x", "provider_reference": "email-x", "outcome": "failed"}'
+    forged = signed_headers("whsec_" + "d3Jvbmctc2VjcmV0LXdyb25nLXNlY3JldA==", "rcpt-x", body)
+    assert_challenge(await client.post("/api/v1/receipts/email", content=body, headers=forged),
+                     errors.RECEIPT_SIGNATURE, "bad_signature")
+    swapped = signed_headers(get_settings().receipt_secret, "rcpt-other", body)
+    assert_challenge(await client.post("/api/v1/receipts/email", content=body, headers=swapped),
+                     errors.RECEIPT_SIGNATURE, "bad_signature")
+    # /metrics in production, without and with a wrong token.
+    for var, value in {"OUTBOX_ENV": "production", "OUTBOX_METRICS_TOKEN": "m-token",
+                       "OUTBOX_WEBHOOK_SECRET": "whsec_cmVhbC1zZWNyZXQtZm9yLXRoZS10ZXN0LTAwMDE=",
+                       "OUTBOX_RECEIPT_SECRET": "whsec_cmVhbC1zZWNyZXQtZm9yLXRoZS10ZXN0LTAwMDI=",
+                       "OUTBOX_OTP_SECRET": "otp-test-secret", "OUTBOX_FAULT": "", "OUTBOX_DEV_MODE": "0"}.items():
+        monkeypatch.setenv(var, value)
+    reload_settings()
+    try:
+        assert_challenge(await client.get("/metrics"), errors.METRICS_TOKEN)
+        assert_challenge(await client.get("/metrics", headers={"Authorization": "Bearer wrong"}),
+                         errors.METRICS_TOKEN_REFUSED)
+    finally:
+        monkeypatch.undo()
+        reload_settings()
+        health._cache = None
+    # Nothing else builds a 401: a new door must go through errors.unauthorized() and name its scheme.
+    root = Path(errors.__file__).resolve().parent.parent
+    own_401 = re.compile(r"status_code\s*=\s*401|(?:ApiError|HTTPException)\(\s*401")
+    builders = {str(f.relative_to(root)) for f in root.rglob("*.py") if own_401.search(f.read_text())}
+    assert builders == {"api/errors.py"}, f"a 401 built outside errors.unauthorized(): {builders}"
+    with pytest.raises(TypeError):
+        errors.ApiError(401, "unauthorized")
 
 
 async def test_an_unexpected_exception_is_a_json_500_with_the_request_id_logged(client, key42, monkeypatch, caplog):

@@ -113,9 +113,11 @@ def test_production_with_real_secrets_starts_without_fault_switches_and_refuses_
     assert reload_settings().api_docs is False, "no map of the API in production unless asked for"
     from dashboard.api.app import build_api
 
-    assert not {"/api/docs", "/api/openapi.json"} & {getattr(r, "path", "") for r in build_api().routes}
+    docs = {"/api/docs", "/api/docs/static", "/api/openapi.json"}
+    assert not docs & {getattr(r, "path", "") for r in build_api().routes}
     env.setenv("OUTBOX_API_DOCS", "1")
     assert reload_settings().api_docs is True
+    assert docs <= {getattr(r, "path", "") for r in build_api().routes}, "asked for: the page, its files, the map"
     env.delenv("OUTBOX_API_DOCS")
     env.setenv("OUTBOX_DEV_MODE", "1")
     with pytest.raises(SettingsError, match="OUTBOX_DEV_MODE needs OUTBOX_ENV=development"):
