@@ -8,7 +8,7 @@ import json
 import typer
 from rich.table import Table
 
-from jobs.cli.console import err, out
+from jobs.cli.console import cli_actor, err, out
 
 
 def apikey_create(tenant: int = typer.Option(..., help="tenant id the key acts for"),
@@ -50,7 +50,7 @@ def apikey_revoke(key_id: int = typer.Argument(..., help="the key's id (`outbox 
     """Revoke one key: refused by every API process within seconds; kept in the audit log with the note."""
     from domain.access.apikeys import revoke_key
 
-    r = revoke_key(key_id, tenant_id=tenant or None, actor_ref="cli", note=note)
+    r = revoke_key(key_id, tenant_id=tenant or None, actor_ref=cli_actor(), note=note)
     if r is None:
         err.print(f"[red]error:[/] no API key {key_id}" + (f" for tenant {tenant}" if tenant else ""))
         raise typer.Exit(2)

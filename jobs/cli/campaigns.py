@@ -7,7 +7,7 @@ import time
 
 import typer
 
-from jobs.cli.console import err, out
+from jobs.cli.console import cli_actor, err, out
 
 
 def create(tenant: int = typer.Option(42, help="tenant the campaign sends for"),
@@ -22,7 +22,7 @@ def create(tenant: int = typer.Option(42, help="tenant the campaign sends for"),
 
     try:
         cid = create(tenant_id=tenant, name=name, segment=segment, template=template, channel=channel,
-                     actor_ref="cli")
+                     actor_ref=cli_actor())
     except SendRefused as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

@@ -3,6 +3,7 @@ the actor a command line change is audited as."""
 
 from __future__ import annotations
 
+import getpass
 import os
 
 import typer
@@ -15,7 +16,22 @@ out = Console()
 
 
 def cli_actor() -> str:
-    return f"cli:{os.environ.get('USER') or os.environ.get('LOGNAME') or 'unknown'}"
+    """`cli:<os user>` for the audit log: the login name, or the account of this process's uid where no login
+    variable is set (cron, CI, `sudo -i`): never `cli:unknown` on a machine that has the user."""
+    try:
+        who = getpass.getuser()
+    except (KeyError, OSError):  # a uid with no account (a container's arbitrary uid)
+        who = f"uid{os.getuid()}"
+    return f"cli:{who}"
+
+
+def require_note(note: str, action: str) -> str:
+    """The dashboard asks a note for the same action: the terminal does too, so the audit log says why."""
+    note = note.strip()
+    if not note:
+        err.print(f"[red]error:[/] say why: {action} needs --note \"...\" (kept in the audit log with your name)")
+        raise typer.Exit(2)
+    return note[:500]
 
 
 def check_lane(lane: str) -> None:

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from domain.settings import get_settings
-from jobs.cli.console import check_lane, cli_actor, err, out
+from jobs.cli.console import check_lane, cli_actor, err, out, require_note
 
 
 def migrate() -> None:
@@ -120,22 +120,24 @@ def _refresh_publishes() -> str:
         return f"unknown (Redis: {type(exc).__name__})"
 
 
-def pause(lane: str) -> None:
-    """Pause a lane (durable: every worker of the lane obeys)."""
+def pause(lane: str, note: str = typer.Option("", help="why (required; kept in the audit log with your name)")) -> None:
+    """Pause a lane (durable: every worker of the lane obeys); audited as cli:<os user> with the note."""
     from domain.delivery.lanes import set_lane_paused
 
     check_lane(lane)
-    set_lane_paused(lane, True, actor_ref=cli_actor())
-    err.print(f"lane {lane} paused")
+    why = require_note(note, f"pausing lane {lane}")
+    set_lane_paused(lane, True, actor_ref=cli_actor(), note=why)
+    err.print(f"lane {lane} paused by {cli_actor()}: {why}")
 
 
-def resume(lane: str) -> None:
-    """Resume a paused lane."""
+def resume(lane: str, note: str = typer.Option("", help="why (required; kept in the audit log with your name)")) -> None:
+    """Resume a paused lane; audited as cli:<os user> with the note."""
     from domain.delivery.lanes import set_lane_paused
 
     check_lane(lane)
-    set_lane_paused(lane, False, actor_ref=cli_actor())
-    err.print(f"lane {lane} resumed")
+    why = require_note(note, f"resuming lane {lane}")
+    set_lane_paused(lane, False, actor_ref=cli_actor(), note=why)
+    err.print(f"lane {lane} resumed by {cli_actor()}: {why}")
 
 
 COMMANDS = (migrate, seed, check, status, why, pause, resume)

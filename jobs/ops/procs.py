@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 import httpx
+import sqlalchemy as sa
 from arq.constants import health_check_key_suffix, retry_key_prefix
 from redis import Redis
 
@@ -236,6 +237,18 @@ def wait_worker_ready(redis: Redis, lane: str, timeout: float) -> None:
 def job_tries(redis: Redis, job_id: str) -> int:
     """How many times a worker has started this arq job (arq counts every try in Redis)."""
     return int(cast(bytes | None, redis.get(retry_key_prefix + job_id)) or 0)
+
+
+def batch_claim_ran(application_name: str) -> bool:
+    """Whether a batched lane's drain loop has run its batch claim (CLAIM_BATCH) on a connection of pool
+    `application_name` (`outbox-worker-<lane>`): a paused lane's loop claims and gets nothing, which only the
+    server's record of the pool's last statement shows (the per-row path's proof is `job_tries`)."""
+    from domain.db import get_engine
+
+    with get_engine().connect() as c:
+        return bool(c.execute(sa.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = :a AND datname = current_database() "
+            "AND query LIKE '%picked AS MATERIALIZED%'"), {"a": application_name}).scalar())
 
 
 def wait_http(url: str, timeout: float, proc: Proc | None = None) -> None:

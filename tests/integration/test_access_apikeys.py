@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from dashboard.api.deps import KNOWN_KEY_SECONDS
 from domain.db import get_engine
+from jobs.cli.console import cli_actor
 from tests.integration.test_jobs_cli import run
 
 
@@ -54,7 +55,7 @@ async def test_revoke_is_audited_once_and_the_api_refuses_the_key(db, client):
     with get_engine().connect() as c:
         logged = c.execute(sa.text("SELECT actor_ref, target, note FROM operator_actions "
                                    "WHERE action = 'revoke API key'")).all()
-    assert [(a, n) for a, _, n in logged] == [("cli", "leaked in a ticket")] and key[:8] in logged[0][1]
+    assert [(a, n) for a, _, n in logged] == [(cli_actor(), "leaked in a ticket")] and key[:8] in logged[0][1]
     listed = json.loads(run("apikey", "list", "--json").stdout)
     assert next(r for r in listed if r["id"] == kid)["revoked_at"] is not None
 

@@ -26,7 +26,7 @@ from domain.delivery.wakeups import arq_pool, batched, enqueue
 from domain.orders.commands import Committed, execute_order_command
 from domain.orders.envelope import body_digest
 from domain.settings import get_settings
-from jobs.ops.procs import ROOT, job_tries, wait_worker_ready
+from jobs.ops.procs import ROOT, batch_claim_ran, job_tries, wait_worker_ready
 from tests.conftest import SLOT_SUFFIX
 from tests.integration.conftest import API_PORT, BATCHED, PER_ROW, RECEIVER, effects, rows, wait_for
 
@@ -197,19 +197,12 @@ def test_a_paused_batched_lane_claims_nothing_until_resume(sys_, redis_db, batch
     sys_.start_worker("high", env=BATCHED)
     # Proof the worker's drain loop ran its batch claim while paused (its pool's last statement), not merely
     # that time passed.
-    wait_for(lambda: _batch_claim_ran("outbox-worker-high"), 30, "the paused worker's batch claim")
+    wait_for(lambda: batch_claim_ran("outbox-worker-high"), 30, "the paused worker's batch claim")
     (row,) = rows("event_id = :e AND channel = 'webhook'", e=r.event_id)
     assert row.status == "QUEUED" and row.attempts == 0
     set_lane_paused("high", False)
     asyncio.run(_enqueue(r))  # what the per-row relay's scan does on the resume's NOTIFY (its job may have ended)
     wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id))
-
-
-def _batch_claim_ran(application_name: str) -> bool:
-    with get_engine().connect() as c:
-        return bool(c.execute(sa.text(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = :a AND datname = current_database() "
-            "AND query LIKE '%picked AS MATERIALIZED%'"), {"a": application_name}).scalar())
 
 
 def test_bulk_token_bucket_is_shared_and_never_exceeds_its_rate(redis_db):

@@ -20,8 +20,9 @@ from domain.db import get_engine
 OUTBOX = str(Path(sys.executable).parent / "outbox")
 
 
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([OUTBOX, *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+def run(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([OUTBOX, *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ) if env is None else env)
 
 
 def test_check_passes_on_a_consistent_database_and_fails_on_a_broken_one(db):
@@ -46,8 +47,33 @@ def test_apikey_create_prints_only_the_key(db):
 
 
 def test_unknown_lane_is_a_clear_error(db):
-    r = run("pause", "express")
+    r = run("pause", "express", "--note", "x")
     assert r.returncode == 2 and "unknown lane 'express'" in r.stderr
+
+
+def test_pause_and_resume_from_a_terminal_need_a_note_and_are_audited_as_the_os_user(db):
+    """Invariant (issue 27, item 2): whichever door a pause comes through, one audit row says who and why. From a
+    terminal with no login variables (cron, CI) the actor is still the OS account (`cli:<user>`, never
+    `cli:unknown`), and a pause or resume without a note is refused and changes nothing."""
+    import getpass
+
+    from domain.delivery.lanes import lane_paused
+
+    env = {k: v for k, v in os.environ.items() if k not in ("USER", "LOGNAME", "LNAME", "USERNAME")}
+    bare = run("pause", "bulk", env=env)
+    assert bare.returncode == 2 and "--note" in bare.stderr and not lane_paused("bulk")
+    try:
+        assert run("pause", "bulk", "--note", "provider incident INC-7", env=env).returncode == 0
+        assert lane_paused("bulk")
+    finally:
+        assert run("resume", "bulk", "--note", "provider recovered", env=env).returncode == 0
+    assert not lane_paused("bulk")
+    with get_engine().connect() as c:
+        kept = c.execute(sa.text("SELECT actor_ref, action, note FROM operator_actions "
+                                 "WHERE action IN ('pause', 'resume') ORDER BY id")).all()
+    who = f"cli:{getpass.getuser()}"
+    assert [tuple(k) for k in kept] == [(who, "pause", "provider incident INC-7"), (who, "resume", "provider recovered")]
+    assert "unknown" not in who
 
 
 def test_why_answers_for_a_recipient_and_refuses_an_unknown_one(db):
