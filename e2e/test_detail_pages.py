@@ -2,7 +2,8 @@
 
 Invariants: /campaigns/{id} shows the campaign's progress and its messages, each a link to its message page;
 /journeys/{lead} shows the lead's furthest step, every nudge with why it ended and the events with their decisions;
-another tenant's campaign or lead looks exactly like a missing one; a list pages older / newer by keyset with its
+another tenant's campaign or lead looks exactly like a missing one; a campaign's cancel (it cannot be undone) asks
+for a note, refuses without one, and leaves one audit row that the campaign's own page shows (who, when, why); a list pages older / newer by keyset with its
 search and position in the URL, so a reload (or a shared link) shows the same page.
 """
 
@@ -11,8 +12,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+import sqlalchemy as sa
 
 from domain.campaigns import fan_out as campaign_fan_out
+from domain.db import get_engine
+from domain.delivery.lanes import set_lane_paused
 from domain.journeys import store as journey_store
 from domain.ledger import recipients
 from e2e.conftest import APP, shot
@@ -47,6 +51,46 @@ def test_a_campaign_has_its_own_page_with_progress_and_messages(new_operator):
     other.goto(f"{APP}/campaigns/{cid}")
     other.get_by_test_id("empty-state").wait_for()
     assert "No such campaign for your tenant." in other.get_by_test_id("empty-state").inner_text()
+
+
+def test_a_campaign_cancel_is_confirmed_with_a_note_audited_once_and_shown_on_its_page(new_operator):
+    name = f"Cancel {datetime.now(UTC):%H%M%S%f}"
+    set_lane_paused("bulk", True, note="e2e: keep the campaign owed while it is cancelled")
+    try:
+        cid = campaign_fan_out.create(tenant_id=7, name=name, segment="all_reachable", template="offer",
+                                      channel="email", actor_ref="operator:carol", note="winter offer")
+        m = new_operator("carol")
+        m.goto(f"{APP}/campaigns")
+        row = m.get_by_test_id("campaign-row").filter(has_text=name)
+        row.get_by_test_id("campaign-cancel").click()
+        dialog = m.get_by_test_id("campaign-cancel-dialog")
+        dialog.wait_for()
+        assert "cannot be undone" in m.get_by_test_id("campaign-cancel-summary").inner_text()
+        m.get_by_test_id("campaign-cancel-confirm").click()  # no note: refused, nothing changes
+        m.wait_for_function("() => document.body.innerText.includes('Say why')")
+        assert campaign_status(cid) != "cancelled"
+        m.get_by_test_id("campaign-cancel-note").fill("customer complaint, ticket 77")
+        m.get_by_test_id("campaign-cancel-confirm").click()
+        m.get_by_test_id("campaign-notice").wait_for()
+        assert f"Campaign {cid} cancelled" in m.get_by_test_id("campaign-notice").inner_text()
+    finally:
+        set_lane_paused("bulk", False, note="e2e: done")
+    assert campaign_status(cid) == "cancelled"
+    with get_engine().connect() as c:
+        kept = c.execute(sa.text("SELECT actor_ref, note FROM operator_actions WHERE action = 'campaign cancel' "
+                                 "AND target LIKE :g"), {"g": f"campaign {cid} (%"}).all()
+    assert [tuple(k) for k in kept] == [("operator:carol", "customer complaint, ticket 77")]
+    m.goto(f"{APP}/campaigns/{cid}")
+    m.get_by_test_id("campaign-history").first.wait_for()
+    history = m.get_by_test_id("campaign-history").all_inner_texts()
+    assert history[0].startswith("Started by carol") and "winter offer" in history[0]
+    assert history[-1].startswith("Cancelled by carol") and "customer complaint, ticket 77" in history[-1]
+    shot(m, "campaign-cancelled-history")
+
+
+def campaign_status(cid: int) -> str:
+    with get_engine().connect() as c:
+        return str(c.execute(sa.text("SELECT status FROM campaigns WHERE id = :i"), {"i": cid}).scalar_one())
 
 
 def test_a_lead_has_its_own_page_with_nudges_and_why_each_ended(new_operator):

@@ -61,7 +61,7 @@ async def get(campaign_id: Id, p: Auth) -> dict[str, Any]:
 
 @router.post("/{campaign_id}/cancel")
 async def cancel(campaign_id: Id, p: Auth) -> dict[str, Any]:
-    n = await asyncio.to_thread(campaign_fan_out.cancel, p.tenant_id, campaign_id)
+    n = await asyncio.to_thread(lambda: campaign_fan_out.cancel(p.tenant_id, campaign_id, actor_ref=p.actor_ref))
     if n is None:
         raise ApiError(404, "not_found")
     return {"campaign_id": campaign_id, "suppressed": n, "status": "cancelled"}

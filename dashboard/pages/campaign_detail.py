@@ -15,6 +15,7 @@ from dashboard.events import Followup, event
 from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
+from domain.access import actions as operator_actions
 from domain.campaigns import views as campaign_views
 from domain.support.pages import campaign_messages
 
@@ -33,6 +34,7 @@ class CampaignDetailState(AuthState):
     started: rx.Field[str] = rx.field("")
     finished: rx.Field[str] = rx.field("")
     rows: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    history: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)  # who started it, who cancelled it
     has_older: rx.Field[bool] = rx.field(False)
     has_newer: rx.Field[bool] = rx.field(False)
 
@@ -48,8 +50,10 @@ class CampaignDetailState(AuthState):
             self.loaded = True
             return
         tenant = self._tenant_id
-        s, page = await asyncio.gather(asyncio.to_thread(campaign_views.status, tenant, cid),
-                                       asyncio.to_thread(campaign_messages, tenant, cid, PAGE_SIZE, before, after))
+        s, page, done = await asyncio.gather(
+            asyncio.to_thread(campaign_views.status, tenant, cid),
+            asyncio.to_thread(campaign_messages, tenant, cid, PAGE_SIZE, before, after),
+            asyncio.to_thread(operator_actions.on_target, tenant, f"campaign {cid}"))
         self.loaded = True
         if s is None:  # missing, or another tenant's
             return
@@ -60,6 +64,10 @@ class CampaignDetailState(AuthState):
         self.suppressed = ", ".join(f"{k}: {v}" for k, v in s["suppressed"].items()) or "none"
         self.started, self.finished = when(s["started_at"]), when(s["finished_at"])
         self.rows = [notification(n) for n in page.rows]
+        self.history = [{"what": {"campaign start": "Started", "campaign cancel": "Cancelled"}.get(a["action"],
+                                                                                                  a["action"]),
+                         "who": str(a["actor_ref"]).split(":", 1)[-1], "at": when(a["at"]),
+                         "note": a["note"] or "(no note)"} for a in done]
         self.has_older, self.has_newer = page.has_older, page.has_newer
 
     def _url(self, before: int | None, after: int | None) -> str:
@@ -107,6 +115,10 @@ def campaign_detail_page() -> rx.Component:
                      rx.text("Started " + CampaignDetailState.started + " · finished " + CampaignDetailState.finished
                              + " (UTC) · suppressed: " + CampaignDetailState.suppressed, size="1",
                              data_testid="campaign-summary")),
+                rx.cond(CampaignDetailState.history.length() > 0, card(rx.foreach(
+                    CampaignDetailState.history,
+                    lambda h: rx.text(h["what"], " by ", rx.text.strong(h["who"]), " at ", h["at"], " UTC: ",
+                                      h["note"], size="2", data_testid="campaign-history")))),
                 rx.flex(rx.foreach(CampaignDetailState.counts, _count), gap="12px", wrap="wrap", width="100%"),
                 rx.heading("Messages", size="4"),
                 paging.pager(CampaignDetailState.older, CampaignDetailState.newer, CampaignDetailState.has_older,

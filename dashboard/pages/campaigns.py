@@ -48,6 +48,8 @@ class CampaignsState(paging.KeysetPaged, AuthState):
     pending_name: rx.Field[str] = rx.field("")
     pending_summary: rx.Field[str] = rx.field("")
     confirm_error: rx.Field[str] = rx.field("")
+    cancel_id: rx.Field[str] = rx.field("")  # the campaign whose cancel is being confirmed ("" = none)
+    cancel_title: rx.Field[str] = rx.field("")
     _pending: dict[str, str] = {}  # backend-only: the form as submitted (segment, template, channel, name)
     channel: rx.Field[str] = rx.field(ALL)
     has_older: rx.Field[bool] = rx.field(False)
@@ -166,16 +168,44 @@ class CampaignsState(paging.KeysetPaged, AuthState):
         await self._query()
 
     @event
-    async def cancel(self, cid: str) -> None:
-        self.error = self.notice = ""
+    async def ask_cancel(self, cid: str) -> None:
+        """Step one of a cancel: say what it does (it cannot be undone) and ask for a note."""
+        self.error = self.notice = self.confirm_error = ""
         campaign_id = parse_id(cid)
         if campaign_id is None:
             return
         if not await self._allowed(Act.MESSAGES):
             self.error = refusal(Act.MESSAGES)
             return
-        n = await asyncio.to_thread(campaign_fan_out.cancel, self._tenant_id, campaign_id)
-        self.notice = "No such campaign." if n is None else f"Campaign {cid} cancelled: {n} owed messages suppressed."
+        row = next((r for r in self.rows if str(r.get("id")) == str(campaign_id)), None)
+        name = f"#{campaign_id} {row['name']}" if row else f"#{campaign_id}"
+        self.cancel_title = (f"Cancel campaign {name}? Every message of it not yet sent is suppressed and refunded; "
+                             "this cannot be undone.")
+        self.cancel_id = str(campaign_id)
+
+    @event
+    def close_cancel(self) -> None:
+        self.cancel_id = ""
+
+    @event
+    async def cancel(self, form: dict[str, str]) -> None:
+        """Step two: the cancel, with the note kept with who cancelled (one audit row, same transaction)."""
+        self.error = self.notice = self.confirm_error = ""
+        campaign_id = parse_id(self.cancel_id)
+        if campaign_id is None:
+            return
+        if not await self._allowed(Act.MESSAGES):
+            self.error, self.cancel_id = refusal(Act.MESSAGES), ""
+            return
+        note = str(form.get("note", "")).strip()[:500]
+        if not note:
+            self.confirm_error = "Say why: the note is kept with your name."
+            return
+        self.cancel_id = ""
+        tenant, actor = self._tenant_id, self._actor_ref
+        n = await asyncio.to_thread(lambda: campaign_fan_out.cancel(tenant, campaign_id, actor_ref=actor, note=note))
+        self.notice = ("No such campaign." if n is None else
+                       f"Campaign {campaign_id} cancelled: {n} owed messages suppressed (and refunded).")
         await self._query()
 
 
@@ -197,7 +227,8 @@ def _campaign_row(c: ObjectVar[dict[str, Any]]) -> rx.Component:
         rx.table.cell(rx.text(c["suppressed"], size="1")), rx.table.cell(c["failed"]),
         rx.table.cell(rx.text(c["started"], size="1")),
         rx.table.cell(rx.cond((c["active"] == "yes") & CampaignsState.may_change, rx.button("Cancel", size="1", color_scheme="red",
-                                                              variant="soft", on_click=CampaignsState.cancel(c["id"])))),
+                                                              variant="soft", on_click=CampaignsState.ask_cancel(c["id"]),
+                                                              data_testid="campaign-cancel"))),
         data_testid="campaign-row")
 
 
@@ -221,6 +252,27 @@ def _confirm_start() -> rx.Component:
     )
 
 
+def _confirm_cancel() -> rx.Component:
+    return rx.alert_dialog.root(
+        rx.alert_dialog.content(
+            rx.alert_dialog.title("Cancel this campaign?"),
+            rx.alert_dialog.description(CampaignsState.cancel_title, size="2", data_testid="campaign-cancel-summary"),
+            rx.form(rx.vstack(
+                rx.text_area(name="note", placeholder="Why, for whoever looks later", max_length=500, width="100%",
+                             data_testid="campaign-cancel-note"),
+                rx.cond(CampaignsState.confirm_error != "", rx.text(CampaignsState.confirm_error, size="1",
+                                                                    color=rx.color("red", 11))),
+                rx.hstack(rx.spacer(),
+                          rx.button("Keep it running", type="button", variant="soft", color_scheme="gray",
+                                    on_click=CampaignsState.close_cancel),
+                          rx.button("Cancel campaign", type="submit", color_scheme="red",
+                                    data_testid="campaign-cancel-confirm"), width="100%"),
+                spacing="3", width="100%"), on_submit=CampaignsState.cancel, reset_on_submit=True),
+            max_width="480px", data_testid="campaign-cancel-dialog"),
+        open=CampaignsState.cancel_id != "",
+    )
+
+
 def campaigns_page() -> rx.Component:
     return shell(
         "Campaigns",
@@ -238,6 +290,7 @@ def campaigns_page() -> rx.Component:
             gap="12px", align="end", wrap="wrap"), on_submit=CampaignsState.preview),
             margin_bottom="12px"),
         _confirm_start(),
+        _confirm_cancel(),
         rx.text("Campaigns ride the bulk lane, paced by its token bucket: they never delay a one-time code on the "
                 "critical lane. Quiet hours defer them to each person's morning.", size="2",
                 color=rx.color("gray", 11), margin_bottom="8px"),

@@ -26,6 +26,12 @@ def recent(tenant_id: int | None, limit: int = 50, before: int | None = None, af
                                                                            "b": before, "a": after})]
 
 
+def on_target(tenant_id: int, target: str, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """This tenant's audit rows on one thing (`campaign 12`), oldest first: who started it, who cancelled it."""
+    with UnitOfWork(engine) as uow:
+        return [dict(r._mapping) for r in uow.execute(sql.ACTIONS_ON, {"t": tenant_id, "g": target})]
+
+
 def record_many(uow: UnitOfWork, targets: list[tuple[int | None, str]], *, actor_ref: str, action: str,
                 note: str = "") -> None:
     """One action on many targets ((tenant, target) each), inside the caller's transaction: one row each."""

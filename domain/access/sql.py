@@ -42,6 +42,12 @@ RECENT_ACTIONS = sa.text(
     "AND (CAST(:b AS bigint) IS NULL OR id < :b) AND (CAST(:a AS bigint) IS NULL OR id > :a) "
     "ORDER BY CASE WHEN CAST(:a AS bigint) IS NULL THEN -id ELSE id END LIMIT :l")
 
+# What was done to one thing (its audit rows, oldest first): `:g` is the target's exact name, and what follows it
+# in a longer target is in parentheses ("campaign 12 (all_reachable, 300 people)").
+ACTIONS_ON = sa.text(
+    "SELECT id, at, actor_ref, action, target, note FROM operator_actions "
+    "WHERE tenant_id = :t AND (target = :g OR starts_with(target, :g || ' (')) ORDER BY id LIMIT 50")
+
 # ---- listing and revoking keys -------------------------------------------------------------------------------
 # tenant NULL: every tenant's (the command line, run by whoever holds the database).
 LIST_KEYS = sa.text("""

@@ -86,14 +86,19 @@ def unfinished(engine: Engine | None = None) -> list[int]:
         return [int(i) for i in uow.execute(sql.UNFINISHED).scalars()]
 
 
-def cancel(tenant_id: int, campaign_id: int, engine: Engine | None = None) -> int | None:
+def cancel(tenant_id: int, campaign_id: int, engine: Engine | None = None, *, actor_ref: str = "system",
+           note: str = "") -> int | None:
     """Stop the fan-out and suppress what is still owed (`campaign_cancelled`); a row a worker holds is left to
-    that worker. Returns rows suppressed; None when there is no such campaign."""
+    that worker. One audit row (who, how many, the note) in the same transaction: it cannot be undone.
+    Returns rows suppressed; None when there is no such campaign."""
     with UnitOfWork(engine) as uow:
         found = uow.execute(sql.CANCEL, {"t": tenant_id, "i": campaign_id}).first()
         if found is None:
             return None
         settled = settle_unsent_where(uow, campaign_id=campaign_id, reason="campaign_cancelled",
                                       refund_reason="refund: campaign cancelled")
+        operator_actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="campaign cancel",
+                                target=f"campaign {campaign_id} ({len(settled)} owed messages suppressed)",
+                                note=note)
         uow.commit()
     return len(settled)

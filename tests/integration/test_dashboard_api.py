@@ -219,3 +219,27 @@ async def test_an_api_key_over_its_rate_gets_429_with_retry_after(db, redis_db, 
     finally:
         monkeypatch.undo()
         reload_settings()
+
+
+async def test_a_campaign_cancelled_through_the_api_leaves_one_audit_row_naming_the_key(client, key42):
+    """Issue 27, item 2: a cancel cannot be undone, so whichever door it comes through it is audited once, with
+    who did it — through the API, the key's actor; another tenant's campaign looks missing and changes nothing."""
+    from domain.access import actions
+    from domain.campaigns import fan_out
+
+    cid = fan_out.create(tenant_id=42, name="api cancel", segment="all_reachable", template="offer",
+                         channel="email", actor_ref="operator:alice", note="start")
+    other = fan_out.create(tenant_id=7, name="not yours", segment="all_reachable", template="offer",
+                           channel="email", actor_ref="operator:carol", note="start")
+    r = await client.post(f"/api/v1/campaigns/{cid}/cancel", headers=key42)
+    assert r.status_code == 200 and r.json()["status"] == "cancelled", r.text
+    missing = await client.post(f"/api/v1/campaigns/{other}/cancel", headers=key42)
+    assert missing.status_code == 404
+    from domain.access.auth import principal_for_key
+
+    key = principal_for_key(key42["Authorization"].removeprefix("Bearer "))
+    assert key is not None
+    done = [(a["action"], a["actor_ref"]) for a in actions.on_target(42, f"campaign {cid}")]
+    assert done == [("campaign start", "operator:alice"), ("campaign cancel", key.actor_ref)]
+    assert [a["action"] for a in actions.on_target(7, f"campaign {other}")] == ["campaign start"]
+    assert actions.on_target(42, f"campaign {other}") == []
