@@ -1,4 +1,5 @@
-"""`outbox` commands that start the system: one process of it (worker, relay, receiver) or all of it (up)."""
+"""`outbox` commands that start the system: one process of it (worker, relay, cdc-relay, receiver) or all of it
+(up)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,15 @@ def relay(once: bool = typer.Option(False, help="run one recovery scan and exit"
     asyncio.run(run_relay(once=once))
 
 
+def cdc_relay(once: bool = typer.Option(False, help="relay what the slot holds now, then exit")) -> None:
+    """CDC relay: outbox events from a logical replication slot (wal2json) to a Redis Stream, in commit order."""
+    from domain import logs
+    from jobs.cdc import run_cdc_relay
+
+    logs.configure("cdc-relay")
+    raise typer.Exit(run_cdc_relay(once=once))
+
+
 def receiver(port: int = 8090) -> None:
     """Run the mock outside world (webhook receiver and channel providers) in its own database."""
     from jobs.ops.procs import exec_receiver
@@ -47,4 +57,4 @@ def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int
     demo.up(err.print, port, receiver_port, no_dashboard, time_scale, scale)
 
 
-COMMANDS = (worker, relay, receiver, up)
+COMMANDS = (worker, relay, cdc_relay, receiver, up)
