@@ -31,7 +31,7 @@ from jobs.drills.chaos.owned import (
 )
 from jobs.ops.dbadmin import ensure_database
 from jobs.ops.dbadmin import migrate as migrate_outbox
-from jobs.ops.procs import BIN, ROOT, wait_until
+from jobs.ops.procs import BIN, ROOT, System, fulfilment_env, wait_until
 from tests.conftest import SLOT_SUFFIX
 
 pytestmark = pytest.mark.services
@@ -313,3 +313,44 @@ def test_relay_fails_closed_where_wal_level_is_not_logical() -> None:
     p = subprocess.run([str(BIN / "outbox"), "cdc-relay"], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == cdc.EXIT_UNAVAILABLE
     assert "ALTER SYSTEM SET wal_level = logical" in p.stderr and "restart PostgreSQL" in p.stderr
+
+
+def test_the_processes_outbox_up_starts_project_every_event_once_through_a_consumer_crash(path: Path_) -> None:
+    """Invariant: the CDC relay and the fulfilment service as `outbox up` starts them (OUTBOX_CDC, procs.System)
+    carry every committed event into the projection exactly once, even when the consumer process dies between its
+    commit and XACK (FULFILMENT_FAULT) and is started again."""
+    port = path.r.connection_pool.connection_kwargs["port"]
+    env = {**os.environ, "OUTBOX_ENV": "development", "OUTBOX_DATABASE_URL": path.cluster.url.rsplit("/", 1)[0]
+           + "/outbox_cdc", "OUTBOX_REDIS_URL": f"redis://127.0.0.1:{port}/{REDIS_DB}", "OUTBOX_CDC_SLOT": path.slot,
+           "OUTBOX_CDC_STREAM": path.stream, "FULFILMENT_CONSUMER": "up-1", "FULFILMENT_BLOCK_MS": "100"}
+    env = {k: v for k, v in env.items() if not k.startswith("FULFILMENT_") or k in (
+        "FULFILMENT_CONSUMER", "FULFILMENT_BLOCK_MS")}  # what the test's own fixture set is not the service's
+    # Derived from ours, as `outbox up` hands it over: the service's own database, our Redis, our stream.
+    assert fulfilment_env(env)["FULFILMENT_DATABASE_URL"] == path.cluster.fulfilment_url
+    assert fulfilment_env(env)["FULFILMENT_STREAM"] == path.stream
+    system = System(env, ROOT / ".run" / f"{HOME}-logs")
+    c = producer(path.cluster)
+    agg = uuid.uuid4().hex[:6]
+    try:
+        system.cdc_relay()
+        crashing = system._proc("fulfilment", [str(BIN / "python"), "-m", "fulfilment", "consume"],
+                                {**fulfilment_env(env), "FULFILMENT_FAULT": fconsume.FAULT_AFTER_COMMIT})
+        insert_event(c, agg, 1)
+        assert crashing.wait_exit(60) == fconsume.EXIT_FAULT  # committed, then died before XACK
+        system.fulfilment()
+        for rev in (2, 3):
+            insert_event(c, agg, rev)
+
+        def projected() -> bool:
+            with path.inbox_conn.transaction():
+                row = path.inbox_conn.execute("SELECT revision FROM fulfilments WHERE aggregate_id = %s",
+                                              (agg,)).fetchone()
+            return row == (3,)
+        wait_until(projected, 60, "the projection to reach revision 3")
+        wait_until(lambda: int(path.r.xpending(path.stream, "fulfilment")["pending"]) == 0, 30, "every XACK")
+        counts = path.counts()
+        assert counts["applied"] == 3 and counts["inbox"] == 3 and counts["projected_twice"] == 0
+        assert counts["open_gaps"] == 0 and counts["refusals"] == 0
+    finally:
+        system.stop_all()
+        c.close()
