@@ -16,7 +16,7 @@ import psycopg
 import pytest
 import redis as redis_lib
 
-from domain.cdc import message, slot
+from domain.cdc import message, slot, views
 from fulfilment import consume as fconsume
 from fulfilment import db as fdb
 from fulfilment import inbox as finbox
@@ -354,3 +354,44 @@ def test_the_processes_outbox_up_starts_project_every_event_once_through_a_consu
     finally:
         system.stop_all()
         c.close()
+
+
+def test_lag_counts_what_the_group_has_not_acknowledged_and_the_slot_keeps(path: Path_) -> None:
+    """Invariant: the lag the CDC path reports is what is really owed — WAL the slot keeps until the relay confirms,
+    then every message the group has not acknowledged (never delivered or pending) with the oldest one's age —
+    and it drops to zero only when the projection has every event."""
+    c = producer(path.cluster)
+    agg = uuid.uuid4().hex[:6]
+    before = views.cdc_lag(path.relay_conn, path.r, path.slot, path.stream, "fulfilment")
+    for rev in (1, 2, 3):
+        insert_event(c, agg, rev)
+    unrelayed = views.cdc_lag(path.relay_conn, path.r, path.slot, path.stream, "fulfilment")
+    assert unrelayed.slot_behind_bytes > before.slot_behind_bytes and unrelayed.stream_length == 0
+    path.relay_until(3)
+    relayed = views.cdc_lag(path.relay_conn, path.r, path.slot, path.stream, "fulfilment")
+    assert relayed.slot_behind_bytes < unrelayed.slot_behind_bytes
+    assert relayed.events_behind == 3 and relayed.oldest_unconsumed_age_s is not None
+    fconsume.ensure_group(path.r, path.stream, "fulfilment")
+
+    class Killed(Exception):
+        pass
+
+    def die() -> None:
+        raise Killed
+
+    with pytest.raises(Killed):
+        fconsume.consume_once(path.inbox_conn, path.r, fconsume.Tally(), block_ms=1, after_commit=die)
+    crashed = views.cdc_lag(path.relay_conn, path.r, path.slot, path.stream, "fulfilment")
+    # The consumer took all three in one read and died after committing the first: all three are still owed.
+    assert crashed.group_exists and crashed.pending == 3 and crashed.undelivered == 0 and crashed.events_behind == 3
+    path.consume_all()
+    drained = views.cdc_lag(path.relay_conn, path.r, path.slot, path.stream, "fulfilment")
+    assert drained.events_behind == 0 and drained.oldest_unconsumed_age_s is None
+    port = path.r.connection_pool.connection_kwargs["port"]
+    env = {**os.environ, "OUTBOX_ENV": "development", "OUTBOX_DATABASE_URL": path.cluster.url,
+           "OUTBOX_REDIS_URL": f"redis://127.0.0.1:{port}/{REDIS_DB}", "OUTBOX_CDC_SLOT": path.slot,
+           "OUTBOX_CDC_STREAM": path.stream}
+    shown = subprocess.run([str(BIN / "outbox"), "cdc-status"], env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "events_behind=0" in shown.stdout and "length=3" in shown.stdout
+    c.close()
