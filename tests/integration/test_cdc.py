@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -136,9 +136,9 @@ def path(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path_]:
     try:
         yield p
     finally:
-        slot.drop(relay_conn, slot_name)
-        relay_conn.close()
-        inbox_conn.close()
+        slot.drop(p.relay_conn, slot_name)  # a test may have replaced the connections (a restart)
+        p.relay_conn.close()
+        p.inbox_conn.close()
         r.flushdb()
         r.close()
         fsettings.get_settings.cache_clear()
@@ -395,3 +395,50 @@ def test_lag_counts_what_the_group_has_not_acknowledged_and_the_slot_keeps(path:
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert "events_behind=0" in shown.stdout and "length=3" in shown.stdout
     c.close()
+
+
+def test_postgresql_restart_keeps_the_slot_and_loses_no_event(path: Path_) -> None:
+    """Invariant: the slot is durable — PostgreSQL restarted under a running CDC relay and consumer, the relay
+    resumes from the slot's confirmed position: every event committed before and after the restart reaches the
+    projection once, in order, with no gap. (It restarts the module's cluster; the other tests open their connections per test, so any order holds.)"""
+    port = path.r.connection_pool.connection_kwargs["port"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FULFILMENT_")}
+    env.update({"OUTBOX_ENV": "development", "OUTBOX_DATABASE_URL": path.cluster.url,
+                "OUTBOX_REDIS_URL": f"redis://127.0.0.1:{port}/{REDIS_DB}", "OUTBOX_CDC_SLOT": path.slot,
+                "OUTBOX_CDC_STREAM": path.stream, "FULFILMENT_BLOCK_MS": "100"})
+    system = System(env, ROOT / ".run" / f"{HOME}-logs")
+    agg = uuid.uuid4().hex[:6]
+
+    def projected(revision: int) -> Callable[[], bool]:
+        def check() -> bool:
+            try:
+                with fdb.connect(path.cluster.fulfilment_url) as c:
+                    return c.execute("SELECT revision FROM fulfilments WHERE aggregate_id = %s",
+                                     (agg,)).fetchone() == (revision,)
+            except psycopg.OperationalError:
+                return False
+        return check
+
+    try:
+        system.cdc_relay()
+        system.fulfilment()
+        with producer(path.cluster) as c:
+            for rev in (1, 2):
+                insert_event(c, agg, rev)
+        wait_until(projected(2), 60, "revision 2 projected before the restart")
+        path.relay_conn.close()
+        path.inbox_conn.close()
+        path.cluster.pg.stop("fast")
+        path.cluster.pg.start()
+        with producer(path.cluster) as c:
+            for rev in (3, 4):
+                insert_event(c, agg, rev)
+        wait_until(projected(4), 90, "revision 4 projected after the restart")
+        assert system.procs["cdc-relay"].alive() and system.procs["fulfilment"].alive()  # they waited, not died
+    finally:
+        system.stop_all()
+        path.relay_conn = cdc.connect(path.cluster.url)
+        path.inbox_conn = fdb.connect(path.cluster.fulfilment_url)
+    counts = path.counts()
+    assert counts["applied"] == 4 and counts["projected_twice"] == 0 and counts["open_gaps"] == 0
+    assert counts["parked"] == 0 and counts["refusals"] == 0
