@@ -218,6 +218,15 @@ def test_slot_confirmed_only_after_xadd_kill_between_gives_duplicates_not_double
     assert tally.outcomes == {"applied": 3, "duplicate": 3}
     counts = path.counts()
     assert counts["applied"] == 3 and counts["projected_twice"] == 0 and counts["refusals"] == 0
+    checked = subprocess.run([str(BIN / "python"), "-m", "fulfilment", "check"], capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "FULFILMENT_DATABASE_URL": path.cluster.fulfilment_url})
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    assert json.loads(checked.stdout)["applied"] == 3
+    with path.inbox_conn.transaction():  # break the invariant on purpose: the check must say so
+        path.inbox_conn.execute("UPDATE fulfilments SET applied_events = applied_events + 1")
+    broken = subprocess.run([str(BIN / "python"), "-m", "fulfilment", "check"], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "FULFILMENT_DATABASE_URL": path.cluster.fulfilment_url})
+    assert broken.returncode == 1 and json.loads(broken.stdout)["projected_twice"] == 1
     c.close()
 
 
