@@ -48,20 +48,25 @@ def _decode(fields: dict[bytes, bytes]) -> dict[str, str]:
 def handle(conn: psycopg.Connection[tuple[object, ...]], r: redis_lib.Redis, stream: str, group: str,
            entries: list[tuple[bytes, dict[bytes, bytes]]], tally: Tally,
            after_commit: Callable[[], None] | None = None) -> None:
-    for msg_id, fields in entries:
-        if not fields:  # deleted from the stream while pending: nothing to apply
-            r.xack(stream, group, msg_id)
-            continue
-        event = inbox.Event.from_fields(_decode(fields))
-        with conn.transaction():
-            outcome = inbox.apply(conn, event)
+    """One read's messages in ONE transaction (each with its inbox row), committed, then acknowledged together.
+    A failure anywhere rolls the whole read back and acknowledges none of it: all of it comes again, and what
+    the inbox already holds changes nothing. (One transaction per message cost a commit's fsync each: about 110
+    events/s, docs/relays.md.)"""
+    if not entries:
+        return
+    outcomes: list[str] = []
+    with conn.transaction():
+        for _msg_id, fields in entries:
+            if fields:  # empty: deleted from the stream while pending, nothing to apply
+                outcomes.append(inbox.apply(conn, inbox.Event.from_fields(_decode(fields))))
+    for outcome in outcomes:
         tally.add(outcome)
-        if get_settings().fault == FAULT_AFTER_COMMIT:
-            print(f"fault injected point={FAULT_AFTER_COMMIT} pid={os.getpid()}", file=sys.stderr, flush=True)
-            os._exit(EXIT_FAULT)
-        if after_commit is not None:
-            after_commit()
-        r.xack(stream, group, msg_id)
+    if get_settings().fault == FAULT_AFTER_COMMIT:
+        print(f"fault injected point={FAULT_AFTER_COMMIT} pid={os.getpid()}", file=sys.stderr, flush=True)
+        os._exit(EXIT_FAULT)
+    if after_commit is not None:
+        after_commit()
+    r.xack(stream, group, *[msg_id for msg_id, _fields in entries])
 
 
 def consume_once(conn: psycopg.Connection[tuple[object, ...]], r: redis_lib.Redis, tally: Tally,
