@@ -62,11 +62,11 @@ def relay_round(conn: psycopg.Connection[tuple[object, ...]], r: redis_lib.Redis
     if events:
         pipe = r.pipeline(transaction=False)
         for fields in events:
-            pipe.xadd(stream, fields)  # type: ignore[arg-type]  # no MAXLEN: consumers trim what they acked
+            pipe.xadd(stream, fields)  # type: ignore[arg-type]  # no MAXLEN: a cap could drop unconsumed events
         pipe.execute()
-    faults.hit(FAULT_POINT)
-    if after_publish is not None:
-        after_publish()
+        faults.hit(FAULT_POINT)
+        if after_publish is not None:
+            after_publish()
     slot.advance(conn, slot_name, committed[-1].commit_lsn)
     return Round(len(committed), len(events), committed[-1].commit_lsn)
 
