@@ -17,6 +17,11 @@ apt_install() {  # apt_install <package>...: only what is missing
     || die "could not install ${missing[*]}: run 'sudo apt-get install -y ${missing[*]}'"
 }
 
+wal2json_package() {  # the wal2json build of the PostgreSQL major installed (Debian 12's 15 before any is)
+  local v; v=$(ls /usr/lib/postgresql 2>/dev/null | sort -V | tail -1 || true)
+  echo "postgresql-${v:-15}-wal2json"
+}
+
 ensure_python() {
   command -v python3 >/dev/null || die "Python 3.11+ is not installed: run 'sudo apt-get install -y python3 python3-venv'"
   python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "Python 3.11+ is required (found $(python3 -V))"

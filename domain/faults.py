@@ -35,6 +35,8 @@ POINTS: Final[tuple[str, ...]] = (
     "before_remote_call",
     "after_remote_accept_before_local_ack",
     "after_local_ack",
+    # The CDC relay (jobs/cdc.py): the stream has the events, the slot is not yet confirmed past them.
+    "cdc_after_publish_before_confirm",
 )
 TRANSACTION_POINTS: Final[tuple[str, ...]] = (
     "after_begin", "after_order_update", "after_handoff_insert", "before_commit",

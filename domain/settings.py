@@ -119,6 +119,12 @@ class Settings(BaseSettings):
     # due). 0: none polls; only wake-ups bring a claim (the relay's scan wakes a lane that owes a due row).
     batch_idle_poll: float = Field(1.0, ge=0, le=60, validation_alias="OUTBOX_BATCH_IDLE_POLL")
 
+    # Change-data capture (jobs/cdc.py, docs/relays.md): `outbox up` starts the CDC relay and the fulfilment service
+    # only when asked (the cluster must run wal_level = logical); the slot it reads and the Redis Stream it feeds.
+    cdc: bool = Field(False, validation_alias="OUTBOX_CDC")
+    cdc_slot: str = Field("outbox_cdc", pattern=r"^[a-z0-9_]{1,63}$", validation_alias="OUTBOX_CDC_SLOT")
+    cdc_stream: str = Field("outbox:cdc:events", min_length=1, validation_alias="OUTBOX_CDC_STREAM")
+
     @field_validator("batch_lanes")
     @classmethod
     def _batch_lanes(cls, v: str) -> str:

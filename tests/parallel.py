@@ -86,7 +86,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 # The long poles, longest first (seconds on two cores, from --durations): each is its own group.
 _OWN_GROUP = ("tests/integration/test_jobs_drills_chaos.py", "tests/integration/test_jobs_drills_replica.py",
-              "e2e/test_scale_out.py")
+              "e2e/test_scale_out.py", "tests/integration/test_cdc.py")
 
 
 def _group(nodeid: str) -> str | None:

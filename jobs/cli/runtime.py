@@ -1,4 +1,5 @@
-"""`outbox` commands that start the system: one process of it (worker, relay, receiver) or all of it (up)."""
+"""`outbox` commands that start the system: one process of it (worker, relay, cdc-relay, receiver) or all of it
+(up)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import asyncio
 
 import typer
 
-from jobs.cli.console import check_lane, err
+from domain.settings import get_settings
+from jobs.cli.console import check_lane, err, out
 
 
 def worker(lane: str = typer.Option(..., help="critical | high | normal | bulk")) -> None:
@@ -28,6 +30,36 @@ def relay(once: bool = typer.Option(False, help="run one recovery scan and exit"
     asyncio.run(run_relay(once=once))
 
 
+def cdc_relay(once: bool = typer.Option(False, help="relay what the slot holds now, then exit")) -> None:
+    """CDC relay: outbox events from a logical replication slot (wal2json) to a Redis Stream, in commit order."""
+    from domain import logs
+    from jobs.cdc import run_cdc_relay
+
+    logs.configure("cdc-relay")
+    raise typer.Exit(run_cdc_relay(once=once))
+
+
+def cdc_status(group: str = typer.Option("fulfilment", help="the consumer group to measure")) -> None:
+    """How far behind the CDC path is: WAL the slot keeps, messages the group has not acknowledged, the oldest's age."""
+    import redis as redis_lib
+
+    from domain.cdc.views import cdc_lag
+    from jobs.cdc import connect
+
+    s = get_settings()
+    r = redis_lib.Redis.from_url(s.redis_url, socket_timeout=5)
+    try:
+        with connect() as conn:
+            lag = cdc_lag(conn, r, s.cdc_slot, s.cdc_stream, group)
+    finally:
+        r.close()
+    age = "-" if lag.oldest_unconsumed_age_s is None else f"{lag.oldest_unconsumed_age_s:.1f}"
+    out.print(f"slot={s.cdc_slot} exists={lag.slot_exists} retained_mb={lag.slot_retained_bytes / 2**20:.2f} "
+              f"behind_bytes={lag.slot_behind_bytes} stream={s.cdc_stream} length={lag.stream_length} "
+              f"group={group} exists={lag.group_exists} events_behind={lag.events_behind} pending={lag.pending} "
+              f"oldest_unconsumed_age_s={age}")
+
+
 def receiver(port: int = 8090) -> None:
     """Run the mock outside world (webhook receiver and channel providers) in its own database."""
     from jobs.ops.procs import exec_receiver
@@ -47,4 +79,4 @@ def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int
     demo.up(err.print, port, receiver_port, no_dashboard, time_scale, scale)
 
 
-COMMANDS = (worker, relay, receiver, up)
+COMMANDS = (worker, relay, cdc_relay, cdc_status, receiver, up)

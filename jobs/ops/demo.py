@@ -35,8 +35,26 @@ def seed_demo(say: Say, recipients: int = 0) -> None:
         + f", password {DEMO_PASSWORD!r}")
 
 
+def start_cdc(say: Say, system: System) -> None:
+    """OUTBOX_CDC=1: the CDC relay and the fulfilment service, only where the cluster can decode its WAL; else a
+    plain line saying what to run, and the rest of the system starts without them (fail closed, never guessed)."""
+    from domain.cdc.slot import LogicalDecodingUnavailable
+    from jobs import cdc
+
+    try:
+        with cdc.connect() as conn:
+            cdc.prepare(conn, get_settings().cdc_slot)
+    except LogicalDecodingUnavailable as e:
+        say(f"[red]CDC relay not started:[/] {e}")
+        return
+    say("starting the CDC relay and the fulfilment service (OUTBOX_CDC) …")
+    system.cdc_relay()
+    system.fulfilment()
+
+
 def up(say: Say, port: int, receiver_port: int, no_dashboard: bool, time_scale: float, scale: int = 1) -> None:
-    """Migrate, seed, start receiver, relay, four lane workers and (unless told not to) the dashboard; restart any
+    """Migrate, seed, start receiver, relay, four lane workers, with OUTBOX_CDC the CDC relay and the fulfilment
+    service, and (unless told not to) the dashboard; restart any
     that exits; on Ctrl-C or SIGTERM stop them all. `scale` N > 1: N relays, N workers per lane, N dashboard
     backends on PORT+1…PORT+N behind nginx on PORT, sharing sessions in Redis db 1 (jobs/ops/scaled.py)."""
     os.environ["OUTBOX_TIME_SCALE"] = str(time_scale)
@@ -66,6 +84,8 @@ def up(say: Say, port: int, receiver_port: int, no_dashboard: bool, time_scale: 
         else:
             system.relay()
             system.workers()
+        if s.cdc:
+            start_cdc(say, system)
         if not no_dashboard and scale == 1:
             say("starting dashboard (first build takes a minute) …")
             system.dashboard(port, DEMO_APP)

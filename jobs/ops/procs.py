@@ -129,6 +129,14 @@ class System:
     def relay(self, name: str = "relay") -> Proc:
         return self._proc(name, [str(BIN / "outbox"), "relay"])
 
+    def cdc_relay(self, name: str = "cdc-relay") -> Proc:
+        """The CDC relay (`outbox cdc-relay`): it exits 2, saying what to run, where wal_level is not logical."""
+        return self._proc(name, [str(BIN / "outbox"), "cdc-relay"])
+
+    def fulfilment(self, name: str = "fulfilment") -> Proc:
+        """The second service (`python -m fulfilment consume`), configured through its own `FULFILMENT_*`."""
+        return self._proc(name, [str(BIN / "python"), "-m", "fulfilment", "consume"], fulfilment_env(self.env))
+
     def api(self, port: int, timeout: float = 60) -> Proc:
         """The HTTP API alone (no pages): receipts land here in tests and benchmarks. uvicorn's own reading of
         X-Forwarded-For (on by default, trusting loopback) is off: which proxies are believed is
@@ -200,6 +208,17 @@ def receiver_env(env: dict[str, str]) -> dict[str, str]:
            "RECEIVER_RECEIPT_SECRET": env.get("OUTBOX_RECEIPT_SECRET", s.receipt_secret),
            # The receiver's fault switch board exists only when we run in development.
            "RECEIVER_FAULTS": "1" if s.dev_mode else "0"}
+    return {k: env.get(k, v) for k, v in out.items()}
+
+
+def fulfilment_env(env: dict[str, str]) -> dict[str, str]:
+    """What the fulfilment service must know of our configuration, as its own variables: its database (ours,
+    suffixed `_fulfilment`), the Redis server and the stream the CDC relay writes."""
+    s = get_settings()
+    base, sep, query = env.get("OUTBOX_DATABASE_URL", s.database_url).partition("?")
+    out = {"FULFILMENT_DATABASE_URL": f"{base}_fulfilment{sep}{query}",
+           "FULFILMENT_REDIS_URL": env.get("OUTBOX_REDIS_URL", s.redis_url),
+           "FULFILMENT_STREAM": env.get("OUTBOX_CDC_STREAM", s.cdc_stream)}
     return {k: env.get(k, v) for k, v in out.items()}
 
 

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # Every package of domain/ that runs SQL (test_every_package_that_runs_sql_is_checked keeps this list whole).
 NAMED_SQL_PACKAGES = ("access", "orders", "ledger", "journeys", "campaigns", "support", "delivery", "endpoints",
-                      "retention")
+                      "retention", "cdc")
 # A statement: raw text, or a Core statement built on the spot.
 INLINE_SQL = re.compile(r"\bsa\.(text|insert|update|delete|select)\(|\btext\(\s*[\"f]")
 INSERTS_MESSAGES = re.compile(r"INSERT\s+INTO\s+notifications\b|insert\(\s*(table_of\(Notification\)|NOTIFICATIONS)")
@@ -20,7 +20,7 @@ INSERTS_MESSAGES = re.compile(r"INSERT\s+INTO\s+notifications\b|insert\(\s*(tabl
 @pytest.mark.parametrize("package", NAMED_SQL_PACKAGES)
 def test_a_capability_names_every_statement_in_its_sql_module(package: str) -> None:
     """Invariant: in every package of domain/ that runs SQL (access, orders, ledger, journeys, campaigns, support,
-    delivery, endpoints, retention), every statement lives in the package's `sql.py`; no other module of the package builds SQL inline (there is one place to read what it asks)."""
+    delivery, endpoints, retention, cdc), every statement lives in the package's `sql.py`; no other module of the package builds SQL inline (there is one place to read what it asks)."""
     folder = ROOT / "domain" / package
     assert (folder / "sql.py").is_file(), f"domain/{package}/ has no sql.py"
     inline = [f"domain/{package}/{f.name}:{n}" for f in sorted(folder.glob("*.py")) if f.name != "sql.py"

@@ -32,6 +32,9 @@ SAMPLE_EVERY = 0.25
 # Seven workers, the relay, the API and the receiver, each with its pools (a worker: up to 10 async + 10 sync), all
 # reconnecting at once after the restart: Debian's default of 100 ran out ("too many clients", CI, seed 792243900).
 MAX_CONNECTIONS = 300
+# What a cluster needs for the CDC relay's logical decoding (OwnedPostgres.options, logical_decoding_options): the
+# system cluster runs wal_level = replica, and a test or drill never changes it.
+LOGICAL_DECODING = ("-c wal_level=logical", "-c max_replication_slots=10", "-c max_wal_senders=10")
 RATE_BEFORE_S, RATE_WINDOW_S, RECOVERED_SHARE = 4.0, 3.0, 0.95
 # The knobs every process of the run shares: short leases and scans so a 30 s run sees recovery, many attempts with
 # a short backoff so a receiver down for seconds delays messages instead of failing them, journeys 600x faster,
@@ -70,6 +73,21 @@ def pg_command(*argv: str) -> list[str]:
         raise RuntimeError("PostgreSQL is not installed: run 'sudo apt-get install -y postgresql'")
     cmd = [str(bindir[-1] / argv[0]), *argv[1:]]
     return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+def logical_decoding_options(plugin: str = "wal2json") -> tuple[str, ...]:
+    """LOGICAL_DECODING, plus `plugin` in the server's list of allowed output plugins where the installed server
+    has one (`output_plugin_libraries`, not a setting of stock PostgreSQL: this machine's build refuses any plugin
+    outside it, "may not be used as an output plugin"). Asked of the server program, never guessed: a stock server
+    would refuse to start with a setting it does not know."""
+    described = subprocess.run(pg_command("postgres", "--describe-config"), capture_output=True, text=True,
+                               timeout=60, cwd="/").stdout
+    for line in described.splitlines():
+        name, *rest = line.split("\t")
+        if name == "output_plugin_libraries":
+            allowed = [p.strip() for p in (rest[3] if len(rest) > 3 else "").split(",") if p.strip()]
+            return (*LOGICAL_DECODING, f"-c output_plugin_libraries={','.join([*allowed, plugin])}")
+    return LOGICAL_DECODING
 
 
 def _home_note(name: str) -> Path:
@@ -116,6 +134,8 @@ class OwnedPostgres:
 
     port: int
     base: Path
+    # More server settings, e.g. ("-c wal_level=logical", "-c max_replication_slots=10") for the CDC tests.
+    options: tuple[str, ...] = ()
 
     @property
     def data(self) -> Path:
@@ -138,7 +158,9 @@ class OwnedPostgres:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust")
 
     def start(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-o", f"-p {self.port} -h 127.0.0.1 -k {self.base} -c max_connections={MAX_CONNECTIONS}",
+        server = " ".join((f"-p {self.port} -h 127.0.0.1 -k {self.base} -c max_connections={MAX_CONNECTIONS}",
+                           *self.options))
+        self._run("pg_ctl", "-D", str(self.data), "-o", server,
                   "-l", str(self.base / "server.log"), "-w", "-t", "60", "start")
 
     def stop(self, mode: str = "fast") -> None:

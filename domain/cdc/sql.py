@@ -1,0 +1,30 @@
+"""What the CDC relay asks of PostgreSQL, named in one place (plain SQL on a psycopg connection: the slot
+functions are PostgreSQL's own, nothing for SQLAlchemy to build)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# The server's setting: logical decoding needs `logical`; we never change it ourselves (fail closed).
+WAL_LEVEL: Final[str] = "SELECT current_setting('wal_level')"
+# Whether the plugin's library is installed on the server (Debian: postgresql-<major>-wal2json).
+# Some builds (this machine's) allow only listed output plugins; NULL on stock PostgreSQL, which has no such list.
+ALLOWED_PLUGINS: Final[str] = "SELECT current_setting('output_plugin_libraries', true)"
+SERVER_MAJOR: Final[str] = "SELECT current_setting('server_version_num')::int / 10000"
+SLOT_EXISTS: Final[str] = (
+    "SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %(slot)s AND slot_type = 'logical'")
+CREATE_SLOT: Final[str] = "SELECT lsn::text FROM pg_create_logical_replication_slot(%(slot)s, 'wal2json')"
+DROP_SLOT: Final[str] = "SELECT pg_drop_replication_slot(%(slot)s)"
+# Up to about `n` decoded rows, whole transactions only (PostgreSQL checks the limit after each commit), in commit
+# order; nothing is consumed: the slot moves only with ADVANCE_SLOT, after the stream has what was read.
+# format-version 2: one JSON row per begin (B), change (I/U/D) and commit (C); only `outbox_events` changes.
+PEEK_CHANGES: Final[str] = (
+    "SELECT lsn::text, xid::text, data FROM pg_logical_slot_peek_changes(%(slot)s, NULL, %(n)s, "
+    "'format-version', '2', 'add-tables', 'public.outbox_events', 'include-types', 'false', "
+    "'include-timestamp', 'true')")
+ADVANCE_SLOT: Final[str] = "SELECT end_lsn::text FROM pg_replication_slot_advance(%(slot)s, %(lsn)s::pg_lsn)"
+# What the slot makes the primary keep: WAL from its restart point on (the cost of a relay kept down).
+SLOT_LAG: Final[str] = (
+    "SELECT confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint AS retained_bytes, "
+    "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint AS behind_bytes "
+    "FROM pg_replication_slots WHERE slot_name = %(slot)s")

@@ -1,0 +1,69 @@
+"""How far behind the CDC path is, from its two ends: the slot (WAL the primary keeps, bytes not yet relayed) and
+the stream's consumer group (messages not yet acknowledged, the age of the oldest). Reads only."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+import psycopg
+import redis as redis_lib
+
+from domain.cdc import slot
+
+
+@dataclass(frozen=True)
+class CdcLag:
+    slot_exists: bool
+    slot_retained_bytes: int
+    slot_behind_bytes: int
+    stream_length: int
+    group_exists: bool
+    pending: int  # delivered to a consumer, not acknowledged
+    undelivered: int  # in the stream, never delivered to the group
+    oldest_unconsumed_age_s: float | None  # since the oldest of those was published; None: nothing owed
+
+    @property
+    def events_behind(self) -> int:
+        return self.pending + self.undelivered
+
+
+def _ms_of(entry_id: bytes | str) -> int:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-", 1)[0])
+
+
+def stream_lag(r: redis_lib.Redis, stream: str, group: str, now_s: float | None = None) -> tuple[bool, int, int, int,
+                                                                                               float | None]:
+    """(group exists, stream length, pending, undelivered, age of the oldest unacknowledged message)."""
+    length = int(cast(int, r.xlen(stream)))
+    groups = {g["name"].decode() if isinstance(g["name"], bytes) else g["name"]: g
+              for g in cast(list[dict[str, Any]], r.xinfo_groups(stream))} if length or r.exists(stream) else {}
+    g = groups.get(group)
+    if g is None:
+        age = None
+        if length:
+            first = cast(list[Any], r.xrange(stream, count=1))
+            age = ((now_s or time.time()) * 1000 - _ms_of(first[0][0])) / 1000
+        return False, length, 0, length, age
+    pending = int(g["pending"])
+    raw = g["last-delivered-id"]
+    after_last = f"({raw.decode() if isinstance(raw, bytes) else raw}"  # exclusive: what the group never got
+    undelivered = int(g["lag"]) if g.get("lag") is not None else len(
+        cast(list[Any], r.xrange(stream, min=after_last, count=100_000)))
+    oldest: int | None = None
+    if pending:
+        oldest = _ms_of(cast(dict[str, Any], r.xpending(stream, group))["min"])
+    elif undelivered:
+        oldest = _ms_of(cast(list[Any], r.xrange(stream, min=after_last, count=1))[0][0])
+    age = None if oldest is None else max(0.0, ((now_s or time.time()) * 1000 - oldest) / 1000)
+    return True, length, pending, undelivered, age
+
+
+def cdc_lag(conn: psycopg.Connection[tuple[object, ...]], r: redis_lib.Redis, slot_name: str, stream: str,
+            group: str) -> CdcLag:
+    at_slot = slot.lag(conn, slot_name)
+    exists, length, pending, undelivered, age = stream_lag(r, stream, group)
+    return CdcLag(at_slot is not None, at_slot.retained_bytes if at_slot else 0,
+                  at_slot.behind_bytes if at_slot else 0, length, exists, pending, undelivered, age)
