@@ -85,6 +85,31 @@ def test_relay_keeps_a_window_of_wake_ups_per_lane_in_id_order_and_loses_none(re
     asyncio.run(run())
 
 
+def test_a_stranded_job_is_enqueued_again_and_a_live_or_running_one_is_left_alone(relay_stopped, db, redis_db,
+                                                                                   per_row_lanes):
+    """A job whose data is in Redis but which is neither queued nor in progress will never run, and arq refuses to
+    enqueue its id again while the data exists: the relay's scan drops the data and enqueues the row again (chaos,
+    seed 1693532603: a run given up as dead ended after the id was enqueued again and took the new run's queue
+    entry with it; the row stayed owed through the whole drain). A queued job and a running one are left as they
+    are."""
+    stranded, queued, running = _owed("high", 3, "strand-")
+
+    async def run() -> None:
+        pool = await arq_pool()
+        try:
+            assert (await scan_once(pool, lanes={"high"}))[1] == 3
+            await pool.zrem(queue_name("high"), job_id(stranded), job_id(running))  # what the foreign finish did
+            await pool.psetex(in_progress_key_prefix + job_id(running), 60_000, b"1")  # a worker runs this one
+            assert await pool.exists(job_key_prefix + job_id(stranded))
+            assert (await scan_once(pool, lanes={"high"}))[1] == 1, "only the stranded job is enqueued again"
+            assert await _queued(pool, "high") == {stranded, queued}
+            assert (await scan_once(pool, lanes={"high"}))[1] == 0, "and once"
+        finally:
+            await pool.aclose()
+
+    asyncio.run(run())
+
+
 def test_a_batched_lane_is_woken_once_per_scan_and_gets_no_job_per_row(relay_stopped, db, redis_db,
                                                                          batched_lanes):
     """Batched lanes (critical, high, normal): the scan enqueues no arq job for their rows; it
