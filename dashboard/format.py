@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,8 +60,19 @@ def cost_text(n: dict[str, Any]) -> str:
 
 
 def rate_text(done: int, attempted: int) -> str:
-    """A delivery rate with what it is over: "98% of 64 attempted", or "—" when nothing was attempted."""
-    return f"{100 * done / attempted:.0f}% of {attempted:,} attempted" if attempted else "—"
+    """A delivery rate with what it is over: "98% of 64 attempted", or "—" when nothing was attempted. Never 100 %
+    while anything failed, never 0 % while anything was delivered: near either end it shows one decimal, rounded
+    away from the end ("99.6% of 283 attempted" with one failure, where whole percents read 100 %)."""
+    if not attempted:
+        return "—"
+    pct = 100 * done / attempted
+    if done in (0, attempted) or 0.5 <= pct < 99.5:
+        shown = f"{pct:.0f}"
+    elif pct >= 99.5:
+        shown = f"{math.floor(pct * 10) / 10:.1f}"
+    else:
+        shown = f"{math.ceil(pct * 10) / 10:.1f}"
+    return f"{shown}% of {attempted:,} attempted"
 
 
 AMBER_SHARE = 0.8  # a lane whose oldest due work passed this share of the SLO is about to breach it

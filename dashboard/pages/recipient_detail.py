@@ -22,7 +22,7 @@ from dashboard.components import (
     status_badge,
 )
 from dashboard.events import event
-from dashboard.format import money, parse_id, when
+from dashboard.format import cost_text, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -78,7 +78,7 @@ class RecipientState(AuthState):
         self.reached_by = ", ".join(CHANNEL_NAME.get(c, c) for c in why["reached_by"]) or "no channel yet"
         self.messages = [{"id": str(m["id"]), "created": when(m["created_at"]), "channel": m["channel"],
                           "template": m["template"], "status": m["status"], "answer": m["answer"],
-                          "cost": money(m["cost_cents"]), "ref": m["provider_reference"] or "—",
+                          "cost": cost_text(m), "ref": m["provider_reference"] or "—",
                           "receipt": when(m["receipt_at"])} for m in why["messages"]]
         self.more_messages = why["next_cursor"] is not None
         self.changes = [{"at": when(c["changed_at"]), "who": c["actor_ref"], "field": c["field"],

@@ -29,6 +29,11 @@ def test_a_delivery_rate_names_what_it_is_over():
     assert rate_text(3, 4) == "75% of 4 attempted"
     assert rate_text(0, 0) == "—", "nothing attempted (say, everything suppressed) is no rate at all"
     assert rate_text(1234, 2000) == "62% of 2,000 attempted"
+    # Issue 27, item 5: "100 % of 283 attempted" with one failure was a rounding, not a fact.
+    assert rate_text(282, 283) == "99.6% of 283 attempted"
+    assert rate_text(9999, 10000) == "99.9% of 10,000 attempted"
+    assert rate_text(1, 1000) == "0.1% of 1,000 attempted" and rate_text(1, 100_000) == "0.1% of 100,000 attempted"
+    assert rate_text(0, 5) == "0% of 5 attempted"
 
 
 def lane(name: str, oldest: float, paused: bool = False) -> dict[str, object]:
