@@ -59,6 +59,16 @@ def cost_text(n: dict[str, Any]) -> str:
     return "—"
 
 
+def resolved_line(by: dict[str, Any] | None) -> str:
+    """A FAILED message a human resolved, in words: who, when, why ("" when it was not resolved)."""
+    if by is None:
+        return ""
+    if not by.get("actor_ref"):
+        return "Resolved by hand (nothing is sent; it has left the review list)."
+    who = str(by["actor_ref"]).split(":", 1)[-1]
+    return f"Resolved by hand by {who} at {when(by['at'])} UTC: {by.get('note') or '(no note)'} — nothing is sent."
+
+
 def rate_text(done: int, attempted: int) -> str:
     """A delivery rate with what it is over: "98% of 64 attempted", or "—" when nothing was attempted. Never 100 %
     while anything failed, never 0 % while anything was delivered: near either end it shows one decimal, rounded
@@ -120,6 +130,7 @@ def notification(n: dict[str, Any]) -> dict[str, str]:
         ("retrying" if n["status"] == "QUEUED" else "completed" if n["status"] in ("SENT", "DELIVERED")
          else n["status"].lower()),
         "attempts": str(n.get("attempts") or 0),
+        "resolved": "resolved by hand" if n.get("review") == "resolved" else "",
         "effect": n.get("effect_ref") or n.get("provider_reference") or "—",
         # What the receiver answered last, as the worker recorded it ("already processed" after a redelivery).
         "receiver_said": RECEIVER_SAID.get(n.get("last_outcome") or "", "—"),

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from sqlalchemy.engine import Engine
 
+from domain.access import actions
 from domain.db import UnitOfWork, as_dicts
 from domain.delivery.state import OwedState, read_states
 from domain.ledger.reasons import error_text, ledger_reason, message_answer
@@ -67,6 +68,9 @@ def message_page(tenant_id: int, notification_id: int, now: datetime,
         # What holds it while it is owed, read in this same transaction (no state: it is not owed).
         state = read_states(uow, [notification_id], now, tenant_id).get(notification_id) \
             if m["status"] == "QUEUED" else None
+    # Resolved by hand: who did it, when and why, from the audit log (the row keeps only that it was).
+    resolved = next((a for a in reversed(actions.on_target(tenant_id, f"notification {notification_id}", engine))
+                     if a["action"] == "resolve"), None) if m["review"] == "resolved" else None
     charged = -sum(e["amount_cents"] for e in money if e["kind"] == "reserve")
     refunded = sum(e["amount_cents"] for e in money if e["kind"] == "refund")
     env = dict(envelope._mapping) if envelope is not None else None
@@ -90,4 +94,7 @@ def message_page(tenant_id: int, notification_id: int, now: datetime,
                   "held_cents": m["reserved_cents"], "cost_cents": m["cost_cents"]},
         "reason": _reason(m, state), "answer": state.text if state else message_answer(m, now),
         "state": state.as_dict() if state else None,
+        "resolved_by": None if m["review"] != "resolved" else
+        {"actor_ref": resolved["actor_ref"], "at": resolved["at"], "note": resolved["note"]} if resolved else
+        {"actor_ref": None, "at": None, "note": None},
     }

@@ -79,3 +79,28 @@ def test_lane_since_takes_only_that_lanes_unresolved_failures_after_t(db):
     assert review.review_many("resolve", 42, [resolved], actor_ref="operator:bob", note="again").done == (), \
         "resolving a resolved row changes nothing"
     assert_invariants()
+
+
+def test_a_resolved_message_says_so_with_who_when_and_why_on_its_page_and_in_the_ledger(db):
+    """Issue 27, item 5: a FAILED message a human resolved still read plain FAILED on its page and in the ledger
+    (only the CLI said "resolved"). Its page now carries who resolved it, when and the note (from the audit log),
+    and its ledger row is marked resolved by hand; an unresolved FAILED row is marked neither way."""
+    from dashboard.format import notification, resolved_line
+    from domain.ledger.views import LedgerFilter, ledger_rows
+    from domain.support.message import message_page
+
+    rid, _ = person()
+    done, other = failed(rid), failed(rid)
+    assert review.resolve(42, done, actor_ref="operator:pat", note="customer called, sent by hand")
+    page = message_page(42, done, datetime.now(UTC))
+    assert page is not None and page["status"] == "FAILED"
+    by = page["resolved_by"]
+    assert by["actor_ref"] == "operator:pat" and by["note"] == "customer called, sent by hand"
+    line = resolved_line(by)
+    assert line.startswith("Resolved by hand by pat at ") and "customer called, sent by hand" in line
+    untouched = message_page(42, other, datetime.now(UTC))
+    assert untouched is not None and untouched["resolved_by"] is None and resolved_line(None) == ""
+    rows, _ = ledger_rows(42, LedgerFilter(status="FAILED", limit=200), money=True)
+    listed = {int(n["id"]): notification(n) for n in rows if int(n["id"]) in (done, other)}
+    assert listed[done]["resolved"] == "resolved by hand" and listed[other]["resolved"] == ""
+    assert_invariants()
