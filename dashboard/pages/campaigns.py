@@ -232,45 +232,39 @@ def _campaign_row(c: ObjectVar[dict[str, Any]]) -> rx.Component:
         data_testid="campaign-row")
 
 
-def _confirm_start() -> rx.Component:
+def _note_dialog(title: Any, summary: Any, open_: Any, on_submit: Any, on_close: Any, *, keep: str, act: str,
+                 testid: str, danger: bool = False) -> rx.Component:
+    """A campaign action asked before it happens: what it does, a note that is kept with the operator's name, and
+    the two buttons (`keep`: back out; `act`: do it). Test ids: `<testid>-summary`, `-note`, `-confirm`, `-dialog`."""
     return rx.alert_dialog.root(
         rx.alert_dialog.content(
-            rx.alert_dialog.title(rx.text("Start “", CampaignsState.pending_name, "”?")),
-            rx.alert_dialog.description(CampaignsState.pending_summary, size="2", data_testid="campaign-summary"),
+            rx.alert_dialog.title(title),
+            rx.alert_dialog.description(summary, size="2", data_testid=f"{testid}-summary"),
             rx.form(rx.vstack(
                 rx.text_area(name="note", placeholder="Why, for whoever looks later", max_length=500, width="100%",
-                             data_testid="campaign-note"),
+                             data_testid=f"{testid}-note"),
                 rx.cond(CampaignsState.confirm_error != "", rx.text(CampaignsState.confirm_error, size="1",
                                                                     color=rx.color("red", 11))),
                 rx.hstack(rx.spacer(),
-                          rx.button("Cancel", type="button", variant="soft", color_scheme="gray",
-                                    on_click=CampaignsState.close_confirm),
-                          rx.button("Start campaign", type="submit", data_testid="campaign-confirm"), width="100%"),
-                spacing="3", width="100%"), on_submit=CampaignsState.create, reset_on_submit=True),
-            max_width="480px"),
-        open=CampaignsState.pending_name != "",
+                          rx.button(keep, type="button", variant="soft", color_scheme="gray", on_click=on_close),
+                          rx.button(act, type="submit", color_scheme="red" if danger else None,
+                                    data_testid=f"{testid}-confirm"), width="100%"),
+                spacing="3", width="100%"), on_submit=on_submit, reset_on_submit=True),
+            max_width="480px", data_testid=f"{testid}-dialog"),
+        open=open_,
     )
+
+
+def _confirm_start() -> rx.Component:
+    return _note_dialog(rx.text("Start “", CampaignsState.pending_name, "”?"), CampaignsState.pending_summary,
+                        CampaignsState.pending_name != "", CampaignsState.create, CampaignsState.close_confirm,
+                        keep="Cancel", act="Start campaign", testid="campaign")
 
 
 def _confirm_cancel() -> rx.Component:
-    return rx.alert_dialog.root(
-        rx.alert_dialog.content(
-            rx.alert_dialog.title("Cancel this campaign?"),
-            rx.alert_dialog.description(CampaignsState.cancel_title, size="2", data_testid="campaign-cancel-summary"),
-            rx.form(rx.vstack(
-                rx.text_area(name="note", placeholder="Why, for whoever looks later", max_length=500, width="100%",
-                             data_testid="campaign-cancel-note"),
-                rx.cond(CampaignsState.confirm_error != "", rx.text(CampaignsState.confirm_error, size="1",
-                                                                    color=rx.color("red", 11))),
-                rx.hstack(rx.spacer(),
-                          rx.button("Keep it running", type="button", variant="soft", color_scheme="gray",
-                                    on_click=CampaignsState.close_cancel),
-                          rx.button("Cancel campaign", type="submit", color_scheme="red",
-                                    data_testid="campaign-cancel-confirm"), width="100%"),
-                spacing="3", width="100%"), on_submit=CampaignsState.cancel, reset_on_submit=True),
-            max_width="480px", data_testid="campaign-cancel-dialog"),
-        open=CampaignsState.cancel_id != "",
-    )
+    return _note_dialog("Cancel this campaign?", CampaignsState.cancel_title, CampaignsState.cancel_id != "",
+                        CampaignsState.cancel, CampaignsState.close_cancel, keep="Keep it running",
+                        act="Cancel campaign", testid="campaign-cancel", danger=True)
 
 
 def campaigns_page() -> rx.Component:
