@@ -275,7 +275,7 @@ def campaigns_page() -> rx.Component:
                                                           data_testid="campaign-name"), spacing="1"),
             rx.vstack(rx.text("Who (segment)", size="1"),
                       rx.select(list(segments.SEGMENTS), name="segment", default_value="all_reachable"), spacing="1"),
-            rx.vstack(rx.text("Template", size="1"), rx.select(["offer", "order_update"], name="template",
+            rx.vstack(rx.text("Template", size="1"), rx.select(["offer"], name="template",
                                                                default_value="offer"), spacing="1"),
             rx.vstack(rx.text("Channel", size="1"), rx.select(list(PEOPLE_CHANNELS), name="channel",
                                                               default_value="email"), spacing="1"),

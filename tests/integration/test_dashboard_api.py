@@ -243,3 +243,18 @@ async def test_a_campaign_cancelled_through_the_api_leaves_one_audit_row_naming_
     assert done == [("campaign start", "operator:alice"), ("campaign cancel", key.actor_ref)]
     assert [a["action"] for a in actions.on_target(7, f"campaign {other}")] == ["campaign start"]
     assert actions.on_target(42, f"campaign {other}") == []
+
+
+async def test_a_campaign_of_a_system_template_is_refused_and_creates_nothing(client, key42):
+    """Issue 27, item 9: the campaigns page offered `order_update` (the order's own message) as a campaign template.
+    The system's own templates (order updates, one-time codes) are refused for a campaign, in plain words, through
+    every door (the page no longer offers them; the API and the domain refuse them), and no campaign is created."""
+    with get_engine().connect() as c:
+        before = c.execute(sa.text("SELECT count(*) FROM campaigns")).scalar_one()
+    for template in ("order_update", "otp_code"):
+        r = await client.post("/api/v1/campaigns", json={"name": "sneaky", "segment": "all_reachable",
+                                                         "template": template, "channel": "email"}, headers=key42)
+        assert r.status_code == 422 and r.json()["error"] == "not_a_campaign_template", r.text
+        assert "sent by the system itself" in r.json()["detail"]
+    with get_engine().connect() as c:
+        assert c.execute(sa.text("SELECT count(*) FROM campaigns")).scalar_one() == before
