@@ -144,8 +144,10 @@ class JourneysState(paging.KeysetPaged, AuthState):
 
 def _lead_row(r: Row) -> rx.Component:
     return rx.table.row(
-        rx.table.cell(rx.hstack(rx.link(f"#{r['id']}", on_click=JourneysState.select(r["id"]), cursor="pointer",
-                                        weight="bold", data_testid="lead-select"),
+        # Selecting a lead fills the panel above; it goes nowhere, so it is a button, not a link to "#".
+        rx.table.cell(rx.hstack(rx.button(f"#{r['id']}", on_click=JourneysState.select(r["id"]), variant="ghost",
+                                          size="1", weight="bold", data_testid="lead-select",
+                                          title="show this lead's nudges here"),
                                 rx.link("page →", href="/journeys/" + r["id"], size="1", data_testid="lead-link"),
                                 spacing="2", align="center")),
         rx.table.cell(r["recipient"]),
