@@ -199,6 +199,7 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
     sam.goto(f"{APP}/campaigns")
     sam.page.get_by_test_id("campaign-start").wait_for()
     assert sam.page.get_by_test_id("campaign-start").is_disabled()
+    assert "Read-only" in sam.page.get_by_test_id("campaigns-read-only").inner_text(), "and the page says why"
     sam.forge(CampaignsState, "create", {"form": {"name": "forged", "segment": "all_reachable",
                                                   "template": "offer", "channel": "email"}})
     sam.page.wait_for_function("() => document.body.innerText.includes('Only operators of this tenant can start')")

@@ -270,6 +270,9 @@ def _confirm_cancel() -> rx.Component:
 def campaigns_page() -> rx.Component:
     return shell(
         "Campaigns",
+        rx.cond((CampaignsState.role != "") & ~CampaignsState.may_change, rx.callout(
+            "Read-only: your role sees every campaign and its progress, but cannot start or cancel one.",
+            icon="eye", color_scheme="gray", width="100%", margin_bottom="12px", data_testid="campaigns-read-only")),
         card(rx.form(rx.flex(
             rx.vstack(rx.text("Name", size="1"), rx.input(name="name", placeholder="Winter offer",
                                                           data_testid="campaign-name"), spacing="1"),
