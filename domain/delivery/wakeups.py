@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 from arq import ArqRedis
 from arq.connections import RedisSettings
-from arq.constants import job_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix
 from redis.asyncio.retry import Retry
 from redis.backoff import ConstantBackoff
 from redis.exceptions import RedisError
@@ -177,17 +177,37 @@ async def enqueue_missing(redis: ArqRedis, rows: list[OwedRow]) -> int:
 
 
 async def without_live_job(redis: ArqRedis, rows: list[OwedRow]) -> list[OwedRow]:
-    """The rows whose job is gone (lost with Redis, or finished): one pipelined EXISTS for the whole page. A
-    batched lane's rows have no job of their own: each is "gone" (its lane is woken)."""
+    """The rows whose job is gone (lost with Redis, or finished), or stranded: one pipelined round trip for the
+    whole page. A batched lane's rows have no job of their own: each is "gone" (its lane is woken).
+
+    Stranded: the job's data is there but it is neither in its lane's queue nor in progress, so no worker will
+    ever run it, and arq refuses a new enqueue of that job id while its data exists. arq's own steps never leave
+    that (enqueue, start and retry each move the keys together), but two runs of one job id do: a run the relay
+    gave up as dead (`forget_dead_jobs`) that ends after the relay enqueued the id again removes the new run's
+    queue entry with its own (chaos, seed 1693532603: the row stayed owed through the whole 90 s drain). Such a
+    job's data is dropped here and the row enqueued again; PostgreSQL's fence makes any second send harmless."""
     if not rows:
         return []
     if all(batched(r.lane) for r in rows):
         return list(rows)
     async with redis.pipeline(transaction=False) as pipe:
         for row in rows:
-            pipe.exists(job_key_prefix + job_id(row.notification_id))
-        live = await pipe.execute()
-    return [row for row, exists in zip(rows, live, strict=True) if not exists]
+            jid = job_id(row.notification_id)
+            pipe.exists(job_key_prefix + jid)
+            pipe.zscore(queue_name(row.lane), jid)
+            pipe.exists(in_progress_key_prefix + jid)
+        got = await pipe.execute()
+    gone, stranded = [], []
+    for i, row in enumerate(rows):
+        exists, queued, running = got[3 * i], got[3 * i + 1], got[3 * i + 2]
+        if not exists:
+            gone.append(row)
+        elif queued is None and not running and not batched(row.lane):
+            stranded.append(row)
+    if stranded:
+        log.warning("stranded jobs re-enqueued", extra={"job_ids": [job_id(r.notification_id) for r in stranded]})
+        await redis.delete(*[job_key_prefix + job_id(r.notification_id) for r in stranded])
+    return gone + stranded
 
 
 async def enqueue_fan_out(redis: ArqRedis, campaign_id: int) -> bool:

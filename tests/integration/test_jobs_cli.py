@@ -136,7 +136,9 @@ def test_replay_and_resolve_act_once_and_are_audited_as_the_cli_user(db):
 
     rid, _ = person(cap=None)
     a, b, c = failed(rid), failed(rid), failed(rid)
-    env_user = os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
+    import getpass
+
+    env_user = getpass.getuser()  # the OS account (cli_actor), also where no login variable is set (CI)
     r = run("replay", str(a), str(b), "--note", "receiver fixed")
     assert r.returncode == 0, r.stderr
     assert f"#{a}" in r.stdout and f"#{b}" in r.stdout
