@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -357,7 +357,7 @@ RECORD_WINDOW_S: Final = 0.005
 NEXT_DUE_FLOOR_S: Final = 0.01
 
 
-async def _as_answered(sends: Iterable[Awaitable[hot.Attempted | None]]) -> AsyncIterator[list[hot.Attempted]]:
+async def _as_answered(sends: Iterable[Awaitable[hot.Attempted | None]]) -> AsyncGenerator[list[hot.Attempted], None]:
     """The sends' attempts in groups, as they are answered: each group is what answered within RECORD_WINDOW_S of
     the group's first answer (given-back rows, None, are left out)."""
     pending = {asyncio.ensure_future(s) for s in sends}
@@ -400,13 +400,16 @@ async def deliver_batch(ctx: dict[str, Any], size: int) -> int:
     faults.hit("before_remote_call")
     attempted: list[hot.Attempted] = []
     outcomes: dict[int, str] = {}
-    async for group in _as_answered(_send_one(ctx, r, claim_started) for r in ready):
-        if any(a.status_code is not None and 200 <= a.status_code < 300 for a in group):
-            await armed_from_ops(ctx, "after_remote_accept_before_local_ack")
-            faults.hit("after_remote_accept_before_local_ack")
-        outcomes.update(await hot.record_batch(ctx["db"], group, worker))
-        faults.hit("after_local_ack")
-        attempted += group
+    # aclosing: an error recording one group closes the generator here, at once, so its unanswered sends are
+    # cancelled now (their leases run out) rather than whenever the generator is collected.
+    async with contextlib.aclosing(_as_answered(_send_one(ctx, r, claim_started) for r in ready)) as answered:
+        async for group in answered:
+            if any(a.status_code is not None and 200 <= a.status_code < 300 for a in group):
+                await armed_from_ops(ctx, "after_remote_accept_before_local_ack")
+                faults.hit("after_remote_accept_before_local_ack")
+            outcomes.update(await hot.record_batch(ctx["db"], group, worker))
+            faults.hit("after_local_ack")
+            attempted += group
     await asyncio.gather(*[_refresh(ctx, c) for c in settled + [a.claim for a in attempted]])
     counts: dict[str, int] = {}
     for result in outcomes.values():
