@@ -105,10 +105,9 @@ class Settings(BaseSettings):
     # each claiming up to a batch of due rows in one statement and recording them in one; their wake-up names the
     # lane, never a row (no per-row arq job). Empty: the per-row path (one arq job per message) for every lane. The
     # bulk lane is never batched here (its fair queueing and token buckets are per row). One value for the whole
-    # system: the processes that enqueue and the lane workers must agree. Off by default while the browser tests
-    # and /ops still read per-row arq jobs (the job column, the paused-lane card) and its figures wait for a quiet
-    # bench: `OUTBOX_BATCH_LANES=critical,high,normal` turns it on (tests/integration/test_delivery_batch.py).
-    batch_lanes: str = Field("", validation_alias="OUTBOX_BATCH_LANES")
+    # system: the processes that enqueue and the lane workers must agree. `OUTBOX_BATCH_LANES=` (empty) goes back to
+    # one arq job per message on every lane (tests/integration/test_delivery_batch.py covers both).
+    batch_lanes: str = Field("critical,high,normal", validation_alias="OUTBOX_BATCH_LANES")
     # Rows per claim and drain loops per worker process: the critical lane's batches stay small (a one-time code
     # never waits behind 31 others' sends), with more loops; the high and normal lanes' are wide.
     batch_size: int = Field(32, ge=1, le=500, validation_alias="OUTBOX_BATCH_SIZE")

@@ -32,12 +32,20 @@ from domain import faults
 from domain.db import UnitOfWork
 from domain.delivery.lanes import set_lane_paused
 from domain.delivery.queue import order_channel
-from domain.delivery.wakeups import after_commit, arq_pool
+from domain.delivery.wakeups import after_commit, arq_pool, batched
 from domain.orders.commands import Committed, execute_order_command
 from domain.orders.policy import Reject
 from jobs.ops.checks import all_invariants
 from jobs.ops.dbadmin import ensure_database, isolated_environment
-from jobs.ops.procs import ROOT, System, job_tries, receiver_database_url, wait_until, wait_worker_ready
+from jobs.ops.procs import (
+    ROOT,
+    System,
+    batch_claim_ran,
+    job_tries,
+    receiver_database_url,
+    wait_until,
+    wait_worker_ready,
+)
 
 # A parallel test run (OUTBOX_TEST_SLOT, see tests/conftest.py) gets its own database, receiver port and logs.
 _SLOT = int(os.environ.get("OUTBOX_TEST_SLOT", "0") or 0)
@@ -162,9 +170,13 @@ def run_scenario(keep: bool = False, out: Path = EVIDENCE, seed: int | None = No
         checks["both views refreshed"] = revs == [result.revision, result.revision]
 
         say("worker paused")
-        # The high worker is polling and has taken this very job at least once while its lane was paused.
+        # The high worker is polling and has tried this very row at least once while its lane was paused: a batched
+        # lane's drain loop ran its claim (which a pause makes match nothing), the per-row path took the job.
         wait_worker_ready(r, "high", 30)
-        wait_until(lambda: job_tries(r, webhook.job_id) >= 1, 30, "the paused worker to take the job")
+        if batched("high"):
+            wait_until(lambda: batch_claim_ran("outbox-worker-high"), 30, "the paused worker's drain loop to claim")
+        else:
+            wait_until(lambda: job_tries(r, webhook.job_id) >= 1, 30, "the paused worker to take the job")
         checks["paused lane sends nothing"] = _row(webhook.notification_id)["attempts"] == 0
         system.stop_all()
         r.flushdb()  # Redis keeps nothing on disk: a restart loses every wake-up

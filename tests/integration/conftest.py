@@ -115,7 +115,7 @@ BATCHED: dict[str, str] = {"OUTBOX_BATCH_LANES": "critical,high,normal"}
 
 
 @contextlib.contextmanager
-def _batch_lanes(value: str):  # type: ignore[no-untyped-def]
+def batch_lanes_set(value: str):  # type: ignore[no-untyped-def]
     """`OUTBOX_BATCH_LANES` set to `value` in this test's process for the block, then put back."""
     before = os.environ.get("OUTBOX_BATCH_LANES")
     os.environ["OUTBOX_BATCH_LANES"] = value
@@ -134,7 +134,7 @@ def _batch_lanes(value: str):  # type: ignore[no-untyped-def]
 def batched_lanes():  # type: ignore[no-untyped-def]
     """Batched delivery on critical, high and normal in this test's process: its enqueues and relay scans wake the
     lane and make no per-row job. Processes the test starts take `BATCHED` for the same."""
-    with _batch_lanes(BATCHED["OUTBOX_BATCH_LANES"]):
+    with batch_lanes_set(BATCHED["OUTBOX_BATCH_LANES"]):
         yield
 
 
@@ -143,5 +143,5 @@ def per_row_lanes():  # type: ignore[no-untyped-def]
     """The per-row path on every lane in this test's process (`OUTBOX_BATCH_LANES` empty): its enqueues and its
     relay scans make one arq job per row, as before batching — for the tests of that path, which stays supported.
     Processes the test starts take `PER_ROW` for the same."""
-    with _batch_lanes(PER_ROW["OUTBOX_BATCH_LANES"]):
+    with batch_lanes_set(PER_ROW["OUTBOX_BATCH_LANES"]):
         yield

@@ -33,8 +33,8 @@ from domain.delivery.queue import job_id
 from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.wakeups import arq_pool, enqueue
 from domain.ledger import write
-from domain.settings import get_settings, reload_settings
-from tests.integration.conftest import BATCHED, effects, rows, wait_for
+from domain.settings import get_settings
+from tests.integration.conftest import BATCHED, PER_ROW, effects, rows, wait_for
 from tests.integration.test_delivery import approve
 from tests.integration.test_delivery_claims_fencing import assert_invariants, entries, lease_runs_out, row
 from tests.integration.test_delivery_claims_fencing_review import person
@@ -212,21 +212,15 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_duplicates_no_effect(sys_, 
         assert effects(r.event_id)["effects"] == 1, r.event_id
 
 
-def test_with_batching_off_each_row_is_one_arq_job_again(sys_, redis_db, relay_stopped, monkeypatch):
+def test_with_batching_off_each_row_is_one_arq_job_again(sys_, redis_db, relay_stopped, per_row_lanes):
     """OUTBOX_BATCH_LANES empty: the enqueue makes one arq job per row of the high lane (as before batching), and a
     worker without drain loops delivers it through `deliver`."""
-    monkeypatch.setenv("OUTBOX_BATCH_LANES", "")
-    reload_settings()
-    try:
-        (hook,) = _approve_several((913,))
-        asyncio.run(_enqueue(hook))
-        assert redis_db.exists(f"arq:job:{job_id(hook.notification_id)}"), "no per-row job"
-        sys_.start_worker("high", env={"OUTBOX_BATCH_LANES": ""})
-        wait_for(lambda: rows("id = :i AND status = 'DELIVERED'", i=hook.notification_id), 60, "the delivery")
-        assert effects(rows("id = :i", i=hook.notification_id)[0].event_id)["effects"] == 1
-    finally:
-        monkeypatch.delenv("OUTBOX_BATCH_LANES")
-        reload_settings()
+    (hook,) = _approve_several((913,))
+    asyncio.run(_enqueue(hook))
+    assert redis_db.exists(f"arq:job:{job_id(hook.notification_id)}"), "no per-row job"
+    sys_.start_worker("high", env=PER_ROW)
+    wait_for(lambda: rows("id = :i AND status = 'DELIVERED'", i=hook.notification_id), 60, "the delivery")
+    assert effects(rows("id = :i", i=hook.notification_id)[0].event_id)["effects"] == 1
 
 
 async def _enqueue(row_: Any) -> None:

@@ -25,9 +25,9 @@ from arq.worker import func
 from domain.delivery import wakeups
 from domain.delivery.queue import DELIVER_TASK, job_id, queue_name, wake_channel
 from domain.ledger.owed import OwedRow
-from domain.settings import reload_settings
 from jobs import wake
 from tests.conftest import TEST_REDIS_URL
+from tests.integration.conftest import batch_lanes_set
 
 
 @pytest.fixture
@@ -89,21 +89,15 @@ async def test_a_batched_lanes_wake_up_sets_the_drain_loops_event_at_once(idle_w
     pool, started = idle_worker
     w = wake.last_worker  # type: ignore[attr-defined]
     w.batch_wake.clear()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OUTBOX_BATCH_LANES", "critical")
-        reload_settings()
-        try:
-            t0 = time.monotonic()
-            assert await wakeups.enqueue(pool, [OwedRow(7, "critical", job_id(7))]) == 1
-            assert not await pool.exists(f"arq:job:{job_id(7)}"), "no per-row job on a batched lane"
-            deadline = time.monotonic() + 3
-            while not w.batch_wake.is_set():
-                assert time.monotonic() < deadline, "the drain loops' event was never set"
-                await asyncio.sleep(0.005)
-            assert time.monotonic() - t0 < 2.0 and 7 not in started
-        finally:
-            mp.setenv("OUTBOX_BATCH_LANES", "")
-            reload_settings()
+    with batch_lanes_set("critical"):
+        t0 = time.monotonic()
+        assert await wakeups.enqueue(pool, [OwedRow(7, "critical", job_id(7))]) == 1
+        assert not await pool.exists(f"arq:job:{job_id(7)}"), "no per-row job on a batched lane"
+        deadline = time.monotonic() + 3
+        while not w.batch_wake.is_set():
+            assert time.monotonic() < deadline, "the drain loops' event was never set"
+            await asyncio.sleep(0.005)
+        assert time.monotonic() - t0 < 2.0 and 7 not in started
 
 
 async def test_a_lost_hint_costs_one_idle_poll_not_the_job(idle_worker) -> None:  # type: ignore[no-untyped-def]
