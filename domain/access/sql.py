@@ -48,11 +48,28 @@ ACTIONS_ON = sa.text(
     "SELECT id, at, actor_ref, action, target, note FROM operator_actions "
     "WHERE tenant_id = :t AND (target = :g OR starts_with(target, :g || ' (')) ORDER BY id LIMIT 50")
 
+# The last action on each of several things (`:gs`, their exact names), in one scan of the tenant's rows: a longer
+# target that goes on after a space counts too ("endpoint 5 → https://…" is endpoint 5's, "endpoint 50" is not).
+LAST_ACTIONS_ON = sa.text(
+    "SELECT DISTINCT ON (g.g) g.g AS named, a.id, a.at, a.actor_ref, a.action, a.target, a.note "
+    "FROM operator_actions a JOIN unnest(CAST(:gs AS text[])) AS g(g) "
+    "ON a.target = g.g OR (CAST(:p AS boolean) AND starts_with(a.target, g.g || ' ')) "
+    "WHERE a.tenant_id = :t ORDER BY g.g, a.id DESC")
+
 # ---- listing and revoking keys -------------------------------------------------------------------------------
 # tenant NULL: every tenant's (the command line, run by whoever holds the database).
 LIST_KEYS = sa.text("""
-SELECT k.id, k.tenant_id, t.name AS tenant_name, k.prefix, k.actor_ref, k.created_at, k.revoked_at
+SELECT k.id, k.tenant_id, t.name AS tenant_name, k.prefix, k.actor_ref, k.created_at, k.revoked_at,
+       made.actor_ref AS created_by, gone.actor_ref AS revoked_by, gone.note AS revoke_note
 FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+-- The audit rows written in the key's own transactions: now() is the transaction's start, so each has the key's
+-- own timestamp (the prefix alone could name two keys).
+LEFT JOIN LATERAL (SELECT a.actor_ref FROM operator_actions a WHERE a.tenant_id = k.tenant_id
+                   AND a.action = 'create API key' AND a.at = k.created_at
+                   AND a.target = 'key ' || k.prefix || '… acting as ' || k.actor_ref ORDER BY a.id LIMIT 1) made ON true
+LEFT JOIN LATERAL (SELECT a.actor_ref, a.note FROM operator_actions a WHERE a.tenant_id = k.tenant_id
+                   AND a.action = 'revoke API key' AND a.at = k.revoked_at
+                   AND a.target = 'key ' || k.prefix || '… acting as ' || k.actor_ref ORDER BY a.id LIMIT 1) gone ON true
 WHERE CAST(:t AS integer) IS NULL OR k.tenant_id = :t
 ORDER BY k.revoked_at IS NOT NULL, k.id DESC
 LIMIT :l""")
