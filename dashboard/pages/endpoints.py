@@ -144,10 +144,13 @@ class EndpointsState(paging.KeysetPaged, AuthState):
         changes until `confirm`, which asks the role again."""
         self._clear()
         eid = parse_id(endpoint_id)
-        if action not in CONFIRM or eid is None:
+        if action not in CONFIRM:
             self.error = "Unknown action; nothing was changed."
             return
         if not await self._may():
+            return
+        if eid is None:
+            self.error = "No such endpoint; nothing was changed."
             return
         row = next((e for e in self.endpoints if e["id"] == str(eid)), None)
         name = f"endpoint {eid}" + (f" ({row['url']})" if row else "")

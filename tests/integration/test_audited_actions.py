@@ -156,3 +156,42 @@ async def test_another_tenants_thing_looks_missing_and_leaves_no_audit_row(db, c
     assert long_note.status_code == 422
     assert rows_since(before) == [], "nothing happened, so nothing is audited"
     assert store.get(7, theirs)["enabled"] is True
+
+
+def test_each_things_own_page_reads_who_did_it_from_its_audit_row(db):
+    """The reads behind the pages: the keys list names who created and who revoked a key (with the note), an
+    endpoint's last action names who and why, and a cancelled order's audit row is found by its page's name for it —
+    each only within its tenant."""
+    from domain.access import actions
+    from domain.access.apikeys import list_keys, revoke_key
+    from domain.access.auth import create_api_key
+    from domain.endpoints import store
+    from domain.orders.commands import ORDER_CANCEL, execute_order_command, order_target
+
+    key = create_api_key(42, "svc:shop", created_by="operator:alice")
+    kept = create_api_key(42, "svc:kept", created_by="operator:bob")
+    kid = next(k["id"] for k in list_keys(42) if k["prefix"] == key[:8])
+    assert revoke_key(kid, tenant_id=42, actor_ref="operator:alice", note="leaked in a ticket")
+    listed = {k["prefix"]: k for k in list_keys(42)}
+    assert (listed[key[:8]]["created_by"], listed[key[:8]]["revoked_by"], listed[key[:8]]["revoke_note"]) == (
+        "operator:alice", "operator:alice", "leaked in a ticket")
+    assert (listed[kept[:8]]["created_by"], listed[kept[:8]]["revoked_by"]) == ("operator:bob", None)
+
+    ep = int(store.create(42, "http://93.184.216.34/hooks/who", "", None, "operator:alice")["id"])
+    assert store.last_actions(42, [ep])[ep]["action"] == "create webhook endpoint"
+    store.set_enabled(42, ep, False, "operator:bob", note="maintenance")
+    last = store.last_actions(42, [ep])[ep]
+    assert (last["actor_ref"], last["action"], last["note"]) == ("operator:bob", "disable webhook endpoint",
+                                                                 "maintenance")
+    assert store.last_actions(7, [ep]) == {}, "another tenant's endpoint has no history to this tenant"
+
+    r = execute_order_command(tenant_id=42, order_id=913, command="cancel", expected_revision=17,
+                              actor_ref="operator:bob", request_id="who", note="customer asked")
+    assert r.__class__.__name__ == "Committed"
+    done = [(a["actor_ref"], a["action"], a["note"]) for a in actions.on_target(42, order_target(913))]
+    assert done == [("operator:bob", ORDER_CANCEL, "customer asked")]
+    assert actions.on_target(7, order_target(913)) == []
+    stale = execute_order_command(tenant_id=42, order_id=913, command="cancel", expected_revision=17,
+                                  actor_ref="operator:bob", request_id="who-again", note="twice")
+    assert stale.__class__.__name__ == "Reject" and len(actions.on_target(42, order_target(913))) == 1, \
+        "a refused cancel changed nothing, so it is not audited"
