@@ -195,3 +195,20 @@ def test_each_things_own_page_reads_who_did_it_from_its_audit_row(db):
                                   actor_ref="operator:bob", request_id="who-again", note="twice")
     assert stale.__class__.__name__ == "Reject" and len(actions.on_target(42, order_target(913))) == 1, \
         "a refused cancel changed nothing, so it is not audited"
+
+
+def test_a_replayed_message_says_who_replayed_it_and_why(db):
+    """The message's own page carries its replay's audit row (the row itself keeps only when); another tenant's
+    id is a missing message."""
+    from datetime import UTC, datetime
+
+    from domain.delivery import review
+    from domain.support.message import message_page
+
+    rid, _ = person(cap=None)
+    nid = failed(rid)
+    assert message_page(42, nid, datetime.now(UTC))["replayed_by"] is None
+    assert review.replay(42, nid, actor_ref="operator:bob", note="receiver fixed")
+    by = message_page(42, nid, datetime.now(UTC))["replayed_by"]
+    assert (by["actor_ref"], by["note"]) == ("operator:bob", "receiver fixed") and by["at"] is not None
+    assert message_page(7, nid, datetime.now(UTC)) is None
