@@ -212,3 +212,28 @@ def test_a_replayed_message_says_who_replayed_it_and_why(db):
     by = message_page(42, nid, datetime.now(UTC))["replayed_by"]
     assert (by["actor_ref"], by["note"]) == ("operator:bob", "receiver fixed") and by["at"] is not None
     assert message_page(7, nid, datetime.now(UTC)) is None
+
+
+def test_an_action_that_changed_nothing_is_not_audited_again(db):
+    """A second campaign cancel, a second key revoke, a second replay: each changes nothing, so each leaves no row
+    (the first one's row is the record)."""
+    from domain.access.apikeys import revoke_key
+    from domain.access.auth import create_api_key
+    from domain.campaigns import fan_out
+    from domain.delivery import review
+
+    cid = fan_out.create(tenant_id=42, name="twice", segment="all_reachable", template="offer", channel="email",
+                         actor_ref="operator:bob", note="start")
+    assert fan_out.cancel(42, cid, actor_ref="operator:bob", note="first") is not None
+    key = create_api_key(42, "svc:twice")
+    with get_engine().connect() as c:
+        kid = int(c.execute(sa.text("SELECT id FROM api_keys WHERE prefix = :p"), {"p": key[:8]}).scalar_one())
+    assert revoke_key(kid, tenant_id=42, actor_ref="operator:bob", note="first")
+    rid, _ = person(cap=None)
+    nid = failed(rid)
+    assert review.replay(42, nid, actor_ref="operator:bob", note="first")
+    before = last_action_id()
+    assert fan_out.cancel(42, cid, actor_ref="operator:bob", note="again") == 0
+    assert revoke_key(kid, tenant_id=42, actor_ref="operator:bob", note="again").already  # type: ignore[union-attr]
+    assert not review.replay(42, nid, actor_ref="operator:bob", note="again")
+    assert rows_since(before) == []
