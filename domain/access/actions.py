@@ -34,8 +34,8 @@ def on_target(tenant_id: int, target: str, engine: Engine | None = None) -> list
 
 def last_on_targets(tenant_id: int, targets: list[str], engine: Engine | None = None, *,
                     prefix: bool = False) -> dict[str, dict[str, Any]]:
-    """This tenant's last audit row on each of `targets` (exact names; `prefix`: a longer target that goes on after
-    a space counts too), keyed by the name asked. A thing nobody acted on is absent."""
+    """This tenant's last audit row on each of `targets` (names of the form "<kind> <id>"; `prefix`: a longer
+    target that goes on after a space counts too), keyed by the name asked. A thing nobody acted on is absent."""
     if not targets:
         return {}
     with UnitOfWork(engine) as uow:
