@@ -35,12 +35,12 @@ def apikey_list(tenant: int = typer.Option(0, help="only this tenant's keys (0: 
                            "revoked_at": r["revoked_at"].isoformat() if r["revoked_at"] else None} for r in rows]))
         return
     t = Table(title="API keys (prefix only: a whole key is shown once, when it is created)")
-    for col in ("id", "tenant", "prefix", "acts as", "created (UTC)", "revoked (UTC)"):
+    for col in ("id", "tenant", "prefix", "acts as", "created (UTC)", "by", "revoked (UTC)", "by"):
         t.add_column(col)
     for r in rows:
         t.add_row(str(r["id"]), f"{r['tenant_id']} {r['tenant_name']}", f"{r['prefix']}…", r["actor_ref"],
-                  f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
-                  f"{r['revoked_at']:%Y-%m-%d %H:%M:%S}" if r["revoked_at"] else "live")
+                  f"{r['created_at']:%Y-%m-%d %H:%M:%S}", r["created_by"] or "",
+                  f"{r['revoked_at']:%Y-%m-%d %H:%M:%S}" if r["revoked_at"] else "live", r["revoked_by"] or "")
     out.print(t)
 
 
