@@ -113,8 +113,8 @@ class OrderState(AuthState):
                              amount=money(order["amount_cents"], order["currency"]))
         head._assign_changed(
             status=order["status"], revision=new_rev, updated=when(order["updated_at"]),
-            last_change=order["last_change"], cancelled_by=order["cancelled_by"], can_approve="approve" in allowed, can_fulfill="fulfill" in allowed,
-            can_cancel="cancel" in allowed)
+            last_change=order["last_change"], cancelled_by=order["cancelled_by"],
+            can_approve="approve" in allowed, can_fulfill="fulfill" in allowed, can_cancel="cancel" in allowed)
 
     async def _apply_notes(self, order: dict[str, Any] | None, notes: list[dict[str, str]]) -> None:
         """The notifications, then `seen`: the page now shows this revision whole."""
