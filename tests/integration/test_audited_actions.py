@@ -4,7 +4,9 @@ Invariant: order cancel, campaign start and cancel, endpoint rotate, disable, en
 pause, resume, replay, resolve and top-up — each, through its door (the HTTP API where it has one, else the domain
 call the dashboard and the command line make), writes ONE `operator_actions` row naming who (the API key's actor,
 the operator), what, on what, and the note given. Another tenant's thing is answered exactly as a missing one and
-leaves no row; bad input is a clear error and leaves no row.
+leaves no row; bad input is a clear error and leaves no row; an action that changed nothing (a second cancel,
+revoke or replay) leaves none either; the command line wants `--note` and is audited as `cli:<os user>`. The
+dashboard's dialogs in a browser: e2e/test_confirm_dialogs.py.
 """
 
 from __future__ import annotations
@@ -237,3 +239,30 @@ def test_an_action_that_changed_nothing_is_not_audited_again(db):
     assert revoke_key(kid, tenant_id=42, actor_ref="operator:bob", note="again").already  # type: ignore[union-attr]
     assert not review.replay(42, nid, actor_ref="operator:bob", note="again")
     assert rows_since(before) == []
+
+
+def test_the_command_line_door_wants_a_note_and_is_audited_as_the_os_user(db):
+    """`outbox campaign create`, `outbox replay` and `outbox apikey revoke` change what customers get: without
+    --note each is exit 2 in words and changes nothing; with it, one row as `cli:<os user>` with the note."""
+    from domain.access.auth import create_api_key
+    from jobs.cli.console import cli_actor
+    from tests.integration.test_jobs_cli import run
+
+    rid, _ = person(cap=None)
+    nid = failed(rid)
+    key = create_api_key(42, "svc:cli")
+    with get_engine().connect() as c:
+        kid = int(c.execute(sa.text("SELECT id FROM api_keys WHERE prefix = :p"), {"p": key[:8]}).scalar_one())
+    doors = [(("campaign", "create", "--tenant", "42", "--name", "cli walk", "--no-follow"), "campaign start"),
+             (("replay", str(nid)), "replay"), (("apikey", "revoke", str(kid)), "revoke API key")]
+    for args, action in doors:
+        before = last_action_id()
+        refused = run(*args)
+        assert refused.returncode == 2 and "--note" in refused.stderr, (args, refused.stderr)
+        assert rows_since(before) == [], f"{action} without a note changed nothing"
+        done = run(*args, "--note", "from the terminal")
+        assert done.returncode == 0, (args, done.stderr)
+        assert [(r["actor_ref"], r["action"], r["note"]) for r in rows_since(before)] == [
+            (cli_actor(), action, "from the terminal")]
+    with get_engine().connect() as c:
+        assert c.execute(sa.text("SELECT count(*) FROM campaigns WHERE name = 'cli walk'")).scalar_one() == 1
