@@ -31,6 +31,36 @@ def money(cents: int | None, currency: str = "EUR") -> str:
     return f"{(cents or 0) / 100:,.2f} {currency}"
 
 
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+         "seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def _words(n: int) -> str:
+    """0 ≤ n < 10**12 in English words, as a cheque writes them ("two hundred fifty")."""
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + ("-" + _ONES[n % 10] if n % 10 else "")
+    if n < 1000:
+        return _ONES[n // 100] + " hundred" + (" " + _words(n % 100) if n % 100 else "")
+    for size, name in ((10**9, "billion"), (10**6, "million"), (10**3, "thousand")):
+        if n >= size:
+            return _words(n // size) + " " + name + (" " + _words(n % size) if n % size else "")
+    raise AssertionError(n)  # unreachable: every n >= 1000 meets a size
+
+
+def amount_in_words(cents: int, currency: str = "EUR") -> str:
+    """An amount spelt out, to read back before money moves: 25000 → "two hundred fifty euros and no cents";
+    a slipped digit (2500.00 for 250.00) reads as a different sentence."""
+    if not 0 <= cents < 10**14:
+        raise ValueError("amount out of range")
+    unit = {"EUR": ("euro", "euros")}.get(currency, (currency, currency))
+    whole, part = divmod(cents, 100)
+    return (f"{_words(whole)} {unit[0] if whole == 1 else unit[1]} and "
+            + ("no cents" if part == 0 else f"{_words(part)} cent{'s' if part != 1 else ''}"))
+
+
 def when(ts: datetime | None) -> str:
     return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if ts else "—"
 
@@ -57,6 +87,15 @@ def cost_text(n: dict[str, Any]) -> str:
     if n.get("refunded_cents"):
         return f"refunded {money(n['refunded_cents'])}"
     return "—"
+
+
+def done_line(what: str, a: dict[str, Any] | None) -> str:
+    """One audit row in words, for the page of the thing it acted on: "Cancelled by alice at 2026-12-01 19:02:11
+    UTC: customer asked" ("" when there is none)."""
+    if not a:
+        return ""
+    who = str(a["actor_ref"]).split(":", 1)[-1] if str(a["actor_ref"]).startswith("operator:") else str(a["actor_ref"])
+    return f"{what} by {who} at {when(a['at'])} UTC: {a.get('note') or '(no note)'}"
 
 
 def resolved_line(by: dict[str, Any] | None) -> str:

@@ -59,6 +59,7 @@ def test_a_top_up_past_the_ceiling_is_refused_in_plain_words(new_operator):
         a.get_by_test_id("topup-amount").fill("6000000")
         a.get_by_test_id("topup-reference").fill(f"INV-CEIL-{datetime.now(UTC):%H%M%S%f}")
         a.get_by_test_id("topup-submit").click()
+        a.get_by_test_id("topup-confirm").click()
         a.get_by_test_id("error").wait_for()
         text = a.get_by_test_id("error").inner_text()
         assert "Not credited: the balance would pass its ceiling of 21,474,836.47" in text, text

@@ -69,6 +69,9 @@ def test_on_call_tops_up_once_per_reference_and_operators_are_not_offered_it(new
         a.get_by_test_id("topup-amount").fill("12.34")
         a.get_by_test_id("topup-reference").fill(ref)
         a.get_by_test_id("topup-submit").click()
+        # The amount is read back in words before anything is credited.
+        a.get_by_test_id("topup-confirm-text").filter(has_text="twelve euros and thirty-four cents").wait_for()
+        a.get_by_test_id("topup-confirm").click()
         a.get_by_test_id("balance-notice").wait_for()
     a.wait_for_function(f"() => document.querySelector('[data-testid=balance-notice]').innerText.includes("
                         f"'{ref} was already credited')")

@@ -155,6 +155,12 @@ def refused(tap: Tap, words: str) -> None:
         arg=[words])
 
 
+def forge_confirmed(tap: Tap, action: str, target: str) -> None:
+    """An /ops action forged as its two events, the confirmation's question and its answer with a note."""
+    tap.forge(OpsState, "ask", {"action": action, "target": target})
+    tap.forge(OpsState, "confirm", {"form": {"note": f"forged {action}"}})
+
+
 def test_forged_privileged_events_without_the_role_change_nothing(browser):
     """Drive the Reflex events themselves. Platform on-call's forged pause works (the forge is real); support's
     forged replay/resolve/pause, and tenant 42's on-call's forged pause and fault switches, change nothing, leave
@@ -166,9 +172,9 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
 
     pat = tapped_login(browser, "pat")  # positive control: the same forge path does act for the right role
     pat.page.get_by_test_id("lane-row").first.wait_for()
-    pat.forge(OpsState, "toggle_lane", {"lane": "bulk", "paused": "no"})
+    forge_confirmed(pat, "pause", "bulk")
     wait_until(lambda: lane_paused("bulk"), 30, "platform on-call's forged pause to take effect")
-    pat.forge(OpsState, "toggle_lane", {"lane": "bulk", "paused": "yes"})
+    forge_confirmed(pat, "resume", "bulk")
     wait_until(lambda: not lane_paused("bulk"), 30, "platform on-call's forged resume to take effect")
     assert actions_since(start) == [("operator:pat", "pause"), ("operator:pat", "resume")]
     pat.page.context.close()
@@ -177,11 +183,11 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
     sam.goto(f"{APP}/ops")
     sam.page.get_by_test_id("lane-row").first.wait_for()
     assert sam.page.get_by_test_id("replay").count() == 0 and sam.page.get_by_test_id("lane-toggle").count() == 0
-    sam.forge(OpsState, "replay", {"nid": str(nid)})
-    refused(sam, "Only operators of this tenant (or platform on-call) can replay")
-    sam.forge(OpsState, "resolve", {"nid": str(nid)})
+    # There is no one-click handler to forge (each action is reached only through its confirmation, with a note):
+    # the confirmed path asks the role.
+    forge_confirmed(sam, "resolve", str(nid))
     refused(sam, "can resolve")
-    sam.forge(OpsState, "toggle_lane", {"lane": "bulk", "paused": "no"})
+    forge_confirmed(sam, "pause", "bulk")
     refused(sam, "Only platform on-call can pause or resume a lane")
     sam.forge(OpsState, "ask", {"action": "replay", "target": str(nid)})  # the confirmed path asks the same gate
     sam.page.get_by_test_id("confirm-note").fill("forged")
@@ -213,7 +219,7 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
     alice = tapped_login(browser, "alice")  # tenant 42's on-call: her tenant's money, not every tenant's lanes
     alice.goto(f"{APP}/ops")
     alice.page.get_by_test_id("lane-row").first.wait_for()
-    alice.forge(OpsState, "toggle_lane", {"lane": "critical", "paused": "no"})
+    forge_confirmed(alice, "pause", "critical")
     refused(alice, "Only platform on-call can pause or resume a lane")
     alice.forge(OpsState, "arm_worker_crash", {"lane": "high"})
     refused(alice, "Fault switches exist only in development mode, for platform on-call")
@@ -230,7 +236,8 @@ def test_forged_privileged_events_without_the_role_change_nothing(browser):
 
 def test_a_forged_cancel_of_an_approved_order_gets_the_policy_answer_and_changes_nothing(browser):
     """The page no longer offers Cancel on an approved order; the handler still asks the policy, so a cancel sent
-    on the tab's own socket is refused in words and writes no event."""
+    on the tab's own socket (with the note its dialog would ask) is refused in words and writes no event nor audit
+    row."""
     oid = create_order(tenant_id=42, customer_ref="cust-002", amount_cents=900, currency="EUR")
     alice = tapped_login(browser, "alice")
     alice.goto(f"{APP}/orders/{oid}")
@@ -240,7 +247,7 @@ def test_a_forged_cancel_of_an_approved_order_gets_the_policy_answer_and_changes
     with get_engine().connect() as c:
         before = c.execute(sa.text("SELECT count(*) FROM outbox_events WHERE aggregate_id = :o"),
                            {"o": str(oid)}).scalar_one()
-    alice.forge(OrderState, "cancel", {})
+    alice.forge(OrderState, "cancel", {"form": {"note": "forged past the page's dialog"}})
     alice.page.wait_for_function("() => { const e = document.querySelector('[data-testid=command-error]'); "
                                  "return e && e.innerText.includes('Not allowed') }")
     with get_engine().connect() as c:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth
 from dashboard.api.errors import ApiError
-from dashboard.api.fields import JsonInt
+from dashboard.api.fields import NOTE_DOC, NOTE_MAX, JsonInt
 from domain.ledger import metering
 
 router = APIRouter(prefix="/api/v1/balance", tags=["balance"])
@@ -22,6 +22,7 @@ class TopUpIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     amount_cents: JsonInt = Field(ge=1, le=10**9)
     reference: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")
+    note: str = Field("", max_length=NOTE_MAX, description=NOTE_DOC)
 
 
 @router.get("")
@@ -32,7 +33,8 @@ async def balance(p: Auth) -> dict[str, Any]:
 @router.post("/top-ups", status_code=201, responses={200: {"description": "this reference was credited before"}})
 async def top_up(body: TopUpIn, p: Auth) -> JSONResponse:
     try:
-        r = await asyncio.to_thread(metering.top_up, p.tenant_id, body.amount_cents, body.reference, p.actor_ref)
+        r = await asyncio.to_thread(lambda: metering.top_up(p.tenant_id, body.amount_cents, body.reference,
+                                                            p.actor_ref, note=body.note.strip()))
     except metering.BalanceLimit as exc:
         raise ApiError(422, "balance_limit", field="amount_cents", detail=str(exc)) from exc
     return JSONResponse({"credited": r.credited, "balance_cents": r.balance_cents, "reference": body.reference},

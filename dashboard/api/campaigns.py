@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth, Cursor, Id, Limit, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
+from dashboard.api.fields import NOTE_DOC, NOTE_MAX, NoteIn, note_of
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.campaigns import segments
 from domain.campaigns import views as campaign_views
@@ -31,6 +32,7 @@ class CampaignIn(BaseModel):
                          json_schema_extra={"enum": list(segments.SEGMENTS)})
     template: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_.]+$")
     channel: str = Field(min_length=1, max_length=16, json_schema_extra={"enum": list(PEOPLE_CHANNELS)})
+    note: str = Field("", max_length=NOTE_MAX, description=NOTE_DOC)
 
 
 @router.post("", status_code=202)
@@ -38,7 +40,7 @@ async def create(body: CampaignIn, p: Auth) -> JSONResponse:
     try:
         cid = await asyncio.to_thread(lambda: campaign_fan_out.create(
             tenant_id=p.tenant_id, name=body.name, segment=body.segment, template=body.template,
-            channel=body.channel, actor_ref=p.actor_ref))
+            channel=body.channel, actor_ref=p.actor_ref, note=body.note.strip()))
     except SendRefused as exc:
         raise ApiError(422, exc.code, detail=str(exc)) from None
     await wake_fan_out(await maybe_pool(), cid)
@@ -60,8 +62,12 @@ async def get(campaign_id: Id, p: Auth) -> dict[str, Any]:
 
 
 @router.post("/{campaign_id}/cancel")
-async def cancel(campaign_id: Id, p: Auth) -> dict[str, Any]:
-    n = await asyncio.to_thread(lambda: campaign_fan_out.cancel(p.tenant_id, campaign_id, actor_ref=p.actor_ref))
+async def cancel(campaign_id: Id, p: Auth, body: NoteIn | None = None) -> dict[str, Any]:
+    """Every message of it not yet sent is suppressed and refunded; cannot be undone. One audit row with the
+    optional note."""
+    note = note_of(body)
+    n = await asyncio.to_thread(lambda: campaign_fan_out.cancel(p.tenant_id, campaign_id, actor_ref=p.actor_ref,
+                                                                note=note))
     if n is None:
         raise ApiError(404, "not_found")
     return {"campaign_id": campaign_id, "suppressed": n, "status": "cancelled"}

@@ -8,12 +8,13 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth, Cursor, Id, Limit, tenant_row
 from dashboard.api.errors import ApiError
+from dashboard.api.fields import NOTE_DOC, NOTE_MAX, NoteIn, note_of
 from domain.endpoints import store, urls
 from domain.orders.policy import EVENT_TYPES
 from domain.support import pages
@@ -97,33 +98,41 @@ async def get(endpoint_id: Id, p: Auth) -> dict[str, Any]:
     return await tenant_row(store.get, p.tenant_id, endpoint_id)
 
 
-async def _enabled(p: Any, endpoint_id: int, on: bool) -> dict[str, Any]:
-    row = await asyncio.to_thread(store.set_enabled, p.tenant_id, endpoint_id, on, p.actor_ref)
+async def _enabled(p: Any, endpoint_id: int, on: bool, body: NoteIn | None) -> dict[str, Any]:
+    note = note_of(body)
+    row = await asyncio.to_thread(lambda: store.set_enabled(p.tenant_id, endpoint_id, on, p.actor_ref, note=note))
     if row is None:
         raise ApiError(404, "not_found")
     return row
 
 
 @router.post("/{endpoint_id}/disable", response_model=EndpointOut)
-async def disable(endpoint_id: Id, p: Auth) -> dict[str, Any]:
-    return await _enabled(p, endpoint_id, False)
+async def disable(endpoint_id: Id, p: Auth, body: NoteIn | None = None) -> dict[str, Any]:
+    """Its events stop going out (owed ones are suppressed); one audit row with the optional note."""
+    return await _enabled(p, endpoint_id, False, body)
 
 
 @router.post("/{endpoint_id}/enable", response_model=EndpointOut)
-async def enable(endpoint_id: Id, p: Auth) -> dict[str, Any]:
-    return await _enabled(p, endpoint_id, True)
+async def enable(endpoint_id: Id, p: Auth, body: NoteIn | None = None) -> dict[str, Any]:
+    return await _enabled(p, endpoint_id, True, body)
 
 
 @router.post("/{endpoint_id}/rotate", response_model=EndpointWithSecret)
-async def rotate(endpoint_id: Id, p: Auth) -> dict[str, Any]:
-    row = await asyncio.to_thread(store.rotate, p.tenant_id, endpoint_id, p.actor_ref)
+async def rotate(endpoint_id: Id, p: Auth, body: NoteIn | None = None) -> dict[str, Any]:
+    """A new secret (in this answer only); the old one keeps signing beside it for 24 hours. One audit row."""
+    note = note_of(body)
+    row = await asyncio.to_thread(lambda: store.rotate(p.tenant_id, endpoint_id, p.actor_ref, note=note))
     if row is None:
         raise ApiError(404, "not_found")
     return row
 
 
 @router.delete("/{endpoint_id}", status_code=204, response_class=Response)
-async def delete(endpoint_id: Id, p: Auth) -> Response:
-    if not await asyncio.to_thread(store.delete, p.tenant_id, endpoint_id, p.actor_ref):
+async def delete(endpoint_id: Id, p: Auth,
+                 note: str = Query("", max_length=NOTE_MAX, description=NOTE_DOC)) -> Response:
+    """Gone for good: it receives nothing more. One audit row with the optional note (a query parameter: many
+    clients send no body with DELETE)."""
+    why = note.strip()
+    if not await asyncio.to_thread(lambda: store.delete(p.tenant_id, endpoint_id, p.actor_ref, note=why)):
         raise ApiError(404, "not_found")
     return Response(status_code=204)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 
 def _json_integer(v: Any) -> Any:
@@ -51,3 +51,18 @@ def publish_text_rules(node: Any) -> None:
 # An integer exactly as the OpenAPI schema describes it. Bounds: `x: JsonInt = Field(ge=…)`, or inside an alias
 # `Annotated[int, Field(ge=…), INTEGER]` (a Field AFTER the validator would drop out of the published schema).
 JsonInt = Annotated[int, INTEGER]
+
+
+NOTE_MAX = 500
+NOTE_DOC = "why (kept in the audit log with the key's actor and the time)"
+
+
+class NoteIn(BaseModel):
+    """The optional body of an action that leaves an audit row: why it was done."""
+
+    model_config = ConfigDict(extra="forbid")
+    note: str = Field("", max_length=NOTE_MAX, description=NOTE_DOC)
+
+
+def note_of(body: NoteIn | None) -> str:
+    return body.note.strip() if body is not None else ""

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.api.deps import Auth, Cursor, Id, Limit, maybe_pool, tenant_row
-from dashboard.api.fields import JsonInt
+from dashboard.api.fields import NOTE_MAX, JsonInt
 from domain.access.auth import Principal
 from domain.delivery.wakeups import after_commit
 from domain.orders import views as order_views
@@ -27,6 +27,8 @@ class TransitionIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     expected_revision: JsonInt = Field(ge=0, le=2**31 - 1)
     request_id: str = Field(min_length=1, max_length=100)
+    note: str = Field("", max_length=NOTE_MAX, description="why; a cancel keeps it in the audit log with the "
+                                                           "key's actor and the time")
 
 
 class TransitionOut(BaseModel):
@@ -46,7 +48,8 @@ class OrderIn(BaseModel):
 async def _transition(p: Principal, order_id: int, command: str, body: TransitionIn) -> JSONResponse:
     result = await asyncio.to_thread(
         execute_order_command, tenant_id=p.tenant_id, order_id=order_id, command=command,
-        expected_revision=body.expected_revision, actor_ref=p.actor_ref, request_id=body.request_id)
+        expected_revision=body.expected_revision, actor_ref=p.actor_ref, request_id=body.request_id,
+        note=body.note.strip())
     if isinstance(result, NotFound):
         return JSONResponse({"error": "not_found"}, status_code=404)
     if isinstance(result, Reject):

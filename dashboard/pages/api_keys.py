@@ -13,7 +13,7 @@ import reflex as rx
 from dashboard import routes
 from dashboard.components import Row, card, data_table, error_callout, shell
 from dashboard.events import event
-from dashboard.format import when
+from dashboard.format import parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.apikeys import list_keys, revoke_key
@@ -23,10 +23,19 @@ from domain.access.roles import Act, refusal
 _ACTOR = re.compile(r"^[A-Za-z0-9._:@-]{1,64}$")
 
 
+def _who(actor_ref: object) -> str:
+    return str(actor_ref).removeprefix("operator:") if actor_ref else "unknown"
+
+
 def _row(k: dict[str, Any]) -> dict[str, str]:
+    """Who made the key and who revoked it come from the audit log (the rows written in the key's transactions)."""
+    revoked = ""
+    if k["revoked_at"]:
+        revoked = f"revoked {when(k['revoked_at'])} by {_who(k.get('revoked_by'))}" + (
+            f": {k['revoke_note']}" if k.get("revoke_note") else "")
     return {"id": str(k["id"]), "prefix": f"{k['prefix']}…", "actor": str(k["actor_ref"]),
-            "created": when(k["created_at"]), "revoked": f"revoked {when(k['revoked_at'])}" if k["revoked_at"] else "",
-            "state": "revoked" if k["revoked_at"] else "live"}
+            "created": when(k["created_at"]), "created_by": f"by {_who(k.get('created_by'))}",
+            "revoked": revoked, "state": "revoked" if k["revoked_at"] else "live"}
 
 
 class ApiKeysState(AuthState):
@@ -71,7 +80,16 @@ class ApiKeysState(AuthState):
         if not await self._allowed(Act.API_KEYS):
             self.error = refusal(Act.API_KEYS)
             return
-        self.confirm_id, self.confirm_prefix = str(key_id), str(prefix)[:16]
+        kid = parse_id(key_id)
+        if kid is None:
+            self.error = "No such key for this tenant; nothing was revoked."
+            return
+        # The prefix shown is the listed key's, never the browser's word for it.
+        row = next((k for k in self.keys if k["id"] == str(kid)), None)
+        if row is None:
+            self.error = "No such key for this tenant; nothing was revoked."
+            return
+        self.confirm_id, self.confirm_prefix = str(kid), row["prefix"]
 
     @event
     def cancel_revoke(self) -> None:
@@ -83,11 +101,11 @@ class ApiKeysState(AuthState):
         if not await self._allowed(Act.API_KEYS) or not self._tenant_id:
             self.error = refusal(Act.API_KEYS)
             return
-        note = str(form.get("note", "")).strip()
+        note = str(form.get("note", "") if isinstance(form, dict) else "").strip()
         if not note or len(note) > 500:
             self.error = "Say why (at most 500 characters): the note is kept in the audit log. Nothing was revoked."
             return
-        key_id = int(self.confirm_id) if self.confirm_id.isdigit() else 0
+        key_id = parse_id(self.confirm_id) or 0
         r = await asyncio.to_thread(revoke_key, key_id, tenant_id=self._tenant_id, actor_ref=self._actor_ref,
                                     note=note)
         self.confirm_id = self.confirm_prefix = ""
@@ -101,9 +119,12 @@ class ApiKeysState(AuthState):
 
 def _key_row(k: Row) -> rx.Component:
     return rx.table.row(
-        rx.table.cell(rx.code(k["prefix"])), rx.table.cell(k["actor"]), rx.table.cell(rx.text(k["created"], size="1")),
+        rx.table.cell(rx.code(k["prefix"])), rx.table.cell(k["actor"]),
+        rx.table.cell(rx.text(k["created"], size="1"), rx.text(k["created_by"], size="1", color=rx.color("gray", 11),
+                                                               data_testid="key-created-by")),
         rx.table.cell(rx.cond(k["state"] == "live", rx.badge("live", color_scheme="green"),
-                              rx.badge(k["revoked"], color_scheme="gray"))),
+                              rx.text(k["revoked"], size="1", color=rx.color("gray", 11),
+                                      data_testid="key-revoked"))),
         rx.table.cell(rx.cond(ApiKeysState.oncall & (k["state"] == "live"),
                               rx.button("Revoke", size="1", color_scheme="red", variant="soft",
                                         on_click=ApiKeysState.ask_revoke(k["id"], k["prefix"]),

@@ -12,13 +12,14 @@ import reflex as rx
 from dashboard import routes
 from dashboard.components import Row, card, data_table, error_callout, shell, stat
 from dashboard.events import event
-from dashboard.format import money, when
+from dashboard.format import amount_in_words, money, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
 from domain.ledger import metering
 
 PAGE_SIZE = 50
+NOTE_MAX = 500
 KIND_TEXT = {"opening": "opening balance", "top_up": "top-up", "reserve": "message charged",
              "refund": "refund", "adjustment": "adjustment"}
 
@@ -39,6 +40,9 @@ class BalanceState(AuthState):
     more: rx.Field[bool] = rx.field(False)
     notice: rx.Field[str] = rx.field("")
     error: rx.Field[str] = rx.field("")
+    # The top-up's confirmation: the amount in figures and in words, the reference; open while `confirm_text` is set.
+    confirm_text: rx.Field[str] = rx.field("")
+    _pending: tuple[int, str] = (0, "")  # backend-only: (cents, reference) as validated in step one
 
     @event
     async def load(self) -> None:
@@ -62,26 +66,67 @@ class BalanceState(AuthState):
 
     @event
     async def top_up(self, form: dict[str, str]) -> None:
-        self.notice = self.error = ""
-        if not await self._allowed(Act.TOP_UP):
+        """Step one: check the amount and the reference, then read them back in words. Nothing is credited yet."""
+        self.notice = self.error = self.confirm_text = ""
+        self._pending = (0, "")
+        if not await self._allowed(Act.TOP_UP) or not self._tenant_id:
             self.error = refusal(Act.TOP_UP)
             return
+        form = form if isinstance(form, dict) else {}
         try:
             cents = round(float(str(form.get("amount", "")).replace(",", "")) * 100)
-        except ValueError:
+        except (ValueError, OverflowError):
             cents = 0
         reference = str(form.get("reference", "")).strip()
         if not 0 < cents <= 10**9 or not reference or len(reference) > 100:
-            self.error = "Give an amount between 0.01 and 10,000,000.00 and the payment's reference."
+            self.error = "Give an amount between 0.01 and 10,000,000.00 and the payment's reference; nothing changed."
             return
+        self._pending = (cents, reference)
+        self.confirm_text = (f"Credit {money(cents)} — {amount_in_words(cents)} — to this tenant's balance, "
+                             f"for payment {reference}? Your name and the time are kept in the audit log.")
+
+    @event
+    def close_top_up(self) -> None:
+        self.confirm_text, self._pending = "", (0, "")
+
+    @event
+    async def confirm_top_up(self, form: dict[str, str]) -> None:
+        """Step two: credit what step one read back (a reference credits once), the optional note kept with it."""
+        self.notice = self.error = ""
+        (cents, reference), self._pending, self.confirm_text = self._pending, (0, ""), ""
+        if not await self._allowed(Act.TOP_UP) or not self._tenant_id:
+            self.error = refusal(Act.TOP_UP)
+            return
+        if not cents or not reference:
+            return
+        note = str(form.get("note", "") if isinstance(form, dict) else "").strip()[:NOTE_MAX]
+        tenant, actor = self._tenant_id, self._actor_ref
         try:
-            r = await asyncio.to_thread(metering.top_up, self._tenant_id, cents, reference, self._actor_ref)
+            r = await asyncio.to_thread(lambda: metering.top_up(tenant, cents, reference, actor, note=note))
         except metering.BalanceLimit as exc:  # the API's 422 `balance_limit`, in the same plain words
             self.error = f"Not credited: {exc}."
             return
         self.notice = (f"Credited {money(cents)} (reference {reference})." if r.credited else
                        f"Reference {reference} was already credited; nothing changed.")
         await self.load()
+
+
+def _confirm() -> rx.Component:
+    return rx.alert_dialog.root(
+        rx.alert_dialog.content(
+            rx.alert_dialog.title("Top up the balance?"),
+            rx.alert_dialog.description(BalanceState.confirm_text, size="2", data_testid="topup-confirm-text"),
+            rx.form(rx.vstack(
+                rx.text_area(name="note", placeholder="Note (optional), for whoever looks later", max_length=NOTE_MAX,
+                             width="100%", data_testid="topup-note"),
+                rx.hstack(rx.spacer(),
+                          rx.button("Cancel", type="button", variant="soft", color_scheme="gray",
+                                    on_click=BalanceState.close_top_up, data_testid="topup-keep"),
+                          rx.button("Credit it", type="submit", data_testid="topup-confirm"), width="100%"),
+                spacing="3", width="100%"), on_submit=BalanceState.confirm_top_up, reset_on_submit=True),
+            max_width="480px", data_testid="topup-dialog"),
+        open=BalanceState.confirm_text != "",
+    )
 
 
 def _entry_row(e: Row) -> rx.Component:
@@ -111,6 +156,7 @@ def balance_page() -> rx.Component:
         rx.cond(BalanceState.notice != "", rx.callout(BalanceState.notice, icon="check", width="100%",
                                                        data_testid="balance-notice")),
         error_callout(BalanceState.error),
+        _confirm(),
         rx.heading("Entries, newest first", size="4", margin_y="8px"),
         data_table(["When (UTC)", "Kind", "Amount", "Why", "Message", "Who"], BalanceState.entries, _entry_row,
                    "No entries yet.", "entries-table"),

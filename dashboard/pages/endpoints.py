@@ -1,7 +1,8 @@
 """Webhook endpoints: the tenant's endpoints (URL, event types, enabled — or why not —, rotation under way, circuit
 breaker, health from the attempts: success rate over 24 h, last success, last error); on-call adds one (its
 `whsec_…` secret shown once, in that answer only), disables, enables, rotates (the new secret shown once; both sign
-for 24 h) and deletes after a confirmation. Every handler asks `_allowed(Act.ENDPOINTS)` itself and acts on the
+for 24 h) and deletes, each after a confirmation that says what follows and asks why (one audit row each; the
+row's last action shows who did it). Every handler asks `_allowed(Act.ENDPOINTS)` itself and acts on the
 session's tenant only. The URL guard is the API's (domain/endpoints/urls.py)."""
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from typing import Any
 import reflex as rx
 
 from dashboard import paging, routes
-from dashboard.components import Row, card, data_table, error_callout, shell
+from dashboard.components import Row, card, data_table, error_callout, pick, shell
 from dashboard.events import Followup, event
-from dashboard.format import when
+from dashboard.format import done_line, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -23,6 +24,25 @@ from domain.ledger.reasons import error_text
 from domain.support import pages
 
 PAGE_SIZE = 50
+NOTE_MAX = 500
+# Each action asked before it happens: its question and, in plain words, what follows.
+CONFIRM = {
+    "disable": ("Disable {name}?", "It receives no more events until someone enables it again: events already owed "
+                                   "to it are not sent, and the receiver's system stops hearing about orders."),
+    "enable": ("Enable {name}?", "It receives this tenant's events again from now on, signed with its current "
+                                 "secret."),
+    "rotate": ("Rotate the signing secret of {name}?",
+               "A new secret is made and shown once. The old one keeps signing beside it for 24 hours; after that, "
+               "a receiver that still checks only the old secret rejects every event. Copy the new one to the "
+               "receiver before then."),
+    "delete": ("Delete {name}?", "It is gone for good and receives nothing more; events owed to it are not sent. "
+                                 "This cannot be undone: to receive events again, add a new endpoint (with a new "
+                                 "secret)."),
+}
+LABEL = {"disable": "Disable", "enable": "Enable", "rotate": "Rotate secret", "delete": "Delete"}
+# The audit log's words, as the row says them.
+DONE = {"create webhook endpoint": "Added", "disable webhook endpoint": "Disabled",
+        "enable webhook endpoint": "Enabled", "rotate webhook endpoint secret": "Secret rotated"}
 
 
 def _health(h: dict[str, Any]) -> tuple[str, str]:
@@ -35,7 +55,7 @@ def _health(h: dict[str, Any]) -> tuple[str, str]:
     return rate, " · ".join(last)
 
 
-def _row(e: dict[str, Any]) -> dict[str, str]:
+def _row(e: dict[str, Any], done: dict[str, Any] | None = None) -> dict[str, str]:
     rate, last = _health(e["health"])
     return {"id": str(e["id"]), "url": str(e["url"]), "description": str(e["description"] or ""),
             "types": ", ".join(e["event_types"]) if e["event_types"] else "every event",
@@ -44,7 +64,8 @@ def _row(e: dict[str, Any]) -> dict[str, str]:
             "why": "" if e["enabled"] else str(e["disabled_reason"] or ""),
             "breaker": f"failing: sends held until {when(e['breaker_open_until'])} (circuit breaker)"
                        if e["breaker_open_until"] else "",
-            "rate": rate, "last": last}
+            "rate": rate, "last": last,
+            "done": done_line(DONE.get(str(done["action"]), str(done["action"])), done) if done else ""}
 
 
 class EndpointsState(paging.KeysetPaged, AuthState):
@@ -52,7 +73,13 @@ class EndpointsState(paging.KeysetPaged, AuthState):
     has_older: rx.Field[bool] = rx.field(False)
     has_newer: rx.Field[bool] = rx.field(False)
     secret: rx.Field[str] = rx.field("")  # a secret just created or rotated: cleared by the next load or action
+    # The confirmation of disable, enable, rotate or delete: which, on which endpoint, in words, and its error.
+    confirm_action: rx.Field[str] = rx.field("")
     confirm_id: rx.Field[str] = rx.field("")
+    confirm_title: rx.Field[str] = rx.field("")
+    confirm_text: rx.Field[str] = rx.field("")
+    confirm_error: rx.Field[str] = rx.field("")
+    confirm_label: rx.Field[str] = rx.field("")  # the dialog's button: "Delete", "Rotate secret", …
     notice: rx.Field[str] = rx.field("")
     error: rx.Field[str] = rx.field("")
 
@@ -65,7 +92,8 @@ class EndpointsState(paging.KeysetPaged, AuthState):
             return
         page = await asyncio.to_thread(pages.endpoints, self._tenant_id, PAGE_SIZE, self._before or None,
                                        self._after or None)
-        self.endpoints = [_row(e) for e in page.rows]
+        last = await asyncio.to_thread(store.last_actions, self._tenant_id, [int(e["id"]) for e in page.rows])
+        self.endpoints = [_row(e, last.get(int(e["id"]))) for e in page.rows]
         self.has_older, self.has_newer = page.has_older, page.has_newer
 
     def _page_rows(self) -> list[dict[str, str]]:
@@ -80,7 +108,7 @@ class EndpointsState(paging.KeysetPaged, AuthState):
     @event
     async def load(self) -> None:
         self._clear()
-        self.confirm_id = ""
+        self.confirm_action = self.confirm_id = self.confirm_error = ""
         before, after = paging.position(self.router.url.query_parameters)
         self._before, self._after = before or 0, after or 0
         if not self._tenant_id:
@@ -111,59 +139,81 @@ class EndpointsState(paging.KeysetPaged, AuthState):
         await self._reload()
 
     @event
-    async def set_enabled(self, endpoint_id: str, on: bool) -> None:
+    async def ask(self, action: str, endpoint_id: str) -> None:
+        """Step one of disable, enable, rotate or delete: say in plain words what it does, and ask why. Nothing
+        changes until `confirm`, which asks the role again."""
         self._clear()
-        if not await self._may() or not str(endpoint_id).isdigit():
+        eid = parse_id(endpoint_id)
+        if action not in CONFIRM:
+            self.error = "Unknown action; nothing was changed."
             return
-        row = await asyncio.to_thread(store.set_enabled, self._tenant_id, int(endpoint_id), bool(on), self._actor_ref)
-        self.notice = "No such endpoint." if row is None else f"Endpoint {endpoint_id} {'enabled' if on else 'disabled'}."
-        await self._reload()
-
-    @event
-    async def rotate(self, endpoint_id: str) -> None:
-        self._clear()
-        if not await self._may() or not str(endpoint_id).isdigit():
+        if not await self._may():
             return
-        row = await asyncio.to_thread(store.rotate, self._tenant_id, int(endpoint_id), self._actor_ref)
-        if row is None:
-            self.error = "No such endpoint."
-        else:
-            self.secret = row["secret"]
-            self.notice = (f"Endpoint {endpoint_id}: new secret below (shown only this once); the old one keeps "
-                           "signing for 24 hours.")
-        await self._reload()
-
-    @event
-    async def ask_delete(self, endpoint_id: str) -> None:
-        self._clear()
-        if await self._may():
-            self.confirm_id = str(endpoint_id)
+        if eid is None:
+            self.error = "No such endpoint; nothing was changed."
+            return
+        row = next((e for e in self.endpoints if e["id"] == str(eid)), None)
+        name = f"endpoint {eid}" + (f" ({row['url']})" if row else "")
+        self.confirm_title = CONFIRM[action][0].format(name=name)
+        self.confirm_text, self.confirm_label = CONFIRM[action][1], LABEL[action]
+        self.confirm_action, self.confirm_id, self.confirm_error = action, str(eid), ""
 
     @event
     def keep(self) -> None:
-        self.confirm_id = ""
+        self.confirm_action = self.confirm_id = self.confirm_error = ""
 
     @event
-    async def delete(self) -> None:
+    async def confirm(self, form: dict[str, str]) -> None:
+        """Step two: the action asked in step one, with its note (one audit row, in the action's transaction).
+        Another tenant's endpoint is answered exactly as a missing one."""
         self._clear()
-        endpoint_id, self.confirm_id = self.confirm_id, ""
-        if not await self._may() or not endpoint_id.isdigit():
+        action, eid = self.confirm_action, parse_id(self.confirm_id)
+        if action not in CONFIRM or eid is None:
+            self.confirm_action = self.confirm_id = ""
             return
-        gone = await asyncio.to_thread(store.delete, self._tenant_id, int(endpoint_id), self._actor_ref)
-        self.notice = f"Endpoint {endpoint_id} deleted." if gone else "No such endpoint."
+        if not await self._may():
+            self.confirm_action = self.confirm_id = ""
+            return
+        note = str(form.get("note", "") if isinstance(form, dict) else "").strip()
+        if not note or len(note) > NOTE_MAX:
+            self.confirm_error = f"Say why (1 to {NOTE_MAX} characters): the note is kept with your name."
+            return
+        self.confirm_action = self.confirm_id = self.confirm_error = ""
+        tenant, actor = self._tenant_id, self._actor_ref
+        if action in ("disable", "enable"):
+            on = action == "enable"
+            row = await asyncio.to_thread(lambda: store.set_enabled(tenant, eid, on, actor, note=note))
+            if row is None:
+                self.error = "No such endpoint; nothing was changed."
+            else:
+                self.notice = f"Endpoint {eid} {'enabled' if on else 'disabled'}."
+        elif action == "rotate":
+            row = await asyncio.to_thread(lambda: store.rotate(tenant, eid, actor, note=note))
+            if row is None:
+                self.error = "No such endpoint; nothing was changed."
+            else:
+                self.secret = row["secret"]
+                self.notice = (f"Endpoint {eid}: new secret below (shown only this once); the old one keeps "
+                               "signing for 24 hours.")
+        else:
+            gone = await asyncio.to_thread(lambda: store.delete(tenant, eid, actor, note=note))
+            if gone:
+                self.notice = f"Endpoint {eid} deleted."
+            else:
+                self.error = "No such endpoint; nothing was changed."
         await self._reload()
 
 
 def _endpoint_row(e: Row) -> rx.Component:
     actions = rx.hstack(
         rx.cond(e["state"] == "enabled",
-                rx.button("Disable", size="1", variant="soft", on_click=EndpointsState.set_enabled(e["id"], False),
+                rx.button("Disable", size="1", variant="soft", on_click=EndpointsState.ask("disable", e["id"]),
                           data_testid="disable-endpoint"),
-                rx.button("Enable", size="1", variant="soft", on_click=EndpointsState.set_enabled(e["id"], True),
+                rx.button("Enable", size="1", variant="soft", on_click=EndpointsState.ask("enable", e["id"]),
                           data_testid="enable-endpoint")),
-        rx.button("Rotate secret", size="1", variant="soft", on_click=EndpointsState.rotate(e["id"]),
+        rx.button("Rotate secret", size="1", variant="soft", on_click=EndpointsState.ask("rotate", e["id"]),
                   data_testid="rotate-endpoint"),
-        rx.button("Delete", size="1", variant="soft", color_scheme="red", on_click=EndpointsState.ask_delete(e["id"]),
+        rx.button("Delete", size="1", variant="soft", color_scheme="red", on_click=EndpointsState.ask("delete", e["id"]),
                   data_testid="delete-endpoint"),
         spacing="2", wrap="wrap")
     return rx.table.row(
@@ -171,10 +221,35 @@ def _endpoint_row(e: Row) -> rx.Component:
         rx.table.cell(rx.cond(e["state"] == "enabled", rx.badge("enabled", color_scheme="green"),
                               rx.badge("disabled", color_scheme="gray")), rx.text(e["rotating"], size="1"),
                       rx.text(e["why"], size="1", data_testid="endpoint-why"),
-                      rx.text(e["breaker"], size="1", color=rx.color("amber", 11), data_testid="endpoint-breaker")),
+                      rx.text(e["breaker"], size="1", color=rx.color("amber", 11), data_testid="endpoint-breaker"),
+                      rx.text(e["done"], size="1", color=rx.color("gray", 11), data_testid="endpoint-last-action")),
         rx.table.cell(rx.text(e["rate"], size="2", data_testid="endpoint-health"),
                       rx.text(e["last"], size="1", color=rx.color("gray", 11))),
         rx.table.cell(rx.cond(EndpointsState.oncall, actions)), data_testid="endpoint-row")
+
+
+def _confirm() -> rx.Component:
+    """One dialog for the four actions: what it does in plain words, a note kept with the operator's name."""
+    return rx.alert_dialog.root(
+        rx.alert_dialog.content(
+            rx.alert_dialog.title(EndpointsState.confirm_title),
+            rx.alert_dialog.description(EndpointsState.confirm_text, size="2", data_testid="endpoint-confirm-text"),
+            rx.form(rx.vstack(
+                rx.text_area(name="note", placeholder="Why, for whoever looks later", max_length=NOTE_MAX,
+                             width="100%", data_testid="endpoint-confirm-note"),
+                rx.cond(EndpointsState.confirm_error != "", rx.text(EndpointsState.confirm_error, size="1",
+                                                                    color=rx.color("red", 11),
+                                                                    data_testid="endpoint-confirm-error")),
+                rx.hstack(rx.spacer(),
+                          rx.button("Keep it as it is", type="button", variant="soft", color_scheme="gray",
+                                    on_click=EndpointsState.keep, data_testid="endpoint-confirm-keep"),
+                          rx.button(EndpointsState.confirm_label, type="submit",
+                                    color_scheme=pick(EndpointsState.confirm_action == "enable", "green", "red"),
+                                    data_testid="confirm-endpoint-action"), width="100%"),
+                spacing="3", width="100%"), on_submit=EndpointsState.confirm, reset_on_submit=True),
+            max_width="520px", data_testid="endpoint-confirm-dialog"),
+        open=EndpointsState.confirm_action != "",
+    )
 
 
 def endpoints_page() -> rx.Component:
@@ -195,11 +270,7 @@ def endpoints_page() -> rx.Component:
                       rx.cond(EndpointsState.secret != "", rx.code(EndpointsState.secret, data_testid="endpoint-secret")),
                       spacing="2"), icon="key_round", width="100%", margin_bottom="12px")),
         error_callout(EndpointsState.error),
-        rx.cond(EndpointsState.confirm_id != "", card(rx.hstack(
-            rx.text("Delete endpoint ", EndpointsState.confirm_id, "? It receives nothing more.", weight="medium"),
-            rx.button("Delete", color_scheme="red", on_click=EndpointsState.delete, data_testid="confirm-delete"),
-            rx.button("Keep it", variant="soft", on_click=EndpointsState.keep), align="center", wrap="wrap"),
-            margin_bottom="12px")),
+        _confirm(),
         data_table(["Endpoint", "Events", "State", "Health", ""], EndpointsState.endpoints, _endpoint_row,
                    "No webhook endpoints yet.", "endpoints-table"),
         paging.pager(EndpointsState.older, EndpointsState.newer, EndpointsState.has_older, EndpointsState.has_newer,

@@ -14,7 +14,7 @@ import reflex as rx
 from dashboard import routes
 from dashboard.components import Row, card, data_table, empty_state, shell, status_badge
 from dashboard.events import event
-from dashboard.format import money, parse_id, resolved_line, when
+from dashboard.format import done_line, money, parse_id, resolved_line, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.support.message import message_page
@@ -61,6 +61,7 @@ class MessageState(AuthState):
     answer: rx.Field[str] = rx.field("")
     reason: rx.Field[str] = rx.field("")
     resolved: rx.Field[str] = rx.field("")  # "Resolved by hand by pat at …: note" ("" = not resolved)
+    replayed: rx.Field[str] = rx.field("")  # "Replayed by bob at … UTC: receiver fixed" ("" = never replayed)
     facts: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     attempts: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     money_rows: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
@@ -83,6 +84,7 @@ class MessageState(AuthState):
         self.found, self.mid, self.status, self.answer = True, str(mid), m["status"], m["answer"]
         self.reason = m["reason"]
         self.resolved = resolved_line(m["resolved_by"])
+        self.replayed = done_line("Replayed (same event id)", m["replayed_by"])
         self.facts = _facts(m)
         self.attempts = [_attempt(a) for a in m["attempt_log"]]
         mo = m["money"]
@@ -137,6 +139,9 @@ def message_page_view() -> rx.Component:
                      rx.cond(MessageState.resolved != "", rx.callout(MessageState.resolved, icon="check",
                                                                      color_scheme="gray", size="1", margin_top="6px",
                                                                      data_testid="message-resolved")),
+                     rx.cond(MessageState.replayed != "", rx.text(MessageState.replayed, size="1",
+                                                                  color=rx.color("gray", 11), margin_top="6px",
+                                                                  data_testid="message-replayed")),
                      rx.cond(MessageState.reason != "", rx.text(MessageState.reason, size="2",
                                                                 color=rx.color("gray", 11), data_testid="message-reason")),
                      rx.vstack(rx.foreach(MessageState.facts, _fact), spacing="1", margin_top="10px", width="100%")),

@@ -222,19 +222,9 @@ class OpsState(AuthState):
         """The tenant whose rows this operator acts on; None = every tenant (platform on-call)."""
         return self._tenant_id if roles.has_tenant(self._role) else None
 
-    # The three privileged actions: each handler (and `confirm`, which calls the same code) asks `_allowed` itself.
-    @event
-    async def toggle_lane(self, lane: str, paused: str) -> Followup:
-        return await self._toggle(lane, paused, "")
-
-    @event
-    async def replay(self, nid: str) -> Followup:
-        return await self._replay(nid, "")
-
-    @event
-    async def resolve(self, nid: str) -> Followup:
-        return await self._resolve(nid, "")
-
+    # The privileged actions: reached only through `confirm` (a note is required there), and each asks `_allowed`
+    # itself. No handler does them without the note: the browser can call any handler, so a one-click door would be
+    # a way around the confirmation.
     async def _toggle(self, lane: str, paused: str, note: str) -> Followup:
         if lane not in LANES or not await self._allowed(Act.PAUSE):  # a lane carries every tenant's messages
             self.message = refusal(Act.PAUSE)

@@ -32,17 +32,19 @@ from dashboard.components import (
     status_badge,
 )
 from dashboard.events import Followup, event
-from dashboard.format import change_line, money, notification, parse_id, when
+from dashboard.format import change_line, done_line, money, notification, parse_id, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
+from domain.access import actions as operator_actions
 from domain.access.roles import Act, refusal
 from domain.delivery import wakeups as telemetry
 from domain.delivery.queue import order_channel
 from domain.delivery.wakeups import after_commit
 from domain.orders import views as order_views
-from domain.orders.commands import Committed, NotFound, execute_order_command
+from domain.orders.commands import ORDER_CANCEL, Committed, NotFound, execute_order_command, order_target
 from domain.orders.policy import Reject, allowed_commands
 
+NOTE_MAX = 500
 PAST = {"approve": "approved", "cancel": "cancelled", "fulfill": "fulfilled"}
 
 ERROR_TEXT = {
@@ -59,6 +61,11 @@ def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[
     if order is None:
         return None, [], version
     order["last_change"] = change_line(change)
+    # Who cancelled it, when and why, from the audit log: read only for a cancelled order (a push reloads this).
+    order["cancelled_by"] = ""
+    if order["status"] == "cancelled":
+        done = [a for a in operator_actions.on_target(tenant, order_target(order_id)) if a["action"] == ORDER_CANCEL]
+        order["cancelled_by"] = done_line("Cancelled", done[-1] if done else None)
     return order, [notification(n) for n in notes], version
 
 
@@ -77,6 +84,9 @@ class OrderState(AuthState):
     notice: rx.Field[str] = rx.field("")
     missed: rx.Field[str] = rx.field("")
     busy: rx.Field[bool] = rx.field(False)
+    # The cancel's confirmation: open while asking, with its own error (a note is required).
+    asking_cancel: rx.Field[bool] = rx.field(False)
+    cancel_error: rx.Field[str] = rx.field("")
     _version: str | None = None  # backend-only: `order_views.order_version` read just before what is shown
 
     async def _apply(self, order: dict[str, Any] | None, notes: list[dict[str, str]], version: str | None) -> None:
@@ -103,8 +113,8 @@ class OrderState(AuthState):
                              amount=money(order["amount_cents"], order["currency"]))
         head._assign_changed(
             status=order["status"], revision=new_rev, updated=when(order["updated_at"]),
-            last_change=order["last_change"], can_approve="approve" in allowed, can_fulfill="fulfill" in allowed,
-            can_cancel="cancel" in allowed)
+            last_change=order["last_change"], cancelled_by=order["cancelled_by"],
+            can_approve="approve" in allowed, can_fulfill="fulfill" in allowed, can_cancel="cancel" in allowed)
 
     async def _apply_notes(self, order: dict[str, Any] | None, notes: list[dict[str, str]]) -> None:
         """The notifications, then `seen`: the page now shows this revision whole."""
@@ -128,7 +138,7 @@ class OrderState(AuthState):
         await self._apply(*await asyncio.to_thread(_load, self._tenant_id, self.order_id))
         return OrderState.watch if self.found else None
 
-    async def _command(self, command: str) -> AsyncIterator[Followup]:
+    async def _command(self, command: str, note: str = "") -> AsyncIterator[Followup]:
         self.busy, self.error, self.notice = True, "", ""
         head = await self.get_state(OrderHeadState)
         head._assign_changed(pushed="")
@@ -138,7 +148,8 @@ class OrderState(AuthState):
             return
         result = await asyncio.to_thread(
             execute_order_command, tenant_id=self._tenant_id, order_id=self.order_id, command=command,
-            expected_revision=head.revision, actor_ref=self._actor_ref, request_id=f"ui-{uuid.uuid4().hex[:12]}")
+            expected_revision=head.revision, actor_ref=self._actor_ref, request_id=f"ui-{uuid.uuid4().hex[:12]}",
+            note=note)
         if isinstance(result, Committed):
             await after_commit(await live.arq(), result)
             self.notice = f"{PAST[command]} at revision {result.revision} · event {result.event_id}"
@@ -162,8 +173,31 @@ class OrderState(AuthState):
             yield u
 
     @event
-    async def cancel(self) -> AsyncIterator[Followup]:
-        async for u in self._command("cancel"):
+    async def ask_cancel(self) -> None:
+        """Step one of a cancel: say what it does (the customer is told; it cannot be undone) and ask why."""
+        self.error = self.notice = self.cancel_error = ""
+        if not self.order_id or not await self._allowed(Act.ORDERS):
+            self.error = refusal(Act.ORDERS)
+            return
+        self.asking_cancel = True
+
+    @event
+    def close_cancel(self) -> None:
+        self.asking_cancel, self.cancel_error = False, ""
+
+    @event
+    async def cancel(self, form: dict[str, str]) -> AsyncIterator[Followup]:
+        """Step two: the cancel at the revision shown, its note kept with who cancelled (one audit row, in the
+        command's own transaction). No note: nothing happens and the dialog says why."""
+        if not self.order_id or not await self._allowed(Act.ORDERS):
+            self.asking_cancel, self.error = False, refusal(Act.ORDERS)
+            return
+        note = str(form.get("note", "") if isinstance(form, dict) else "").strip()
+        if not note or len(note) > NOTE_MAX:
+            self.cancel_error = f"Say why (1 to {NOTE_MAX} characters): the note is kept with your name."
+            return
+        self.asking_cancel, self.cancel_error = False, ""
+        async for u in self._command("cancel", note):
             yield u
 
     @event
@@ -227,6 +261,7 @@ class OrderHeadState(OrderState):
     revision: rx.Field[int] = rx.field(0)
     updated: rx.Field[str] = rx.field("")
     last_change: rx.Field[str] = rx.field("")  # "approved by alice at 07:46:29"
+    cancelled_by: rx.Field[str] = rx.field("")  # "Cancelled by alice at … UTC: customer asked" (the audit row)
     pushed: rx.Field[str] = rx.field("")  # the last change another operator made while this page was open
     can_approve: rx.Field[bool] = rx.field(False)
     can_fulfill: rx.Field[bool] = rx.field(False)
@@ -266,6 +301,31 @@ def _note_row(n: Row) -> rx.Component:
         rx.table.cell(rx.code(n["effect"], data_testid="notification-effect")),
         rx.table.cell(rx.text(n["receiver_said"], data_testid="notification-receiver-said")),
         data_testid="notification-row",
+    )
+
+
+def _confirm_cancel() -> rx.Component:
+    return rx.alert_dialog.root(
+        rx.alert_dialog.content(
+            rx.alert_dialog.title(f"Cancel order #{OrderState.order_id}?"),
+            rx.alert_dialog.description(
+                "The customer is told their order is cancelled, and it cannot be undone: a cancelled order is never "
+                "approved or fulfilled again. Your name, the time and your note are kept in the audit log.",
+                size="2", data_testid="order-cancel-summary"),
+            rx.form(rx.vstack(
+                rx.text_area(name="note", placeholder="Why, for whoever looks later", max_length=NOTE_MAX,
+                             width="100%", data_testid="order-cancel-note"),
+                rx.cond(OrderState.cancel_error != "", rx.text(OrderState.cancel_error, size="1",
+                                                               color=rx.color("red", 11),
+                                                               data_testid="order-cancel-error")),
+                rx.hstack(rx.spacer(),
+                          rx.button("Keep the order", type="button", variant="soft", color_scheme="gray",
+                                    on_click=OrderState.close_cancel, data_testid="order-cancel-keep"),
+                          rx.button("Cancel order", type="submit", color_scheme="red",
+                                    data_testid="order-cancel-confirm"), width="100%"),
+                spacing="3", width="100%"), on_submit=OrderState.cancel, reset_on_submit=True),
+            max_width="480px", data_testid="order-cancel-dialog"),
+        open=OrderState.asking_cancel,
     )
 
 
@@ -314,13 +374,17 @@ def order_page() -> rx.Component:
                                 icon("truck", size=16), "Mark fulfilled", on_click=OrderState.fulfill,
                                 loading=OrderState.busy, data_testid="fulfill", color_scheme="blue")),
                             rx.cond(OrderHeadState.can_cancel, rx.button(
-                                icon("x", size=16), "Cancel order", on_click=OrderState.cancel,
+                                icon("x", size=16), "Cancel order", on_click=OrderState.ask_cancel,
                                 loading=OrderState.busy, data_testid="cancel", color_scheme="red", variant="soft")),
                             gap="8px", wrap="wrap", data_testid="order-actions",
                         )),
                         gap="24px", wrap="wrap", align="center", width="100%",
                     ),
                 ),
+                rx.cond(OrderHeadState.cancelled_by != "", rx.callout(
+                    OrderHeadState.cancelled_by, icon="ban", color_scheme="gray", width="100%",
+                    data_testid="order-cancelled-by")),
+                _confirm_cancel(),
                 rx.heading("Notifications", size="4", margin_top="8px"),
                 rx.text("Every message this order owes: written in the same transaction as the revision, "
                         "delivered at least once, applied once by the receiver.", size="2",

@@ -32,6 +32,17 @@ def on_target(tenant_id: int, target: str, engine: Engine | None = None) -> list
         return [dict(r._mapping) for r in uow.execute(sql.ACTIONS_ON, {"t": tenant_id, "g": target})]
 
 
+def last_on_targets(tenant_id: int, targets: list[str], engine: Engine | None = None, *,
+                    prefix: bool = False) -> dict[str, dict[str, Any]]:
+    """This tenant's last audit row on each of `targets` (names of the form "<kind> <id>"; `prefix`: a longer
+    target that goes on after a space counts too), keyed by the name asked. A thing nobody acted on is absent."""
+    if not targets:
+        return {}
+    with UnitOfWork(engine) as uow:
+        rows = uow.execute(sql.LAST_ACTIONS_ON, {"t": tenant_id, "gs": list(targets), "p": prefix})
+        return {str(r.named): dict(r._mapping) for r in rows}
+
+
 def record_many(uow: UnitOfWork, targets: list[tuple[int | None, str]], *, actor_ref: str, action: str,
                 note: str = "") -> None:
     """One action on many targets ((tenant, target) each), inside the caller's transaction: one row each."""

@@ -48,11 +48,31 @@ ACTIONS_ON = sa.text(
     "SELECT id, at, actor_ref, action, target, note FROM operator_actions "
     "WHERE tenant_id = :t AND (target = :g OR starts_with(target, :g || ' (')) ORDER BY id LIMIT 50")
 
+# The last action on each of several things (`:gs`, their names, each "<kind> <id>"), in one pass over the tenant's
+# rows matched by hash: with `:p`, a longer target counts by its first two words ("endpoint 5 → https://…" is
+# endpoint 5's, "endpoint 50" is not). An OR of equality and starts_with per name was a nested loop: 1.4 s for 50
+# names over 200,000 rows (evidence in the commit); this is one scan.
+LAST_ACTIONS_ON = sa.text(
+    "SELECT DISTINCT ON (x.named) x.named, x.id, x.at, x.actor_ref, x.action, x.target, x.note FROM ("
+    "  SELECT CASE WHEN CAST(:p AS boolean) THEN split_part(a.target, ' ', 1) || ' ' || split_part(a.target, ' ', 2) "
+    "  ELSE a.target END AS named, a.id, a.at, a.actor_ref, a.action, a.target, a.note "
+    "  FROM operator_actions a WHERE a.tenant_id = :t) x "
+    "WHERE x.named = ANY(CAST(:gs AS text[])) ORDER BY x.named, x.id DESC")
+
 # ---- listing and revoking keys -------------------------------------------------------------------------------
 # tenant NULL: every tenant's (the command line, run by whoever holds the database).
 LIST_KEYS = sa.text("""
-SELECT k.id, k.tenant_id, t.name AS tenant_name, k.prefix, k.actor_ref, k.created_at, k.revoked_at
+SELECT k.id, k.tenant_id, t.name AS tenant_name, k.prefix, k.actor_ref, k.created_at, k.revoked_at,
+       made.actor_ref AS created_by, gone.actor_ref AS revoked_by, gone.note AS revoke_note
 FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+-- The audit rows written in the key's own transactions: now() is the transaction's start, so each has the key's
+-- own timestamp (the prefix alone could name two keys).
+LEFT JOIN LATERAL (SELECT a.actor_ref FROM operator_actions a WHERE a.tenant_id = k.tenant_id
+                   AND a.action = 'create API key' AND a.at = k.created_at
+                   AND a.target = 'key ' || k.prefix || '… acting as ' || k.actor_ref ORDER BY a.id LIMIT 1) made ON true
+LEFT JOIN LATERAL (SELECT a.actor_ref, a.note FROM operator_actions a WHERE a.tenant_id = k.tenant_id
+                   AND a.action = 'revoke API key' AND a.at = k.revoked_at
+                   AND a.target = 'key ' || k.prefix || '… acting as ' || k.actor_ref ORDER BY a.id LIMIT 1) gone ON true
 WHERE CAST(:t AS integer) IS NULL OR k.tenant_id = :t
 ORDER BY k.revoked_at IS NOT NULL, k.id DESC
 LIMIT :l""")

@@ -97,7 +97,8 @@ def unfinished(engine: Engine | None = None) -> list[int]:
 def cancel(tenant_id: int, campaign_id: int, engine: Engine | None = None, *, actor_ref: str = "system",
            note: str = "") -> int | None:
     """Stop the fan-out and suppress what is still owed (`campaign_cancelled`); a row a worker holds is left to
-    that worker. One audit row (who, how many, the note) in the same transaction: it cannot be undone.
+    that worker. One audit row (who, how many, the note) in the same transaction: it cannot be undone. Cancelling
+    it again, or a campaign already done, changes nothing and is not recorded.
     Returns rows suppressed; None when there is no such campaign."""
     with UnitOfWork(engine) as uow:
         found = uow.execute(sql.CANCEL, {"t": tenant_id, "i": campaign_id}).first()
@@ -105,8 +106,9 @@ def cancel(tenant_id: int, campaign_id: int, engine: Engine | None = None, *, ac
             return None
         settled = settle_unsent_where(uow, campaign_id=campaign_id, reason="campaign_cancelled",
                                       refund_reason="refund: campaign cancelled")
-        operator_actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="campaign cancel",
-                                target=f"campaign {campaign_id} ({len(settled)} owed messages suppressed)",
-                                note=note)
+        if found.status != found.was or settled:  # a second cancel, or one of a finished campaign: nothing to keep
+            operator_actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="campaign cancel",
+                                    target=f"campaign {campaign_id} ({len(settled)} owed messages suppressed)",
+                                    note=note)
         uow.commit()
     return len(settled)

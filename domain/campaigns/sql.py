@@ -33,10 +33,12 @@ ADVANCE = sa.text(
 UNFINISHED = sa.text("SELECT id FROM campaigns WHERE status = 'ledgering' ORDER BY id")
 # A campaign whose fan-out is over and of which nothing is owed any more is done (views computes that on read):
 # cancelling it changes nothing.
+# The status it had (`was`) beside the one it has now: a cancel that changed nothing is not audited.
 CANCEL = sa.text(
+    "WITH was AS (SELECT id, status FROM campaigns WHERE tenant_id = :t AND id = :i FOR UPDATE) "
     "UPDATE campaigns c SET status = CASE WHEN c.status = 'ledgering' OR (c.status = 'running' AND EXISTS ("
     "  SELECT 1 FROM notifications n WHERE n.campaign_id = c.id AND n.status = 'QUEUED')) THEN 'cancelled' "
-    "ELSE c.status END WHERE c.tenant_id = :t AND c.id = :i RETURNING c.id")
+    "ELSE c.status END FROM was WHERE c.id = was.id RETURNING c.id, was.status AS was, c.status")
 
 # One pass for the whole list: each campaign with its counts and its suppressions by reason (most first).
 CAMPAIGNS = sa.text(

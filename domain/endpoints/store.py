@@ -25,6 +25,20 @@ from domain.endpoints import sql
 ROTATION_OVERLAP: Final = timedelta(hours=24)
 
 
+def target(endpoint_id: int) -> str:
+    """How the audit log names an endpoint (create and delete add ` → <url>`)."""
+    return f"endpoint {endpoint_id}"
+
+
+def last_actions(tenant_id: int, endpoint_ids: list[int], engine: Engine | None = None) -> dict[int, dict[str, Any]]:
+    """Per endpoint shown, the last thing someone did to it (create, disable, enable, rotate), from the audit
+    log: who, what, when, the note."""
+    if not endpoint_ids:
+        return {}
+    found = actions.last_on_targets(tenant_id, [target(i) for i in endpoint_ids], engine, prefix=True)
+    return {i: found[target(i)] for i in endpoint_ids if target(i) in found}
+
+
 def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
@@ -61,7 +75,7 @@ def create(tenant_id: int, url: str, description: str, event_types: list[str] | 
     with UnitOfWork(engine) as uow:
         row = uow.execute(sql.CREATE, {"t": tenant_id, "u": url, "d": description, "e": _json(event_types), "s": secret}).one()
         actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="create webhook endpoint",
-                       target=f"endpoint {row.id} → {url}")
+                       target=f"{target(row.id)} → {url}")
         uow.commit()
     return {**_public(row), "secret": secret}
 
@@ -88,7 +102,9 @@ def get(tenant_id: int, endpoint_id: int, engine: Engine | None = None) -> dict[
 
 
 def set_enabled(tenant_id: int, endpoint_id: int, enabled: bool, actor_ref: str,
-                engine: Engine | None = None) -> dict[str, Any] | None:
+                engine: Engine | None = None, *, note: str = "") -> dict[str, Any] | None:
+    """Each call is one audit row with `note` (enabling an enabled endpoint too: someone asked, and said why).
+    None: no such endpoint of this tenant, nothing written."""
     with UnitOfWork(engine) as uow:
         row = uow.execute(sql.SET_ENABLED, {"t": tenant_id, "i": endpoint_id, "on": enabled,
                                             "why": f"endpoint {endpoint_id} was disabled by {actor_ref}"}).first()
@@ -96,24 +112,25 @@ def set_enabled(tenant_id: int, endpoint_id: int, enabled: bool, actor_ref: str,
             return None
         actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref,
                        action="enable webhook endpoint" if enabled else "disable webhook endpoint",
-                       target=f"endpoint {endpoint_id}")
+                       target=target(endpoint_id), note=note)
         uow.commit()
     return _public(row)
 
 
-def delete(tenant_id: int, endpoint_id: int, actor_ref: str, engine: Engine | None = None) -> bool:
+def delete(tenant_id: int, endpoint_id: int, actor_ref: str, engine: Engine | None = None, *,
+           note: str = "") -> bool:
     with UnitOfWork(engine) as uow:
         gone = uow.execute(sql.DELETE, {"t": tenant_id, "i": endpoint_id}).first()
         if gone is None:
             return False
         actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="delete webhook endpoint",
-                       target=f"endpoint {endpoint_id} → {gone.url}")
+                       target=f"{target(endpoint_id)} → {gone.url}", note=note)
         uow.commit()
     return True
 
 
 def rotate(tenant_id: int, endpoint_id: int, actor_ref: str, now: datetime | None = None,
-           engine: Engine | None = None) -> dict[str, Any] | None:
+           engine: Engine | None = None, *, note: str = "") -> dict[str, Any] | None:
     """A new secret (answered once); the current one keeps signing beside it for ROTATION_OVERLAP."""
     now = now or datetime.now(UTC)
     secret = new_secret()
@@ -122,7 +139,7 @@ def rotate(tenant_id: int, endpoint_id: int, actor_ref: str, now: datetime | Non
         if row is None:
             return None
         actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="rotate webhook endpoint secret",
-                       target=f"endpoint {endpoint_id}")
+                       target=target(endpoint_id), note=note)
         uow.commit()
     return {**_public(row), "secret": secret}
 

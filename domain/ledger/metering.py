@@ -114,7 +114,7 @@ def lock_balance(uow: UnitOfWork, tenant_id: int) -> None:
 
 
 def top_up(tenant_id: int, amount_cents: int, reference: str, actor_ref: str,
-           engine: Engine | None = None) -> TopUp:
+           engine: Engine | None = None, *, note: str = "") -> TopUp:
     """Credit once per reference: the same reference twice credits once (answered as credited before, whatever
     the balance is now). A new credit that would carry the balance past its ceiling once the money owed rows hold
     is given back raises BalanceLimit and changes nothing.
@@ -137,7 +137,8 @@ def top_up(tenant_id: int, amount_cents: int, reference: str, actor_ref: str,
              "who": actor_ref}).first()
         if inserted is not None:
             actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="top-up",
-                           target=f"balance +{amount_cents / 100:.2f}", note=f"reference {reference}")
+                           target=f"balance +{amount_cents / 100:.2f}",
+                           note=f"reference {reference}" + (f": {note}" if note else ""))
             uow.execute(sql.ADD_TO_BALANCE, {"t": tenant_id, "a": amount_cents})
         balance = uow.execute(sql.BALANCE, {"t": tenant_id}).scalar_one()
         uow.commit()

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from sqlalchemy.engine import Engine
 
 from domain import faults
+from domain.access import actions
 from domain.db import UnitOfWork
 from domain.endpoints import store as endpoints
 from domain.ledger.owed import OwedRow
@@ -29,6 +30,12 @@ from domain.orders.envelope import Envelope
 from domain.orders.policy import Accept, Reject, decide_transition, guard_for
 
 SCHEMA_VERSION = 1
+ORDER_CANCEL = "order cancel"  # the audit log's word for it (operator_actions.action)
+
+
+def order_target(order_id: int) -> str:
+    """How the audit log names an order (`actions.on_target` reads it back for the order's page)."""
+    return f"order {order_id}"
 
 
 @dataclass(frozen=True)
@@ -100,9 +107,13 @@ def execute_order_command(
     plan: faults.FaultPlan | None = None,
     engine: Engine | None = None,
     now: datetime | None = None,
+    note: str = "",
 ) -> CommandResult:
     """Two statements for the common case: the guarded update carrying the envelope and the endpoints
-    (`sql.APPLY_COMMAND`), then the ledger rows (`ledger_messages`). The order is read only when nothing matched."""
+    (`sql.APPLY_COMMAND`), then the ledger rows (`ledger_messages`). The order is read only when nothing matched.
+
+    A cancel cannot be undone and tells the customer: it is also kept in the audit log (who, when, `note`), one row
+    in the same transaction — a third statement, on the rare path only."""
     # Generated once, before any retry: a retried request never mints a second logical event.
     event_id = event_id or uuid.uuid4()
     occurred_at = now or datetime.now(UTC)
@@ -135,6 +146,9 @@ def execute_order_command(
         faults.hit("after_order_update", plan)
         applied = matched[0]
         owed = _ledger_handoff(uow, env, applied.customer_ref, order_id, endpoints.targets_from(applied.targets))
+        if command == "cancel":
+            actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action=ORDER_CANCEL,
+                           target=order_target(order_id), note=note)
         faults.hit("after_handoff_insert", plan)
         faults.hit("before_commit", plan)
         uow.commit()

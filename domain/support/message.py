@@ -69,8 +69,12 @@ def message_page(tenant_id: int, notification_id: int, now: datetime,
         state = read_states(uow, [notification_id], now, tenant_id).get(notification_id) \
             if m["status"] == "QUEUED" else None
     # Resolved by hand: who did it, when and why, from the audit log (the row keeps only that it was).
-    resolved = next((a for a in reversed(actions.on_target(tenant_id, f"notification {notification_id}", engine))
-                     if a["action"] == "resolve"), None) if m["review"] == "resolved" else None
+    # Replayed: who queued it again, when and why (the row keeps only when).
+    done = actions.on_target(tenant_id, f"notification {notification_id}", engine) \
+        if m["review"] == "resolved" or m["replayed_at"] else []
+    resolved = next((a for a in reversed(done) if a["action"] == "resolve"), None) \
+        if m["review"] == "resolved" else None
+    replayed = next((a for a in reversed(done) if a["action"] == "replay"), None)
     charged = -sum(e["amount_cents"] for e in money if e["kind"] == "reserve")
     refunded = sum(e["amount_cents"] for e in money if e["kind"] == "refund")
     env = dict(envelope._mapping) if envelope is not None else None
@@ -97,4 +101,6 @@ def message_page(tenant_id: int, notification_id: int, now: datetime,
         "resolved_by": None if m["review"] != "resolved" else
         {"actor_ref": resolved["actor_ref"], "at": resolved["at"], "note": resolved["note"]} if resolved else
         {"actor_ref": None, "at": None, "note": None},
+        "replayed_by": {"actor_ref": replayed["actor_ref"], "at": replayed["at"], "note": replayed["note"]}
+        if replayed else None,
     }

@@ -7,22 +7,25 @@ import time
 
 import typer
 
-from jobs.cli.console import cli_actor, err, out
+from jobs.cli.console import cli_actor, err, out, require_note
 
 
 def create(tenant: int = typer.Option(42, help="tenant the campaign sends for"),
                     name: str = typer.Option(..., help="what operators will call it"),
                     segment: str = typer.Option("all_reachable", help="all_reachable | abandoned_after_credit_check"),
                     template: str = typer.Option("offer"), channel: str = typer.Option("email"),
+                    note: str = typer.Option("", help="why (required, as on the dashboard; kept in the audit log "
+                                                      "with your name)"),
                     follow: bool = typer.Option(True, help="show live progress until it finishes")) -> None:
     """Start a campaign (its fan-out runs on the bulk lane) and follow it with a live progress bar."""
     from domain.campaigns.fan_out import create
     from domain.delivery.wakeups import arq_pool, enqueue_fan_out
     from domain.ledger.write import SendRefused
 
+    why = require_note(note, "campaign create")
     try:
         cid = create(tenant_id=tenant, name=name, segment=segment, template=template, channel=channel,
-                     actor_ref=cli_actor())
+                     actor_ref=cli_actor(), note=why)
     except SendRefused as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

@@ -12,7 +12,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from jobs.cli.console import check_lane, cli_actor, err, out
+from jobs.cli.console import check_lane, cli_actor, err, out, require_note
 
 STATUSES = ("QUEUED", "SENT", "DELIVERED", "FAILED", "SUPPRESSED")
 MAX_TENANT = 2**31 - 1  # tenants.id is a PostgreSQL integer: a larger --tenant is a usage error, never a DataError
@@ -106,22 +106,20 @@ def _review(action: str, ids: list[int], tenant: int, note: str) -> None:
 
 
 def replay(ids: list[int] = typer.Argument(..., help="message ids (`outbox messages --status FAILED`)"),
-           note: str = typer.Option("", help="why (kept in the audit log)"),
+           note: str = typer.Option("", help="why (required: the customer hears from us again; kept in the audit "
+                                             "log with your name)"),
            tenant: int = typer.Option(0, min=0, max=MAX_TENANT, help="refuse rows of any other tenant (0: any tenant)")) -> None:
     """Queue FAILED messages again with the same row and event id (the receiver recognises them). A message that
     is not FAILED (already replayed, delivered meanwhile), or a one-time code past its end of life, is left as it
-    is, and the answer says why."""
-    _review("replay", ids, tenant, note)
+    is, and the answer says why. As on /ops, a replay says why (`--note`)."""
+    _review("replay", ids, tenant, require_note(note, "replay"))
 
 
 def resolve(ids: list[int] = typer.Argument(..., help="message ids"),
             note: str = typer.Option(..., help="why a human settled it outside the system (kept in the audit log)"),
             tenant: int = typer.Option(0, min=0, max=MAX_TENANT, help="refuse rows of any other tenant (0: any tenant)")) -> None:
     """Mark FAILED messages as resolved by hand: they leave the review list; nothing is sent."""
-    if not note.strip():
-        err.print("[red]error:[/] --note must say why")
-        raise typer.Exit(2)
-    _review("resolve", ids, tenant, note.strip())
+    _review("resolve", ids, tenant, require_note(note, "resolve"))
 
 
 COMMANDS = (messages, replay, resolve)

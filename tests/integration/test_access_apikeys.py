@@ -50,7 +50,7 @@ async def test_revoke_is_audited_once_and_the_api_refuses_the_key(db, client):
     while (status := (await client.get("/api/v1/orders/913", headers=h)).status_code) != 401:
         assert status == 200 and time.monotonic() < deadline, f"revoked key still answered {status}"
         await asyncio.sleep(0.5)
-    again = run("apikey", "revoke", str(kid))
+    again = run("apikey", "revoke", str(kid), "--note", "twice")
     assert again.returncode == 0 and "already revoked" in again.stdout
     with get_engine().connect() as c:
         logged = c.execute(sa.text("SELECT actor_ref, target, note FROM operator_actions "
@@ -64,8 +64,8 @@ def test_another_tenants_key_looks_missing_and_stays_live(db):
     """Invariant: `revoke --tenant 7` of tenant 42's key answers exactly as for a key that does not exist."""
     key = run("apikey", "create", "--tenant", "42").stdout.strip()
     kid = _key_id(key[:8])
-    foreign, missing = run("apikey", "revoke", str(kid), "--tenant", "7"), run("apikey", "revoke", "999999",
-                                                                               "--tenant", "7")
+    foreign = run("apikey", "revoke", str(kid), "--tenant", "7", "--note", "x")
+    missing = run("apikey", "revoke", "999999", "--tenant", "7", "--note", "x")
     assert foreign.returncode == missing.returncode == 2
     assert foreign.stderr.replace(str(kid), "N") == missing.stderr.replace("999999", "N")
     with get_engine().connect() as c:

@@ -129,8 +129,8 @@ def test_messages_lists_the_ledger_as_a_table_or_json_with_filters(db, monkeypat
 
 def test_replay_and_resolve_act_once_and_are_audited_as_the_cli_user(db):
     """`outbox replay ID…` queues FAILED rows again and `outbox resolve ID… --note` marks them resolved, each kept
-    in operator_actions as `cli:<user>` with the note; a second replay changes nothing; resolve without a note is
-    refused and changes nothing."""
+    in operator_actions as `cli:<user>` with the note; a second replay changes nothing; replay or resolve without a
+    note is refused and changes nothing."""
     from tests.integration.test_delivery_claims_fencing_review import person
     from tests.integration.test_delivery_review import actions, failed
 
@@ -143,7 +143,9 @@ def test_replay_and_resolve_act_once_and_are_audited_as_the_cli_user(db):
     assert r.returncode == 0, r.stderr
     assert f"#{a}" in r.stdout and f"#{b}" in r.stdout
     assert actions([a, b], "replay") == [(f"cli:{env_user}", f"notification {i}", "receiver fixed") for i in (a, b)]
-    again = run("replay", str(a))
+    no_why = run("replay", str(a))
+    assert no_why.returncode == 2 and "--note" in no_why.stderr and len(actions([a, b], "replay")) == 2
+    again = run("replay", str(a), "--note", "once more")
     assert again.returncode == 0 and again.stdout == "" and f"#{a}" in again.stderr, "nothing changed, and it says so"
     assert len(actions([a, b], "replay")) == 2
     no_note = run("resolve", str(c))

@@ -33,7 +33,8 @@ def test_hostile_cli_input_is_a_clear_error_and_changes_nothing(db: str, args: t
 def test_a_message_id_beyond_every_id_is_exactly_a_missing_one(db: str) -> None:
     """Invariant: an id past bigint is answered like any missing id (unchanged, no error), changing nothing."""
     before = table_digest()
-    huge, missing = run("replay", "99999999999999999999"), run("replay", "987654321")
+    huge = run("replay", "99999999999999999999", "--note", "x")
+    missing = run("replay", "987654321", "--note", "x")
     assert huge.returncode == missing.returncode == 0
     def said(r: Any, i: str) -> str:
         return " ".join(r.stderr.replace(i, "N").split())  # rich wraps a long line where it fits

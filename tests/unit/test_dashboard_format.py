@@ -16,3 +16,23 @@ def test_ids_that_python_calls_digits_but_are_not_ours_are_refused():
 def test_parse_id_never_crashes_and_only_accepts_what_fits(raw):
     v = parse_id(raw)
     assert v is None or ((1 <= v <= MAX_ID and raw == str(v).lstrip("0")) or raw.lstrip("0") == str(v))
+
+
+def test_an_amount_read_back_in_words_tells_a_slipped_digit_apart():
+    """A top-up is read back in words before money moves: 250.00 and 2,500.00 must read as different sentences,
+    and every amount the page accepts can be said."""
+    from dashboard.format import amount_in_words
+
+    assert amount_in_words(25000) == "two hundred fifty euros and no cents"
+    assert amount_in_words(250000) == "two thousand five hundred euros and no cents"
+    assert amount_in_words(1234) == "twelve euros and thirty-four cents"
+    assert amount_in_words(101) == "one euro and one cent"
+    assert amount_in_words(10**9) == "ten million euros and no cents"
+
+
+@given(st.integers(min_value=1, max_value=10**9))
+def test_every_accepted_amount_has_its_own_words(cents):
+    from dashboard.format import amount_in_words
+
+    said = amount_in_words(cents)
+    assert said and "_" not in said and (cents == 10**9 or said != amount_in_words(cents + 1))
