@@ -15,6 +15,7 @@ from dashboard import paging, routes
 from dashboard.components import Row, card, data_table, error_callout, shell
 from dashboard.events import Followup, event
 from dashboard.format import when
+from dashboard.link import action_button, action_form
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -157,13 +158,13 @@ class EndpointsState(paging.KeysetPaged, AuthState):
 def _endpoint_row(e: Row) -> rx.Component:
     actions = rx.hstack(
         rx.cond(e["state"] == "enabled",
-                rx.button("Disable", size="1", variant="soft", on_click=EndpointsState.set_enabled(e["id"], False),
+                action_button("Disable", size="1", variant="soft", on_click=EndpointsState.set_enabled(e["id"], False),
                           data_testid="disable-endpoint"),
-                rx.button("Enable", size="1", variant="soft", on_click=EndpointsState.set_enabled(e["id"], True),
+                action_button("Enable", size="1", variant="soft", on_click=EndpointsState.set_enabled(e["id"], True),
                           data_testid="enable-endpoint")),
-        rx.button("Rotate secret", size="1", variant="soft", on_click=EndpointsState.rotate(e["id"]),
+        action_button("Rotate secret", size="1", variant="soft", on_click=EndpointsState.rotate(e["id"]),
                   data_testid="rotate-endpoint"),
-        rx.button("Delete", size="1", variant="soft", color_scheme="red", on_click=EndpointsState.ask_delete(e["id"]),
+        action_button("Delete", size="1", variant="soft", color_scheme="red", on_click=EndpointsState.ask_delete(e["id"]),
                   data_testid="delete-endpoint"),
         spacing="2", wrap="wrap")
     return rx.table.row(
@@ -182,12 +183,12 @@ def endpoints_page() -> rx.Component:
         "Webhook endpoints",
         rx.text("Where this tenant's order events are signed and sent (see docs/webhooks.md). Private, loopback and "
                 "metadata addresses are refused.", size="2", color=rx.color("gray", 11), margin_bottom="12px"),
-        rx.cond(EndpointsState.oncall, card(rx.form(rx.flex(
+        rx.cond(EndpointsState.oncall, card(action_form(rx.flex(
             rx.vstack(rx.text("URL", size="1"), rx.input(name="url", placeholder="https://hooks.example.com/outbox",
                                                          width="360px", data_testid="endpoint-url"), spacing="1"),
             rx.vstack(rx.text("Description", size="1"), rx.input(name="description", data_testid="endpoint-description"),
                       spacing="1"),
-            rx.button("Add endpoint", type="submit", data_testid="add-endpoint"),
+            action_button("Add endpoint", type="submit", data_testid="add-endpoint"),
             gap="12px", align="end", wrap="wrap"), on_submit=EndpointsState.create, reset_on_submit=True),
             margin_bottom="12px")),
         rx.cond(EndpointsState.notice != "", rx.callout(
@@ -197,7 +198,7 @@ def endpoints_page() -> rx.Component:
         error_callout(EndpointsState.error),
         rx.cond(EndpointsState.confirm_id != "", card(rx.hstack(
             rx.text("Delete endpoint ", EndpointsState.confirm_id, "? It receives nothing more.", weight="medium"),
-            rx.button("Delete", color_scheme="red", on_click=EndpointsState.delete, data_testid="confirm-delete"),
+            action_button("Delete", color_scheme="red", on_click=EndpointsState.delete, data_testid="confirm-delete"),
             rx.button("Keep it", variant="soft", on_click=EndpointsState.keep), align="center", wrap="wrap"),
             margin_bottom="12px")),
         data_table(["Endpoint", "Events", "State", "Health", ""], EndpointsState.endpoints, _endpoint_row,

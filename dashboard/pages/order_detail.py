@@ -3,8 +3,8 @@
 Live: a background task per open tab registers with the process's one Redis subscription (dashboard/live.py) for
 the order's channel and, per hint, reloads from PostgreSQL outside the state lock; the hub's periodic check of
 `order_views.order_version` reloads it too if a hint was lost. `seen` lives in the browser's
-sessionStorage, so after a reconnect the page knows which revision the browser last displayed — a jump of more than
-one shows the missed-refresh badge.
+sessionStorage, so after a reconnect the page knows which revision the browser last displayed — any change since,
+one or many, shows the missed-refresh note with what changed.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dashboard.components import (
 )
 from dashboard.events import Followup, event
 from dashboard.format import change_line, money, notification, parse_id, when
+from dashboard.link import action_button
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -60,6 +61,17 @@ def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[
         return None, [], version
     order["last_change"] = change_line(change)
     return order, [notification(n) for n in notes], version
+
+
+def missed_text(shown: int, now: int, last_change: str) -> str:
+    """What changed while the page could not show it: the order went from revision `shown` (what this tab last showed)
+    to `now` — one change or many — or nothing to say ("")."""
+    if now <= shown:
+        return ""
+    changes = "1 change" if now - shown == 1 else f"{now - shown} changes"
+    last = f" ({last_change})" if now - shown == 1 else f" (the last: {last_change})"
+    return (f"refresh missed — reloaded at revision {now}: {changes} since this page showed revision {shown}"
+            f"{last if last_change else ''}")
 
 
 class OrderState(AuthState):
@@ -91,10 +103,7 @@ class OrderState(AuthState):
             self.found = False
             return
         head = await self.get_state(OrderHeadState)
-        prev_order, _, prev_rev = (await self.get_state(OrderSeenState)).seen.partition(":")
         new_rev = int(order["revision"])
-        if prev_order == str(self.order_id) and prev_rev.isdigit() and new_rev > int(prev_rev) + 1:
-            self.missed = f"refresh missed — reloaded at revision {new_rev}"
         allowed = allowed_commands(order["status"])
         # Only what changed is assigned (a push then carries a small delta, and a state nothing changed in is not
         # sent at all); only what the state allows is offered (the handler still asks the policy: a forged event
@@ -125,10 +134,16 @@ class OrderState(AuthState):
             self.missed, self.error, self.notice = "", "", ""
             (await self.get_state(OrderHeadState))._assign_changed(pushed="")
         self.order_id = oid
-        await self._apply(*await asyncio.to_thread(_load, self._tenant_id, self.order_id))
+        order, notes, version = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
+        # What this browser tab last showed whole (its sessionStorage, sent with the reconnect): any revision since
+        # is a change the operator has not seen — one as much as many.
+        shown_order, _, shown_rev = (await self.get_state(OrderSeenState)).seen.partition(":")
+        if order is not None and shown_order == str(oid) and shown_rev.isdigit():
+            self.missed = missed_text(int(shown_rev), int(order["revision"]), order["last_change"]) or self.missed
+        await self._apply(order, notes, version)
         return OrderState.watch if self.found else None
 
-    async def _command(self, command: str) -> AsyncIterator[Followup]:
+    async def _command(self, command: str, seen_revision: object) -> AsyncIterator[Followup]:
         self.busy, self.error, self.notice = True, "", ""
         head = await self.get_state(OrderHeadState)
         head._assign_changed(pushed="")
@@ -136,9 +151,15 @@ class OrderState(AuthState):
         if not self.order_id or not await self._allowed(Act.ORDERS):
             self.busy, self.error = False, refusal(Act.ORDERS)
             return
+        # The revision the operator saw when clicking (the page sends it); without one, the revision this tab's
+        # server state last delivered.
+        expected = head.revision if seen_revision is None else seen_revision
+        if isinstance(expected, bool) or not isinstance(expected, int) or expected < 1:
+            self.busy, self.error = False, "That action did not say which revision of the order it was for: nothing was changed."
+            return
         result = await asyncio.to_thread(
             execute_order_command, tenant_id=self._tenant_id, order_id=self.order_id, command=command,
-            expected_revision=head.revision, actor_ref=self._actor_ref, request_id=f"ui-{uuid.uuid4().hex[:12]}")
+            expected_revision=expected, actor_ref=self._actor_ref, request_id=f"ui-{uuid.uuid4().hex[:12]}")
         if isinstance(result, Committed):
             await after_commit(await live.arq(), result)
             self.notice = f"{PAST[command]} at revision {result.revision} · event {result.event_id}"
@@ -149,7 +170,6 @@ class OrderState(AuthState):
             change = order["last_change"] if order else ""  # who moved it, e.g. "approved by alice at …"
             self.error = ERROR_TEXT[result.error].format(rev=result.current_revision, status=result.current_status,
                                                          requested=PAST[command], change=f" ({change})" if change else "")
-            (await self.get_state(OrderSeenState)).seen = ""  # a conflict reload is expected, not a missed refresh
         # The answer first (status, revision, the buttons), the notifications table in a delta of its own after it.
         await self._apply_head(order, version)
         self.busy = False
@@ -157,18 +177,18 @@ class OrderState(AuthState):
         await self._apply_notes(order, notes)
 
     @event
-    async def approve(self) -> AsyncIterator[Followup]:
-        async for u in self._command("approve"):
+    async def approve(self, seen_revision: int | None = None) -> AsyncIterator[Followup]:
+        async for u in self._command("approve", seen_revision):
             yield u
 
     @event
-    async def cancel(self) -> AsyncIterator[Followup]:
-        async for u in self._command("cancel"):
+    async def cancel(self, seen_revision: int | None = None) -> AsyncIterator[Followup]:
+        async for u in self._command("cancel", seen_revision):
             yield u
 
     @event
-    async def fulfill(self) -> AsyncIterator[Followup]:
-        async for u in self._command("fulfill"):
+    async def fulfill(self, seen_revision: int | None = None) -> AsyncIterator[Followup]:
+        async for u in self._command("fulfill", seen_revision):
             yield u
 
     @event
@@ -197,9 +217,11 @@ class OrderState(AuthState):
                         return  # another order, or logged out in this tab
                     head = await self.get_state(OrderHeadState)
                     rev = msg.get("revision", -1)
-                    if msg.get("kind") == "order" and rev > head.revision + 1:
-                        self.missed = ("refresh missed — reloaded at revision "
-                                       f"{order['revision'] if order else rev}")
+                    # A hint announces one revision: one beyond it, or a reload found by the periodic check or a
+                    # resync (the hint itself was lost), means changes reached this view unannounced.
+                    if order and (rev > head.revision + 1 if msg.get("kind") == "order" else True):
+                        self.missed = missed_text(head.revision, int(order["revision"]), order["last_change"]) \
+                            or self.missed
                     if order and int(order["revision"]) > head.revision and not self.busy:
                         head.pushed = order["last_change"]  # a change made elsewhere: say who and when
                     await self._apply_head(order, version)
@@ -307,14 +329,17 @@ def order_page() -> rx.Component:
                         rx.cond(~OrderState.may_change, rx.badge("read-only (support)", variant="soft",
                                                                   color_scheme="gray", data_testid="read-only")),
                         rx.cond(OrderState.may_change, rx.flex(
-                            rx.cond(OrderHeadState.can_approve, rx.button(
-                                icon("check", size=16), "Approve", on_click=OrderState.approve,
+                            # Each action carries the revision on screen: the server acts only on the order the
+                            # operator saw (a push or a reconnect may have moved it since).
+                            rx.cond(OrderHeadState.can_approve, action_button(
+                                icon("check", size=16), "Approve", on_click=OrderState.approve(OrderHeadState.revision),
                                 loading=OrderState.busy, data_testid="approve", color_scheme="green")),
-                            rx.cond(OrderHeadState.can_fulfill, rx.button(
-                                icon("truck", size=16), "Mark fulfilled", on_click=OrderState.fulfill,
+                            rx.cond(OrderHeadState.can_fulfill, action_button(
+                                icon("truck", size=16), "Mark fulfilled",
+                                on_click=OrderState.fulfill(OrderHeadState.revision),
                                 loading=OrderState.busy, data_testid="fulfill", color_scheme="blue")),
-                            rx.cond(OrderHeadState.can_cancel, rx.button(
-                                icon("x", size=16), "Cancel order", on_click=OrderState.cancel,
+                            rx.cond(OrderHeadState.can_cancel, action_button(
+                                icon("x", size=16), "Cancel order", on_click=OrderState.cancel(OrderHeadState.revision),
                                 loading=OrderState.busy, data_testid="cancel", color_scheme="red", variant="soft")),
                             gap="8px", wrap="wrap", data_testid="order-actions",
                         )),
