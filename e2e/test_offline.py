@@ -3,7 +3,8 @@
 Invariants: while a tab's link to the backend is down, every page says so in words and its action buttons are
 disabled; a click made while disconnected is never sent — not then, not on reconnect (Reflex's client used to
 queue it and fire it when the socket came back); on reconnect the view reloads from PostgreSQL and says what
-changed while it was away, one missed change as much as many.
+changed while it was away, one missed change as much as many; an order action acts only on the revision its
+operator saw.
 
 The connection is cut two ways: through the tab's own websocket (the test stands between the page and the backend,
 closes both sides and refuses new connections until it restores them — the page's socket drops at once, and every
@@ -12,7 +13,10 @@ frame the page sends upstream is kept), and with the browser's offline switch (`
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import sqlalchemy as sa
@@ -21,7 +25,8 @@ from dashboard.link import BACK_TEXT, OFFLINE_TEXT
 from dashboard.pages.order_detail import OrderState
 from domain.db import get_engine
 from domain.delivery.queue import order_channel
-from domain.orders.commands import create_order
+from domain.delivery.wakeups import after_commit, arq_pool
+from domain.orders.commands import Committed, create_order, execute_order_command
 from e2e.conftest import APP, log_in, nothing_published_on, shot, wait_listeners
 
 pytestmark = pytest.mark.e2e
@@ -73,6 +78,13 @@ class Line:
     def restore(self) -> None:
         self.down = False
 
+    def forge(self, handler: str, payload: dict[str, object]) -> None:
+        """`OrderState.<handler>(payload)` sent on the tab's own connection, framed as the page frames an event."""
+        path = "/" + self.page.url.split("//", 1)[-1].split("/", 1)[-1].split("?", 1)[0]
+        event = {"name": f"{OrderState.get_full_name()}.{handler}", "payload": payload,
+                 "router_data": {"pathname": path, "asPath": path}}
+        self.open[-1][1].send("42/_event," + json.dumps(["event", event]))  # type: ignore[attr-defined]
+
     def calls(self, handler: str) -> list[str]:
         name = f"{OrderState.get_full_name()}.{handler}"
         return [f for f in self.sent if f'"{name}"' in f]
@@ -102,6 +114,20 @@ def wait_text(page, testid: str, text: str, timeout: float = 30_000) -> None:  #
     page.wait_for_function(
         "([id, t]) => { const e = document.querySelector(`[data-testid=\"${id}\"]`); return e && e.innerText.trim() === t }",
         arg=[testid, text], timeout=timeout)
+
+
+def publish_after_commit(result: Committed) -> None:
+    """What the dashboard does after its own commit (the hint to open views), on a thread of its own: Playwright's
+    sync API owns this thread's event loop."""
+    async def run() -> None:
+        pool = await arq_pool()
+        try:
+            await after_commit(pool, result)
+        finally:
+            await pool.aclose()
+
+    with ThreadPoolExecutor(1) as ex:
+        ex.submit(asyncio.run, run()).result()
 
 
 def order_row(order_id: int) -> tuple[str, int, int]:
@@ -183,6 +209,30 @@ def test_a_view_that_missed_exactly_one_change_says_so_on_reconnect(browser, new
         shot(b, "order-detail-missed-one-change")
     finally:
         b.context.close()
+
+
+def test_an_order_action_is_refused_when_the_order_moved_past_the_revision_its_operator_saw(browser):
+    """The action carries the revision on the operator's screen, not the one the tab's server state holds by the time
+    it arrives: a Mark fulfilled sent for revision 1 of an order approved (revision 2) meanwhile is refused with who
+    changed it, and changes nothing — before, the server acted on its own newer revision."""
+    oid = create_order(tenant_id=42, customer_ref="cust-002", amount_cents=2500, currency="EUR")
+    page, line = routed_login(browser, "alice")
+    try:
+        open_order(page, oid)
+        wait_listeners(order_channel(42, oid), at_least=1)
+        r = execute_order_command(tenant_id=42, order_id=oid, command="approve", expected_revision=1,
+                                  actor_ref="operator:bob", request_id=f"req-seen-{oid}")
+        assert isinstance(r, Committed)
+
+        publish_after_commit(r)
+        wait_text(page, "order-revision", "2")  # the tab's state is at revision 2 now
+        line.forge("fulfill", {"seen_revision": 1})
+        page.wait_for_function("() => { const e = document.querySelector('[data-testid=command-error]'); "
+                               "return e && e.innerText.includes('Someone changed this order first') }")
+        assert "approved by bob" in page.get_by_test_id("command-error").inner_text()
+        assert order_row(oid) == ("approved", 2, 1), "the stale action changed nothing"
+    finally:
+        page.context.close()
 
 
 def test_the_browser_going_offline_pauses_every_action_at_once_and_online_gives_them_back(new_operator):
