@@ -217,9 +217,10 @@ class OrderState(AuthState):
                         return  # another order, or logged out in this tab
                     head = await self.get_state(OrderHeadState)
                     rev = msg.get("revision", -1)
-                    # A hint announces one revision: one beyond it, or a reload found by the periodic check or a
-                    # resync (the hint itself was lost), means changes reached this view unannounced.
-                    if order and (rev > head.revision + 1 if msg.get("kind") == "order" else True):
+                    # A hint announces one revision: a hint beyond the next one means revisions reached this view
+                    # unannounced. (A reload found by the periodic check is a catch-up: the pushed-change callout
+                    # below says what changed.)
+                    if order and msg.get("kind") == "order" and rev > head.revision + 1:
                         self.missed = missed_text(head.revision, int(order["revision"]), order["last_change"]) \
                             or self.missed
                     if order and int(order["revision"]) > head.revision and not self.busy:
