@@ -11,6 +11,7 @@ from reflex_base.constants.colors import ColorType
 from reflex_components_lucide.icon import Icon
 from reflex_components_radix.themes.base import LiteralAccentColor
 
+from dashboard.link import action_button
 from dashboard.search_state import search_box
 from dashboard.state import AuthState
 
@@ -81,7 +82,7 @@ def shell(title: str | rx.Var[str], *children: rx.Component, actions: rx.Compone
                                         data_testid="operator-role"), display=["none", "inline"]),
                     rx.text(AuthState.display_name, size="2", data_testid="operator-name",
                             display=["none", "inline"]),
-                    rx.button("Log out", on_click=AuthState.logout, variant="ghost", size="1",
+                    action_button("Log out", on_click=AuthState.logout, variant="ghost", size="1",
                               data_testid="logout"),
                     spacing="3", align="center", flex_shrink="0",
                 ),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import reflex as rx
 
-from dashboard import components, sessions
+from dashboard import components, link, sessions
 from dashboard.api.app import build_api
 from dashboard.pages import all_pages, not_found
 from dashboard.state import AuthState
@@ -20,6 +20,9 @@ def index() -> rx.Component:
 app = rx.App(
     api_transformer=build_api(),
 )
+# Our link banner in words instead of Reflex's overlay (a wifi icon and a toast "Cannot connect to server: websocket
+# error … ws://…/_event"), on every page.
+app.app_wraps[5, "Overlay"] = link.overlay
 app.register_lifespan_task(sessions.keep_sessions_portable)
 pages = all_pages()
 components.NAV.extend((p.nav[0], p.route, p.nav[1]) for p in pages if p.nav)

@@ -14,6 +14,7 @@ from dashboard import routes
 from dashboard.components import Row, card, data_table, error_callout, shell
 from dashboard.events import event
 from dashboard.format import parse_id, when
+from dashboard.link import action_button, action_form
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.apikeys import list_keys, revoke_key
@@ -126,27 +127,27 @@ def _key_row(k: Row) -> rx.Component:
                               rx.text(k["revoked"], size="1", color=rx.color("gray", 11),
                                       data_testid="key-revoked"))),
         rx.table.cell(rx.cond(ApiKeysState.oncall & (k["state"] == "live"),
-                              rx.button("Revoke", size="1", color_scheme="red", variant="soft",
+                              action_button("Revoke", size="1", color_scheme="red", variant="soft",
                                         on_click=ApiKeysState.ask_revoke(k["id"], k["prefix"]),
                                         data_testid="revoke-key"))),
         data_testid="key-row")
 
 
 def _create_form() -> rx.Component:
-    return card(rx.form(rx.flex(
+    return card(action_form(rx.flex(
         rx.vstack(rx.text("Acts as (optional, kept in every change log)", size="1"),
                   rx.input(name="actor", placeholder="svc:shop", data_testid="key-actor"), spacing="1"),
-        rx.button("Create key", type="submit", data_testid="create-key"),
+        action_button("Create key", type="submit", data_testid="create-key"),
         gap="12px", align="end", wrap="wrap"), on_submit=ApiKeysState.create, reset_on_submit=True),
         margin_bottom="12px")
 
 
 def _confirm() -> rx.Component:
-    return rx.cond(ApiKeysState.confirm_id != "", card(rx.form(rx.vstack(
+    return rx.cond(ApiKeysState.confirm_id != "", card(action_form(rx.vstack(
         rx.text("Revoke key ", rx.code(ApiKeysState.confirm_prefix),
                 "? Every client using it is refused from then on.", weight="medium"),
         rx.input(name="note", placeholder="why (kept in the audit log)", width="100%", data_testid="revoke-note"),
-        rx.hstack(rx.button("Revoke", type="submit", color_scheme="red", data_testid="confirm-revoke"),
+        rx.hstack(action_button("Revoke", type="submit", color_scheme="red", data_testid="confirm-revoke"),
                   rx.button("Keep it", type="button", variant="soft", on_click=ApiKeysState.cancel_revoke)),
         spacing="2"), on_submit=ApiKeysState.revoke, reset_on_submit=True),
         margin_bottom="12px", data_testid="revoke-confirm"))

@@ -13,6 +13,7 @@ from dashboard import routes
 from dashboard.components import Row, card, data_table, error_callout, shell, stat
 from dashboard.events import event
 from dashboard.format import amount_in_words, money, when
+from dashboard.link import action_button, action_form
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -116,13 +117,13 @@ def _confirm() -> rx.Component:
         rx.alert_dialog.content(
             rx.alert_dialog.title("Top up the balance?"),
             rx.alert_dialog.description(BalanceState.confirm_text, size="2", data_testid="topup-confirm-text"),
-            rx.form(rx.vstack(
+            action_form(rx.vstack(
                 rx.text_area(name="note", placeholder="Note (optional), for whoever looks later", max_length=NOTE_MAX,
                              width="100%", data_testid="topup-note"),
                 rx.hstack(rx.spacer(),
                           rx.button("Cancel", type="button", variant="soft", color_scheme="gray",
                                     on_click=BalanceState.close_top_up, data_testid="topup-keep"),
-                          rx.button("Credit it", type="submit", data_testid="topup-confirm"), width="100%"),
+                          action_button("Credit it", type="submit", data_testid="topup-confirm"), width="100%"),
                 spacing="3", width="100%"), on_submit=BalanceState.confirm_top_up, reset_on_submit=True),
             max_width="480px", data_testid="topup-dialog"),
         open=BalanceState.confirm_text != "",
@@ -144,13 +145,13 @@ def balance_page() -> rx.Component:
                 stat("Runs out", BalanceState.runs_out, "runs-out"),
                 gap="12px", wrap="wrap", width="100%", margin_bottom="16px"),
         rx.cond(BalanceState.oncall, card(
-            rx.form(rx.flex(
+            action_form(rx.flex(
                 rx.vstack(rx.text("Amount", size="1"), rx.input(name="amount", placeholder="250.00",
                                                                 data_testid="topup-amount"), spacing="1"),
                 rx.vstack(rx.text("Payment reference", size="1"),
                           rx.input(name="reference", placeholder="INV-2026-118", data_testid="topup-reference"),
                           spacing="1"),
-                rx.button("Top up", type="submit", data_testid="topup-submit"),
+                action_button("Top up", type="submit", data_testid="topup-submit"),
                 gap="12px", align="end", wrap="wrap"), on_submit=BalanceState.top_up, reset_on_submit=True),
             margin_bottom="12px")),
         rx.cond(BalanceState.notice != "", rx.callout(BalanceState.notice, icon="check", width="100%",

@@ -13,6 +13,7 @@ from dashboard import live, paging, routes
 from dashboard.components import card, data_table, error_callout, shell
 from dashboard.events import Followup, event
 from dashboard.format import money, parse_id, when
+from dashboard.link import action_button, action_form
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -226,7 +227,7 @@ def _campaign_row(c: ObjectVar[dict[str, Any]]) -> rx.Component:
         rx.table.cell(c["delivered"]), rx.table.cell(c["deferred"]),
         rx.table.cell(rx.text(c["suppressed"], size="1")), rx.table.cell(c["failed"]),
         rx.table.cell(rx.text(c["started"], size="1")),
-        rx.table.cell(rx.cond((c["active"] == "yes") & CampaignsState.may_change, rx.button("Cancel", size="1", color_scheme="red",
+        rx.table.cell(rx.cond((c["active"] == "yes") & CampaignsState.may_change, action_button("Cancel", size="1", color_scheme="red",
                                                               variant="soft", on_click=CampaignsState.ask_cancel(c["id"]),
                                                               data_testid="campaign-cancel"))),
         data_testid="campaign-row")
@@ -240,14 +241,14 @@ def _note_dialog(title: Any, summary: Any, open_: Any, on_submit: Any, on_close:
         rx.alert_dialog.content(
             rx.alert_dialog.title(title),
             rx.alert_dialog.description(summary, size="2", data_testid=f"{testid}-summary"),
-            rx.form(rx.vstack(
+            action_form(rx.vstack(
                 rx.text_area(name="note", placeholder="Why, for whoever looks later", max_length=500, width="100%",
                              data_testid=f"{testid}-note"),
                 rx.cond(CampaignsState.confirm_error != "", rx.text(CampaignsState.confirm_error, size="1",
                                                                     color=rx.color("red", 11))),
                 rx.hstack(rx.spacer(),
                           rx.button(keep, type="button", variant="soft", color_scheme="gray", on_click=on_close),
-                          rx.button(act, type="submit", color_scheme="red" if danger else None,
+                          action_button(act, type="submit", color_scheme="red" if danger else None,
                                     data_testid=f"{testid}-confirm"), width="100%"),
                 spacing="3", width="100%"), on_submit=on_submit, reset_on_submit=True),
             max_width="480px", data_testid=f"{testid}-dialog"),
@@ -273,7 +274,7 @@ def campaigns_page() -> rx.Component:
         rx.cond((CampaignsState.role != "") & ~CampaignsState.may_change, rx.callout(
             "Read-only: your role sees every campaign and its progress, but cannot start or cancel one.",
             icon="eye", color_scheme="gray", width="100%", margin_bottom="12px", data_testid="campaigns-read-only")),
-        card(rx.form(rx.flex(
+        card(action_form(rx.flex(
             rx.vstack(rx.text("Name", size="1"), rx.input(name="name", placeholder="Winter offer",
                                                           data_testid="campaign-name"), spacing="1"),
             rx.vstack(rx.text("Who (segment)", size="1"),
@@ -282,7 +283,7 @@ def campaigns_page() -> rx.Component:
                                                                default_value="offer"), spacing="1"),
             rx.vstack(rx.text("Channel", size="1"), rx.select(list(PEOPLE_CHANNELS), name="channel",
                                                               default_value="email"), spacing="1"),
-            rx.button("Start campaign", type="submit", disabled=~CampaignsState.may_change,
+            action_button("Start campaign", type="submit", disabled=~CampaignsState.may_change,
                       data_testid="campaign-start"),
             gap="12px", align="end", wrap="wrap"), on_submit=CampaignsState.preview),
             margin_bottom="12px"),

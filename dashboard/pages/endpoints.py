@@ -16,6 +16,7 @@ from dashboard import paging, routes
 from dashboard.components import Row, card, data_table, error_callout, pick, shell
 from dashboard.events import Followup, event
 from dashboard.format import done_line, parse_id, when
+from dashboard.link import action_button, action_form
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -207,13 +208,13 @@ class EndpointsState(paging.KeysetPaged, AuthState):
 def _endpoint_row(e: Row) -> rx.Component:
     actions = rx.hstack(
         rx.cond(e["state"] == "enabled",
-                rx.button("Disable", size="1", variant="soft", on_click=EndpointsState.ask("disable", e["id"]),
+                action_button("Disable", size="1", variant="soft", on_click=EndpointsState.ask("disable", e["id"]),
                           data_testid="disable-endpoint"),
-                rx.button("Enable", size="1", variant="soft", on_click=EndpointsState.ask("enable", e["id"]),
+                action_button("Enable", size="1", variant="soft", on_click=EndpointsState.ask("enable", e["id"]),
                           data_testid="enable-endpoint")),
-        rx.button("Rotate secret", size="1", variant="soft", on_click=EndpointsState.ask("rotate", e["id"]),
+        action_button("Rotate secret", size="1", variant="soft", on_click=EndpointsState.ask("rotate", e["id"]),
                   data_testid="rotate-endpoint"),
-        rx.button("Delete", size="1", variant="soft", color_scheme="red", on_click=EndpointsState.ask("delete", e["id"]),
+        action_button("Delete", size="1", variant="soft", color_scheme="red", on_click=EndpointsState.ask("delete", e["id"]),
                   data_testid="delete-endpoint"),
         spacing="2", wrap="wrap")
     return rx.table.row(
@@ -234,7 +235,7 @@ def _confirm() -> rx.Component:
         rx.alert_dialog.content(
             rx.alert_dialog.title(EndpointsState.confirm_title),
             rx.alert_dialog.description(EndpointsState.confirm_text, size="2", data_testid="endpoint-confirm-text"),
-            rx.form(rx.vstack(
+            action_form(rx.vstack(
                 rx.text_area(name="note", placeholder="Why, for whoever looks later", max_length=NOTE_MAX,
                              width="100%", data_testid="endpoint-confirm-note"),
                 rx.cond(EndpointsState.confirm_error != "", rx.text(EndpointsState.confirm_error, size="1",
@@ -243,7 +244,7 @@ def _confirm() -> rx.Component:
                 rx.hstack(rx.spacer(),
                           rx.button("Keep it as it is", type="button", variant="soft", color_scheme="gray",
                                     on_click=EndpointsState.keep, data_testid="endpoint-confirm-keep"),
-                          rx.button(EndpointsState.confirm_label, type="submit",
+                          action_button(EndpointsState.confirm_label, type="submit",
                                     color_scheme=pick(EndpointsState.confirm_action == "enable", "green", "red"),
                                     data_testid="confirm-endpoint-action"), width="100%"),
                 spacing="3", width="100%"), on_submit=EndpointsState.confirm, reset_on_submit=True),
@@ -257,12 +258,12 @@ def endpoints_page() -> rx.Component:
         "Webhook endpoints",
         rx.text("Where this tenant's order events are signed and sent (see docs/webhooks.md). Private, loopback and "
                 "metadata addresses are refused.", size="2", color=rx.color("gray", 11), margin_bottom="12px"),
-        rx.cond(EndpointsState.oncall, card(rx.form(rx.flex(
+        rx.cond(EndpointsState.oncall, card(action_form(rx.flex(
             rx.vstack(rx.text("URL", size="1"), rx.input(name="url", placeholder="https://hooks.example.com/outbox",
                                                          width="360px", data_testid="endpoint-url"), spacing="1"),
             rx.vstack(rx.text("Description", size="1"), rx.input(name="description", data_testid="endpoint-description"),
                       spacing="1"),
-            rx.button("Add endpoint", type="submit", data_testid="add-endpoint"),
+            action_button("Add endpoint", type="submit", data_testid="add-endpoint"),
             gap="12px", align="end", wrap="wrap"), on_submit=EndpointsState.create, reset_on_submit=True),
             margin_bottom="12px")),
         rx.cond(EndpointsState.notice != "", rx.callout(

@@ -12,6 +12,7 @@ from dashboard.components import Row, card, data_table, lookup, shell, status_ba
 from dashboard.events import Followup
 from dashboard.events import event as handler  # this state has vars named `event` and `events`
 from dashboard.format import notification, parse_id, search_text, when
+from dashboard.link import action_button
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -219,7 +220,7 @@ def journeys_page() -> rx.Component:
                     ),
                     value=JourneysState.event, on_change=JourneysState.set_event,
                 ),
-                rx.button("Record event", on_click=JourneysState.record, disabled=~JourneysState.may_change,
+                action_button("Record event", on_click=JourneysState.record, disabled=~JourneysState.may_change,
                           data_testid="record-event"),
                 spacing="2", margin_y="8px",
             ),

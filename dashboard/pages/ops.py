@@ -19,6 +19,7 @@ from dashboard.components import (
     stat,
     status_badge,
 )
+from dashboard.link import action_button, action_form
 from dashboard.pages import Page
 from dashboard.pages.ops_state import BULK_SINCE, OpsState
 from dashboard.state import AuthState
@@ -37,7 +38,7 @@ def _lane_row(x: Row) -> rx.Component:
         rx.table.cell(rx.hstack(
             rx.badge(pick(paused, "PAUSED", "running"), variant=pick(paused, "solid", "soft"),
                      color_scheme=pick(paused, "red", "gray"), data_testid="lane-state"),
-            rx.cond(OpsState.platform, rx.button(
+            rx.cond(OpsState.platform, action_button(
                 pick(paused, "Resume", "Pause"), size="1", variant="soft", color_scheme=pick(paused, "green", "amber"),
                 on_click=OpsState.ask(pick(paused, "resume", "pause"), x["lane"]), data_testid="lane-toggle")),
             spacing="2", align="center")),
@@ -60,8 +61,8 @@ def _review_row(n: Row) -> rx.Component:
                                                      data_testid="review-tick")),
             rx.link(rx.text("#", n["id"]), href="/messages/" + n["id"]), spacing="2", align="center")),
         rx.table.cell(rx.cond(OpsState.may_replay, rx.hstack(
-            rx.button("Replay", size="1", on_click=OpsState.ask("replay", n["id"]), data_testid="replay"),
-            rx.button("Resolve", size="1", variant="soft", color_scheme="gray",
+            action_button("Replay", size="1", on_click=OpsState.ask("replay", n["id"]), data_testid="replay"),
+            action_button("Resolve", size="1", variant="soft", color_scheme="gray",
                       on_click=OpsState.ask("resolve", n["id"]), data_testid="resolve"), spacing="2"),
             rx.text("read-only", size="1", color=rx.color("gray", 10)))),
         rx.table.cell(n["tenant"]),
@@ -81,10 +82,10 @@ def _bulk_bar() -> rx.Component:
             rx.checkbox("all", checked=(OpsState.selected.length() > 0)
                         & (OpsState.selected.length() == OpsState.review.length()),
                         on_change=OpsState.tick_all, data_testid="review-tick-all"),
-            rx.button(rx.text("Replay selected (", OpsState.selected.length(), ")"), size="1",
+            action_button(rx.text("Replay selected (", OpsState.selected.length(), ")"), size="1",
                       on_click=OpsState.ask("replay_selected", ""), disabled=OpsState.selected.length() == 0,
                       data_testid="replay-selected"),
-            rx.button(rx.text("Resolve selected (", OpsState.selected.length(), ")"), size="1", variant="soft",
+            action_button(rx.text("Resolve selected (", OpsState.selected.length(), ")"), size="1", variant="soft",
                       color_scheme="gray", on_click=OpsState.ask("resolve_selected", ""),
                       disabled=OpsState.selected.length() == 0, data_testid="resolve-selected"),
             spacing="2", align="center", wrap="wrap"),
@@ -95,8 +96,8 @@ def _bulk_bar() -> rx.Component:
             rx.text("in the last", size="2"),
             rx.select(list(BULK_SINCE), value=OpsState.bulk_since,
                       on_change=lambda v: OpsState.set_bulk("since", v), size="1", data_testid="bulk-since"),
-            rx.button("Replay all", size="1", on_click=OpsState.ask("replay_lane", ""), data_testid="replay-lane"),
-            rx.button("Resolve all", size="1", variant="soft", color_scheme="gray",
+            action_button("Replay all", size="1", on_click=OpsState.ask("replay_lane", ""), data_testid="replay-lane"),
+            action_button("Resolve all", size="1", variant="soft", color_scheme="gray",
                       on_click=OpsState.ask("resolve_lane", ""), data_testid="resolve-lane"),
             spacing="2", align="center", wrap="wrap"),
         gap="12px", wrap="wrap", justify="between", width="100%", margin_bottom="8px",
@@ -139,7 +140,7 @@ def _confirm_dialog() -> rx.Component:
         rx.alert_dialog.content(
             rx.alert_dialog.title(OpsState.confirm_title),
             rx.alert_dialog.description("This is kept with your name and the time. Say why:", size="2"),
-            rx.form(
+            action_form(
                 rx.vstack(
                     rx.text_area(name="note", placeholder="e.g. receiver fixed their 422, see ticket 123",
                                  max_length=500, width="100%", data_testid="confirm-note", auto_focus=True),
@@ -149,7 +150,7 @@ def _confirm_dialog() -> rx.Component:
                     rx.hstack(rx.spacer(),
                               rx.button("Cancel", type="button", variant="soft", color_scheme="gray",
                                         on_click=OpsState.close_confirm, data_testid="confirm-cancel"),
-                              rx.button("Confirm", type="submit", data_testid="confirm-ok"), width="100%"),
+                              action_button("Confirm", type="submit", data_testid="confirm-ok"), width="100%"),
                     spacing="3", width="100%"),
                 on_submit=OpsState.confirm, reset_on_submit=True),
             max_width="460px", data_testid="confirm-dialog"),
@@ -162,11 +163,11 @@ def _fault_switches() -> rx.Component:
         rx.cond(OpsState.dev_mode & OpsState.platform, rx.box(
             rx.heading("Receiver fault switches (development only)", size="4", margin_top="20px",
                        margin_bottom="8px"),
-            rx.hstack(*[rx.button(name, size="1", variant="outline", color_scheme="red",
+            rx.hstack(*[action_button(name, size="1", variant="outline", color_scheme="red",
                                   on_click=OpsState.fault(name)) for name in faults.RECEIVER_SWITCHES], wrap="wrap", spacing="2"),
             rx.heading("Worker crash after the remote effect (the dangerous window)", size="3", margin_top="12px",
                        margin_bottom="8px"),
-            rx.hstack(*[rx.button(f"crash next {lane} worker", size="1", variant="soft", color_scheme="red",
+            rx.hstack(*[action_button(f"crash next {lane} worker", size="1", variant="soft", color_scheme="red",
                                   on_click=OpsState.arm_worker_crash(lane), data_testid=f"arm-crash-{lane}")
                         for lane in ("high", "normal")], wrap="wrap", spacing="2"),
         ))

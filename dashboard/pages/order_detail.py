@@ -3,8 +3,8 @@
 Live: a background task per open tab registers with the process's one Redis subscription (dashboard/live.py) for
 the order's channel and, per hint, reloads from PostgreSQL outside the state lock; the hub's periodic check of
 `order_views.order_version` reloads it too if a hint was lost. `seen` lives in the browser's
-sessionStorage, so after a reconnect the page knows which revision the browser last displayed — a jump of more than
-one shows the missed-refresh badge.
+sessionStorage, so after a reconnect the page knows which revision the browser last displayed — any change since,
+one or many, shows the missed-refresh note with what changed.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dashboard.components import (
 )
 from dashboard.events import Followup, event
 from dashboard.format import change_line, done_line, money, notification, parse_id, when
+from dashboard.link import action_button, action_form
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access import actions as operator_actions
@@ -69,6 +70,17 @@ def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[
     return order, [notification(n) for n in notes], version
 
 
+def missed_text(shown: int, now: int, last_change: str) -> str:
+    """What changed while the page could not show it: the order went from revision `shown` (what this tab last showed)
+    to `now` — one change or many — or nothing to say ("")."""
+    if now <= shown:
+        return ""
+    changes = "1 change" if now - shown == 1 else f"{now - shown} changes"
+    last = f" ({last_change})" if now - shown == 1 else f" (the last: {last_change})"
+    return (f"refresh missed — reloaded at revision {now}: {changes} since this page showed revision {shown}"
+            f"{last if last_change else ''}")
+
+
 class OrderState(AuthState):
     """The page's handlers and what a push seldom changes. What a push does change lives in substates
     (OrderHeadState, OrderNotesState, and OrderSeenState, which no component reads): the browser keeps one store per state and re-renders only the components
@@ -88,6 +100,7 @@ class OrderState(AuthState):
     asking_cancel: rx.Field[bool] = rx.field(False)
     cancel_error: rx.Field[str] = rx.field("")
     _version: str | None = None  # backend-only: `order_views.order_version` read just before what is shown
+    _cancel_seen: object = None  # backend-only: the revision shown when the cancel was asked for (`ask_cancel`)
 
     async def _apply(self, order: dict[str, Any] | None, notes: list[dict[str, str]], version: str | None) -> None:
         """Everything at once (a page load, a reconnect)."""
@@ -101,10 +114,7 @@ class OrderState(AuthState):
             self.found = False
             return
         head = await self.get_state(OrderHeadState)
-        prev_order, _, prev_rev = (await self.get_state(OrderSeenState)).seen.partition(":")
         new_rev = int(order["revision"])
-        if prev_order == str(self.order_id) and prev_rev.isdigit() and new_rev > int(prev_rev) + 1:
-            self.missed = f"refresh missed — reloaded at revision {new_rev}"
         allowed = allowed_commands(order["status"])
         # Only what changed is assigned (a push then carries a small delta, and a state nothing changed in is not
         # sent at all); only what the state allows is offered (the handler still asks the policy: a forged event
@@ -135,10 +145,16 @@ class OrderState(AuthState):
             self.missed, self.error, self.notice = "", "", ""
             (await self.get_state(OrderHeadState))._assign_changed(pushed="")
         self.order_id = oid
-        await self._apply(*await asyncio.to_thread(_load, self._tenant_id, self.order_id))
+        order, notes, version = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
+        # What this browser tab last showed whole (its sessionStorage, sent with the reconnect): any revision since
+        # is a change the operator has not seen — one as much as many.
+        shown_order, _, shown_rev = (await self.get_state(OrderSeenState)).seen.partition(":")
+        if order is not None and shown_order == str(oid) and shown_rev.isdigit():
+            self.missed = missed_text(int(shown_rev), int(order["revision"]), order["last_change"]) or self.missed
+        await self._apply(order, notes, version)
         return OrderState.watch if self.found else None
 
-    async def _command(self, command: str, note: str = "") -> AsyncIterator[Followup]:
+    async def _command(self, command: str, seen_revision: object, note: str = "") -> AsyncIterator[Followup]:
         self.busy, self.error, self.notice = True, "", ""
         head = await self.get_state(OrderHeadState)
         head._assign_changed(pushed="")
@@ -146,9 +162,15 @@ class OrderState(AuthState):
         if not self.order_id or not await self._allowed(Act.ORDERS):
             self.busy, self.error = False, refusal(Act.ORDERS)
             return
+        # The revision the operator saw when clicking (the page sends it); without one, the revision this tab's
+        # server state last delivered.
+        expected = head.revision if seen_revision is None else seen_revision
+        if isinstance(expected, bool) or not isinstance(expected, int) or expected < 1:
+            self.busy, self.error = False, "That action did not say which revision of the order it was for: nothing was changed."
+            return
         result = await asyncio.to_thread(
             execute_order_command, tenant_id=self._tenant_id, order_id=self.order_id, command=command,
-            expected_revision=head.revision, actor_ref=self._actor_ref, request_id=f"ui-{uuid.uuid4().hex[:12]}",
+            expected_revision=expected, actor_ref=self._actor_ref, request_id=f"ui-{uuid.uuid4().hex[:12]}",
             note=note)
         if isinstance(result, Committed):
             await after_commit(await live.arq(), result)
@@ -160,7 +182,6 @@ class OrderState(AuthState):
             change = order["last_change"] if order else ""  # who moved it, e.g. "approved by alice at …"
             self.error = ERROR_TEXT[result.error].format(rev=result.current_revision, status=result.current_status,
                                                          requested=PAST[command], change=f" ({change})" if change else "")
-            (await self.get_state(OrderSeenState)).seen = ""  # a conflict reload is expected, not a missed refresh
         # The answer first (status, revision, the buttons), the notifications table in a delta of its own after it.
         await self._apply_head(order, version)
         self.busy = False
@@ -168,14 +189,16 @@ class OrderState(AuthState):
         await self._apply_notes(order, notes)
 
     @event
-    async def approve(self) -> AsyncIterator[Followup]:
-        async for u in self._command("approve"):
+    async def approve(self, seen_revision: int | None = None) -> AsyncIterator[Followup]:
+        async for u in self._command("approve", seen_revision):
             yield u
 
     @event
-    async def ask_cancel(self) -> None:
-        """Step one of a cancel: say what it does (the customer is told; it cannot be undone) and ask why."""
+    async def ask_cancel(self, seen_revision: int | None = None) -> None:
+        """Step one of a cancel: say what it does (the customer is told; it cannot be undone) and ask why. The
+        revision the operator saw is kept for step two: an order that moves meanwhile is refused there."""
         self.error = self.notice = self.cancel_error = ""
+        self._cancel_seen = seen_revision
         if not self.order_id or not await self._allowed(Act.ORDERS):
             self.error = refusal(Act.ORDERS)
             return
@@ -197,12 +220,12 @@ class OrderState(AuthState):
             self.cancel_error = f"Say why (1 to {NOTE_MAX} characters): the note is kept with your name."
             return
         self.asking_cancel, self.cancel_error = False, ""
-        async for u in self._command("cancel", note):
+        async for u in self._command("cancel", self._cancel_seen, note):
             yield u
 
     @event
-    async def fulfill(self) -> AsyncIterator[Followup]:
-        async for u in self._command("fulfill"):
+    async def fulfill(self, seen_revision: int | None = None) -> AsyncIterator[Followup]:
+        async for u in self._command("fulfill", seen_revision):
             yield u
 
     @event
@@ -231,9 +254,12 @@ class OrderState(AuthState):
                         return  # another order, or logged out in this tab
                     head = await self.get_state(OrderHeadState)
                     rev = msg.get("revision", -1)
-                    if msg.get("kind") == "order" and rev > head.revision + 1:
-                        self.missed = ("refresh missed — reloaded at revision "
-                                       f"{order['revision'] if order else rev}")
+                    # A hint announces one revision: a hint beyond the next one means revisions reached this view
+                    # unannounced. (A reload found by the periodic check is a catch-up: the pushed-change callout
+                    # below says what changed.)
+                    if order and msg.get("kind") == "order" and rev > head.revision + 1:
+                        self.missed = missed_text(head.revision, int(order["revision"]), order["last_change"]) \
+                            or self.missed
                     if order and int(order["revision"]) > head.revision and not self.busy:
                         head.pushed = order["last_change"]  # a change made elsewhere: say who and when
                     await self._apply_head(order, version)
@@ -312,7 +338,7 @@ def _confirm_cancel() -> rx.Component:
                 "The customer is told their order is cancelled, and it cannot be undone: a cancelled order is never "
                 "approved or fulfilled again. Your name, the time and your note are kept in the audit log.",
                 size="2", data_testid="order-cancel-summary"),
-            rx.form(rx.vstack(
+            action_form(rx.vstack(
                 rx.text_area(name="note", placeholder="Why, for whoever looks later", max_length=NOTE_MAX,
                              width="100%", data_testid="order-cancel-note"),
                 rx.cond(OrderState.cancel_error != "", rx.text(OrderState.cancel_error, size="1",
@@ -321,8 +347,8 @@ def _confirm_cancel() -> rx.Component:
                 rx.hstack(rx.spacer(),
                           rx.button("Keep the order", type="button", variant="soft", color_scheme="gray",
                                     on_click=OrderState.close_cancel, data_testid="order-cancel-keep"),
-                          rx.button("Cancel order", type="submit", color_scheme="red",
-                                    data_testid="order-cancel-confirm"), width="100%"),
+                          action_button("Cancel order", type="submit", color_scheme="red",
+                                        data_testid="order-cancel-confirm"), width="100%"),
                 spacing="3", width="100%"), on_submit=OrderState.cancel, reset_on_submit=True),
             max_width="480px", data_testid="order-cancel-dialog"),
         open=OrderState.asking_cancel,
@@ -367,14 +393,17 @@ def order_page() -> rx.Component:
                         rx.cond(~OrderState.may_change, rx.badge("read-only (support)", variant="soft",
                                                                   color_scheme="gray", data_testid="read-only")),
                         rx.cond(OrderState.may_change, rx.flex(
-                            rx.cond(OrderHeadState.can_approve, rx.button(
-                                icon("check", size=16), "Approve", on_click=OrderState.approve,
+                            # Each action carries the revision on screen: the server acts only on the order the
+                            # operator saw (a push or a reconnect may have moved it since).
+                            rx.cond(OrderHeadState.can_approve, action_button(
+                                icon("check", size=16), "Approve", on_click=OrderState.approve(OrderHeadState.revision),
                                 loading=OrderState.busy, data_testid="approve", color_scheme="green")),
-                            rx.cond(OrderHeadState.can_fulfill, rx.button(
-                                icon("truck", size=16), "Mark fulfilled", on_click=OrderState.fulfill,
+                            rx.cond(OrderHeadState.can_fulfill, action_button(
+                                icon("truck", size=16), "Mark fulfilled",
+                                on_click=OrderState.fulfill(OrderHeadState.revision),
                                 loading=OrderState.busy, data_testid="fulfill", color_scheme="blue")),
-                            rx.cond(OrderHeadState.can_cancel, rx.button(
-                                icon("x", size=16), "Cancel order", on_click=OrderState.ask_cancel,
+                            rx.cond(OrderHeadState.can_cancel, action_button(
+                                icon("x", size=16), "Cancel order", on_click=OrderState.ask_cancel(OrderHeadState.revision),
                                 loading=OrderState.busy, data_testid="cancel", color_scheme="red", variant="soft")),
                             gap="8px", wrap="wrap", data_testid="order-actions",
                         )),

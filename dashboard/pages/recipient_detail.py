@@ -23,6 +23,7 @@ from dashboard.components import (
 )
 from dashboard.events import event
 from dashboard.format import cost_text, parse_id, when
+from dashboard.link import LINK_DOWN, when_online
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -134,8 +135,8 @@ def _change_row(c: Row) -> rx.Component:
 def _opt_out_switch(channel: str) -> rx.Component:
     on = RecipientState.opted_out.contains(channel)
     return rx.hstack(
-        rx.switch(checked=~on, on_change=lambda accepts: RecipientState.set_channel(channel, accepts),
-                  disabled=~RecipientState.may_change, data_testid=f"channel-{channel}"),
+        rx.switch(checked=~on, on_change=lambda accepts: when_online(RecipientState.set_channel(channel, accepts)),
+                  disabled=~RecipientState.may_change | LINK_DOWN, data_testid=f"channel-{channel}"),
         rx.text(CHANNEL_NAME[channel], size="2"),
         rx.badge(pick(on, "opted out", "allowed"), color_scheme=pick(on, "red", "green"), variant="soft"),
         spacing="2", align="center")
