@@ -189,7 +189,7 @@ def bench_ops_series_1m(runs: int = 5) -> dict[str, float]:
         say("timing the chart's old whole-ledger query once (tens of seconds at this size) …")
         with eng.connect() as c:
             t0 = time.perf_counter()
-            c.execute(OPS_SERIES_WHOLE_LEDGER, {"m": minutes, "s": step, "f": label, "t": None}).all()
+            c.execute(OPS_SERIES_WHOLE_LEDGER, {"m": minutes, "s": step, "f": label, "t": None, "now": None}).all()
             direct = (time.perf_counter() - t0) * 1000
     finally:
         eng.dispose()
