@@ -140,6 +140,9 @@ def breach_of_three_minutes() -> None:
             "VALUES (42, 'cust-001', 'sms', 'normal', 'offer', '{}', :k, 'SUPPRESSED', 'opted_out', 0, 0, 8, "
             "now() - interval '30 minutes', now() - interval '30 minutes', now() - interval '27 minutes')"),
             {"k": f"e2e-breach-{uuid.uuid4()}"})
+        # Written into spans that ended long ago (only a hand edit can), after the relay's fill kept their points:
+        # let the kept points go, as a restore would, so they are computed again with it.
+        c.execute(sa.text("DELETE FROM ops_series_points"))
 
 
 def test_ops_charts_read_over_1h_24h_and_7d_with_no_clipped_labels(new_operator):
