@@ -143,6 +143,15 @@ def ops_banner(lanes: list[dict[str, Any]], slo_seconds: float, review: int) -> 
     return "green", f"All lanes within the {slo_seconds:.0f}s SLO."
 
 
+def round_ticks(top: float, at_most: int = 5) -> list[int]:
+    """A chart axis from 0 to at least `top`, in 1 to `at_most` evenly spaced round steps (1, 2 or 5 times a power
+    of ten: 0/20/40/60, never 0/5/10/20), whole numbers (a step is never below 1). Pure."""
+    top = max(float(top), 1.0) if math.isfinite(top) else 1.0
+    power = 10.0 ** math.floor(math.log10(top / at_most))
+    step = max(1, round(next(m * power for m in (1, 2, 5, 10) if top / (m * power) <= at_most)))
+    return [i * step for i in range(math.ceil(top / step - 1e-9) + 1)]
+
+
 def ago(seconds: float) -> str:
     return f"updated {max(0, int(seconds))} s ago"
 

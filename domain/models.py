@@ -585,13 +585,17 @@ class WebhookEndpoint(SQLModel, table=True):
 
 class OpsSeriesPoint(SQLModel, table=True):
     """A finished point of /ops' charts (its span ended a minute ago or more), computed once from the ledger and
-    kept: a refresh computes only the points still moving. `scope` is the tenant, 0 for every tenant."""
+    kept: a refresh computes only the points still moving. `scope` is the tenant, 0 for every tenant. A point keeps
+    the worst of its span (the most rows owed at once, the oldest owed age at its oldest), the rows sent in it (a
+    count) and their mean and slowest commit-to-send seconds — never a value read at the span's end alone."""
 
     __tablename__ = "ops_series_points"
     scope: int = Field(primary_key=True)
     step_minutes: int = Field(primary_key=True)
     t: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), primary_key=True, nullable=False))
-    depth: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
-    oldest_seconds: float
-    latency_ms: float
+    depth_max: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    oldest_max_seconds: float
+    sent: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    latency_mean_seconds: float
+    latency_max_seconds: float
     computed_at: datetime | None = _ts()

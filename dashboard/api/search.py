@@ -1,5 +1,6 @@
 """Find anything by anything: `GET /api/v1/search?q=` — a recipient ref, name, phone, email, message id (`4940`,
-`#4940`), job id (`n-4940`), provider reference, event id or order number. Tenant-scoped: another tenant's row is
+`#4940`), job id (`n-4940`), provider reference, event id or order number (`913`, `#913`: a `#N` offers the
+message N and the order N when both exist). Tenant-scoped: another tenant's row is
 exactly no hit. The query is never logged or stored; `POST /api/v1/search {"q"}` keeps a phone or an email out of
 URLs (and so out of every proxy's access log)."""
 
@@ -21,7 +22,7 @@ router = APIRouter(prefix="/api/v1/search", tags=["support"])
 
 Q = Annotated[str, Query(min_length=1, max_length=MAX_QUERY_CHARS, pattern=QUERY_PATTERN,
                          description="a ref, name, phone, email, message id (4940, #4940), job id (n-4940), "
-                                     "provider reference, event id or order number")]
+                                     "provider reference, event id or order number (913, #913)")]
 
 
 class SearchIn(BaseModel):

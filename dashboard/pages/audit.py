@@ -1,4 +1,6 @@
-"""Audit: "was it sent?" — one timeline for a recipient, event id or order, with reasons in plain words."""
+"""Audit: "was it sent?" — one timeline for whatever search finds (a recipient by ref, name, phone or email; a
+message by `#id`, job id or provider reference; an event id; an order number, `#913` as the orders list prints it),
+with reasons in plain words."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dashboard.components import (
     action_table_row,
     data_table,
     empty_state,
+    error_callout,
     icon,
     shell,
 )
@@ -22,14 +25,14 @@ from dashboard.events import Followup, event
 from dashboard.format import search_text, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
-from domain.ledger import recipients
 from domain.ledger import views as ledger_views
 from domain.support.pages import actions as action_pages
-from domain.support.query import names_contact_point
+from domain.support.query import QueryRefused, names_contact_point
+from domain.support.search import audit_named
 
 PAGE_SIZE = 50
 
-KIND_ICON = {"event": "file-text", "ledger": "mail", "attempt": "send", "effect": "circle-check",
+KIND_ICON = {"order": "package", "event": "file-text", "ledger": "mail", "attempt": "send", "effect": "circle-check",
              "receipt": "inbox"}
 
 
@@ -37,6 +40,8 @@ class AuditState(paging.KeysetPaged, AuthState):
     query: rx.Field[str] = rx.field("")
     items: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     searched: rx.Field[bool] = rx.field(False)
+    error: rx.Field[str] = rx.field("")  # a query that cannot be one, in words (nothing ran)
+    kinds: rx.Field[str] = rx.field("")  # what the query was read as
     # When the search is a recipient: the cross-channel answer first ("did we reach them at all?").
     who: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
     actions: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
@@ -76,18 +81,23 @@ class AuditState(paging.KeysetPaged, AuthState):
             await self._search()
 
     async def _search(self) -> None:
+        self.error = ""
         if not self.query.strip():
-            self.items, self.searched = [], False
+            self.items, self.who, self.searched = [], [], False
             return
         if not await self._fresh() or not self._tenant_id:
             return
         tenant, q = self._tenant_id, self.query.strip()[:200]
-        rows, matches = await asyncio.gather(asyncio.to_thread(ledger_views.audit_timeline, tenant, q),
-                                             asyncio.to_thread(recipients.find_by_ref, tenant, q))
+        try:  # read as search reads it: ref, name, phone, email, #id, n-job, provider ref, event id, order number
+            found = await asyncio.to_thread(audit_named, tenant, q)
+        except QueryRefused as exc:
+            self.items, self.who, self.searched, self.error = [], [], False, exc.message
+            return
         self.items = [{"at": when(r["at"]), "kind": r["kind"], "ref": r["ref"], "text": r["text"],
-                       "message_id": str(r.get("message_id") or "")} for r in rows]
+                       "message_id": str(r.get("message_id") or "")} for r in found["timeline"]]
+        self.kinds = "read as: " + ", ".join(found["kinds"]) if found["kinds"] else ""
         self.who = []
-        for _, rid in matches:
+        for rid, _ in found["recipients"]:
             w = await asyncio.to_thread(ledger_views.recipient_messages, tenant, rid, datetime.now(UTC), 1)
             if w is not None:
                 self.who.append({
@@ -126,10 +136,14 @@ def _who(w: Row) -> rx.Component:
 def audit_page() -> rx.Component:
     return shell(
         "Audit",
-        rx.form(rx.hstack(rx.input(name="q", placeholder="recipient (cust-001), event id, or order number",
+        rx.form(rx.hstack(rx.input(name="q", placeholder="ref, name, phone, email, #message, n-job, provider ref, "
+                                                      "event, order",
                                    default_value=AuditState.query, width="100%", data_testid="audit-query"),
                           rx.button("Search", type="submit", data_testid="audit-search"), width="100%"),
                 on_submit=AuditState.search, width="100%", margin_bottom="16px"),
+        error_callout(AuditState.error, "audit-error"),
+        rx.cond(AuditState.kinds != "", rx.text(AuditState.kinds, size="1", color=rx.color("gray", 11),
+                                                 margin_bottom="8px", data_testid="audit-kinds")),
         rx.foreach(AuditState.who, _who),
         rx.cond(AuditState.items.length() > 0,
                 rx.card(rx.foreach(AuditState.items, _item), width="100%"),

@@ -3,6 +3,8 @@ charts over 1 h / 24 h / 7 d, privileged actions, and receiver fault switches in
 
 from __future__ import annotations
 
+from typing import Any
+
 import reflex as rx
 
 from dashboard import routes
@@ -104,21 +106,44 @@ def _bulk_bar() -> rx.Component:
     )
 
 
-def _chart(title: str, key: str, colour: str, unit: str) -> rx.Component:
+def _chart(title: str, testid: str, lines: list[tuple[str, str, str]], ticks: Any, top: Any, unit: str,
+           slo: bool = False) -> rx.Component:
+    """One chart of the window's points, each the worst of its span: a line per (key, legend name, colour), the SLO
+    as a dashed red line of its own (in the legend too), round ticks from 0 (OpsState.ticks_*)."""
+    drawn = [rx.recharts.line(data_key=key, name=name, stroke=colour, stroke_width=2, dot=False, type_="monotone",
+                              is_animation_active=False) for key, name, colour in lines]
+    if slo:
+        drawn.append(rx.recharts.line(data_key="slo", name=OpsState.slo_label, stroke="#e5484d", stroke_width=1.5,
+                                      stroke_dasharray="6 4", dot=False, is_animation_active=False,
+                                      class_name="slo-line"))
     return card(
         rx.text(title, size="2", weight="medium"),
         rx.recharts.line_chart(
-            rx.recharts.line(data_key=key, stroke=colour, stroke_width=2, dot=False, type_="monotone",
-                             is_animation_active=False),
+            *drawn,
             rx.recharts.x_axis(data_key="minute", min_tick_gap=30, font_size=11),
-            # Wide enough for "22000 ms": a narrower axis clipped the leading digits (22000 read as 2000).
-            rx.recharts.y_axis(unit=unit, width=84, font_size=11, allow_decimals=False),
+            # Wide enough for "100000 s": a narrower axis clipped the leading digits (22000 read as 2000).
+            rx.recharts.y_axis(unit=unit, width=84, font_size=11, allow_decimals=False, ticks=ticks,
+                               domain=[0, top], interval=0),
             rx.recharts.cartesian_grid(stroke_dasharray="3 3"),
             rx.recharts.graphing_tooltip(),
-            data=OpsState.series, height=180, width="100%",
+            rx.recharts.legend(vertical_align="top", height=28, icon_size=10),
+            data=OpsState.series, height=200, width="100%",
         ),
-        flex="1", min_width="280px", data_testid=f"chart-{key}",
+        flex="1", min_width="280px", data_testid=f"chart-{testid}",
     )
+
+
+def _charts() -> rx.Component:
+    return rx.flex(
+        _chart("Owed depth (most at once)", "depth", [("depth", "most owed at once", "#3e63dd")],
+               OpsState.ticks_depth, OpsState.top_depth, ""),
+        _chart("Oldest owed age (oldest in each point)", "oldest",
+               [("oldest", "oldest owed", "#ffb224")], OpsState.ticks_oldest, OpsState.top_oldest, " s", slo=True),
+        _chart("Commit-to-send latency", "latency",
+               [("latency_max", "slowest", "#30a46c"), ("latency_mean", "mean", "#8e4ec6")], OpsState.ticks_latency, OpsState.top_latency,
+               " s", slo=True),
+        _chart("Sent (messages in each point)", "sent", [("sent", "sent", "#12a594")], OpsState.ticks_sent, OpsState.top_sent, ""),
+        gap="12px", wrap="wrap", width="100%", margin_y="12px")
 
 
 BANNER_ICON: dict[str, str] = {"green": "circle_check", "amber": "triangle_alert", "red": "octagon_alert"}
@@ -199,9 +224,10 @@ def ops_page() -> rx.Component:
                                             value=OpsState.window, on_change=OpsState.set_window, size="1",
                                             data_testid="chart-window"),
                   align="center", spacing="2", margin_top="16px"),
-        rx.flex(_chart("Owed depth", "depth", "#3e63dd", ""), _chart("Oldest owed age", "oldest", "#ffb224", " s"),
-                _chart("Commit-to-send latency", "latency", "#30a46c", " ms"),
-                gap="12px", wrap="wrap", width="100%", margin_y="12px"),
+        rx.text("Each point is the worst of its span (a 24 h point covers 15 minutes, a 7 d point 2 hours): the most "
+                "messages owed at once and the oldest owed age at its oldest, so a short breach is never averaged "
+                "away; sent is the count in the span.", size="1", color=rx.color("gray", 11)),
+        _charts(),
         rx.heading("Failed and in review", size="4", margin_bottom="8px"),
         rx.text("Replay re-queues the same row with the same event id — the receiver recognises it, so a replay "
                 "can never double an effect. Resolve records that a human settled it outside the system.",

@@ -13,7 +13,7 @@ import reflex as rx
 from dashboard import live
 from dashboard.components import action_row
 from dashboard.events import Followup, event
-from dashboard.format import ago, notification, ops_banner, parse_id, when
+from dashboard.format import ago, notification, ops_banner, parse_id, round_ticks, when
 from dashboard.state import AuthState
 from domain import faults
 from domain.access import actions as operator_actions
@@ -61,12 +61,28 @@ async def _snapshot(tenant_id: int | None, window: str) -> dict[str, Any]:
         } for x in stats],
         "review": [notification(n) for n in review],
         "actions": [action_row(a) for a in done],
-        "series": [{"minute": r["minute"], "depth": int(r["depth"]), "oldest": round(float(r["oldest_seconds"]), 1),
-                    "latency": round(float(r["latency_ms"]), 1)} for r in series],
+        **_charts(series, s.oldest_owed_slo_seconds),
         "pushes": str(refresh["pushes"]),
         "push_p50": f"{refresh['p50_ms']:.0f} ms" if refresh["pushes"] else "—",
         "push_p99": f"{refresh['p99_ms']:.0f} ms" if refresh["pushes"] else "—",
     }
+
+
+def _charts(series: list[dict[str, Any]], slo: float) -> dict[str, Any]:
+    """The charts' points (each the worst of its span; seconds for every age and latency, the SLO beside them as a
+    line of its own) and each chart's round y-axis ticks, from 0 to above its highest value and the SLO."""
+    points = [{"minute": r["minute"], "depth": int(r["depth"]), "oldest": round(float(r["oldest_seconds"]), 1),
+               "sent": int(r["sent"]), "latency_max": round(float(r["latency_max_seconds"]), 1),
+               "latency_mean": round(float(r["latency_mean_seconds"]), 1), "slo": slo} for r in series]
+
+    def top(*keys: str) -> float:
+        return max((float(p[k]) for p in points for k in keys), default=0.0)
+
+    ticks = {"depth": round_ticks(top("depth")), "sent": round_ticks(top("sent")),
+             "oldest": round_ticks(top("oldest", "slo")),
+             "latency": round_ticks(top("latency_max", "latency_mean", "slo"))}
+    return {"series": points, "slo_label": f"SLO {slo:.0f} s", **{f"ticks_{k}": v for k, v in ticks.items()},
+            **{f"top_{k}": v[-1] for k, v in ticks.items()}}
 
 
 class OpsState(AuthState):
@@ -78,6 +94,15 @@ class OpsState(AuthState):
     push_p50: rx.Field[str] = rx.field("—")
     push_p99: rx.Field[str] = rx.field("—")
     slo: rx.Field[str] = rx.field("")
+    slo_label: rx.Field[str] = rx.field("SLO")
+    ticks_depth: rx.Field[list[int]] = rx.field(default_factory=lambda: [0, 1])
+    ticks_sent: rx.Field[list[int]] = rx.field(default_factory=lambda: [0, 1])
+    ticks_oldest: rx.Field[list[int]] = rx.field(default_factory=lambda: [0, 1])
+    ticks_latency: rx.Field[list[int]] = rx.field(default_factory=lambda: [0, 1])
+    top_depth: rx.Field[int] = rx.field(1)
+    top_sent: rx.Field[int] = rx.field(1)
+    top_oldest: rx.Field[int] = rx.field(1)
+    top_latency: rx.Field[int] = rx.field(1)
     bulk_rate: rx.Field[str] = rx.field("")
     dev_mode: rx.Field[bool] = rx.field(False)
     message: rx.Field[str] = rx.field("")

@@ -512,85 +512,130 @@ LANE_LATENCY = sa.text(
 )
 
 
-# /ops' charts: per point (a span of :s minutes ending at e), the owed depth at e, the age of the oldest owed row
-# at e, and the mean commit-to-send latency of rows sent in the span. Owed at e = owed now and due by e (the partial
-# owed index), or left the owed set after e (notifications_done_at) — the same rows as scanning the whole ledger
-# per point, read through two indexes. A finished point (ended a minute ago or more) is computed once and kept in
-# ops_series_points; a refresh computes only the points still moving.
+# /ops' charts: per point (a span of :s minutes from t to e, e never past now), the WORST of the span — the most
+# rows owed at once and the age of the oldest owed row at its oldest — and the rows sent in it (a count: a longer
+# span sums them), with their mean and slowest commit-to-send time. A point taken at its end alone hid a 3-minute
+# breach that began and ended inside one 15-minute point. A row is owed at τ when it is owed now and came due by τ
+# (interval A: from greatest(created, due), never ends), or left the owed set after τ having been created by τ
+# (interval C: from created to when it left or came due again, whichever is first): A and C never overlap, so a row
+# counts once. Rows are read through two indexes (the partial owed index, notifications_done_at): the owed ones,
+# and the ones that left after the span began. The depth at its peak is the depth at t plus the highest running sum
+# of the span's +1/-1 steps (a row leaving at the instant another arrives is counted gone first: owed ends are
+# exclusive). A finished point (ended a minute ago or more) is computed once and kept in ops_series_points; a
+# refresh computes only the points still moving.
 OPS_SERIES_STARTS = sa.text(
     """
-    SELECT generate_series(to_timestamp(floor(extract(epoch FROM now()) / (:s * 60)) * (:s * 60))
+    SELECT generate_series(to_timestamp(floor(extract(epoch FROM x.now) / (:s * 60)) * (:s * 60))
                              - make_interval(mins => :m - :s),
-                           to_timestamp(floor(extract(epoch FROM now()) / (:s * 60)) * (:s * 60)),
-                           make_interval(mins => :s)) AS t, now() AS now,
+                           to_timestamp(floor(extract(epoch FROM x.now) / (:s * 60)) * (:s * 60)),
+                           make_interval(mins => :s)) AS t, x.now,
            -- Points ending by `settled` are finished: their span ended :settle seconds ago, and no transaction
            -- still open began before it (its rows will carry its start time, whenever it commits — a worker
            -- stopped between its UPDATE and its COMMIT). Sessions of other roles show no xact_start to a role
            -- without pg_read_all_stats; for those the margin alone stands.
-           least(now() - make_interval(secs => :settle),
+           least(x.now - make_interval(secs => :settle),
                  (SELECT min(a.xact_start) FROM pg_stat_activity a
                   WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
                     AND a.backend_type = 'client backend')) AS settled
+    FROM (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now) x
     """)
 OPS_SERIES_POINTS = sa.text(
     """
-    WITH b AS (SELECT t, t + make_interval(mins => :s) AS e FROM unnest(CAST(:ts AS timestamptz[])) AS t)
-    SELECT b.t AS at, coalesce(owed.n, 0) + coalesce(later.n, 0) AS depth,
-           coalesce(greatest(owed.age, later.age), 0) AS oldest_seconds, coalesce(lat.ms, 0) AS latency_ms
+    WITH b AS (SELECT t, least(t + make_interval(mins => :s), CAST(:now AS timestamptz)) AS e
+               FROM unnest(CAST(:ts AS timestamptz[])) AS t)
+    SELECT b.t AS at, w.depth_max, w.oldest_max_seconds, lat.sent, lat.mean_s AS latency_mean_seconds,
+           lat.max_s AS latency_max_seconds
     FROM b
     CROSS JOIN LATERAL (
-      SELECT count(*) AS n, extract(epoch FROM max(b.e - n.next_attempt_at)) AS age FROM notifications n
-      WHERE n.status = 'QUEUED' AND n.next_attempt_at <= b.e AND n.created_at <= b.e
-        AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t)) owed
+      WITH r AS (
+        SELECT n.created_at AS c,
+               CASE WHEN n.status = 'QUEUED' THEN greatest(n.created_at, n.next_attempt_at) END AS a0,
+               -- least() skips a NULL: a row owed now that never left has no interval C at all.
+               CASE WHEN n.status <> 'QUEUED' THEN coalesce(n.sent_at, n.settled_at)
+                    WHEN coalesce(n.sent_at, n.settled_at) IS NOT NULL
+                      THEN least(coalesce(n.sent_at, n.settled_at), n.next_attempt_at) END AS ce,
+               -- Rows still owed are aged from when they came due (a scheduled nudge is not late before its time).
+               CASE WHEN n.status = 'QUEUED' THEN n.next_attempt_at ELSE n.created_at END AS aged_from
+        FROM notifications n
+        WHERE n.created_at <= b.e AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t)
+          AND ((n.status = 'QUEUED' AND n.next_attempt_at <= b.e) OR coalesce(n.sent_at, n.settled_at) > b.t)
+      ), steps AS (
+        SELECT a0 AS at, 1 AS d FROM r WHERE a0 > b.t AND a0 <= b.e
+        UNION ALL SELECT c, 1 FROM r WHERE c > b.t AND ce > c
+        UNION ALL SELECT ce, -1 FROM r WHERE ce > b.t AND ce <= b.e AND ce > c
+      )
+      SELECT (SELECT count(*) FROM r WHERE a0 <= b.t OR (c <= b.t AND ce > b.t))
+               + coalesce((SELECT greatest(0, max(run)) FROM (
+                   SELECT sum(d) OVER (ORDER BY at, d ROWS UNBOUNDED PRECEDING) AS run FROM steps) s), 0)
+               AS depth_max,
+             coalesce((SELECT greatest(0, max(extract(epoch FROM
+                         CASE WHEN a0 <= b.e THEN b.e ELSE least(b.e, ce) END - aged_from)))
+                       FROM r WHERE a0 <= b.e OR (ce > b.t AND ce > c)), 0) AS oldest_max_seconds
+    ) w
     CROSS JOIN LATERAL (
-      -- Rows still owed are aged from when they came due (a scheduled nudge is not late before its time).
-      SELECT count(*) AS n,
-             extract(epoch FROM max(b.e - CASE WHEN n.status = 'QUEUED' THEN n.next_attempt_at ELSE n.created_at END))
-               AS age
+      -- Commit to send, for rows owed at once: journey nudges are scheduled for later by design.
+      SELECT count(*) AS sent, coalesce(avg(extract(epoch FROM n.sent_at - n.created_at)), 0) AS mean_s,
+             coalesce(max(extract(epoch FROM n.sent_at - n.created_at)), 0) AS max_s
       FROM notifications n
-      WHERE coalesce(n.sent_at, n.settled_at) > b.e AND n.created_at <= b.e
-        AND (n.status = 'QUEUED' AND n.next_attempt_at <= b.e) IS NOT TRUE
-        AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t)) later
-    CROSS JOIN LATERAL (
-      SELECT avg(extract(epoch FROM n.sent_at - n.created_at) * 1000) AS ms FROM notifications n
-      WHERE coalesce(n.sent_at, n.settled_at) >= b.t AND coalesce(n.sent_at, n.settled_at) < b.e
-        AND n.sent_at IS NOT NULL AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t)) lat
+      WHERE coalesce(n.sent_at, n.settled_at) >= b.t AND coalesce(n.sent_at, n.settled_at) < b.t + make_interval(mins => :s)
+        AND n.sent_at IS NOT NULL AND n.intent_id IS NULL AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t)) lat
     ORDER BY b.t
     """)
-# The same points by scanning the whole ledger per point: what the charts ran on every refresh before the rollup.
-# Kept as the reference the rollup must equal (tests/integration/test_ops_series.py) and the bench's raw baseline.
+# The same points by brute force over the whole ledger: the depth counted afresh at every instant of a span where it
+# can peak (its start, and each moment a row becomes owed in it), the oldest age at its end and just before each
+# row's leaving. No sweep, no index: the reference the rollup must equal (tests/integration/test_ops_series.py) and
+# the bench's raw baseline.
 OPS_SERIES_WHOLE_LEDGER = sa.text(
     """
-    WITH minutes AS (
-      SELECT generate_series(to_timestamp(floor(extract(epoch FROM now()) / (:s * 60)) * (:s * 60))
-                               - make_interval(mins => :m - :s),
-                             to_timestamp(floor(extract(epoch FROM now()) / (:s * 60)) * (:s * 60)),
-                             make_interval(mins => :s)) AS t
+    WITH x AS (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now),
+    b AS (
+      SELECT g.t, least(g.t + make_interval(mins => :s), x.now) AS e
+      FROM x, generate_series(to_timestamp(floor(extract(epoch FROM x.now) / (:s * 60)) * (:s * 60))
+                                - make_interval(mins => :m - :s),
+                              to_timestamp(floor(extract(epoch FROM x.now) / (:s * 60)) * (:s * 60)),
+                              make_interval(mins => :s)) AS g(t)
+    ),
+    r AS (
+      SELECT n.created_at AS c, n.status = 'QUEUED' AS owed, n.next_attempt_at AS due,
+             coalesce(n.sent_at, n.settled_at) AS left_at,
+             CASE WHEN n.status = 'QUEUED' THEN n.next_attempt_at ELSE n.created_at END AS aged_from,
+             n.sent_at, n.intent_id
+      FROM notifications n WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t)
+    ),
+    depth_at AS (
+      SELECT b.t, b.t AS i FROM b
+      UNION SELECT b.t, s.i FROM b JOIN (SELECT c AS i FROM r UNION SELECT greatest(c, due) FROM r WHERE owed) s
+                                ON s.i > b.t AND s.i <= b.e
+    ),
+    age_at AS (
+      SELECT b.t, b.e AS i FROM b
+      UNION SELECT b.t, r.left_at - interval '1 microsecond' FROM b JOIN r ON r.left_at > b.t AND r.left_at <= b.e
     )
-    SELECT to_char(m.t AT TIME ZONE 'UTC', CAST(:f AS text)) AS minute,
-           (SELECT count(*) FROM notifications n
-             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + make_interval(mins => :s)
-               AND ((n.status = 'QUEUED' AND n.next_attempt_at <= m.t + make_interval(mins => :s))
-                    OR coalesce(n.sent_at, n.settled_at) > m.t + make_interval(mins => :s))) AS depth,
-           (SELECT coalesce(extract(epoch FROM max(m.t + make_interval(mins => :s)
-                     - CASE WHEN n.status = 'QUEUED' THEN n.next_attempt_at ELSE n.created_at END)), 0)
-             FROM notifications n
-             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.created_at <= m.t + make_interval(mins => :s)
-               AND ((n.status = 'QUEUED' AND n.next_attempt_at <= m.t + make_interval(mins => :s))
-                    OR coalesce(n.sent_at, n.settled_at) > m.t + make_interval(mins => :s)))
-             AS oldest_seconds,
-           (SELECT coalesce(avg(extract(epoch FROM n.sent_at - n.created_at) * 1000), 0) FROM notifications n
-             WHERE (CAST(:t AS int) IS NULL OR n.tenant_id = :t) AND n.sent_at >= m.t
-               AND n.sent_at < m.t + make_interval(mins => :s)) AS latency_ms
-    FROM minutes m ORDER BY m.t
+    SELECT to_char(b.t AT TIME ZONE 'UTC', CAST(:f AS text)) AS minute,
+           (SELECT max((SELECT count(*) FROM r WHERE r.c <= d.i AND ((r.owed AND r.due <= d.i) OR r.left_at > d.i)))
+              FROM depth_at d WHERE d.t = b.t) AS depth,
+           (SELECT coalesce(greatest(0, max((SELECT extract(epoch FROM max(a.i - r.aged_from)) FROM r
+                                             WHERE r.c <= a.i AND ((r.owed AND r.due <= a.i) OR r.left_at > a.i)))), 0)
+              FROM age_at a WHERE a.t = b.t) AS oldest_seconds,
+           (SELECT count(*) FROM r WHERE r.sent_at >= b.t AND r.sent_at < b.t + make_interval(mins => :s)
+              AND r.intent_id IS NULL) AS sent,
+           (SELECT coalesce(max(extract(epoch FROM r.sent_at - r.c)), 0) FROM r
+             WHERE r.sent_at >= b.t AND r.sent_at < b.t + make_interval(mins => :s) AND r.intent_id IS NULL)
+             AS latency_max_seconds,
+           (SELECT coalesce(avg(extract(epoch FROM r.sent_at - r.c)), 0) FROM r
+             WHERE r.sent_at >= b.t AND r.sent_at < b.t + make_interval(mins => :s) AND r.intent_id IS NULL)
+             AS latency_mean_seconds
+    FROM b ORDER BY b.t
     """)
 OPS_SERIES_KEPT = sa.text(
-    "SELECT t AS at, depth, oldest_seconds, latency_ms FROM ops_series_points "
-    "WHERE scope = :scope AND step_minutes = :s AND t = ANY(CAST(:ts AS timestamptz[]))")
+    "SELECT t AS at, depth_max, oldest_max_seconds, sent, latency_mean_seconds, latency_max_seconds "
+    "FROM ops_series_points WHERE scope = :scope AND step_minutes = :s AND t = ANY(CAST(:ts AS timestamptz[]))")
 OPS_SERIES_KEEP = sa.text(
-    "INSERT INTO ops_series_points (scope, step_minutes, t, depth, oldest_seconds, latency_ms) "
+    "INSERT INTO ops_series_points (scope, step_minutes, t, depth_max, oldest_max_seconds, sent, "
+    "latency_mean_seconds, latency_max_seconds) "
     "SELECT :scope, :s, * FROM unnest(CAST(:ts AS timestamptz[]), CAST(:depth AS bigint[]), "
-    "CAST(:oldest AS float8[]), CAST(:latency AS float8[])) ON CONFLICT DO NOTHING")
+    "CAST(:oldest AS float8[]), CAST(:sent AS bigint[]), CAST(:mean AS float8[]), CAST(:max AS float8[])) "
+    "ON CONFLICT DO NOTHING")
 
 REVIEW_ITEMS = sa.text(
     f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE (CAST(:t AS integer) IS NULL "

@@ -47,14 +47,20 @@ SERIES_WINDOWS: dict[str, tuple[int, int, str]] = {
 SETTLED_AFTER: Final = timedelta(minutes=1)
 
 
-def ops_series(tenant_id: int | None, window: str = "1h", engine: Engine | None = None) -> list[dict[str, Any]]:
-    """Per point over the window (SERIES_WINDOWS), rebuilt from the ledger itself (no sampler to lose): owed depth,
-    age of the oldest owed row, and mean commit-to-send latency of rows sent in that point's span. A finished point
-    is computed once and kept (`ops_series_points`); a refresh computes only the points still moving."""
+def ops_series(tenant_id: int | None, window: str = "1h", engine: Engine | None = None,
+               now: datetime | None = None) -> list[dict[str, Any]]:
+    """Per point over the window (SERIES_WINDOWS), rebuilt from the ledger itself (no sampler to lose): the worst
+    of the point's span — the most rows owed at once (`depth`) and the oldest owed age at its oldest
+    (`oldest_seconds`) — the rows sent in it (`sent`, a count: a longer point sums them) and their mean and slowest
+    commit-to-send seconds. So a breach shows at every window: a longer point keeps its span's maximum, never its end
+    alone. A finished point is computed once and kept (`ops_series_points`); a refresh computes only the points
+    still moving. `now` (default: the database's) fixes the instant the window ends at."""
     _, _, label = SERIES_WINDOWS[window]
-    starts, points, _ = _points(tenant_id, window, engine, moving=True)
-    return [{"minute": _label(t, label), "depth": int(points[t].depth),
-             "oldest_seconds": float(points[t].oldest_seconds), "latency_ms": float(points[t].latency_ms)}
+    starts, points, _ = _points(tenant_id, window, engine, moving=True, now=now)
+    return [{"minute": _label(t, label), "depth": int(points[t].depth_max),
+             "oldest_seconds": float(points[t].oldest_max_seconds), "sent": int(points[t].sent),
+             "latency_mean_seconds": float(points[t].latency_mean_seconds),
+             "latency_max_seconds": float(points[t].latency_max_seconds)}
             for t in starts]
 
 
@@ -69,30 +75,33 @@ def keep_finished_points(engine: Engine | None = None) -> int:
     return kept
 
 
-def _points(tenant_id: int | None, window: str, engine: Engine | None,
-            moving: bool) -> tuple[list[datetime], dict[datetime, Any], int]:
+def _points(tenant_id: int | None, window: str, engine: Engine | None, moving: bool,
+            now: datetime | None = None) -> tuple[list[datetime], dict[datetime, Any], int]:
     """(the window's point starts, the points by start, how many were kept now): kept points read, finished ones
     not kept yet computed and kept, and — `moving` — the points still moving computed."""
     minutes, step, _ = SERIES_WINDOWS[window]
     scope = tenant_id or 0
     with UnitOfWork(engine) as uow:
-        spans = uow.execute(sql.OPS_SERIES_STARTS, {"m": minutes, "s": step,
+        spans = uow.execute(sql.OPS_SERIES_STARTS, {"m": minutes, "s": step, "now": now,
                                                      "settle": SETTLED_AFTER.total_seconds()}).all()
         if not spans:
             return [], {}, 0
-        settled = spans[0].settled
+        settled, at = spans[0].settled, spans[0].now
         starts: list[datetime] = [r[0] for r in spans]
         finished = [t for t in starts if t + timedelta(minutes=step) <= settled]
         points: dict[datetime, Any] = {
             r.at: r for r in uow.execute(sql.OPS_SERIES_KEPT, {"scope": scope, "s": step, "ts": finished})}
         wanted = [t for t in (starts if moving else finished) if t not in points]
         computed: dict[datetime, Any] = {
-            r.at: r for r in uow.execute(sql.OPS_SERIES_POINTS, {"s": step, "t": tenant_id, "ts": wanted})}
+            r.at: r for r in uow.execute(sql.OPS_SERIES_POINTS, {"s": step, "t": tenant_id, "ts": wanted,
+                                                                 "now": at})}
         keep = [computed[t] for t in finished if t in computed]
         if keep:
             uow.execute(sql.OPS_SERIES_KEEP, {
-                "scope": scope, "s": step, "ts": [r.at for r in keep], "depth": [int(r.depth) for r in keep],
-                "oldest": [float(r.oldest_seconds) for r in keep], "latency": [float(r.latency_ms) for r in keep]})
+                "scope": scope, "s": step, "ts": [r.at for r in keep], "depth": [int(r.depth_max) for r in keep],
+                "oldest": [float(r.oldest_max_seconds) for r in keep], "sent": [int(r.sent) for r in keep],
+                "mean": [float(r.latency_mean_seconds) for r in keep],
+                "max": [float(r.latency_max_seconds) for r in keep]})
             uow.commit()
         points.update(computed)
     return starts, points, len(keep)

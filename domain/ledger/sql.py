@@ -372,8 +372,13 @@ LEDGER_BY_CHANNEL = sa.text(
     f"FROM notifications n WHERE {_LEDGER_WHERE} GROUP BY n.channel ORDER BY n.channel")
 AUDIT_NOTIFICATIONS = sa.text(
     f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE n.tenant_id = :t AND "
-    "(n.recipient = :q OR n.event_id = CAST(:ev AS uuid) OR n.order_id = CAST(:oid AS bigint)) "
+    "(n.recipient = ANY(CAST(:refs AS text[])) OR n.id = ANY(CAST(:ids AS bigint[])) "
+    "OR n.event_id = CAST(:ev AS uuid) OR n.order_id = CAST(:oid AS bigint)) "
     "ORDER BY n.id LIMIT 200")
+# An order's own events: an order whose changes sent no message still has its history.
+AUDIT_ORDER_EVENTS = sa.text(
+    "SELECT event_id FROM outbox_events WHERE tenant_id = :t AND aggregate_type = 'order' "
+    "AND aggregate_id = CAST(:oid AS text) ORDER BY aggregate_revision LIMIT 200")
 AUDIT_ATTEMPTS = sa.text(
     "SELECT notification_id, attempt_no, worker, started_at, finished_at, outcome, status_code, "
     "error_class, latency_ms FROM notification_attempts WHERE notification_id = ANY(:ids)")

@@ -5,6 +5,7 @@ principal, never from input."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -72,25 +73,25 @@ def ledger(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -> dic
     return {"rows": rows, "more": more, "totals": t, "channels": per_channel}
 
 
-def audit_timeline(tenant_id: int, query: str, engine: Engine | None = None) -> list[dict[str, Any]]:
-    """One timeline across event, ledger rows, attempts, receiver effect and receipts for a recipient, event id
-    or order id. Suppression reasons come back in plain words."""
-    q = query.strip()
-    params: dict[str, Any] = {"t": tenant_id, "q": q, "ev": None, "oid": None}
-    try:
-        params["ev"] = uuid.UUID(q)
-    except ValueError:
-        pass
-    if q.isascii() and q.isdigit() and int(q) <= 2**63 - 1:
-        params["oid"] = int(q)
+def audit_timeline(tenant_id: int, *, refs: Sequence[str] = (), message_ids: Sequence[int] = (),
+                   order_id: int | None = None, event_id: uuid.UUID | None = None,
+                   engine: Engine | None = None) -> list[dict[str, Any]]:
+    """One timeline across events, ledger rows, attempts, receiver effects and receipts of what a query named (the
+    search room reads the query: `domain.support.search.audit_named`): recipients' messages by their refs, messages
+    by id, an order's messages and its own events, an event and its messages. Suppression reasons come back in plain
+    words. One tenant's rows only."""
+    params: dict[str, Any] = {"t": tenant_id, "refs": list(refs), "ids": list(message_ids), "ev": event_id,
+                              "oid": order_id}
     with UnitOfWork(engine) as uow:
         notes = as_dicts(uow.execute(sql.AUDIT_NOTIFICATIONS, params))
         ids = [n["id"] for n in notes]
-        events = {n["event_id"] for n in notes if n["event_id"]}
+        events = {n["event_id"] for n in notes if n["event_id"]} | ({event_id} if event_id else set())
+        if order_id is not None:
+            events |= {r.event_id for r in uow.execute(sql.AUDIT_ORDER_EVENTS, params)}
         attempts = as_dicts(uow.execute(sql.AUDIT_ATTEMPTS, {"ids": ids})) if ids else []
         evs = as_dicts(uow.execute(sql.AUDIT_EVENTS, {"t": tenant_id, "e": list(events)})) if events else []
-        refs = [n["provider_reference"] for n in notes if n["provider_reference"]]
-        receipts = as_dicts(uow.execute(sql.AUDIT_RECEIPTS, {"r": refs})) if refs else []
+        provider_refs = [n["provider_reference"] for n in notes if n["provider_reference"]]
+        receipts = as_dicts(uow.execute(sql.AUDIT_RECEIPTS, {"r": provider_refs})) if provider_refs else []
     timeline: list[dict[str, Any]] = []
     for e in evs:
         timeline.append({"at": e["occurred_at"], "kind": "event", "ref": str(e["event_id"]),

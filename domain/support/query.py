@@ -1,8 +1,9 @@
 """What a support query might be — pure: a string in, the probes to run out (or a refusal naming why).
 
 One box takes a recipient ref, a name, a phone, an email, a message id (`4940`, `#4940`), a job id (`n-4940`), a
-provider reference, an event id or an order number. The string is never stored or logged; a contact point is
-compared with what `recipients` already holds and goes no further.
+provider reference, an event id or an order number (`913`, `#913`: how the orders list writes one). The string is
+never stored or logged; a contact point is compared with what `recipients` already holds and goes no further. The
+one parser of every door that finds by what the pages print: search, /audit and `outbox why`.
 """
 
 from __future__ import annotations
@@ -68,7 +69,11 @@ def read_query(raw: str) -> Probes:
     if not q or q == "\ufeff" * len(q):
         raise QueryRefused("empty_query", "type a ref, name, phone, email, message id, job id, provider "
                                           "reference, event id or order number")
-    if m := (_MESSAGE.match(q) or _JOB.match(q)):
+    if m := _MESSAGE.match(q):
+        # `#932` is how the pages print a message id AND an order number (the orders list): both are offered.
+        number = _digits(m.group(1))
+        return Probes(message_id=number, order_id=number)
+    if m := _JOB.match(q):
         return Probes(message_id=_digits(m.group(1)))
     try:
         return Probes(event_id=uuid.UUID(q))

@@ -27,6 +27,9 @@ RECIPIENTS = sa.text(
     """
 )
 
+# The recipients behind refs a query led to (a message's, an order's customer, a lead's): one tenant's only.
+RECIPIENTS_BY_REFS = sa.text("SELECT id, ref FROM recipients WHERE tenant_id = :t AND ref = ANY(:refs)")
+
 # Messages by id, job id, provider reference or event id.
 MESSAGES = sa.text(
     f"""

@@ -78,23 +78,39 @@ def status() -> None:
     out.print(f"refresh publishes: {_refresh_publishes()}")
 
 
-def why(recipient_ref: str = typer.Argument(..., help="the recipient's ref, e.g. cust-001"),
-        tenant: int = typer.Option(None, help="only this tenant (default: every tenant with that ref)"),
+def why(query: str = typer.Argument(..., metavar="QUERY",
+                                    help="what search takes: a recipient's ref (cust-001), name, phone or email; a "
+                                         "message's #id, job id (n-4940) or provider reference; an event id; an "
+                                         "order number"),
+        tenant: int = typer.Option(None, help="only this tenant (default: every tenant)"),
         limit: int = typer.Option(50, help="messages to show, newest first")) -> None:
-    """"Why didn't they get it?" — every message to one recipient, with its answer in plain words (a queued one:
-    what holds it — lane paused, breaker open, balance, quiet hours, retrying, being sent, overdue)."""
+    """"Why didn't they get it?" — every message to each recipient the query leads to (read as search reads it:
+    the recipient themselves, a message's recipient, an order's customer), with its answer in plain words (a
+    queued one: what holds it — lane paused, breaker open, balance, quiet hours, retrying, being sent, overdue)."""
     from datetime import UTC, datetime
 
-    from domain.ledger.recipients import find_by_ref
+    from domain.delivery.views import tenants
     from domain.support.ledger import recipient_messages
+    from domain.support.query import QueryRefused, names_contact_point, read_query
+    from domain.support.search import recipients_named
 
-    found = find_by_ref(tenant, recipient_ref)
+    try:
+        kinds = read_query(query).kinds
+    except QueryRefused as exc:
+        err.print(f"[red]error:[/] {exc.message}")
+        raise typer.Exit(2) from None
+    scopes = [tenant] if tenant is not None else [t for t, _ in tenants()]
+    found = [(t, rid, how) for t in scopes for rid, how in recipients_named(t, query)]
     if not found:
-        err.print(f"[red]error:[/] no recipient {recipient_ref!r}" + (f" in tenant {tenant}" if tenant else ""))
+        # A contact point is never echoed back (it stays out of terminals' scrollback and logs): only its reading.
+        said = f"for that {' or '.join(kinds)}" if names_contact_point(query) else repr(query)
+        err.print(f"[red]error:[/] no recipient {said}" + (f" in tenant {tenant}" if tenant is not None else ""))
         raise typer.Exit(2)
-    for tenant_id, rid in found:
+    for tenant_id, rid, how in found:
         w = recipient_messages(tenant_id, rid, datetime.now(UTC), limit)
-        assert w is not None
+        if w is None:
+            continue
+        out.print(f"[dim]found by {how}[/]")
         heard = "yes" if w["heard_from_us_today"] else "no"
         out.print(f"[bold]{w['display_name']}[/] ({w['ref']}, tenant {tenant_id}, {w['timezone']}) — heard from us "
                   f"today: [bold]{heard}[/] · sent this week: {w['sent_this_week']} · reached by: "

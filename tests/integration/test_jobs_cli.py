@@ -95,6 +95,54 @@ def test_why_answers_for_a_recipient_and_refuses_an_unknown_one(db):
     assert missing.returncode == 2 and "no recipient 'nobody-at-all'" in missing.stderr
 
 
+def test_why_takes_everything_search_takes(db):
+    """Invariant (issue 27, item 6): `outbox why` reads its query as search does — a phone in any spelling, an
+    email, a name, a message's `#id`, job id or provider reference, an order number (its customer) — and answers for
+    the recipient it leads to, saying how it was found; it never echoes a contact point; another tenant's id is
+    exactly a missing one; a query that cannot be one is a clear error."""
+    from datetime import UTC, datetime
+
+    from domain.delivery import claims
+    from domain.delivery.retry import Succeeded
+    from domain.ledger.recipients import find_by_ref
+    from domain.ledger.write import send
+
+    ((tenant, rid),) = find_by_ref(42, "cust-001")  # no quiet hours: the claim sends whatever the hour
+    with get_engine().connect() as c:
+        phone = str(c.execute(sa.text("SELECT phone FROM recipients WHERE id = :i"), {"i": rid}).scalar_one())
+    row = send(tenant_id=tenant, recipient_id=rid, channel="email", template="offer", lane="normal",
+               data={"headline": "hi"}, subject_period="why-anything")
+    assert row is not None
+    claim = claims.claim(row.notification_id, 30, datetime.now(UTC), "t")
+    assert isinstance(claim, claims.Ready)
+    claims.record(claim.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
+                  latency_ms=9.0, provider_reference="email-why-0001", excerpt="{}")
+    nid = row.notification_id
+    for q, how in ((f"{phone[:5]} {phone[5:8]}-{phone[8:]}", "found by phone"),
+                   ("CUST-001@example.test", "found by email"), ("cust-001", "found by ref"),
+                   (f"#{nid}", f"recipient of message #{nid} (message id)"),
+                   (f"n-{nid}", f"recipient of message #{nid} (message id)"),
+                   ("email-why-0001", f"recipient of message #{nid} (provider reference)")):
+        r = run("why", q, "--tenant", "42")
+        assert r.returncode == 0, (q, r.stderr)
+        assert how in r.stdout and "(cust-001, tenant 42" in r.stdout and str(nid) in r.stdout, (q, r.stdout)
+        assert phone[-7:] not in r.stdout + r.stderr and "cust-001@" not in (r.stdout + r.stderr).lower(), q
+    every = run("why", "email-why-0001")  # no --tenant: every tenant, on-call's default
+    assert every.returncode == 0 and "(cust-001, tenant 42" in every.stdout, every.stderr
+    order = run("why", "#913", "--tenant", "42")
+    assert order.returncode == 0 and "customer of order 913" in order.stdout and "(cust-001, tenant 42" in order.stdout
+    for q in (f"#{nid}", "email-why-0001", phone):  # tenant 42's, asked in tenant 7
+        theirs = run("why", q, "--tenant", "7")
+        assert theirs.returncode == 2 and "no recipient" in theirs.stderr, q
+    foreign, missing = run("why", f"n-{nid}", "--tenant", "7"), run("why", f"n-{2**31 - 1}", "--tenant", "7")
+    assert (foreign.returncode, foreign.stdout) == (missing.returncode, missing.stdout) == (2, "")
+    assert foreign.stderr.replace(str(nid), "N") == missing.stderr.replace(str(2**31 - 1), "N")
+    phone = run("why", "+49 170 0000000")
+    assert phone.returncode == 2 and "no recipient for that phone" in phone.stderr and "170" not in phone.stderr
+    refused = run("why", " ")
+    assert refused.returncode == 2 and "type a ref" in refused.stderr
+
+
 def test_status_shows_balances_and_scheduled_work_apart(db):
     r = run("status")
     assert r.returncode == 0, r.stderr

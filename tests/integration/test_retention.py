@@ -233,8 +233,9 @@ def test_prune_removes_only_what_retention_lets_go(db: str) -> None:
     run("INSERT INTO login_throttle (key, failures, locked_until, updated_at) VALUES "
         "('login:old', 3, NULL, :old), ('login:locked', 9, :future, :old), ('login:recent', 1, NULL, :recent)",
         old=old, recent=recent, future=future)
-    run("INSERT INTO ops_series_points (scope, step_minutes, t, depth, oldest_seconds, latency_ms) VALUES "
-        "(0, 1, :old, 1, 0, 0), (42, 120, :recent, 2, 0, 0)", old=old, recent=recent)
+    run("INSERT INTO ops_series_points (scope, step_minutes, t, depth_max, oldest_max_seconds, sent, "
+        "latency_mean_seconds, latency_max_seconds) VALUES (0, 1, :old, 1, 0, 0, 0, 0), "
+        "(42, 120, :recent, 2, 0, 0, 0, 0)", old=old, recent=recent)
     n = message(datetime.now(UTC) - timedelta(days=60), "DELIVERED", "old-but-ledger")
     before = table_digest()
 

@@ -217,3 +217,35 @@ async def test_search_finds_leads_by_ref_and_campaigns_by_id_or_name(client, key
     for q in ("cust-003", str(cid), "Findable"):
         other = (await client.get("/api/v1/search", params={"q": q}, headers=key7)).json()["items"]
         assert not [h for h in other if h["kind"] in ("lead", "campaign")], q
+
+
+def _order_numbered(tenant: int, order_id: int, customer: str = "cust-001") -> None:
+    """An order of that number, as the seed writes one (a base revision: no event owed for it)."""
+    with get_engine().begin() as c:
+        c.execute(sa.text("INSERT INTO orders (id, tenant_id, status, revision, base_revision, customer_ref, "
+                          "amount_cents, currency) VALUES (:i, :t, 'authorized', 1, 1, :c, 100, 'EUR')"),
+                  {"i": order_id, "t": tenant, "c": customer})
+
+
+async def test_a_hash_number_offers_the_order_and_the_message_of_that_number(client, key42, key7):
+    """Invariant (issue 27, item 6): `#N` — how the orders list prints an order number and the ledger a message id —
+    offers the order N and the message N when both exist, each linked to its page; a job id `n-N` names the message
+    only; `#913` finds order 913 with no message 913; another tenant asking `#N` gets exactly what a query for
+    nothing gets."""
+    nid = await _send(client, key42, _rid(42, "cust-001"))
+    while one("SELECT count(*) FROM orders WHERE id = :i", i=nid):  # a number no order has yet, in any tenant
+        nid = await _send(client, key42, _rid(42, "cust-001"))
+    _order_numbered(42, nid)
+    both = await _search(client, key42, f"#{nid}")
+    assert [(h["id"], h["href"]) for h in _hits(both, "order")] == [(nid, f"/orders/{nid}")]
+    assert [(h["id"], h["href"], h["matched_by"]) for h in _hits(both, "message")] == \
+        [(nid, f"/messages/{nid}", "message id")]
+    assert both["kinds"] == ["message id", "order number"]
+    job = await _search(client, key42, f"n-{nid}")
+    assert _hits(job, "order") == [] and [h["id"] for h in _hits(job, "message")] == [nid]
+    order_only = await _search(client, key42, "#913")
+    assert [h["id"] for h in _hits(order_only, "order")] == [913]
+    assert 913 in [h["id"] for h in _hits(order_only, "message")] or not one(
+        "SELECT count(*) FROM notifications WHERE id = 913")
+    theirs, nothing = await _search(client, key7, f"#{nid}"), await _search(client, key7, f"#{2**31 - 1}")
+    assert theirs == nothing and theirs["items"] == []

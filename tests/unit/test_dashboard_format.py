@@ -1,9 +1,13 @@
-"""Input at the edges (pure): ids from the browser are ASCII digits within PostgreSQL's integer or nothing."""
+"""Input at the edges (pure): ids from the browser are ASCII digits within PostgreSQL's integer or nothing; chart
+axes step by round numbers."""
+
+import itertools
+import math
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dashboard.format import MAX_ID, parse_id
+from dashboard.format import MAX_ID, parse_id, round_ticks
 
 
 def test_ids_that_python_calls_digits_but_are_not_ours_are_refused():
@@ -36,3 +40,15 @@ def test_every_accepted_amount_has_its_own_words(cents):
 
     said = amount_in_words(cents)
     assert said and "_" not in said and (cents == 10**9 or said != amount_in_words(cents + 1))
+
+
+@given(st.floats(min_value=0, max_value=1e7, allow_nan=False))
+def test_chart_ticks_are_round_even_steps_from_zero_past_the_top(top: float) -> None:
+    """Invariant: an axis starts at 0, reaches the highest value, and steps evenly by 1, 2 or 5 times a power of
+    ten, whole from 1 up, in at most 6 ticks (the issue saw 0/5/10/20)."""
+    ticks = round_ticks(top)
+    steps = {round(b - a, 6) for a, b in itertools.pairwise(ticks)}
+    assert ticks[0] == 0 and ticks[-1] >= top and 2 <= len(ticks) <= 6 and len(steps) == 1, ticks
+    (step,) = steps
+    mantissa = step / 10 ** math.floor(math.log10(step))
+    assert step >= 1 and round(mantissa, 6) in (1, 2, 5), ticks

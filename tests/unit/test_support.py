@@ -18,8 +18,11 @@ from domain.support.query import MAX_QUERY_CHARS, QueryRefused, read_query
 
 
 def test_each_query_kind_is_read_as_what_it_can_be() -> None:
-    assert read_query("#4940").message_id == 4940 and read_query("#4940").order_id is None
+    # `#4940` is how the pages print a message id and how the orders list prints an order number: both readings.
+    hashed = read_query("#4940")
+    assert (hashed.message_id, hashed.order_id, hashed.kinds) == (4940, 4940, ["message id", "order number"])
     assert read_query("n-4940").message_id == 4940 and read_query("N-4940").kinds == ["message id"]
+    assert read_query("n-4940").order_id is None  # a job id names a message only
     bare = read_query("4940")
     assert (bare.message_id, bare.order_id, bare.phone_digits) == (4940, 4940, "")
     ev = uuid.uuid4()
@@ -31,6 +34,7 @@ def test_each_query_kind_is_read_as_what_it_can_be() -> None:
     assert read_query("email-88753550ad4f").text == "email-88753550ad4f"
     assert read_query("Asha Rao").name == "Asha Rao" and read_query("Asha Rao").text == ""
     assert read_query("#99999999999").message_id is None  # beyond the column: no hit, never an overflow
+    assert read_query("#99999999999").order_id is None
 
 
 @pytest.mark.parametrize("raw", ["", "   ", "a\x00b", "\x07", "a\nb", "x" * (MAX_QUERY_CHARS + 1), "\ud800"])
