@@ -1,12 +1,13 @@
 """Order commands: ONE transaction for the revision, the envelope and its ledger rows, in two statements.
 
 The policy's decision is the guarded update's WHERE (`policy.guard_for`): the update, the envelope and the endpoint
-fan-out are one statement, the ledger rows and their NOTIFY a second. The order is read only when the update matched
-nothing, to tell missing (or another tenant's), stale and denied apart (issue 17: ten statements were 223 commits/s
-at 4 clients against 723/s for the same writes by raw psycopg).
+fan-out are one statement, the ledger rows and their NOTIFY a second (a cancel adds its audit row, with the
+operator's note, as a third). The order is read only when the update matched nothing, to tell missing (or another
+tenant's), stale and denied apart. Why so few statements: each one is a round trip inside the transaction that
+holds the order's row lock (docs/scaling.md has the measured commit rates).
 
-After commit (and only then) the caller runs `domain.wakeups.after_commit` to publish the refresh and enqueue wake-ups;
-both are best-effort because PostgreSQL already holds the responsibility.
+After commit (and only then) the caller runs `domain.delivery.wakeups.after_commit` to publish the refresh and enqueue
+wake-ups; both are best-effort because PostgreSQL already holds the responsibility.
 """
 
 from __future__ import annotations
