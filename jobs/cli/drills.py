@@ -28,11 +28,15 @@ def bench(n: int = typer.Option(300, help="commands / deliveries per measurement
           recipients: int = typer.Option(40_000, help="campaign size for the lane-isolation measurement"),
           codes: int = typer.Option(30, help="one-time codes measured idle and with the campaign in flight"),
           only: str = typer.Option("", help="comma-separated steps to run (wake, commit, delivery, recovery, lanes, "
-                                            "fair, scan, push); their figures replace the last run's in the evidence")) -> None:
+                                            "fair, scan, push, relays); their figures replace the last run's in the "
+                                            "evidence"),
+          relay_outage: float = typer.Option(60.0, help="relays: seconds the CDC relay stays down under load"),
+          relay_samples: int = typer.Option(100, help="relays: paced approvals per path for the latency")) -> None:
     """Benchmarks (own database and Redis db) → evidence/bench.md, as ratios against raw baselines."""
     from jobs.drills.bench import run_bench
 
-    run_bench(n, scan_owed, scan_done, recipients, codes, only=tuple(x for x in only.split(",") if x))
+    run_bench(n, scan_owed, scan_done, recipients, codes, only=tuple(x for x in only.split(",") if x),
+              relay_outage=relay_outage, relay_samples=relay_samples)
 
 
 def storm(leads: int = typer.Option(20), per_lead: int = typer.Option(200, help="events per lead"),

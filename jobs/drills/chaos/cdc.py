@@ -25,10 +25,12 @@ projection_gaps=N stream_duplicates=N slot_retained_peak_mb=X slot_catch_up_s=X`
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -473,17 +475,17 @@ SELECT coalesce(sum(greatest(0, f.applied_events - (SELECT count(*) FROM inbox i
 
 
 def _count(run: CdcRun, where: Path_) -> None:
-    from fulfilment import db as fdb
-    from fulfilment import inbox as finbox
-
     with psycopg.connect(_libpq(where.ours)) as c:
         rows = c.execute("SELECT event_id, aggregate_id, aggregate_revision, extract(epoch FROM occurred_at) "
                          "FROM outbox_events WHERE actor_ref = %s", (ACTOR,)).fetchall()
     committed = {str(e): (str(a), int(str(r))) for e, a, r, _t in rows}
     occurred = {str(e): float(str(t)) for e, _a, _r, t in rows}
-    with fdb.connect(where.fulfilment) as f:
+    # The service's own word on itself (its check), and its tables read as an outsider (nothing of ours imports it).
+    checked = subprocess.run([str(BIN / "python"), "-m", "fulfilment", "check"], capture_output=True, text=True,
+                             timeout=120, cwd=ROOT, env={**os.environ, "FULFILMENT_DATABASE_URL": where.fulfilment})
+    counts = {k: int(v) for k, v in json.loads(checked.stdout.strip().splitlines()[-1]).items()}
+    with psycopg.connect(_libpq(where.fulfilment)) as f:
         seen = {str(r[0]) for r in f.execute("SELECT event_id FROM inbox")}
-        counts = finbox.counts(f)
         extra = f.execute(EXTRA_EFFECTS).fetchone()
         projected = {str(a): int(str(r)) for a, r in f.execute(
             "SELECT aggregate_id, revision FROM fulfilments WHERE aggregate_type = 'order'")}

@@ -182,20 +182,22 @@ class OwnedPostgres:
 
 @dataclass
 class OwnedRedis:
-    """A redis-server of the drill's own. `appendonly`: an append-only file fsynced at every write
-    (`appendfsync always`) in `workdir`, so the server killed outright and started again keeps every entry it
-    acknowledged (the CDC profile's stream); without it, a restart starts empty."""
+    """A redis-server of the drill's own. `appendonly`: an append-only file in `workdir`, fsynced as `fsync` says
+    (`always`: before each reply, so a server killed outright and started again keeps every entry it acknowledged,
+    the CDC profile's stream; `everysec`: what docs/relays.md recommends, up to a second lost with the machine);
+    without it, a restart starts empty."""
 
     port: int
     popen: subprocess.Popen[bytes] | None = None
     appendonly: bool = False
     workdir: Path = ROOT / ".run" / "chaos-redis"
     logfile: Path = LOG_DIR / "redis.log"
+    fsync: str = "always"
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.logfile.parent.mkdir(parents=True, exist_ok=True)
-        durability = ["--appendonly", "yes", "--appendfsync", "always"] if self.appendonly else ["--appendonly", "no"]
+        durability = ["--appendonly", "yes", "--appendfsync", self.fsync] if self.appendonly else ["--appendonly", "no"]
         with open(self.logfile, "ab") as log:  # the child keeps its own copy of the descriptor
             self.popen = subprocess.Popen(
                 ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *durability,
