@@ -28,3 +28,10 @@ SLOT_LAG: Final[str] = (
     "SELECT confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint AS retained_bytes, "
     "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint AS behind_bytes "
     "FROM pg_replication_slots WHERE slot_name = %(slot)s")
+# Every logical slot of this database and the WAL it makes the server keep (/metrics: a forgotten slot keeps WAL
+# until the disk fills, unless max_slot_wal_keep_size caps it; safe_wal_size is NULL without a cap). On a standby
+# the position is the last one replayed (pg_current_wal_lsn() refuses to run there).
+SLOTS_WAL: Final[str] = (
+    "SELECT slot_name, active, pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
+    "ELSE pg_current_wal_lsn() END, restart_lsn)::bigint AS retained_bytes, safe_wal_size, wal_status "
+    "FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() ORDER BY slot_name")

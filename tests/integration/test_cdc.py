@@ -451,3 +451,33 @@ def test_postgresql_restart_keeps_the_slot_and_loses_no_event(path: Path_) -> No
     counts = path.counts()
     assert counts["applied"] == 4 and counts["projected_twice"] == 0 and counts["open_gaps"] == 0
     assert counts["parked"] == 0 and counts["refusals"] == 0
+
+
+def test_metrics_report_the_wal_a_slot_keeps_and_a_missing_slot_as_zero(path: Path_,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant: /metrics' slot gauges (docs/alerts.yml, OutboxCdcSlotRetainingWal) are the WAL the slot really
+    makes PostgreSQL keep — growing while nothing confirms it — and the configured slot's series exists even when
+    the slot does not (retaining nothing), so the alert never silently loses its series."""
+    from dashboard.api.health import slot_metrics
+    from domain.settings import reload_settings
+
+    with monkeypatch.context() as m:
+        m.setenv("OUTBOX_DATABASE_URL", path.cluster.url)
+        reload_settings()
+        try:
+            before = {s.slot: s for s in views.slots_wal("not_a_slot")}
+            c = producer(path.cluster)
+            for rev in (1, 2, 3):
+                insert_event(c, uuid.uuid4().hex[:6], rev)
+            c.close()
+            after = {s.slot: s for s in views.slots_wal("not_a_slot")}
+        finally:
+            m.undo()
+            reload_settings()
+    assert before[path.slot].exists and after[path.slot].retained_bytes > before[path.slot].retained_bytes
+    assert after[path.slot].wal_status in ("reserved", "extended")
+    assert after["not_a_slot"] == views.SlotWal("not_a_slot", False, False, 0, None, "")
+    samples = {(m.name, s.labels["slot"]): s.value for m in slot_metrics(list(after.values())) for s in m.samples}
+    assert samples[("outbox_cdc_slot_retained_bytes", path.slot)] == after[path.slot].retained_bytes
+    assert samples[("outbox_cdc_slot_exists", "not_a_slot")] == 0
+    assert samples[("outbox_cdc_slot_lost", path.slot)] == 0
