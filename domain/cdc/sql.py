@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Final
 
+import sqlalchemy as sa
+from sqlalchemy.sql.elements import TextClause
+
 # The server's setting: logical decoding needs `logical`; we never change it ourselves (fail closed).
 WAL_LEVEL: Final[str] = "SELECT current_setting('wal_level')"
 # Whether the plugin's library is installed on the server (Debian: postgresql-<major>-wal2json).
@@ -30,8 +33,9 @@ SLOT_LAG: Final[str] = (
     "FROM pg_replication_slots WHERE slot_name = %(slot)s")
 # Every logical slot of this database and the WAL it makes the server keep (/metrics: a forgotten slot keeps WAL
 # until the disk fills, unless max_slot_wal_keep_size caps it; safe_wal_size is NULL without a cap). On a standby
-# the position is the last one replayed (pg_current_wal_lsn() refuses to run there).
-SLOTS_WAL: Final[str] = (
+# the position is the last one replayed (pg_current_wal_lsn() refuses to run there). Read through the unit of work
+# (the /metrics scrape), hence a TextClause where the relay's statements are psycopg strings.
+SLOTS_WAL: Final[TextClause] = sa.text(
     "SELECT slot_name, active, pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
     "ELSE pg_current_wal_lsn() END, restart_lsn)::bigint AS retained_bytes, safe_wal_size, wal_status "
     "FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() ORDER BY slot_name")

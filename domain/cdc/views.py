@@ -9,7 +9,6 @@ from typing import Any, cast
 
 import psycopg
 import redis as redis_lib
-import sqlalchemy as sa
 
 from domain.cdc import slot, sql
 from domain.db import UnitOfWork
@@ -85,7 +84,7 @@ def slots_wal(configured: str) -> list[SlotWal]:
     """Every logical slot of our database with the WAL it keeps; the configured CDC slot is always in the answer
     (retaining nothing when it does not exist), so its series never disappears from /metrics."""
     with UnitOfWork() as uow:
-        rows = uow.execute(sa.text(sql.SLOTS_WAL)).all()
+        rows = uow.execute(sql.SLOTS_WAL).all()
     out = [SlotWal(str(r.slot_name), True, bool(r.active), int(r.retained_bytes or 0),
                    None if r.safe_wal_size is None else int(r.safe_wal_size), str(r.wal_status or ""))
            for r in rows]
