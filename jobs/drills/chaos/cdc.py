@@ -124,8 +124,9 @@ class CdcRun:
 
 def plan_cdc_faults(seed: int, duration: float) -> list[Fault]:
     """Every kind once (more in longer runs), one at a time: each fault's hold and a restore allowance fit before
-    the next begins, the slack between them drawn from the seed. The relay's outage lasts a quarter of the run, at
-    most a minute."""
+    the next begins, the slack between them drawn from the seed (none in a run too short for them all: then they
+    run back to back past 85 % of it, and the load goes on until the last is restored). The relay's outage lasts a
+    quarter of the run, at most a minute."""
     rng = random.Random(seed)
     kinds = list(CDC_FAULT_KINDS) + [rng.choice(REPEATABLE) for _ in range(max(0, round(duration / 10) - 7))]
     rng.shuffle(kinds)
