@@ -79,6 +79,9 @@ def test_chaos_cdc_30s_projects_every_committed_event_once_without_gaps() -> Non
     assert "armed process exited 86 (at the fault point)" in p.stdout, "a kill at a fault point happened"
     assert m.group(7) != "none" and float(m.group(7)) > 0, "the slot retained WAL while the relay was down"
     assert m.group(8) != "none", "the relay caught up after its outage"
+    outage = re.search(r"slot retained (\S+) MB when stopped, (\S+) MB at its end", p.stdout)
+    assert outage is not None and float(outage.group(2)) > float(outage.group(1)), "WAL retained grew while down"
+    assert "the slot survived" in p.stdout and "the slot is GONE" not in p.stdout, "the slot survived the restart"
     assert p.returncode == (0 if m.group(1) == "PASS" else 1)
     home = HOME.search(p.stdout)
     assert home is not None and not Path(home.group(1)).parent.exists(), "the drill left its cluster behind"

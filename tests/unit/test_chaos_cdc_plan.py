@@ -7,6 +7,8 @@ a minute at most; the same seed gives the same plan (a failure is replayed with 
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,10 +22,10 @@ def test_plan_holds_every_kind_one_at_a_time_inside_the_run(seed: int, duration:
     assert {f.kind for f in plan} == set(CDC_FAULT_KINDS)
     assert plan == plan_cdc_faults(seed, duration)
     assert plan[0].at >= 0.05 * duration - 1e-9
-    for before, after in zip(plan, plan[1:], strict=False):
+    for before, after in itertools.pairwise(plan):
         assert after.at >= before.at + before.hold + RESTORE_ALLOWANCE_S - 1e-9, (before, after)
     back_to_back = all(abs(after.at - (before.at + before.hold + RESTORE_ALLOWANCE_S)) < 1e-6
-                       for before, after in zip(plan, plan[1:], strict=False))
+                       for before, after in itertools.pairwise(plan))
     # Inside the load window, or (a short run) back to back from its start: the load then runs on until the last
     # fault is restored.
     assert plan[-1].at + plan[-1].hold <= 0.85 * duration + 1e-6 or (back_to_back and plan[0].at == 0.05 * duration)

@@ -104,6 +104,7 @@ class CdcRun:
     catch_up_s: float | None = None  # relay back → slot confirmed past everything written while it was down
     drained_s: float | None = None
     unexpected_exits: int = 0  # a relay or consumer that died outside its fault
+    slot_survived: bool | None = None  # every PostgreSQL restart kept the slot (None: none happened)
     started_at: float = 0.0  # wall clock when the load started
     missing: list[str] = field(default_factory=list)  # what a lost event was: its aggregate, revision, when
 
@@ -111,7 +112,7 @@ class CdcRun:
     def ok(self) -> bool:
         return (self.lost == 0 and self.duplicate_effects == 0 and self.projection_duplicates == 0
                 and self.projection_gaps == 0 and self.refusals == 0 and self.committed_events > 0
-                and self.unexpected_exits == 0)
+                and self.unexpected_exits == 0 and self.slot_survived is not False)
 
     def result_line(self) -> str:
         def f(x: float | None) -> str:
@@ -222,6 +223,13 @@ class Path_:
         except psycopg.OperationalError:
             return None
 
+    def slot_from_before(self, lsn: str) -> bool:
+        """The slot exists and its restart point is at or before `lsn`: the same slot, not one made since."""
+        with cdc.connect(self.ours) as c:
+            row = c.execute("SELECT restart_lsn <= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                            (lsn, self.slot)).fetchone()
+        return bool(row and row[0])
+
     def slot_ready(self) -> bool:
         lag = self.slot_lag()
         return lag is not None and lag.confirmed_lsn not in ("", "None")
@@ -269,6 +277,7 @@ class CdcInjector:
         self.run, self.system, self.pg, self.rds, self.where, self.t0 = run, system, pg, rds, where, t0
         self.tick = tick  # progress, while waiting
         self.current: Fault | None = None  # the fault being held or restored now
+        self.before_restart = ""  # the WAL position when PostgreSQL was stopped
         self.reported: set[int] = set()  # pids already reported dead
 
     def _log(self, what: str) -> None:
@@ -334,6 +343,7 @@ class CdcInjector:
             self._log("redis-server SIGKILLed (the stream is in its append-only file)")
         elif f.kind == "restart_postgres":
             t = now_s(self.t0)
+            self.before_restart = self.where.current_lsn()
             self.pg.stop("fast")
             self._log(f"PostgreSQL stopped (pg_ctl stop -m fast, took {now_s(self.t0) - t:.1f}s)")
 
@@ -373,7 +383,10 @@ class CdcInjector:
         elif f.kind == "restart_postgres":
             self.pg.start()
             wait_until(self.pg.accepts, 60, "PostgreSQL to accept connections")
-            self._log("PostgreSQL accepting connections again")
+            survived = self.where.slot_from_before(self.before_restart)
+            self.run.slot_survived = survived and self.run.slot_survived is not False
+            self._log(f"PostgreSQL accepting connections again; the slot {'survived' if survived else 'is GONE'} "
+                      "(its restart point is still before the stop)")
 
 
 @contextmanager
