@@ -39,3 +39,10 @@ SLOTS_WAL: Final[TextClause] = sa.text(
     "SELECT slot_name, active, pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
     "ELSE pg_current_wal_lsn() END, restart_lsn)::bigint AS retained_bytes, safe_wal_size, wal_status "
     "FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() ORDER BY slot_name")
+# The re-feed (after a lost slot, a failover before PostgreSQL 17, a stream Redis lost): every event that occurred
+# at or after a time, spelt as wal2json spells it (text of uuid, timestamptz and jsonb, on the relay's UTC/ISO
+# session), each aggregate's revisions in order. Commit order is not in the table; the inbox only needs revisions.
+REFEED: Final[str] = (
+    "SELECT event_id::text, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type, schema_version, "
+    "occurred_at::text, payload::text FROM outbox_events WHERE occurred_at >= %(since)s "
+    "ORDER BY occurred_at, tenant_id, aggregate_type, aggregate_id, aggregate_revision")

@@ -4,13 +4,15 @@ the stream's consumer group (messages not yet acknowledged, the age of the oldes
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 import psycopg
 import redis as redis_lib
 
-from domain.cdc import slot, sql
+from domain.cdc import message, slot, sql
 from domain.db import UnitOfWork
 
 
@@ -91,3 +93,18 @@ def slots_wal(configured: str) -> list[SlotWal]:
     if configured not in {s.slot for s in out}:
         out.append(SlotWal(configured, False, False, 0, None, ""))
     return out
+
+
+REFEED_COLUMNS = ("event_id", "tenant_id", "aggregate_type", "aggregate_id", "aggregate_revision", "event_type",
+                  "schema_version", "occurred_at", "payload")
+
+
+def events_since(conn: psycopg.Connection[tuple[object, ...]], since: datetime,
+                 batch: int = 1000) -> Iterator[list[dict[str, str]]]:
+    """Every event that occurred at or after `since` as the stream's message fields, `batch` at a time (the
+    connection must be the relay's: UTC and ISO dates, so the text is the text wal2json gives)."""
+    with conn.cursor() as cur:
+        cur.execute(sql.REFEED, {"since": since})
+        while rows := cur.fetchmany(batch):
+            yield [message.row_fields(dict(zip(REFEED_COLUMNS, row, strict=True)), message.REFEED_LSN)
+                   for row in rows]

@@ -481,3 +481,41 @@ def test_metrics_report_the_wal_a_slot_keeps_and_a_missing_slot_as_zero(path: Pa
     assert samples[("outbox_cdc_slot_retained_bytes", path.slot)] == after[path.slot].retained_bytes
     assert samples[("outbox_cdc_slot_exists", "not_a_slot")] == 0
     assert samples[("outbox_cdc_slot_lost", path.slot)] == 0
+
+
+def test_refeed_after_a_lost_slot_fills_the_hole_and_what_was_had_changes_nothing(path: Path_) -> None:
+    """Invariant: events committed while no slot existed (a lost slot, a failover before PostgreSQL 17) are in no
+    stream; `outbox cdc-refeed --since T` publishes every event since T again, spelt as the relay spells them, so
+    the inbox applies the missing ones (in revision order, no gap) and absorbs the rest as duplicates — never as
+    identity conflicts. A malformed --since publishes nothing."""
+    c = producer(path.cluster)
+    agg = uuid.uuid4().hex[:6]
+    since = datetime.now(UTC)
+    for rev in (1, 2):
+        insert_event(c, agg, rev)
+    path.relay_until(2)
+    assert path.consume_all().outcomes == {"applied": 2}
+    slot.drop(path.relay_conn, path.slot)  # the slot lost ...
+    for rev in (3, 4):
+        insert_event(c, agg, rev)  # ... while these commit
+    cdc.prepare(path.relay_conn, path.slot)  # a new slot begins after them
+    assert cdc.relay_round(path.relay_conn, path.r, path.slot, path.stream).events == 0
+    port = path.r.connection_pool.connection_kwargs["port"]
+    env = {**os.environ, "OUTBOX_ENV": "development", "OUTBOX_DATABASE_URL": path.cluster.url,
+           "OUTBOX_REDIS_URL": f"redis://127.0.0.1:{port}/{REDIS_DB}", "OUTBOX_CDC_STREAM": path.stream}
+    bad = subprocess.run([str(BIN / "outbox"), "cdc-refeed", "--since", "yesterday"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "not an ISO time" in bad.stderr + bad.stdout
+    assert int(path.r.xlen(path.stream)) == 2
+    done = subprocess.run([str(BIN / "outbox"), "cdc-refeed", "--since", since.isoformat()], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "republished 4 events" in done.stdout
+    assert path.consume_all().outcomes == {"duplicate": 2, "applied": 2}
+    counts = path.counts()
+    assert counts["applied"] == 4 and counts["refusals"] == 0 and counts["open_gaps"] == 0
+    assert counts["projected_twice"] == 0
+    with path.inbox_conn.transaction():
+        assert path.inbox_conn.execute("SELECT revision, applied_events FROM fulfilments WHERE aggregate_id = %s",
+                                       (agg,)).fetchone() == (4, 4)
+    c.close()
