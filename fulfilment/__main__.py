@@ -6,6 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+
+import psycopg
+import sqlalchemy as sa
 
 from fulfilment import consume, db, inbox
 
@@ -24,10 +28,27 @@ def main(argv: list[str] | None = None) -> int:
             counts = inbox.counts(conn)
         print(json.dumps(counts, sort_keys=True), flush=True)
         return 1 if counts["projected_twice"] else 0
-    db.migrate(reset=getattr(args, "reset", False))
     if args.cmd == "consume":
+        if args.once:
+            db.migrate()
+        else:
+            _migrate_once_reachable()
         return consume.run(once=args.once)
+    db.migrate(reset=args.reset)
     return 0
+
+
+def _migrate_once_reachable(retry_s: float = 1.0) -> None:
+    """A consumer started while its database is down or restarting waits for it, as the consuming loop does,
+    instead of exiting: nothing restarts a service that died at start."""
+    while True:
+        try:
+            db.migrate()
+            return
+        except (psycopg.OperationalError, sa.exc.OperationalError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            print(f"fulfilment waiting for its database: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
+            time.sleep(retry_s)  # SIGTERM's default action still ends the process here
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from dashboard.api.deps import maybe_pool, redis_pool
 from dashboard.api.errors import METRICS_TOKEN, METRICS_TOKEN_REFUSED, unauthorized
 from dashboard.api.metrics import REQUESTS, TelemetryCollector
 from domain import invariants
+from domain.cdc import views as cdc_views
 from domain.db import UnitOfWork
 from domain.delivery import telemetry
 from domain.delivery import views as delivery_views
@@ -111,6 +112,29 @@ class LaneCollector:
                                   "(recorded as sent and charged)", value=fenced["late_accept"])
         yield CounterMetricFamily("outbox_stale_writes", "Writes refused because the claim's lease had been "
                                   "taken over (fenced)", value=fenced["stale"])
+        yield from slot_metrics(cdc_views.slots_wal(get_settings().cdc_slot))
+
+
+def slot_metrics(slots: list[cdc_views.SlotWal]) -> Iterator[Metric]:
+    """The WAL each logical slot makes PostgreSQL keep (docs/alerts.yml: OutboxCdcSlotRetainingWal)."""
+    exists = GaugeMetricFamily("outbox_cdc_slot_exists", "1 when the logical replication slot exists",
+                               labels=["slot"])
+    active = GaugeMetricFamily("outbox_cdc_slot_active", "1 when a process is reading the slot right now",
+                               labels=["slot"])
+    retained = GaugeMetricFamily("outbox_cdc_slot_retained_bytes", "WAL the server keeps for the slot "
+                                 "(from its restart point; 0 when the slot does not exist)", labels=["slot"])
+    lost = GaugeMetricFamily("outbox_cdc_slot_lost", "1 when max_slot_wal_keep_size made PostgreSQL give the "
+                             "slot's WAL up (wal_status = lost)", labels=["slot"])
+    safe = GaugeMetricFamily("outbox_cdc_slot_safe_wal_bytes", "WAL that may still be written before "
+                             "max_slot_wal_keep_size invalidates the slot (absent without a cap)", labels=["slot"])
+    for s in slots:
+        exists.add_metric([s.slot], float(s.exists))
+        active.add_metric([s.slot], float(s.active))
+        retained.add_metric([s.slot], float(s.retained_bytes))
+        lost.add_metric([s.slot], float(s.wal_status == "lost"))
+        if s.safe_wal_bytes is not None:
+            safe.add_metric([s.slot], float(s.safe_wal_bytes))
+    yield from (exists, active, retained, lost, safe)
 
 
 def render_metrics(publishes: int) -> bytes:

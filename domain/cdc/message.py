@@ -43,10 +43,20 @@ def _text(column: str, value: Any) -> str:
 
 def event_fields(change: dict[str, Any], commit_lsn: str) -> dict[str, str]:
     """One inserted `outbox_events` row (wal2json format 2, an `I` action) as the message's fields."""
-    values = {c["name"]: c.get("value") for c in change["columns"]}
+    return row_fields({c["name"]: c.get("value") for c in change["columns"]}, commit_lsn)
+
+
+def row_fields(values: dict[str, Any], lsn: str) -> dict[str, str]:
+    """An `outbox_events` row's columns, as wal2json hands them over (text, numbers, jsonb as its text), as the
+    message's fields. The re-feed reads the table with the same spelling (`sql.REFEED`), so an event re-published
+    that way has the digest of the one the relay published: a consumer absorbs it as a duplicate."""
     out = {field: _text(column, values[column]) for field, column in COLUMN_OF.items()}
-    out["lsn"] = commit_lsn
+    out["lsn"] = lsn
     return {f: out[f] for f in FIELDS}
+
+
+# What a re-fed message carries as `lsn`: not read from the WAL (the slot that would know is gone).
+REFEED_LSN: Final[str] = "refeed"
 
 
 def committed(rows: Iterable[tuple[str, str, str]]) -> list[Committed]:

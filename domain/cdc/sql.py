@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Final
 
+import sqlalchemy as sa
+from sqlalchemy.sql.elements import TextClause
+
 # The server's setting: logical decoding needs `logical`; we never change it ourselves (fail closed).
 WAL_LEVEL: Final[str] = "SELECT current_setting('wal_level')"
 # Whether the plugin's library is installed on the server (Debian: postgresql-<major>-wal2json).
@@ -28,3 +31,18 @@ SLOT_LAG: Final[str] = (
     "SELECT confirmed_flush_lsn::text, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint AS retained_bytes, "
     "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint AS behind_bytes "
     "FROM pg_replication_slots WHERE slot_name = %(slot)s")
+# Every logical slot of this database and the WAL it makes the server keep (/metrics: a forgotten slot keeps WAL
+# until the disk fills, unless max_slot_wal_keep_size caps it; safe_wal_size is NULL without a cap). On a standby
+# the position is the last one replayed (pg_current_wal_lsn() refuses to run there). Read through the unit of work
+# (the /metrics scrape), hence a TextClause where the relay's statements are psycopg strings.
+SLOTS_WAL: Final[TextClause] = sa.text(
+    "SELECT slot_name, active, pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
+    "ELSE pg_current_wal_lsn() END, restart_lsn)::bigint AS retained_bytes, safe_wal_size, wal_status "
+    "FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() ORDER BY slot_name")
+# The re-feed (after a lost slot, a failover before PostgreSQL 17, a stream Redis lost): every event that occurred
+# at or after a time, spelt as wal2json spells it (text of uuid, timestamptz and jsonb, on the relay's UTC/ISO
+# session), each aggregate's revisions in order. Commit order is not in the table; the inbox only needs revisions.
+REFEED: Final[str] = (
+    "SELECT event_id::text, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type, schema_version, "
+    "occurred_at::text, payload::text FROM outbox_events WHERE occurred_at >= %(since)s "
+    "ORDER BY occurred_at, tenant_id, aggregate_type, aggregate_id, aggregate_revision")

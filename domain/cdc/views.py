@@ -4,13 +4,16 @@ the stream's consumer group (messages not yet acknowledged, the age of the oldes
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 import psycopg
 import redis as redis_lib
 
-from domain.cdc import slot
+from domain.cdc import message, slot, sql
+from domain.db import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -67,3 +70,41 @@ def cdc_lag(conn: psycopg.Connection[tuple[object, ...]], r: redis_lib.Redis, sl
     exists, length, pending, undelivered, age = stream_lag(r, stream, group)
     return CdcLag(at_slot is not None, at_slot.retained_bytes if at_slot else 0,
                   at_slot.behind_bytes if at_slot else 0, length, exists, pending, undelivered, age)
+
+
+@dataclass(frozen=True)
+class SlotWal:
+    slot: str
+    exists: bool
+    active: bool
+    retained_bytes: int
+    safe_wal_bytes: int | None  # before the cap (max_slot_wal_keep_size) invalidates the slot; None: no cap
+    wal_status: str  # reserved, extended, unreserved, lost ('' when the slot does not exist)
+
+
+def slots_wal(configured: str) -> list[SlotWal]:
+    """Every logical slot of our database with the WAL it keeps; the configured CDC slot is always in the answer
+    (retaining nothing when it does not exist), so its series never disappears from /metrics."""
+    with UnitOfWork() as uow:
+        rows = uow.execute(sql.SLOTS_WAL).all()
+    out = [SlotWal(str(r.slot_name), True, bool(r.active), int(r.retained_bytes or 0),
+                   None if r.safe_wal_size is None else int(r.safe_wal_size), str(r.wal_status or ""))
+           for r in rows]
+    if configured not in {s.slot for s in out}:
+        out.append(SlotWal(configured, False, False, 0, None, ""))
+    return out
+
+
+REFEED_COLUMNS = ("event_id", "tenant_id", "aggregate_type", "aggregate_id", "aggregate_revision", "event_type",
+                  "schema_version", "occurred_at", "payload")
+
+
+def events_since(conn: psycopg.Connection[tuple[object, ...]], since: datetime,
+                 batch: int = 1000) -> Iterator[list[dict[str, str]]]:
+    """Every event that occurred at or after `since` as the stream's message fields, `batch` at a time (the
+    connection must be the relay's: UTC and ISO dates, so the text is the text wal2json gives)."""
+    with conn.cursor() as cur:
+        cur.execute(sql.REFEED, {"since": since})
+        while rows := cur.fetchmany(batch):
+            yield [message.row_fields(dict(zip(REFEED_COLUMNS, row, strict=True)), message.REFEED_LSN)
+                   for row in rows]

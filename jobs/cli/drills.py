@@ -28,11 +28,15 @@ def bench(n: int = typer.Option(300, help="commands / deliveries per measurement
           recipients: int = typer.Option(40_000, help="campaign size for the lane-isolation measurement"),
           codes: int = typer.Option(30, help="one-time codes measured idle and with the campaign in flight"),
           only: str = typer.Option("", help="comma-separated steps to run (wake, commit, delivery, recovery, lanes, "
-                                            "fair, scan, push); their figures replace the last run's in the evidence")) -> None:
+                                            "fair, scan, push, relays); their figures replace the last run's in the "
+                                            "evidence"),
+          relay_outage: float = typer.Option(60.0, help="relays: seconds the CDC relay stays down under load"),
+          relay_samples: int = typer.Option(100, help="relays: paced approvals per path for the latency")) -> None:
     """Benchmarks (own database and Redis db) → evidence/bench.md, as ratios against raw baselines."""
     from jobs.drills.bench import run_bench
 
-    run_bench(n, scan_owed, scan_done, recipients, codes, only=tuple(x for x in only.split(",") if x))
+    run_bench(n, scan_owed, scan_done, recipients, codes, only=tuple(x for x in only.split(",") if x),
+              relay_outage=relay_outage, relay_samples=relay_samples)
 
 
 def storm(leads: int = typer.Option(20), per_lead: int = typer.Option(200, help="events per lead"),
@@ -51,17 +55,32 @@ def chaos(duration: float = typer.Option(120.0, help="seconds of load while faul
           seed: int = typer.Option(None, help="replay a run's fault plan (the seed is printed first)"),
           rate: float = typer.Option(8.0, help="API calls per second of steady load"),
           drain_timeout: float = typer.Option(90.0, help="seconds to wait for nothing to be owed afterwards"),
-          evidence: bool = typer.Option(False, "--evidence", help="also write evidence/chaos.md")) -> None:
+          evidence: bool = typer.Option(False, "--evidence", help="also write evidence/chaos.md "
+                                                                   "(evidence/chaos-cdc.md with --profile cdc)"),
+          profile: str = typer.Option("system", help="system: the whole system; cdc: the CDC relay, the stream "
+                                                     "and the fulfilment inbox (wal_level = logical cluster)")) -> None:
     """The whole system on its own PostgreSQL cluster and Redis, under load, with seeded kills, a stalled worker,
-    a Redis flush and a PostgreSQL restart; exit 1 if anything was lost, duplicated or mis-charged."""
+    a Redis flush and a PostgreSQL restart; exit 1 if anything was lost, duplicated or mis-charged.
+    `--profile cdc`: the CDC path instead (relay killed between publish and confirm, consumer between commit and
+    XACK, Redis and PostgreSQL restarted, the relay kept down)."""
     import random
 
-    from jobs.drills.chaos import EVIDENCE, run_chaos
     from jobs.ops.procs import stop_on_sigterm
 
+    if profile not in ("system", "cdc"):
+        err.print(f"unknown profile {profile!r}: choose system or cdc")
+        raise typer.Exit(2)
     stop_on_sigterm()
-    result = run_chaos(duration, seed if seed is not None else random.randrange(2**31), rate, drain_timeout,
-                       EVIDENCE if evidence else None)
+    chosen = seed if seed is not None else random.randrange(2**31)
+    if profile == "cdc":
+        from jobs.drills.chaos.cdc import EVIDENCE as CDC_EVIDENCE
+        from jobs.drills.chaos.cdc import run_cdc_chaos
+
+        ran = run_cdc_chaos(duration, chosen, rate, drain_timeout, CDC_EVIDENCE if evidence else None)
+        raise typer.Exit(0 if ran.ok else 1)
+    from jobs.drills.chaos import EVIDENCE, run_chaos
+
+    result = run_chaos(duration, chosen, rate, drain_timeout, EVIDENCE if evidence else None)
     raise typer.Exit(0 if result.ok else 1)
 
 

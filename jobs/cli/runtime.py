@@ -39,6 +39,32 @@ def cdc_relay(once: bool = typer.Option(False, help="relay what the slot holds n
     raise typer.Exit(run_cdc_relay(once=once))
 
 
+def cdc_refeed(since: str = typer.Option(..., help="ISO time: every event that occurred at or after it (UTC "
+                                                   "unless it says otherwise)")) -> None:
+    """Publish again to the CDC stream every outbox event since a time: after a lost slot, a failover before
+    PostgreSQL 17, or a Redis that lost the stream (docs/relays.md). Consumers absorb what they already had."""
+    from datetime import UTC, datetime
+
+    import redis as redis_lib
+
+    from jobs.cdc import connect, refeed
+
+    try:
+        at = datetime.fromisoformat(since)
+    except ValueError:
+        err.print(f"--since {since!r} is not an ISO time (e.g. 2026-12-01T20:00:00Z); nothing published")
+        raise typer.Exit(2) from None
+    at = at if at.tzinfo else at.replace(tzinfo=UTC)
+    s = get_settings()
+    r = redis_lib.Redis.from_url(s.redis_url, socket_timeout=30)
+    try:
+        with connect() as conn:
+            n = refeed(conn, r, s.cdc_stream, at)
+    finally:
+        r.close()
+    out.print(f"republished {n} events since {at.isoformat()} to {s.cdc_stream}")
+
+
 def cdc_status(group: str = typer.Option("fulfilment", help="the consumer group to measure")) -> None:
     """How far behind the CDC path is: WAL the slot keeps, messages the group has not acknowledged, the oldest's age."""
     import redis as redis_lib
@@ -79,4 +105,4 @@ def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int
     demo.up(err.print, port, receiver_port, no_dashboard, time_scale, scale)
 
 
-COMMANDS = (worker, relay, cdc_relay, cdc_status, receiver, up)
+COMMANDS = (worker, relay, cdc_relay, cdc_refeed, cdc_status, receiver, up)

@@ -451,3 +451,156 @@ def test_postgresql_restart_keeps_the_slot_and_loses_no_event(path: Path_) -> No
     counts = path.counts()
     assert counts["applied"] == 4 and counts["projected_twice"] == 0 and counts["open_gaps"] == 0
     assert counts["parked"] == 0 and counts["refusals"] == 0
+
+
+def test_metrics_report_the_wal_a_slot_keeps_and_a_missing_slot_as_zero(path: Path_,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant: /metrics' slot gauges (docs/alerts.yml, OutboxCdcSlotRetainingWal) are the WAL the slot really
+    makes PostgreSQL keep — growing while nothing confirms it — and the configured slot's series exists even when
+    the slot does not (retaining nothing), so the alert never silently loses its series."""
+    from dashboard.api.health import slot_metrics
+    from domain.settings import reload_settings
+
+    with monkeypatch.context() as m:
+        m.setenv("OUTBOX_DATABASE_URL", path.cluster.url)
+        reload_settings()
+        try:
+            before = {s.slot: s for s in views.slots_wal("not_a_slot")}
+            c = producer(path.cluster)
+            for rev in (1, 2, 3):
+                insert_event(c, uuid.uuid4().hex[:6], rev)
+            c.close()
+            after = {s.slot: s for s in views.slots_wal("not_a_slot")}
+        finally:
+            m.undo()
+            reload_settings()
+    assert before[path.slot].exists and after[path.slot].retained_bytes > before[path.slot].retained_bytes
+    assert after[path.slot].wal_status in ("reserved", "extended")
+    assert after["not_a_slot"] == views.SlotWal("not_a_slot", False, False, 0, None, "")
+    samples = {(m.name, s.labels["slot"]): s.value for m in slot_metrics(list(after.values())) for s in m.samples}
+    assert samples[("outbox_cdc_slot_retained_bytes", path.slot)] == after[path.slot].retained_bytes
+    assert samples[("outbox_cdc_slot_exists", "not_a_slot")] == 0
+    assert samples[("outbox_cdc_slot_lost", path.slot)] == 0
+
+
+def test_refeed_after_a_lost_slot_fills_the_hole_and_what_was_had_changes_nothing(path: Path_) -> None:
+    """Invariant: events committed while no slot existed (a lost slot, a failover before PostgreSQL 17) are in no
+    stream; `outbox cdc-refeed --since T` publishes every event since T again, spelt as the relay spells them, so
+    the inbox applies the missing ones (in revision order, no gap) and absorbs the rest as duplicates — never as
+    identity conflicts. A malformed --since publishes nothing."""
+    c = producer(path.cluster)
+    agg = uuid.uuid4().hex[:6]
+    since = datetime.now(UTC)
+    for rev in (1, 2):
+        insert_event(c, agg, rev)
+    path.relay_until(2)
+    assert path.consume_all().outcomes == {"applied": 2}
+    slot.drop(path.relay_conn, path.slot)  # the slot lost ...
+    for rev in (3, 4):
+        insert_event(c, agg, rev)  # ... while these commit
+    cdc.prepare(path.relay_conn, path.slot)  # a new slot begins after them
+    assert cdc.relay_round(path.relay_conn, path.r, path.slot, path.stream).events == 0
+    port = path.r.connection_pool.connection_kwargs["port"]
+    env = {**os.environ, "OUTBOX_ENV": "development", "OUTBOX_DATABASE_URL": path.cluster.url,
+           "OUTBOX_REDIS_URL": f"redis://127.0.0.1:{port}/{REDIS_DB}", "OUTBOX_CDC_STREAM": path.stream}
+    bad = subprocess.run([str(BIN / "outbox"), "cdc-refeed", "--since", "yesterday"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "not an ISO time" in bad.stderr + bad.stdout
+    assert int(path.r.xlen(path.stream)) == 2
+    done = subprocess.run([str(BIN / "outbox"), "cdc-refeed", "--since", since.isoformat()], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "republished 4 events" in done.stdout
+    assert path.consume_all().outcomes == {"duplicate": 2, "applied": 2}
+    counts = path.counts()
+    assert counts["applied"] == 4 and counts["refusals"] == 0 and counts["open_gaps"] == 0
+    assert counts["projected_twice"] == 0
+    with path.inbox_conn.transaction():
+        assert path.inbox_conn.execute("SELECT revision, applied_events FROM fulfilments WHERE aggregate_id = %s",
+                                       (agg,)).fetchone() == (4, 4)
+    c.close()
+
+
+def test_failover_before_pg17_loses_the_slot_and_the_refeed_closes_the_hole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant (docs/relays.md, "A primary failover"): on a promoted standby (PostgreSQL < 17, no failover
+    slots) the CDC slot is gone, so what committed after its last confirmed position is in no stream — the inbox
+    parks what comes after the hole instead of projecting past it — and the documented procedure (a new slot, then
+    `cdc-refeed` from before the hole) brings the projection to the last revision with no gap, no refusal and no
+    event projected twice."""
+    from jobs.drills.replica_pg import SLOT_NAME, Cluster
+
+    options = logical_decoding_options()
+    home = cluster_home(f"cdc-failover{SLOT_SUFFIX}")
+    primary = Cluster(free_port(), home / "primary", options)
+    standby = Cluster(free_port(), home / "standby", options)
+    base = os.environ.get("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0]
+    r = redis_lib.Redis.from_url(f"{base}/{REDIS_DB}")
+    r.flushdb()
+    stream, agg, slot_name = f"test:cdc:fo:{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:6], "fo_slot"
+    try:
+        primary.init()
+        primary.start()
+        primary.sql(f"SELECT pg_create_physical_replication_slot('{SLOT_NAME}')")
+        url, f_url = f"{primary.url}/outbox_fo", f"{primary.url}/outbox_fo_fulfilment"
+        ensure_database(url)
+        migrate_outbox(url)
+        fdb.migrate(f_url)
+        primary.sql(f"INSERT INTO tenants (id, name) VALUES ({TENANT}, 'fo')", db="outbox_fo")
+        standby.basebackup_from(primary)
+        standby.start()
+        for k, v in {"DATABASE_URL": f_url, "REDIS_URL": f"{base}/{REDIS_DB}", "STREAM": stream,
+                     "GROUP": "fulfilment", "CONSUMER": "c1", "BLOCK_MS": "1", "CLAIM_IDLE_MS": "60000",
+                     "FAULT": ""}.items():
+            monkeypatch.setenv(f"FULFILMENT_{k}", v)
+        fsettings.get_settings.cache_clear()
+        since = datetime.now(UTC)
+
+        def consume(inbox_url: str) -> fconsume.Tally:
+            tally = fconsume.Tally()
+            with fdb.connect(inbox_url) as ic:
+                for _ in range(5):
+                    fconsume.consume_once(ic, r, tally, block_ms=1)
+            return tally
+
+        with cdc.connect(url) as rc, psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as c:
+            cdc.prepare(rc, slot_name)
+            for rev in (1, 2):
+                insert_event(c, agg, rev)
+            assert cdc.relay_round(rc, r, slot_name, stream).events == 2
+            assert consume(f_url).outcomes == {"applied": 2}
+            insert_event(c, agg, 3)  # committed and replicated, never relayed: the hole
+            row = c.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+            assert row is not None
+        wait_until(lambda: standby.sql(f"SELECT pg_last_wal_replay_lsn() >= '{row[0]}'::pg_lsn")[0][0], 60,
+                   "the standby to replay the hole")
+        primary.stop("immediate")
+        standby.promote()
+        new_url, new_f_url = f"{standby.url}/outbox_fo", f"{standby.url}/outbox_fo_fulfilment"
+        with cdc.connect(new_url) as rc, psycopg.connect(new_url.replace("+psycopg", ""), autocommit=True) as c:
+            major = int(str(standby.sql("SELECT current_setting('server_version_num')::int / 10000")[0][0]))
+            if major < 17:
+                assert slot.lag(rc, slot_name) is None, "a logical slot is not on a promoted standby before PG 17"
+            insert_event(c, agg, 4)  # before the relay is back: before its new slot, in no stream either
+            if slot.lag(rc, slot_name) is None:
+                cdc.prepare(rc, slot_name)
+            insert_event(c, agg, 5)
+            assert cdc.relay_round(rc, r, slot_name, stream).events == 1
+            assert consume(new_f_url).outcomes == {"parked": 1}  # revision 5 waits: 3 and 4 never came
+            assert cdc.refeed(rc, r, stream, since) == 5
+        tally = consume(new_f_url)
+        assert tally.outcomes == {"duplicate": 3, "applied": 2}  # 1, 2 and 5 again; 3 and 4 (and 5 after them)
+        with fdb.connect(new_f_url) as ic:
+            counts = finbox.counts(ic)
+            projected = ic.execute("SELECT revision, applied_events FROM fulfilments WHERE aggregate_id = %s",
+                                   (agg,)).fetchone()
+        assert projected == (5, 5)
+        assert counts["open_gaps"] == 0 and counts["parked"] == 0 and counts["refusals"] == 0
+        assert counts["projected_twice"] == 0
+    finally:
+        fsettings.get_settings.cache_clear()
+        r.flushdb()
+        r.close()
+        for c in (standby, primary):
+            c.keep_log(ROOT / ".run" / f"cdc-failover-{c.base.name}.log")
+            c.remove()
+        remove_cluster_home(f"cdc-failover{SLOT_SUFFIX}")

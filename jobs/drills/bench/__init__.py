@@ -16,6 +16,10 @@ run's evidence:
   completion time both ways), and the big campaign's sent/s without and with it (fair.py);
 - scan: the relay's claim draining a backlog over two index designs, then one scan among 1,000,000 settled rows
   in a database kept between runs (scan.py);
+- relays: the four ways an approval leaves PostgreSQL for another service — after-commit enqueue, NOTIFY-woken
+  scan, scan alone (each to the receiver's webhook effect), CDC → Redis Stream → the fulfilment inbox — on a
+  wal_level = logical cluster of its own: commit → consumer p50/p99, a burst's events/s, database CPU and WAL per
+  event; then the CDC relay stopped a while: the WAL its slot retains and its catch-up (relays.py);
 - push: operator A's click to operator B's render in one Chromium, timed inside the pages, then the dashboard's
   memory per open tab with 50 tabs live (push.py; builds and starts the dashboard in prod mode).
 
@@ -32,12 +36,12 @@ from datetime import UTC, datetime
 
 import redis as redis_lib
 
-from jobs.drills.bench import commit, delivery, fair, lanes, push, report, scan, wake
+from jobs.drills.bench import commit, delivery, fair, lanes, push, relays, report, scan, wake
 from jobs.drills.bench.common import API_PORT, BENCH_DB, BENCH_REDIS_DB, RECEIVER_PORT, RECEIVER_PROCS, say
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System
 
-STEPS = ("wake", "commit", "delivery", "recovery", "lanes", "fair", "scan", "push")
+STEPS = ("wake", "commit", "delivery", "recovery", "lanes", "fair", "scan", "push", "relays")
 
 
 def _uptime() -> str:
@@ -45,15 +49,19 @@ def _uptime() -> str:
 
 
 def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, recipients: int = 40_000,
-              codes: int = 30, window: float = 30.0, only: tuple[str, ...] = ()) -> dict[str, object]:
+              codes: int = 30, window: float = 30.0, only: tuple[str, ...] = (), relay_outage: float = 60.0,
+              relay_samples: int = 100) -> dict[str, object]:
     """Every step in STEPS, or `only` some of them (their figures replace those of the last run in the evidence).
     Flat keys (`wake_p50_ms`, `commit_per_s_4` …) sit at the top of bench.json, each beside its raw baseline."""
     unknown = set(only) - set(STEPS)
     if unknown:
         raise ValueError(f"unknown step(s) {', '.join(sorted(unknown))}; steps are {', '.join(STEPS)}")
+    steps = [step for step in STEPS if not only or step in only]
+    shared = any(step != "relays" for step in steps)  # `relays` owns its cluster: `--only relays` needs no more
     redis_url = isolated_environment(BENCH_DB, BENCH_REDIS_DB, OUTBOX_SCAN_INTERVAL="0.5",
                                      OUTBOX_RECEIVER_URL=f"http://127.0.0.1:{RECEIVER_PORT}",
-                                     OUTBOX_APP_URL=f"http://127.0.0.1:{API_PORT}")
+                                     OUTBOX_APP_URL=f"http://127.0.0.1:{API_PORT}") if shared else \
+        os.environ.get("OUTBOX_REDIS_URL", "redis://127.0.0.1:6379/0")
     r = redis_lib.Redis.from_url(redis_url)
     system = System(dict(os.environ), ROOT / ".run" / "bench-logs")
     evidence = ROOT / "evidence" / "bench.json"
@@ -63,7 +71,6 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
     results.update({"measured_at": datetime.now(UTC).isoformat(), "n": n, "cpu_count": os.cpu_count(),
                     "uptime_start": _uptime(), "load_avg_1m_start": os.getloadavg()[0],
                     "steps_run": ",".join(only or STEPS)})
-    steps = [step for step in STEPS if not only or step in only]
     what = {"wake": f"wake-ups: {codes} one-time codes at rest, three ways, then idle CPU and memory",
             "commit": f"commit path, {n} commands at 1 client, then at 1/4/16 clients beside raw psycopg",
             "delivery": f"delivery path, {n} webhooks, 2 workers on the lane, then commit-to-effect at half rate",
@@ -71,10 +78,13 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
             "lanes": f"lanes: {codes} one-time codes idle, then with a {recipients}-recipient campaign in flight",
             "fair": f"fair bulk lane: tenant 7's 50-message campaign alone, then beside tenant 42's {recipients}",
             "scan": f"relay claim draining {scan_owed} owed among {scan_done} settled rows, then among 1,000,000",
-            "push": "pushes: A's click to B's render over 50 runs in one Chromium, then 50 tabs open"}
+            "push": "pushes: A's click to B's render over 50 runs in one Chromium, then 50 tabs open",
+            "relays": f"relays compared: {relay_samples} paced approvals and a burst of {n} through each of four "
+                      f"paths, then the CDC relay down {relay_outage:g}s"}
     try:
-        system.receiver(RECEIVER_PORT, reset=True, workers=RECEIVER_PROCS)
-        system.api(API_PORT)  # delivery receipts land here
+        if shared:
+            system.receiver(RECEIVER_PORT, reset=True, workers=RECEIVER_PROCS)
+            system.api(API_PORT)  # delivery receipts land here
         for i, step in enumerate(steps, 1):
             print(f"[{i}/{len(steps)}] {what[step]} …", flush=True)
             if step == "wake":
@@ -114,6 +124,11 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
             elif step == "push":
                 results.update(push.bench_push(system, r))
                 system.stop_all()
+            elif step == "relays":
+                system.stop_all()  # its own cluster, Redis and processes; the shared machine's cores to itself
+                started = {"relays_measured_at": datetime.now(UTC).isoformat(), "relays_uptime_start": _uptime()}
+                results.update({**started, **relays.bench_relays(relay_samples, burst=n, outage_s=relay_outage),
+                                "relays_uptime_end": _uptime()})
             say(f"{step} done")
     finally:
         system.stop_all()

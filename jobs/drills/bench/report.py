@@ -48,7 +48,8 @@ _KEYS = (
     "MutationObserver in B), beside `push_self_*` (A's own render of its answer: the command's round trip), "
     "`push_server_*` (publish → B's state reloaded, the dashboard's own measurement) and `push_raw_publish_*` (a bare "
     "Redis PUBLISH → receipt). `rss_per_tab_kb`: the dashboard's resident memory per open tab with 50 live tabs; "
-    "`rss_total_mb_tabs`: every process of the system with them open (Chromium left out).")
+    "`rss_total_mb_tabs`: every process of the system with them open (Chromium left out). "
+    "`relay_{enqueue,notify,scan,cdc}_*` and `cdc_*`: the relays compared, in their own section above.")
 
 _SECTIONS = (
     ("commit", "Commit: outbox command vs bare UPDATE"),
@@ -78,6 +79,44 @@ def _targets(res: dict[str, object]) -> list[str]:
         shown = f"{b:.2f}" if isinstance(b, int | float) else "—"
         lines.append(f"| {key} | {v:.2f} | {target} | {'✓' if met(v) else '✗'} | {beside} {shown} |")
     return [*lines, ""] if len(lines) > 4 else []
+
+
+RELAY_PATHS = (("enqueue", "(a) after-commit enqueue → 2 workers → receiver effect"),
+               ("notify", "(b) NOTIFY-woken relay scan → 2 workers → receiver effect"),
+               ("scan", "(c) the recovery scan alone (0.5 s) → 2 workers → receiver effect"),
+               ("cdc", "(d) CDC slot → Redis Stream → fulfilment inbox"))
+
+
+def _relays(res: dict[str, object]) -> list[str]:
+    """`outbox bench --only relays` (relays.py): the four paths side by side, then the slot's cost."""
+    if not isinstance(res.get("relay_cdc_p50_ms"), int | float):
+        return []
+
+    def v(key: str, fmt: str = ".0f") -> str:
+        x = res.get(key)
+        return format(x, fmt) if isinstance(x, int | float) else "—"
+
+    lines = ["## Relays compared (issue 28): one approval to another service applying it once", "",
+             f"Measured {res.get('relays_measured_at', '?')} on a wal_level = logical cluster and a redis-server "
+             "(appendonly, everysec) of the step's own; `uptime` said "
+             f"\"{res.get('relays_uptime_start', '?')}\" before and \"{res.get('relays_uptime_end', '?')}\" after. "
+             f"Latency: {v('relay_samples')} approvals at {v('relay_latency_rate_per_s')}/s, commit returned → the "
+             "consumer's transaction time (receiver `webhook_effects.applied_at`, inbox `received_at`). events/s: a "
+             f"burst of {v('relay_burst')} committed by one client, first commit → last application. DB CPU: the "
+             "cluster's postmaster and backends over the burst (/proc); WAL: `pg_current_wal_lsn()` over the burst "
+             "(the approval's own writes included: "
+             f"{v('relay_producer_wal_bytes_per_event')} bytes with nothing consuming).", "",
+             "| path | p50 ms | p99 ms | events/s | DB CPU ms/event | WAL bytes/event |", "|---|---|---|---|---|---|"]
+    for key, title in RELAY_PATHS:
+        lines.append(f"| {title} | {v(f'relay_{key}_p50_ms')} | {v(f'relay_{key}_p99_ms')} | "
+                     f"{v(f'relay_{key}_events_per_s')} | {v(f'relay_{key}_db_cpu_ms_per_event', '.2f')} | "
+                     f"{v(f'relay_{key}_wal_bytes_per_event')} |")
+    lines += ["", f"CDC relay stopped {v('cdc_outage_s')} s while {v('cdc_outage_events')} approvals committed: the "
+              f"slot retained {v('cdc_slot_retained_mb', '.2f')} MB (`cdc_slot_retained_mb`; "
+              f"{v('cdc_slot_retained_growth_mb', '+.2f')} MB over the outage); started again, the slot was "
+              f"confirmed past it after {v('cdc_catch_up_s', '.2f')} s (`cdc_catch_up_s`, the process's start "
+              f"included) and the inbox had every event after {v('cdc_inbox_catch_up_s', '.2f')} s.", ""]
+    return lines
 
 
 def _fmt(d: object, prefix: str = "") -> str:
@@ -141,7 +180,7 @@ def write(res: dict[str, object]) -> None:
           f"`outbox bench`, n={res['n']}, {res['cpu_count']} cores. Ratios compare against raw baselines measured in "
           "the same run on the same machine, shared with other engineers' tests: `uptime` said "
           f"\"{res.get('uptime_start', '?')}\" at the start and \"{res.get('uptime_end', '?')}\" at the end.", "",
-          *kept, *_targets(res),
+          *kept, *_targets(res), *_relays(res),
           "## Issue 17: each figure beside its raw baseline (flat keys of bench.json)", "", _KEYS, "",
           "| metric | value |", "|---|---|", _fmt(flat), ""]
     for key, title in _SECTIONS:

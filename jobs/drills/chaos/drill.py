@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -41,10 +42,13 @@ def _setup_load(api: str, seed: int) -> tuple[str, list[tuple[int, str]]]:
     return key, out
 
 
-def _start_campaign(run: Run, api: str, key: str, deadline: float) -> None:
-    """The campaign goes through the API too; while the API or PostgreSQL is down, ask again (deadline)."""
+def _start_campaign(run: Run, api: str, key: str, deadline: float, tick: Callable[[], None]) -> None:
+    """The campaign goes through the API too; while the API or PostgreSQL is down, ask again (deadline). `tick`
+    keeps the fault plan running meanwhile: the API killed just before the campaign is restarted by it (seed
+    1013971946 waited 30 s for an API whose restart was never injected)."""
     with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {key}"}, timeout=5) as c:
         def ask() -> int | None:
+            tick()
             try:
                 r = c.post("/api/v1/campaigns", json={"name": f"chaos {run.seed}", "segment": "all_reachable",
                                                       "template": "offer", "channel": "email"})
@@ -115,7 +119,7 @@ def _drive(run: Run, load: Load, sampler: Sampler, injector: Injector, api: str,
     while now_s(t0) < run.duration:
         injector.due()
         if run.campaign_id is None and now_s(t0) >= campaign_at:
-            _start_campaign(run, api, key, 30)
+            _start_campaign(run, api, key, 30, injector.due)
             say(f"chaos t={now_s(t0):6.1f}s campaign {run.campaign_id} started (all_reachable × offer × email)",
                 run.timeline)
         if now_s(t0) >= next_progress:

@@ -182,16 +182,26 @@ class OwnedPostgres:
 
 @dataclass
 class OwnedRedis:
+    """A redis-server of the drill's own. `appendonly`: an append-only file in `workdir`, fsynced as `fsync` says
+    (`always`: before each reply, so a server killed outright and started again keeps every entry it acknowledged,
+    the CDC profile's stream; `everysec`: what docs/relays.md recommends, up to a second lost with the machine);
+    without it, a restart starts empty."""
+
     port: int
     popen: subprocess.Popen[bytes] | None = None
+    appendonly: bool = False
+    workdir: Path = ROOT / ".run" / "chaos-redis"
+    logfile: Path = LOG_DIR / "redis.log"
+    fsync: str = "always"
 
     def start(self) -> None:
-        workdir = ROOT / ".run" / "chaos-redis"
-        workdir.mkdir(parents=True, exist_ok=True)
-        with open(LOG_DIR / "redis.log", "ab") as log:  # the child keeps its own copy of the descriptor
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.logfile.parent.mkdir(parents=True, exist_ok=True)
+        durability = ["--appendonly", "yes", "--appendfsync", self.fsync] if self.appendonly else ["--appendonly", "no"]
+        with open(self.logfile, "ab") as log:  # the child keeps its own copy of the descriptor
             self.popen = subprocess.Popen(
-                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                 "no", "--dir", str(workdir)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *durability,
+                 "--dir", str(self.workdir)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         r = redis_lib.Redis(port=self.port)
         wait_until(lambda: _pings(r), 20, f"redis-server on port {self.port}")
         r.close()
