@@ -72,8 +72,8 @@ def attempt_text(status_code: int | None, error_class: str | None, excerpt: str 
         if code == 404:
             return f"the endpoint's URL was not found (HTTP {code}) — check the path"
         if code == 410:
-            return (f"the endpoint says it is gone (HTTP {code}) — if it no longer exists, disable or delete it; "
-                    "events keep being tried until then")
+            return (f"the endpoint says it is gone (HTTP {code}) — if it no longer exists, disable or delete it: "
+                    "new events keep going to it until then")
         if code == 409:
             return f"{ERROR_CLASS['identity_conflict']} (HTTP {code})"
         if code == 429:
