@@ -104,7 +104,7 @@ def _row(e: dict[str, Any], done: dict[str, Any] | None = None, attempts: list[d
                        if e["breaker_open_until"] else "",
             "rate": rate, "last": last,
             "attempts": "\n".join(attempt_line(a) for a in attempts or []),
-            "test": test_line(test),
+            "test": test_line(test), "test_message": str(test["id"]) if test else "",
             "done": done_line(DONE.get(str(done["action"]), str(done["action"])), done) if done else ""}
 
 
@@ -338,7 +338,10 @@ def _endpoint_row(e: Row) -> rx.Component:
                       rx.text(e["done"], size="1", color=rx.color("gray", 11), data_testid="endpoint-last-action")),
         rx.table.cell(rx.text(e["rate"], size="2", data_testid="endpoint-health"),
                       rx.text(e["last"], size="1", color=rx.color("gray", 11)),
-                      rx.text(e["test"], size="1", weight="medium", data_testid="endpoint-test"),
+                      rx.hstack(rx.text(e["test"], size="1", weight="medium", data_testid="endpoint-test"),
+                                rx.cond(e["test_message"] != "",
+                                        rx.link("its attempts →", href="/messages/" + e["test_message"], size="1",
+                                                data_testid="endpoint-test-message")), spacing="2", wrap="wrap"),
                       rx.text(e["attempts"], size="1", white_space="pre-line", color=rx.color("gray", 11),
                               data_testid="endpoint-attempts")),
         rx.table.cell(rx.cond(EndpointsState.oncall, actions)), data_testid="endpoint-row")
