@@ -82,8 +82,11 @@ async def _fixtures(client: httpx.AsyncClient, key: dict[str, str]) -> dict[str,
     camp = await client.post("/api/v1/campaigns", json={"name": "Winter", "segment": "all_reachable",
                                                         "template": "offer", "channel": "email"}, headers=key)
     assert camp.status_code == 202, camp.text
+    ep = await client.post("/api/v1/endpoints", json={"url": "http://93.184.216.34/sweep"}, headers=key)
+    assert ep.status_code == 201, ep.text
     return {"order_id": 913, "recipient_id": rid, "lead_id": lead,
-            "notification_id": otp.json()["notification_id"], "campaign_id": camp.json()["campaign_id"]}
+            "notification_id": otp.json()["notification_id"], "campaign_id": camp.json()["campaign_id"],
+            "endpoint_id": ep.json()["id"]}
 
 
 def valid_bodies(ids: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -115,6 +118,11 @@ def valid_bodies(ids: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "POST /api/v1/endpoints": {"url": "https://hooks.example.com/outbox", "description": "ERP",
                                    "event_types": ["order.approved"]},
         "POST /api/v1/search": {"q": "cust-001"},
+        # The confirmed actions' optional note (issue 27): swept like any other string.
+        "POST /api/v1/endpoints/{endpoint_id}/disable": {"note": "sweep"},
+        "POST /api/v1/endpoints/{endpoint_id}/enable": {"note": "sweep"},
+        "POST /api/v1/endpoints/{endpoint_id}/rotate": {"note": "sweep"},
+        "POST /api/v1/campaigns/{campaign_id}/cancel": {"note": "sweep"},
     }
 
 
