@@ -155,6 +155,7 @@ async def send_test(endpoint_id: Id, p: Auth) -> JSONResponse:
     """A signed `outbox.test` event to this endpoint only, through the real delivery path (ledger row, lane
     workers, signing, retries). One owed at a time; one audit row. 202: it is owed; its attempts show on the
     notification."""
+    await asyncio.to_thread(mock.hand_over_current, p.tenant_id, endpoint_id)  # development: the mock verifies
     got = await asyncio.to_thread(trial.send_test_event, p.tenant_id, endpoint_id, p.actor_ref)
     if isinstance(got, trial.Refused):
         if got.code == "not_found":

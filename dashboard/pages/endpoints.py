@@ -275,6 +275,7 @@ class EndpointsState(paging.KeysetPaged, AuthState):
             self.error = "No such endpoint; nothing was sent."
             return None
         tenant, actor = self._tenant_id, self._actor_ref
+        await asyncio.to_thread(mock.hand_over_current, tenant, eid)  # development: so the mock verifies it
         got = await asyncio.to_thread(lambda: trial.send_test_event(tenant, eid, actor))
         if isinstance(got, trial.Refused):
             self.error = got.words

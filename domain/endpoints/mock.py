@@ -1,8 +1,9 @@
 """Development only: an endpoint pointed at the mock receiver (`OUTBOX_RECEIVER_URL`) gets its secret handed over
 to the mock through the mock's own API (`PUT /endpoint-secrets/{name}`, which the mock answers only with
 RECEIVER_SECRETS_API on), so signed events to it — a test event first — verify there. The mock keeps it in its own
-database: it still shares no table or code with us. Called after an endpoint is created or rotated; best-effort
-(the endpoint is made whatever the mock says). The secret goes in the request body only: never in a URL or a log.
+database: it still shares no table or code with us. Called after an endpoint is created or rotated, and again
+before a test event to it (`hand_over_current`: an endpoint made before, or a mock restarted empty since);
+best-effort (the endpoint is made, the test sent, whatever the mock says). The secret goes in the request body only: never in a URL or a log.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from domain.endpoints import store
 from domain.settings import get_settings
 
 log = logging.getLogger("outbox.endpoints")
@@ -56,3 +58,14 @@ def hand_over(tenant_id: int, endpoint_id: int, url: str, secret: str) -> bool:
         log.warning("mock receiver refused endpoint %s's secret: HTTP %s", endpoint_id, r.status_code)
         return False
     return True
+
+
+def hand_over_current(tenant_id: int, endpoint_id: int) -> bool:
+    """`hand_over` with the endpoint's current secret, read here (development only, and only for an enabled
+    endpoint on the mock's origin: nothing is read otherwise)."""
+    if not get_settings().dev_mode:
+        return False
+    target = store.send_target(tenant_id, endpoint_id)
+    if target is None or not points_at_mock(target.url):
+        return False
+    return hand_over(tenant_id, endpoint_id, target.url, target.secrets[0])

@@ -143,3 +143,19 @@ async def test_the_api_sends_a_test_event_and_refuses_a_second_while_owed(client
     assert again.status_code == 409 and again.json()["error"] == "test_owed"
     assert (await client.post(f"/api/v1/endpoints/{eid}/test", headers=key7)).status_code == 404
     assert len(rows("template = 'outbox.test'")) == 1
+
+
+async def test_the_api_hands_the_mock_the_secret_before_a_test_so_it_verifies(sys_, client: httpx.AsyncClient,
+                                                                              key42: dict[str, str]) -> None:
+    """Invariant: in development a test event through the API to an endpoint on the mock's origin — one made
+    before any hand-over (or a mock restarted empty) — first hands the mock the endpoint's current secret, so the
+    test verifies there: delivered, one effect."""
+    sys_.start_worker("high")
+    e = store.create(42, MOCK_URL, "made before the hand-over", None, "test")
+    httpx.delete(f"{RECEIVER}/endpoint-secrets/{mock.name_for(42, e['id'])}")  # the mock knows nothing of it
+    r = await client.post(f"/api/v1/endpoints/{e['id']}/test", headers=key42)
+    assert r.status_code == 202, r.text
+    nid = r.json()["notification_id"]
+    wait_for(lambda: rows("id = :i AND status <> 'QUEUED'", i=nid), 30, "the test answered")
+    assert rows("id = :i", i=nid)[0].status == "DELIVERED"
+    assert effects(r.json()["event_id"])["effects"] == 1
