@@ -92,3 +92,27 @@ def test_the_endpoints_list_pages_older_and_newer_with_its_position_in_the_url(n
     assert s.get_by_test_id("endpoints-pager-older").is_disabled()
     s.get_by_test_id("endpoints-pager-newer").click()
     s.wait_for_function("() => document.querySelectorAll('[data-testid=endpoint-row]').length === 50")
+
+
+def test_a_test_event_to_the_mock_verifies_and_its_outcome_shows_on_the_row(new_operator):
+    """Invariant (issue 27 item 8): an endpoint added on the page, pointed at the demo's mock receiver with one
+    event type ticked, has its secret handed to the mock; "Send test event" delivers a signed `outbox.test` through
+    the workers, and the row shows the outcome by itself (HTTP 200, delivered) without a reload; the secret has a
+    copy button and the docs link is the dashboard's own API docs page."""
+    url = f"{RECEIVER}/webhooks/orders"
+    a = new_operator("alice")
+    a.goto(f"{APP}/endpoints")
+    assert "/api/docs" in (a.get_by_test_id("endpoints-docs-link").get_attribute("href") or "")
+    a.get_by_test_id("endpoint-url").fill(url)
+    a.get_by_test_id("endpoint-type-order.approved").click()
+    a.get_by_test_id("add-endpoint").click()
+    a.get_by_test_id("endpoint-secret").wait_for()
+    assert a.get_by_test_id("copy-endpoint-secret").is_visible()
+    assert "mock receiver" in a.get_by_test_id("endpoints-notice").inner_text()
+    row = a.get_by_test_id("endpoint-row").filter(has_text=url)
+    assert "order.approved" in row.inner_text() and "every event" not in row.inner_text()
+    row.get_by_test_id("test-endpoint").click()
+    a.get_by_test_id("endpoints-notice").filter(has_text="Test event sent").wait_for()
+    row.get_by_test_id("endpoint-test").filter(has_text="delivered").wait_for(timeout=30_000)
+    assert "HTTP 200 — accepted" in row.get_by_test_id("endpoint-attempts").inner_text()
+    shot(a, "endpoint-test-event")

@@ -160,8 +160,8 @@ async def _post_endpoint(ctx: dict[str, Any], c: Claim, target: endpoints.SendTa
                     break
     except httpx.TimeoutException:
         return Outcome(None, error="timeout"), None
-    except httpx.TransportError:
-        return Outcome(None, error="connection"), None
+    except httpx.TransportError as exc:  # what failed, kept as the excerpt: a TLS failure reads as one
+        return Outcome(None, error="connection", excerpt=f"{type(exc).__name__}: {exc}"[:200]), None
     text = head[:ENDPOINT_ANSWER_MAX].decode("utf-8", "replace")
     try:
         parsed = json.loads(text)

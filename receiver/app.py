@@ -10,6 +10,9 @@ It imports nothing of ours (an import-linter contract says so): `python -m recei
   server process (receiver/faults.py).
 - Lean on purpose, so the mock is never the system's limit: several server processes (`serve --workers`), each
   request one statement on psycopg's async pool (no thread pool, no ORM on the request path).
+- PUT/DELETE /endpoint-secrets/{name} (only with RECEIVER_SECRETS_API, else 404 as /faults): the secret of one
+  of the sender's endpoints pointed here; a webhook not signed with `webhook_secret` verifies against these. A
+  secret is never logged nor answered back.
 - GET /effects/{event_id} and GET /invariants: what it applied, read through its HTTP API (never by a join).
 - Every answer carries the security headers the dashboard sets (`SecurityHeaders`; a preflight grants no origin).
 """
@@ -29,9 +32,10 @@ from typing import Any
 
 import httpx
 from fastapi import BackgroundTasks, FastAPI, Request
+from fastapi import Path as FastApiPath
 from fastapi.responses import JSONResponse, Response
 from psycopg import AsyncConnection
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from receiver import batch, db, faults, logs
 from receiver.faults import FaultRequest
@@ -124,6 +128,73 @@ async def set_faults(f: FaultRequest) -> dict[str, Any] | JSONResponse:
     return f.model_dump()
 
 
+class EndpointSecretIn(BaseModel):
+    secret: str = Field(min_length=10, max_length=200, pattern=r"^whsec_[A-Za-z0-9+/=]+$")
+
+
+NAME = r"^[A-Za-z0-9_.-]{1,100}$"
+
+
+@app.put("/endpoint-secrets/{name}", response_model=None)
+async def register_secret(body: EndpointSecretIn,
+                          name: str = FastApiPath(pattern=NAME)) -> dict[str, Any] | JSONResponse:
+    """Register (or replace) the secret of one of the sender's endpoints that points here. Absent (404) unless
+    RECEIVER_SECRETS_API is on. Answers the name only: the secret is never answered back nor logged."""
+    if not get_settings().secrets_api:
+        return JSONResponse({"error": "not_found"}, status_code=404)
+    try:
+        verify(body.secret, b"{}", {})
+    except WebhookVerificationError:
+        pass  # the secret decodes: only a signature was missing
+    except Exception:
+        return JSONResponse({"error": "invalid_secret", "detail": "not a whsec_ base64 secret"}, status_code=422)
+
+    async def upsert(c: AsyncConnection) -> None:
+        await c.execute("INSERT INTO endpoint_secrets (name, secret) VALUES (%s, %s) ON CONFLICT (name) "
+                        "DO UPDATE SET secret = EXCLUDED.secret, registered_at = now()", (name, body.secret))
+
+    await db.run(upsert, retry=True)
+    logs.info(log, "endpoint secret registered", name=name)
+    return {"name": name, "registered": True}
+
+
+@app.delete("/endpoint-secrets/{name}", status_code=204, response_model=None)
+async def forget_secret(name: str = FastApiPath(pattern=NAME)) -> Response:
+    if not get_settings().secrets_api:
+        return JSONResponse({"error": "not_found"}, status_code=404)
+
+    async def delete(c: AsyncConnection) -> None:
+        await c.execute("DELETE FROM endpoint_secrets WHERE name = %s", (name,))
+
+    await db.run(delete, retry=True)
+    return Response(status_code=204)
+
+
+async def _registered_secrets() -> list[str]:
+    async def read(c: AsyncConnection) -> list[str]:
+        return [str(r[0]) for r in await (await c.execute(
+            "SELECT secret FROM endpoint_secrets ORDER BY registered_at DESC LIMIT 100")).fetchall()]
+
+    return await db.run(read)
+
+
+async def _verified(body: bytes, headers: dict[str, str]) -> Any:
+    """The parsed body of a webhook signed with the sender's system-wide secret or, when the secrets API is on,
+    with a registered endpoint's (read only after the first check failed: the system's own webhooks cost nothing
+    more). Raises WebhookVerificationError when none verifies."""
+    try:
+        return verify(get_settings().webhook_secret, body, headers)
+    except (WebhookVerificationError, ValueError):
+        if not get_settings().secrets_api:
+            raise
+    for secret in await _registered_secrets():
+        try:
+            return verify(secret, body, headers)
+        except (WebhookVerificationError, ValueError):
+            continue
+    raise WebhookVerificationError("no registered secret verifies")
+
+
 @app.get("/healthz")
 def healthz() -> dict[str, Any]:
     return {"status": "ok", "pid": os.getpid()}  # which server process answered
@@ -157,7 +228,7 @@ DROP: dict[str, Any] = {}  # handle_webhook's answer when the connection is to d
 async def handle_webhook(body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
     """(status, JSON answer) of one webhook POST; `headers` with lower-case names."""
     try:
-        data = verify(get_settings().webhook_secret, body, headers)
+        data = await _verified(body, headers)
     except (WebhookVerificationError, ValueError):
         return 401, {"error": "bad_signature"}
     try:

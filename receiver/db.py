@@ -65,6 +65,15 @@ receiver_faults = sa.Table(
     sa.CheckConstraint("id = 1", name="receiver_faults_one_row"),
 )
 
+# Secrets of the sender's endpoints pointed at this mock, registered through its own API (PUT /endpoint-secrets/
+# {name}, development only): a webhook that does not verify with `webhook_secret` is tried against these.
+endpoint_secrets = sa.Table(
+    "endpoint_secrets", metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("secret", sa.Text, nullable=False),
+    sa.Column("registered_at", sa.DateTime(timezone=True), nullable=False, server_default=NOW),
+)
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 

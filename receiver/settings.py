@@ -19,6 +19,9 @@ class ReceiverSettings(BaseSettings):
     app_url: str = "http://127.0.0.1:3000"
     # The /faults switch board (a test double's controls): off unless asked for.
     faults: bool = False
+    # PUT /endpoint-secrets/{name} (the sender's endpoint secrets, so its signed test events verify): off unless
+    # asked for, as /faults — a real receiver is never told secrets over an open route.
+    secrets_api: bool = False
     # Server processes (`serve --workers` overrides): the mock must stay well above the system's rate.
     workers: int = 2
     # Providers post their delivery receipt this long after accepting (the /faults board can change it).

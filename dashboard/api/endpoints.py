@@ -1,5 +1,7 @@
 """Webhook endpoints per tenant (Svix's model): create (201, the `whsec_…` secret answered once), list, read,
-disable, enable, delete, rotate (both secrets sign for 24 h). A URL to a loopback, private, link-local or metadata
+disable, enable, delete, rotate (both secrets sign for 24 h), and send a test event (a signed `outbox.test` through the
+real delivery path; one owed at a time). In development, an endpoint pointed at the mock receiver has its secret
+handed to the mock (domain/endpoints/mock.py), so its events verify there. A URL to a loopback, private, link-local or metadata
 address is refused (422 `url_not_allowed`), and checked again after DNS at send time (domain/endpoints/urls.py)."""
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from dashboard.api.deps import Auth, Cursor, Id, Limit, tenant_row
+from dashboard.api.deps import Auth, Cursor, Id, Limit, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
 from dashboard.api.fields import NOTE_DOC, NOTE_MAX, NoteIn, note_of
-from domain.endpoints import store, urls
+from domain.delivery.wakeups import enqueue_after_commit
+from domain.endpoints import mock, store, urls
+from domain.orders import trial
 from domain.orders.policy import EVENT_TYPES
 from domain.support import pages
 
@@ -62,12 +66,20 @@ class EndpointWithSecret(EndpointOut):
     secret: str = Field(description="whsec_…: shown in this answer only — store it now")
 
 
+def event_types_problem(event_types: list[str] | None) -> str | None:
+    """Why a list of event types is refused (None: it is fine; None as the list: every type). The page's add form
+    asks this too."""
+    if event_types is not None:
+        unknown = sorted(set(event_types) - set(EVENTS))
+        if not event_types or unknown or len(set(event_types)) != len(event_types):
+            return f"event_types: each once, from {', '.join(EVENTS)}"
+    return None
+
+
 def _checked(body: EndpointIn) -> None:
-    if body.event_types is not None:
-        unknown = sorted(set(body.event_types) - set(EVENTS))
-        if unknown or len(set(body.event_types)) != len(body.event_types):
-            raise ApiError(422, "invalid_request", field="event_types",
-                           detail=f"event_types: each once, from {', '.join(EVENTS)}")
+    problem = event_types_problem(body.event_types)
+    if problem:
+        raise ApiError(422, "invalid_request", field="event_types", detail=problem)
 
 
 @router.post("", status_code=201, response_model=EndpointWithSecret)
@@ -78,6 +90,7 @@ async def create(body: EndpointIn, p: Auth) -> JSONResponse:
         raise ApiError(422, "url_not_allowed", field="url", detail=f"url: {verdict.reason}; nothing was created")
     row = await asyncio.to_thread(store.create, p.tenant_id, body.url, body.description, body.event_types,
                                   p.actor_ref)
+    await asyncio.to_thread(mock.hand_over, p.tenant_id, int(row["id"]), body.url, row["secret"])
     return JSONResponse(EndpointWithSecret(**row).model_dump(mode="json"), status_code=201)
 
 
@@ -124,7 +137,36 @@ async def rotate(endpoint_id: Id, p: Auth, body: NoteIn | None = None) -> dict[s
     row = await asyncio.to_thread(lambda: store.rotate(p.tenant_id, endpoint_id, p.actor_ref, note=note))
     if row is None:
         raise ApiError(404, "not_found")
+    await asyncio.to_thread(mock.hand_over, p.tenant_id, endpoint_id, str(row["url"]), row["secret"])
     return row
+
+
+class TestEventOut(BaseModel):
+    endpoint_id: int
+    event_id: str = Field(description="the test event's id: its webhook-id and Idempotency-Key")
+    notification_id: int = Field(description="its ledger row: GET /api/v1/notifications/{id} shows its attempts")
+    event_type: str = Field(description="outbox.test")
+
+
+@router.post("/{endpoint_id}/test", status_code=202, response_model=TestEventOut,
+             responses={409: {"description": "the endpoint is disabled (`endpoint_disabled`), or a test event to it "
+                                             "is still owed (`test_owed`): nothing was sent"}})
+async def send_test(endpoint_id: Id, p: Auth) -> JSONResponse:
+    """A signed `outbox.test` event to this endpoint only, through the real delivery path (ledger row, lane
+    workers, signing, retries). One owed at a time; one audit row. 202: it is owed; its attempts show on the
+    notification."""
+    await asyncio.to_thread(mock.hand_over_current, p.tenant_id, endpoint_id)  # development: the mock verifies
+    got = await asyncio.to_thread(trial.send_test_event, p.tenant_id, endpoint_id, p.actor_ref)
+    if isinstance(got, trial.Refused):
+        if got.code == "not_found":
+            raise ApiError(404, "not_found")
+        if got.notification_id is not None:
+            raise ApiError(409, got.code, detail=got.words, notification_id=got.notification_id)
+        raise ApiError(409, got.code, detail=got.words)
+    await enqueue_after_commit(await maybe_pool(), got.owed)
+    return JSONResponse(TestEventOut(endpoint_id=endpoint_id, event_id=str(got.event_id),
+                                     notification_id=got.notification_id, event_type=trial.EVENT_TYPE
+                                     ).model_dump(mode="json"), status_code=202)
 
 
 @router.delete("/{endpoint_id}", status_code=204, response_class=Response)

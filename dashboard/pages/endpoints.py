@@ -2,17 +2,25 @@
 breaker, health from the attempts: success rate over 24 h, last success, last error); on-call adds one (its
 `whsec_…` secret shown once, in that answer only), disables, enables, rotates (the new secret shown once; both sign
 for 24 h) and deletes, each after a confirmation that says what follows and asks why (one audit row each; the
-row's last action shows who did it). Every handler asks `_allowed(Act.ENDPOINTS)` itself and acts on the
+row's last action shows who did it). "Send test event" sends a signed `outbox.test` to one enabled endpoint through
+the real delivery path (domain/orders/trial.py: one owed at a time, one audit row); each row shows its latest
+attempts in plain words (`reasons.attempt_text`, the message page's mapping too), followed live until the test's
+first answer. The add form takes the event types (the API's check); the secret has a copy button; the docs link is
+the API docs page the dashboard serves. In development an endpoint pointed at the mock receiver has its secret
+handed to the mock (domain/endpoints/mock.py). Every handler asks `_allowed(Act.ENDPOINTS)` itself and acts on the
 session's tenant only. The URL guard is the API's (domain/endpoints/urls.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import reflex as rx
 
-from dashboard import paging, routes
+from dashboard import live, paging, routes
+from dashboard.api.docs import DOCS_URL
+from dashboard.api.endpoints import EVENTS, event_types_problem
 from dashboard.components import Row, card, data_table, error_callout, pick, shell
 from dashboard.events import Followup, event
 from dashboard.format import done_line, parse_id, when
@@ -20,11 +28,18 @@ from dashboard.link import action_button, action_form
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
-from domain.endpoints import store, urls
-from domain.ledger.reasons import error_text
+from domain.delivery.wakeups import enqueue_after_commit
+from domain.endpoints import mock, store, urls
+from domain.ledger.reasons import attempt_text
+from domain.orders import trial
 from domain.support import pages
 
 PAGE_SIZE = 50
+ATTEMPTS_SHOWN = 3
+# After "Send test event", the page follows the test until its first answer (or this long).
+WATCH_SECONDS, WATCH_EVERY_S = 60.0, 0.5
+# The endpoints section of the API docs page the dashboard serves.
+DOCS_LINK = f"{DOCS_URL}#/webhook%20endpoints"
 NOTE_MAX = 500
 # Each action asked before it happens: its question and, in plain words, what follows.
 CONFIRM = {
@@ -43,7 +58,9 @@ CONFIRM = {
 LABEL = {"disable": "Disable", "enable": "Enable", "rotate": "Rotate secret", "delete": "Delete"}
 # The audit log's words, as the row says them.
 DONE = {"create webhook endpoint": "Added", "disable webhook endpoint": "Disabled",
-        "enable webhook endpoint": "Enabled", "rotate webhook endpoint secret": "Secret rotated"}
+        "enable webhook endpoint": "Enabled", "rotate webhook endpoint secret": "Secret rotated",
+        trial.ACTION: "Test event sent"}
+TEST_STATE = {"DELIVERED": "delivered", "SENT": "delivered", "FAILED": "failed", "SUPPRESSED": "not sent"}
 
 
 def _health(h: dict[str, Any]) -> tuple[str, str]:
@@ -52,11 +69,31 @@ def _health(h: dict[str, Any]) -> tuple[str, str]:
         f"{h['success_rate_24h']:.0%} of {h['attempts_24h']} attempts in 24 h"
     last = [f"last success {when(h['last_success_at'])}" if h["last_success_at"] else "no success yet"]
     if h["last_error"]:
-        last.append(f"last error: {error_text(h['last_error'])} at {when(h['last_error_at'])}")
+        words = attempt_text(h.get("last_error_status"), h["last_error"], h.get("last_error_excerpt"))
+        last.append(f"last error: {words} at {when(h['last_error_at'])}")
     return rate, " · ".join(last)
 
 
-def _row(e: dict[str, Any], done: dict[str, Any] | None = None) -> dict[str, str]:
+def attempt_line(a: dict[str, Any]) -> str:
+    """"outbox.test at 20:31:02: HTTP 401 — the endpoint refused our signature …" (an accepted one: "accepted")."""
+    code = f"HTTP {a['status_code']}" if a["status_code"] is not None else "no answer"
+    words = attempt_text(a["status_code"], a["error_class"], a["response_excerpt"])
+    return f"{a['template']} at {when(a['started_at'])}: {code} — {words or 'accepted'}"
+
+
+def test_line(t: dict[str, Any] | None) -> str:
+    """The latest test event's state: on its way, retrying after an error, delivered, failed."""
+    if not t:
+        return ""
+    if t["status"] == "QUEUED":
+        if t["last_error_class"]:
+            return f"Test event (message {t['id']}): retrying at {when(t['next_attempt_at'])}"
+        return f"Test event (message {t['id']}): on its way"
+    return f"Test event (message {t['id']}): {TEST_STATE.get(str(t['status']), str(t['status']).lower())}"
+
+
+def _row(e: dict[str, Any], done: dict[str, Any] | None = None, attempts: list[dict[str, Any]] | None = None,
+         test: dict[str, Any] | None = None) -> dict[str, str]:
     rate, last = _health(e["health"])
     return {"id": str(e["id"]), "url": str(e["url"]), "description": str(e["description"] or ""),
             "types": ", ".join(e["event_types"]) if e["event_types"] else "every event",
@@ -66,7 +103,20 @@ def _row(e: dict[str, Any], done: dict[str, Any] | None = None) -> dict[str, str
             "breaker": f"failing: sends held until {when(e['breaker_open_until'])} (circuit breaker)"
                        if e["breaker_open_until"] else "",
             "rate": rate, "last": last,
+            "attempts": "\n".join(attempt_line(a) for a in attempts or []),
+            "test": test_line(test), "test_message": str(test["id"]) if test else "",
             "done": done_line(DONE.get(str(done["action"]), str(done["action"])), done) if done else ""}
+
+
+def _rows(tenant_id: int, before: int, after: int) -> tuple[list[dict[str, str]], bool, bool]:
+    """The page's rows at a position (blocking: run it on a thread, never under the state lock)."""
+    page = pages.endpoints(tenant_id, PAGE_SIZE, before or None, after or None)
+    ids = [int(e["id"]) for e in page.rows]
+    last = store.last_actions(tenant_id, ids)
+    attempts = store.latest_attempts(tenant_id, ids, ATTEMPTS_SHOWN)
+    tests = store.latest_tests(tenant_id, ids)
+    return ([_row(e, last.get(int(e["id"])), attempts.get(int(e["id"])), tests.get(int(e["id"])))
+             for e in page.rows], page.has_older, page.has_newer)
 
 
 class EndpointsState(paging.KeysetPaged, AuthState):
@@ -83,6 +133,7 @@ class EndpointsState(paging.KeysetPaged, AuthState):
     confirm_label: rx.Field[str] = rx.field("")  # the dialog's button: "Delete", "Rotate secret", …
     notice: rx.Field[str] = rx.field("")
     error: rx.Field[str] = rx.field("")
+    _watching: int = 0  # the endpoint whose test the page follows (watch_test)
 
     def _clear(self) -> None:
         self.secret = self.notice = self.error = ""
@@ -91,11 +142,8 @@ class EndpointsState(paging.KeysetPaged, AuthState):
         """The page at the position the view holds (newest first)."""
         if not await self._fresh() or not self._tenant_id:
             return
-        page = await asyncio.to_thread(pages.endpoints, self._tenant_id, PAGE_SIZE, self._before or None,
-                                       self._after or None)
-        last = await asyncio.to_thread(store.last_actions, self._tenant_id, [int(e["id"]) for e in page.rows])
-        self.endpoints = [_row(e, last.get(int(e["id"]))) for e in page.rows]
-        self.has_older, self.has_newer = page.has_older, page.has_newer
+        self.endpoints, self.has_older, self.has_newer = await asyncio.to_thread(
+            _rows, self._tenant_id, self._before, self._after)
 
     def _page_rows(self) -> list[dict[str, str]]:
         return self.endpoints
@@ -129,13 +177,23 @@ class EndpointsState(paging.KeysetPaged, AuthState):
         if not await self._may():
             return
         url, description = str(form.get("url", "")).strip(), str(form.get("description", "")).strip()[:200]
+        # The event-type boxes: none ticked is every type (as the API's omitted list); the API's check decides.
+        picked = [t for t in EVENTS if str(form.get(f"type:{t}", "")).lower() in ("on", "true", t)]
+        unknown = [k for k in form if k.startswith("type:") and k[5:] not in EVENTS]
+        problem = event_types_problem(picked or None) or (
+            f"event_types: each once, from {', '.join(EVENTS)}" if unknown else None)
+        if problem:
+            self.error = f"Not added: {problem}."
+            return
         verdict = await asyncio.to_thread(urls.check, url, urls.dev_allowlist())
         if isinstance(verdict, urls.Refused):
             self.error = f"Not added: the URL {verdict.reason}."
             return
-        row = await asyncio.to_thread(store.create, self._tenant_id, url, description, None, self._actor_ref)
+        row = await asyncio.to_thread(store.create, self._tenant_id, url, description, picked or None,
+                                      self._actor_ref)
+        handed = await asyncio.to_thread(mock.hand_over, self._tenant_id, int(row["id"]), url, row["secret"])
         self.secret, self.notice = row["secret"], (f"Endpoint {row['id']} added. Copy its signing secret now: "
-                                                   "it is shown only this once.")
+                                                   "it is shown only this once." + _MOCK_TOLD * handed)
         self._before = self._after = 0  # the newest page, where the new endpoint is
         await self._reload()
 
@@ -193,9 +251,10 @@ class EndpointsState(paging.KeysetPaged, AuthState):
             if row is None:
                 self.error = "No such endpoint; nothing was changed."
             else:
+                handed = await asyncio.to_thread(mock.hand_over, tenant, eid, str(row["url"]), row["secret"])
                 self.secret = row["secret"]
                 self.notice = (f"Endpoint {eid}: new secret below (shown only this once); the old one keeps "
-                               "signing for 24 hours.")
+                               "signing for 24 hours." + _MOCK_TOLD * handed)
         else:
             gone = await asyncio.to_thread(lambda: store.delete(tenant, eid, actor, note=note))
             if gone:
@@ -203,6 +262,57 @@ class EndpointsState(paging.KeysetPaged, AuthState):
             else:
                 self.error = "No such endpoint; nothing was changed."
         await self._reload()
+
+    @event
+    async def send_test(self, endpoint_id: str) -> Followup:
+        """A signed `outbox.test` event to this endpoint only, through the ledger and the lane workers (one owed
+        at a time; one audit row); the page then follows it until its first answer."""
+        self._clear()
+        eid = parse_id(endpoint_id)
+        if not await self._may():
+            return None
+        if eid is None:
+            self.error = "No such endpoint; nothing was sent."
+            return None
+        tenant, actor = self._tenant_id, self._actor_ref
+        await asyncio.to_thread(mock.hand_over_current, tenant, eid)  # development: so the mock verifies it
+        got = await asyncio.to_thread(lambda: trial.send_test_event(tenant, eid, actor))
+        if isinstance(got, trial.Refused):
+            self.error = got.words
+            return None
+        await enqueue_after_commit(await live.arq(), got.owed)
+        self.notice = (f"Test event sent to endpoint {eid} (message {got.notification_id}, event {got.event_id}): "
+                       "its outcome shows on the endpoint's row.")
+        self._watching = eid
+        await self._reload()
+        return EndpointsState.watch_test
+
+    @event(background=True)
+    async def watch_test(self) -> None:
+        """Reads only: the rows reloaded (off the state lock) until the watched test has its first answer — an
+        accepted send, or an error it will retry — or WATCH_SECONDS pass."""
+        async with self:
+            tenant, eid = self._tenant_id, self._watching
+        end = time.monotonic() + WATCH_SECONDS
+        while tenant and eid and time.monotonic() < end:
+            await asyncio.sleep(WATCH_EVERY_S)
+            test = (await asyncio.to_thread(store.latest_tests, tenant, [eid])).get(eid)
+            answered = test is None or test["status"] != "QUEUED" or test["last_error_class"] is not None
+            async with self:
+                if self._tenant_id != tenant or self._watching != eid:
+                    return
+                before, after = self._before, self._after
+            rows = await asyncio.to_thread(_rows, tenant, before, after)
+            async with self:
+                if self._tenant_id != tenant or (self._before, self._after) != (before, after):
+                    return
+                self.endpoints, self.has_older, self.has_newer = rows
+                if answered:
+                    self._watching = 0
+                    return
+
+
+_MOCK_TOLD = " It points at the demo's mock receiver, which was given the secret: a test event verifies there."
 
 
 def _endpoint_row(e: Row) -> rx.Component:
@@ -216,6 +326,9 @@ def _endpoint_row(e: Row) -> rx.Component:
                   data_testid="rotate-endpoint"),
         action_button("Delete", size="1", variant="soft", color_scheme="red", on_click=EndpointsState.ask("delete", e["id"]),
                   data_testid="delete-endpoint"),
+        rx.cond(e["state"] == "enabled",
+                action_button("Send test event", size="1", variant="soft", color_scheme="blue",
+                              on_click=EndpointsState.send_test(e["id"]), data_testid="test-endpoint")),
         spacing="2", wrap="wrap")
     return rx.table.row(
         rx.table.cell(rx.code(e["url"]), rx.text(e["description"], size="1")), rx.table.cell(e["types"]),
@@ -225,7 +338,13 @@ def _endpoint_row(e: Row) -> rx.Component:
                       rx.text(e["breaker"], size="1", color=rx.color("amber", 11), data_testid="endpoint-breaker"),
                       rx.text(e["done"], size="1", color=rx.color("gray", 11), data_testid="endpoint-last-action")),
         rx.table.cell(rx.text(e["rate"], size="2", data_testid="endpoint-health"),
-                      rx.text(e["last"], size="1", color=rx.color("gray", 11))),
+                      rx.text(e["last"], size="1", color=rx.color("gray", 11)),
+                      rx.hstack(rx.text(e["test"], size="1", weight="medium", data_testid="endpoint-test"),
+                                rx.cond(e["test_message"] != "",
+                                        rx.link("its attempts →", href="/messages/" + e["test_message"], size="1",
+                                                data_testid="endpoint-test-message")), spacing="2", wrap="wrap"),
+                      rx.text(e["attempts"], size="1", white_space="pre-line", color=rx.color("gray", 11),
+                              data_testid="endpoint-attempts")),
         rx.table.cell(rx.cond(EndpointsState.oncall, actions)), data_testid="endpoint-row")
 
 
@@ -256,19 +375,30 @@ def _confirm() -> rx.Component:
 def endpoints_page() -> rx.Component:
     return shell(
         "Webhook endpoints",
-        rx.text("Where this tenant's order events are signed and sent (see docs/webhooks.md). Private, loopback and "
-                "metadata addresses are refused.", size="2", color=rx.color("gray", 11), margin_bottom="12px"),
+        rx.text("Where this tenant's order events are signed and sent (",
+                rx.link("how to verify them, and the API", href=DOCS_LINK, is_external=True,
+                        data_testid="endpoints-docs-link"),
+                "). Private, loopback and metadata addresses are refused.", size="2", color=rx.color("gray", 11),
+                margin_bottom="12px"),
         rx.cond(EndpointsState.oncall, card(action_form(rx.flex(
             rx.vstack(rx.text("URL", size="1"), rx.input(name="url", placeholder="https://hooks.example.com/outbox",
                                                          width="360px", data_testid="endpoint-url"), spacing="1"),
             rx.vstack(rx.text("Description", size="1"), rx.input(name="description", data_testid="endpoint-description"),
                       spacing="1"),
+            rx.vstack(rx.text("Events (none ticked: every event)", size="1"),
+                      rx.hstack(*[rx.checkbox(t, name=f"type:{t}", value=t, size="1",
+                                              data_testid=f"endpoint-type-{t}") for t in EVENTS], spacing="3",
+                                wrap="wrap"), spacing="1"),
             action_button("Add endpoint", type="submit", data_testid="add-endpoint"),
             gap="12px", align="end", wrap="wrap"), on_submit=EndpointsState.create, reset_on_submit=True),
             margin_bottom="12px")),
         rx.cond(EndpointsState.notice != "", rx.callout(
             rx.vstack(rx.text(EndpointsState.notice, data_testid="endpoints-notice"),
-                      rx.cond(EndpointsState.secret != "", rx.code(EndpointsState.secret, data_testid="endpoint-secret")),
+                      rx.cond(EndpointsState.secret != "", rx.hstack(
+                          rx.code(EndpointsState.secret, data_testid="endpoint-secret"),
+                          rx.button("Copy", size="1", variant="soft", type="button",
+                                    on_click=rx.set_clipboard(EndpointsState.secret),
+                                    data_testid="copy-endpoint-secret"), align="center", spacing="2")),
                       spacing="2"), icon="key_round", width="100%", margin_bottom="12px")),
         error_callout(EndpointsState.error),
         _confirm(),

@@ -30,6 +30,9 @@ DELETE = sa.text("DELETE FROM webhook_endpoints WHERE tenant_id = :t AND id = :i
 ROTATE = sa.text(
     "UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = :until, secret = :s, "
     f"updated_at = :now WHERE tenant_id = :t AND id = :i RETURNING {PUBLIC_COLUMNS}")
+# A test event's first step (domain/orders/trial.py): the endpoint locked, so two asks for a test take turns.
+LOCK_FOR_TEST = sa.text("SELECT disabled_at IS NULL AS enabled FROM webhook_endpoints "
+                        "WHERE tenant_id = :t AND id = :i FOR UPDATE")
 SECRETS = sa.text("SELECT secret, previous_secret, previous_secret_until FROM webhook_endpoints "
                   "WHERE tenant_id = :t AND id = :i")
 
@@ -82,7 +85,11 @@ HEALTH = sa.text(
              AS failed_24h,
            max(a.finished_at) FILTER (WHERE a.outcome IN {_OK}) AS last_success_at,
            max(a.finished_at) FILTER (WHERE a.outcome IN {_FAILED}) AS last_error_at,
-           (array_agg(a.error_class ORDER BY a.id DESC) FILTER (WHERE a.outcome IN {_FAILED}))[1] AS last_error
+           (array_agg(a.error_class ORDER BY a.id DESC) FILTER (WHERE a.outcome IN {_FAILED}))[1] AS last_error,
+           (array_agg(a.status_code ORDER BY a.id DESC) FILTER (WHERE a.outcome IN {_FAILED}))[1]
+             AS last_error_status,
+           (array_agg(a.response_excerpt ORDER BY a.id DESC) FILTER (WHERE a.outcome IN {_FAILED}))[1]
+             AS last_error_excerpt
     FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id
     WHERE n.tenant_id = :t AND n.endpoint_id = ANY(CAST(:ids AS bigint[]))
     GROUP BY n.endpoint_id
@@ -92,3 +99,31 @@ AUTO_DISABLED_COUNTS = sa.text(
     "GROUP BY tenant_id ORDER BY tenant_id")
 BREAKERS_OPEN = sa.text(
     "SELECT count(*) FROM webhook_endpoints WHERE disabled_at IS NULL AND breaker_open_until > now()")
+# The last attempts of each endpoint shown (`:n` each, from its `:n` newest rows: index `notifications_endpoint`),
+# newest first: what its page says about its latest sends.
+LATEST_ATTEMPTS = sa.text(
+    """
+    SELECT ep.id AS endpoint_id, x.notification_id, x.template, x.started_at, x.outcome, x.status_code,
+           x.error_class, x.response_excerpt, x.status
+    FROM unnest(CAST(:ids AS bigint[])) AS ep(id)
+    CROSS JOIN LATERAL (
+      SELECT a.id, a.notification_id, n.template, a.started_at, a.outcome, a.status_code, a.error_class,
+             a.response_excerpt, n.status
+      FROM (SELECT id, template, status, created_at FROM notifications
+            WHERE endpoint_id = ep.id AND tenant_id = :t ORDER BY id DESC LIMIT :n) n
+      JOIN notification_attempts a ON a.notification_id = n.id AND a.notification_created_at = n.created_at
+      ORDER BY a.id DESC LIMIT :n) x
+    ORDER BY ep.id, x.id DESC
+    """)
+# Each endpoint's latest row of one template (the test event's), whatever its attempts, among its 1000 newest rows
+# (a bound on the index walk: a test that old is no longer news).
+LATEST_OF_TEMPLATE = sa.text(
+    """
+    SELECT ep.id AS endpoint_id, x.id, x.status, x.attempts, x.next_attempt_at, x.last_error_class
+    FROM unnest(CAST(:ids AS bigint[])) AS ep(id)
+    CROSS JOIN LATERAL (SELECT id, status, attempts, next_attempt_at, last_error_class
+                        FROM (SELECT id, status, attempts, next_attempt_at, last_error_class, template
+                              FROM notifications WHERE endpoint_id = ep.id AND tenant_id = :t
+                              ORDER BY id DESC LIMIT 1000) r
+                        WHERE r.template = :tpl ORDER BY id DESC LIMIT 1) x
+    """)

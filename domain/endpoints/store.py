@@ -55,7 +55,11 @@ def _public(row: Any, health: dict[int, dict[str, Any]] | None = None) -> dict[s
     d["health"] = {"attempts_24h": ok + failed,
                    "success_rate_24h": round(ok / (ok + failed), 4) if ok + failed else None,
                    "last_success_at": h.get("last_success_at"), "last_error": h.get("last_error"),
-                   "last_error_at": h.get("last_error_at")}
+                   "last_error_at": h.get("last_error_at"),
+                   # For the page's plain words (reasons.attempt_text): the last failed attempt's HTTP status and
+                   # the first characters of its answer.
+                   "last_error_status": h.get("last_error_status"),
+                   "last_error_excerpt": h.get("last_error_excerpt")}
     return d
 
 
@@ -263,3 +267,36 @@ def auto_disabled_counts(uow: UnitOfWork) -> dict[int, int]:
 def breakers_open(uow: UnitOfWork) -> int:
     """Enabled endpoints whose breaker defers their sends right now."""
     return int(uow.execute(sql.BREAKERS_OPEN).scalar() or 0)
+
+
+# ---- a test event (domain/orders/trial.py writes it) and the endpoint's latest attempts (its page) -----------------
+TEST_EVENT_TYPE: Final = "outbox.test"
+
+
+def lock_for_test(uow: UnitOfWork, tenant_id: int, endpoint_id: int) -> bool | None:
+    """Inside the test event's transaction: the endpoint locked until commit (two asks take turns); whether it is
+    enabled, or None: no such endpoint of this tenant."""
+    row = uow.execute(sql.LOCK_FOR_TEST, {"t": tenant_id, "i": endpoint_id}).first()
+    return None if row is None else bool(row.enabled)
+
+
+def latest_attempts(tenant_id: int, endpoint_ids: list[int], per_endpoint: int = 3,
+                    engine: Engine | None = None) -> dict[int, list[dict[str, Any]]]:
+    """Per endpoint shown, its last `per_endpoint` attempts, newest first (event type, when, outcome, HTTP status,
+    error class, the answer's first characters, and the row's status)."""
+    if not endpoint_ids:
+        return {}
+    out: dict[int, list[dict[str, Any]]] = {i: [] for i in endpoint_ids}
+    with UnitOfWork(engine) as uow:
+        for r in uow.execute(sql.LATEST_ATTEMPTS, {"t": tenant_id, "ids": endpoint_ids, "n": per_endpoint}):
+            out[int(r.endpoint_id)].append(dict(r._mapping))
+    return out
+
+
+def latest_tests(tenant_id: int, endpoint_ids: list[int], engine: Engine | None = None) -> dict[int, dict[str, Any]]:
+    """Per endpoint shown, its latest test event's row (status, attempts, next try, last error class)."""
+    if not endpoint_ids:
+        return {}
+    with UnitOfWork(engine) as uow:
+        return {int(r.endpoint_id): dict(r._mapping) for r in uow.execute(
+            sql.LATEST_OF_TEMPLATE, {"t": tenant_id, "ids": endpoint_ids, "tpl": TEST_EVENT_TYPE})}

@@ -51,6 +51,49 @@ def error_text(error_class: str | None) -> str:
     return ERROR_CLASS.get(error_class or "", error_class or "")
 
 
+_TLS = ("ssl", "tls", "certificate", "handshake")
+_DNS = ("does not resolve", "name or service not known", "nodename nor servname", "getaddrinfo",
+        "temporary failure in name resolution", "no address associated", "did not resolve")
+
+
+def attempt_text(status_code: int | None, error_class: str | None, excerpt: str | None = None) -> str:
+    """What one attempt's answer means, in plain words, and what to do about it: the one mapping the endpoint page
+    and the message page both show ('' for an answer that needs none: accepted). By HTTP status first (401/403: our
+    signature or credentials refused; 404; 410; 429; 5xx; other 4xx), then, with no answer, by what failed: the
+    deadline, TLS, DNS, the connection, an address refused at send time. Pure."""
+    e = (excerpt or "").lower()
+    if status_code is not None:
+        code = status_code
+        if 200 <= code < 300:
+            return ""
+        if code in (401, 403):
+            return (f"the endpoint refused our signature or credentials (HTTP {code}) — check that it verifies "
+                    "with this endpoint's current signing secret (after a rotation, the new one)")
+        if code == 404:
+            return f"the endpoint's URL was not found (HTTP {code}) — check the path"
+        if code == 410:
+            return (f"the endpoint says it is gone (HTTP {code}) — if it no longer exists, disable or delete it: "
+                    "new events keep going to it until then")
+        if code == 409:
+            return f"{ERROR_CLASS['identity_conflict']} (HTTP {code})"
+        if code == 429:
+            return f"{ERROR_CLASS['rate_limited']} (HTTP {code}) — we retry later"
+        if code >= 500:
+            return f"the receiver had a server error (HTTP {code}) — we retry"
+        if 400 <= code < 500:
+            return f"the receiver rejected the request as invalid (HTTP {code})"
+        return f"{ERROR_CLASS['unknown']} (HTTP {code})"
+    if error_class == "timeout":
+        return "the endpoint did not answer in time — we retry (check it answers within a few seconds)"
+    if error_class in ("connection", "url_not_allowed") and any(w in e for w in _DNS):
+        return "the endpoint's host name does not resolve (DNS) — check the host name"
+    if error_class == "connection" and any(w in e for w in _TLS):
+        return "the TLS handshake with the endpoint failed (certificate or protocol) — check its HTTPS certificate"
+    if error_class == "connection":
+        return "the endpoint could not be reached (connection refused or dropped) — we retry"
+    return error_text(error_class)
+
+
 def ledger_reason(n: Mapping[str, Any]) -> str:
     """Why a ledger row is where it is, in one sentence ('' when nothing needs explaining)."""
     if n.get("status") == "SUPPRESSED":

@@ -81,3 +81,17 @@ ORDER_NOTIFICATIONS = sa.text(
     f"SELECT {NOTIFICATION_COLUMNS}, e.aggregate_revision FROM notifications n "
     "JOIN outbox_events e ON e.event_id = n.event_id "
     "WHERE n.tenant_id = :t AND n.order_id = :o ORDER BY n.id DESC LIMIT 20")
+
+# ---- a test event to one endpoint (domain/orders/trial.py): its envelope, and whether one is still owed ---------
+# An endpoint's test events are the aggregate ("endpoint", its id): revision n is its n-th test, one per revision.
+NEXT_TEST_REVISION = sa.text(
+    "SELECT coalesce(max(aggregate_revision), 0) + 1 FROM outbox_events "
+    "WHERE tenant_id = :t AND aggregate_type = 'endpoint' AND aggregate_id = :a")
+INSERT_EVENT = sa.text(
+    "INSERT INTO outbox_events (event_id, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type, "
+    "schema_version, occurred_at, request_id, causation_id, actor_ref, payload, digest) "
+    "VALUES (:e, :t, :aggregate_type, :aggregate_id, :rev, :et, :schema_version, :occurred_at, :request_id, "
+    "CAST(:causation_id AS uuid), :actor_ref, CAST(:payload AS jsonb), :digest)")
+TEST_OWED = sa.text(
+    "SELECT id FROM notifications WHERE tenant_id = :t AND endpoint_id = :i AND template = :tpl "
+    "AND status = 'QUEUED' ORDER BY id LIMIT 1")

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 from domain.access import actions
 from domain.db import UnitOfWork, as_dicts
 from domain.delivery.state import OwedState, read_states
-from domain.ledger.reasons import error_text, ledger_reason, message_answer
+from domain.ledger.reasons import attempt_text, error_text, ledger_reason, message_answer
 from domain.support import sql
 
 # Keys whose values are never shown, whatever they hold; and values that look like contact points.
@@ -36,9 +36,14 @@ def redact(value: Any, key: str = "") -> Any:
     return value
 
 
-def _attempt(a: dict[str, Any]) -> dict[str, Any]:
+def _attempt(a: dict[str, Any], webhook: bool) -> dict[str, Any]:
+    """A webhook's attempt in the endpoint page's words (`attempt_text`: 401 is a signature refused, …)."""
     started, finished = a["started_at"], a["finished_at"]
-    return {**a, "error_text": error_text(a["error_class"]) if a["error_class"] else "",
+    if webhook:
+        words = attempt_text(a["status_code"], a["error_class"], a["response_excerpt"])
+    else:
+        words = error_text(a["error_class"]) if a["error_class"] else ""
+    return {**a, "error_text": words,
             "duration_ms": (finished - started).total_seconds() * 1000 if started and finished else None}
 
 
@@ -92,7 +97,7 @@ def message_page(tenant_id: int, notification_id: int, now: datetime,
         "settled_at": m["settled_at"], "replayed_at": m["replayed_at"],
         "next_retry_at": m["next_attempt_at"] if m["status"] == "QUEUED" else None,
         "payload": redact(m["payload"]), "envelope": env,
-        "attempt_log": [_attempt(a) for a in attempts],
+        "attempt_log": [_attempt(a, m["channel"] == "webhook") for a in attempts],
         "receipts": receipts, "receipt": receipts[-1] if receipts else None,
         "money": {"entries": money, "charged_cents": charged, "refunded_cents": refunded,
                   "held_cents": m["reserved_cents"], "cost_cents": m["cost_cents"]},

@@ -73,7 +73,6 @@ def set_at(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 async def _fixtures(client: httpx.AsyncClient, key: dict[str, str]) -> dict[str, Any]:
     """Real rows for the path parameters of tenant 42 (seeded order 913, recipient cust-001)."""
-    from domain.endpoints import store as endpoint_store
     from domain.ledger import recipients
 
     ((_, rid),) = recipients.find_by_ref(42, "cust-001")
@@ -83,10 +82,11 @@ async def _fixtures(client: httpx.AsyncClient, key: dict[str, str]) -> dict[str,
     camp = await client.post("/api/v1/campaigns", json={"name": "Winter", "segment": "all_reachable",
                                                         "template": "offer", "channel": "email"}, headers=key)
     assert camp.status_code == 202, camp.text
-    hook = endpoint_store.create(42, "http://93.184.216.34/hooks/sweep", "sweep", None, "test:sweep")  # no DNS
+    ep = await client.post("/api/v1/endpoints", json={"url": "http://93.184.216.34/sweep"}, headers=key)
+    assert ep.status_code == 201, ep.text
     return {"order_id": 913, "recipient_id": rid, "lead_id": lead,
             "notification_id": otp.json()["notification_id"], "campaign_id": camp.json()["campaign_id"],
-            "endpoint_id": int(hook["id"])}
+            "endpoint_id": ep.json()["id"]}
 
 
 def valid_bodies(ids: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -118,7 +118,7 @@ def valid_bodies(ids: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "POST /api/v1/endpoints": {"url": "https://hooks.example.com/outbox", "description": "ERP",
                                    "event_types": ["order.approved"]},
         "POST /api/v1/search": {"q": "cust-001"},
-        # The irreversible actions' optional note (issue 27: kept in the audit log with who did it).
+        # The confirmed actions' optional note (issue 27): swept like any other string.
         "POST /api/v1/endpoints/{endpoint_id}/disable": {"note": "sweep"},
         "POST /api/v1/endpoints/{endpoint_id}/enable": {"note": "sweep"},
         "POST /api/v1/endpoints/{endpoint_id}/rotate": {"note": "sweep"},

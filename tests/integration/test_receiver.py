@@ -310,3 +310,65 @@ def test_every_answer_and_a_cors_preflight_carry_the_security_headers(served):
     assert "access-control-allow-origin" not in preflight.headers
     assert docs.status_code == 200 and "text/html" in docs.headers["content-type"]
     assert_receiver_security_headers(docs, page=True)
+
+
+async def _call(app, method: str, path: str, **kw: object) -> httpx.Response:  # type: ignore[no-untyped-def]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://r") as c:
+        return await c.request(method, path, **kw)  # type: ignore[arg-type]
+
+
+ENDPOINT_SECRET = "whsec_" + "ZW5kcG9pbnQtc2VjcmV0LWZvci10aGUtbW9jay0wMQ=="
+
+
+def _signed_with(secret: str, body: dict[str, object]) -> tuple[str, dict[str, str]]:
+    from receiver.signing import signed_headers
+
+    raw = json.dumps(body)
+    eid = str(body["event_id"])
+    return raw, {**signed_headers(secret, eid, raw), "Idempotency-Key": eid}
+
+
+def test_the_endpoint_secrets_api_does_not_exist_unless_asked_for(receiver_app):
+    """Invariant: without RECEIVER_SECRETS_API (production's default) nobody can tell the receiver a secret: 404,
+    nothing stored, and a webhook signed with an unregistered secret is refused (401, no effect)."""
+    put = asyncio.run(_call(receiver_app, "PUT", "/endpoint-secrets/t42-endpoint-1", json={"secret": ENDPOINT_SECRET}))
+    assert put.status_code == 404
+    eid = str(uuid.uuid4())
+    raw, headers = _signed_with(ENDPOINT_SECRET, {"event_id": eid, "schema_version": 1})
+    r = asyncio.run(_call(receiver_app, "POST", "/webhooks/orders", content=raw, headers=headers))
+    assert r.status_code == 401 and r.json() == {"error": "bad_signature"}
+    assert asyncio.run(_get(receiver_app, f"/effects/{eid}"))["effects"] == 0
+
+
+def test_a_registered_endpoint_secret_verifies_and_is_never_answered_back(receiver_app, monkeypatch):
+    """Invariant: with the secrets API on, a registered endpoint secret verifies a webhook signed with it (one
+    effect) while the system-wide secret still does; a malformed secret is refused (422) and stores nothing; the
+    answer names the endpoint, never the secret; a forgotten secret verifies nothing again."""
+    from receiver import settings
+
+    monkeypatch.setenv("RECEIVER_SECRETS_API", "1")
+    settings.get_settings.cache_clear()
+    try:
+        bad = asyncio.run(_call(receiver_app, "PUT", "/endpoint-secrets/t42-endpoint-2", json={"secret": "nope"}))
+        assert bad.status_code == 422
+        put = asyncio.run(_call(receiver_app, "PUT", "/endpoint-secrets/t42-endpoint-2",
+                                json={"secret": ENDPOINT_SECRET}))
+        assert put.status_code == 200 and ENDPOINT_SECRET not in put.text and put.json()["name"] == "t42-endpoint-2"
+        eid = str(uuid.uuid4())
+        raw, headers = _signed_with(ENDPOINT_SECRET, {"event_id": eid, "schema_version": 1})
+        r = asyncio.run(_call(receiver_app, "POST", "/webhooks/orders", content=raw, headers=headers))
+        assert r.status_code == 200 and r.json()["status"] == "accepted"
+        assert asyncio.run(_get(receiver_app, f"/effects/{eid}"))["effects"] == 1
+        own = str(uuid.uuid4())
+        raw, headers = _signed({"event_id": own, "schema_version": 1})
+        assert asyncio.run(_call(receiver_app, "POST", "/webhooks/orders", content=raw, headers=headers)
+                           ).status_code == 200, "the system-wide secret still verifies"
+        gone = asyncio.run(_call(receiver_app, "DELETE", "/endpoint-secrets/t42-endpoint-2"))
+        assert gone.status_code == 204
+        again = str(uuid.uuid4())
+        raw, headers = _signed_with(ENDPOINT_SECRET, {"event_id": again, "schema_version": 1})
+        assert asyncio.run(_call(receiver_app, "POST", "/webhooks/orders", content=raw, headers=headers)
+                           ).status_code == 401
+    finally:
+        monkeypatch.delenv("RECEIVER_SECRETS_API")
+        settings.get_settings.cache_clear()
