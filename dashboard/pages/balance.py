@@ -57,11 +57,11 @@ def hour_row(s: dict[str, Any]) -> dict[str, str]:
 
 
 def runs_out_text(runs_out_at: str | None, spent_last_hour_cents: int) -> str:
-    """When the balance runs out, and that it is at the last hour's spend: a forecast, not a promise. Pure."""
+    """When the balance runs out at the last hour's spend (the stat's label says that it is that forecast, the stat
+    beside it what the spend was), or why it does not. Pure."""
     if not runs_out_at:
-        return "not at the last hour's spend" if spent_last_hour_cents else "nothing spent in the last hour"
-    return (f"{runs_out_at[:16].replace('T', ' ')} UTC, at the last hour's spend "
-            f"({money(spent_last_hour_cents)} an hour)")
+        return "not at this rate" if spent_last_hour_cents else "nothing spent in the last hour"
+    return f"{runs_out_at[:16].replace('T', ' ')} UTC"
 
 
 def _hours_page(tenant: int, before: int, after: int) -> Keyset:
@@ -232,7 +232,7 @@ def balance_page() -> rx.Component:
         "Balance",
         rx.flex(stat("Balance", BalanceState.balance, "balance"),
                 stat("Spent in the last hour", BalanceState.spent, "spent-hour"),
-                stat("Runs out (forecast)", BalanceState.runs_out, "runs-out"),
+                stat("Runs out, at the last hour's spend", BalanceState.runs_out, "runs-out"),
                 gap="12px", wrap="wrap", width="100%", margin_bottom="16px"),
         rx.cond(BalanceState.oncall, card(
             action_form(rx.flex(

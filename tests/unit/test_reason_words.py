@@ -75,6 +75,6 @@ def test_the_balance_by_the_hour_reads_as_sums():
     top = hour_row({"hour": hour, "kind": "top_up", "entries": 1, "amount_cents": 25000, "reason": "INV-1",
                     "actor_ref": "operator:alice"})
     assert (top["kind"], top["amount"], top["who"]) == ("top-up", "+250.00 EUR", "operator:alice")
-    assert runs_out_text("2027-03-24T10:15:00+00:00", 12) == \
-        "2027-03-24 10:15 UTC, at the last hour's spend (0.12 EUR an hour)"
+    assert runs_out_text("2027-03-24T10:15:00+00:00", 12) == "2027-03-24 10:15 UTC"
+    assert runs_out_text(None, 12) == "not at this rate"
     assert runs_out_text(None, 0) == "nothing spent in the last hour"
