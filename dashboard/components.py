@@ -43,11 +43,27 @@ def status_badge(status: rx.Var[str] | str, **props: Any) -> rx.Component:
 NAV: list[tuple[str, str, str]] = []  # (label, route, icon) filled by the page registry
 
 
+def nav_active(route: str) -> rx.Var[bool]:
+    """Is this page, or one of its own pages (/orders/913 under /orders), the one showing? From the router's path
+    (a full load of a static export arrives as /ledger/)."""
+    path = AuthState.router.page.path
+    active = (path == route) | path.startswith(route + "/")
+    assert isinstance(active, rx.Var)  # a comparison of Vars is a Var
+    return active
+
+
 def nav_link(label: str, route: str, icon_name: str) -> rx.Component:
+    active = nav_active(route)
     link = rx.link(
-        rx.hstack(icon(icon_name, size=16), rx.text(label, size="2", weight="medium"), spacing="2", align="center"),
-        href=route, underline="none", color_scheme="gray", high_contrast=True, white_space="nowrap", flex_shrink="0",
-        padding_x="10px", padding_y="6px", border_radius="6px", _hover={"background": rx.color("gray", 3)},
+        rx.hstack(icon(icon_name, size=16), rx.text(label, size="2", weight=pick(active, "bold", "medium")),
+                  spacing="2", align="center"),
+        href=route, underline="none", color_scheme=pick(active, "indigo", "gray"), high_contrast=True,
+        white_space="nowrap", flex_shrink="0", padding_x="10px", padding_y="6px", border_radius="6px",
+        # The current page's link is marked for the eye (a tinted pill, an underline bar) and for a screen reader.
+        background=pick(active, rx.color("indigo", 4), "transparent"),
+        box_shadow=pick(active, f"inset 0 -2px 0 {rx.color('indigo', 9)}", "none"),
+        aria_current=pick(active, "page", "false"), data_active=pick(active, "true", "false"),
+        _hover={"background": rx.color("gray", 3)},
     )
     # Platform on-call belongs to no tenant: only the Ops page (the server redirects the others anyway).
     return link if route == "/ops" else rx.cond(AuthState.platform, rx.fragment(), link)
@@ -58,6 +74,17 @@ def nav_link(label: str, route: str, icon_name: str) -> rx.Component:
 # wraps and scrolls sideways inside itself if it must (a wrapped top bar hid "Log out" at 960 px).
 NAV_IN_BAR = ["none", "none", "none", "none", "none", "flex"]
 NAV_BELOW = ["flex", "flex", "flex", "flex", "flex", "none"]
+
+
+def _session_gone() -> rx.Component:
+    """This tab's session ended elsewhere (a logout in another tab, an expiry, the operator removed) and a handler
+    found it: say so and go to the login page, which comes back here after login (AuthState._become)."""
+    return rx.cond(AuthState.session_gone, rx.el.div(
+        rx.callout("Your session has ended — taking you to the login page.", icon="log_out", color_scheme="amber",
+                   size="1"),
+        on_mount=rx.call_script("window.location.assign('/login?next=' + "
+                                "encodeURIComponent(window.location.pathname + window.location.search))"),
+        data_testid="session-gone", role="status"))
 
 
 def shell(title: str | rx.Var[str], *children: rx.Component, actions: rx.Component | None = None) -> rx.Component:
@@ -72,22 +99,28 @@ def shell(title: str | rx.Var[str], *children: rx.Component, actions: rx.Compone
             # {display: flex}` on some pages (/ops loads more CSS after it), and the hidden bar widened the page.
             rx.el.div(rx.hstack(*[nav_link(*n) for n in NAV], spacing="1"), display=NAV_IN_BAR, data_testid="nav-bar"),
             rx.spacer(),
+            # On a phone (below 768 px) the search takes a row of its own under the bar (order 3, full width), and
+            # the operator's name stays beside Log out: both reachable, nothing clipped, nothing sideways.
             rx.cond(AuthState.logged_in & ~AuthState.platform,
-                    rx.el.div(search_box(testid="nav-search"), width="260px", display=["none", "none", "block"])),
+                    rx.el.div(search_box(testid="nav-search"), width=["100%", "100%", "260px"],
+                              order=["3", "3", "0"], data_testid="nav-search-box")),
             rx.cond(
                 AuthState.logged_in,
                 rx.hstack(
-                    rx.badge(AuthState.tenant_label, variant="outline", data_testid="tenant-label"),
+                    rx.badge(AuthState.tenant_label, variant="outline", data_testid="tenant-label",
+                             max_width=["110px", "200px", "none"], overflow="hidden", text_overflow="ellipsis"),
                     rx.el.span(rx.badge(AuthState.role, variant="soft", color_scheme="gray",
                                         data_testid="operator-role"), display=["none", "inline"]),
-                    rx.text(AuthState.display_name, size="2", data_testid="operator-name",
-                            display=["none", "inline"]),
+                    rx.text(AuthState.display_name, size="2", data_testid="operator-name", white_space="nowrap",
+                            max_width=["110px", "none"], overflow="hidden", text_overflow="ellipsis"),
                     action_button("Log out", on_click=AuthState.logout, variant="ghost", size="1",
                               data_testid="logout"),
                     spacing="3", align="center", flex_shrink="0",
                 ),
             ),
-            padding_x=["12px", "20px"], padding_y="10px", align="center", spacing="5",
+            _session_gone(),
+            padding_x=["12px", "20px"], padding_y="10px", align="center", spacing=rx.breakpoints(initial="3", sm="5"),
+            flex_wrap=["wrap", "wrap", "nowrap"], row_gap="8px",
             border_bottom=f"1px solid {rx.color('gray', 5)}", background=rx.color("gray", 1),
             position="sticky", top="0", z_index="10",
         ),

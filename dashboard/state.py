@@ -32,6 +32,7 @@ class AuthState(rx.State):
     role: rx.Field[str] = rx.field("")  # display only (which buttons to show); every handler asks `_allowed`, which re-reads the role
     login_error: rx.Field[str] = rx.field("")
     logging_in: rx.Field[bool] = rx.field(False)
+    session_gone: rx.Field[bool] = rx.field(False)  # this tab was logged in and its session ended: to /login
 
     @rx.var
     def logged_in(self) -> bool:
@@ -106,13 +107,18 @@ class AuthState(rx.State):
 
     def _become(self, p: Principal | None, hashed: str = "") -> bool:
         if p is None:
+            # A tab that was logged in and finds its session gone (a logout in another tab, an expiry, an operator
+            # removed) goes to the login page: `session_gone` mounts the shell's redirect, whichever handler found
+            # it — the page's buttons are not left dead under an empty operator.
+            was_in = bool(self.display_name)
             self._tenant_id, self._role, self._operator_id, self._session_hash = 0, "", 0, ""
-            self._assign_changed(role="", display_name="", tenant_label="")
+            self._assign_changed(role="", display_name="", tenant_label="", session_gone=was_in)
             return False
         self._tenant_id, self._actor_ref, self._role = p.tenant_id, p.actor_ref, p.role
         self._operator_id = p.operator_id or 0
-        self._assign_changed(role=p.role, display_name=p.display_name,
-                   tenant_label=f"tenant {p.tenant_id}" if roles.has_tenant(p.role) else "platform on-call")
+        self._assign_changed(role=p.role, display_name=p.display_name, session_gone=False,
+                             tenant_label=(p.tenant_name or f"tenant {p.tenant_id}") if roles.has_tenant(p.role)
+                             else "platform on-call")
         if hashed:
             self._session_hash = hashed
         return True

@@ -404,6 +404,8 @@ class BalanceEntry(SQLModel, table=True):
         # A top-up reference credits once. A message's entries sum to minus what it holds (`reserved_cents`).
         sa.UniqueConstraint("tenant_id", "reference", name="balance_entries_reference_once"),
         sa.Index("balance_entries_notification", "notification_id"),
+        # /balance by the hour: the hours with entries (a skip scan), an hour's entries and sums (a range).
+        sa.Index("balance_entries_tenant_created", "tenant_id", "created_at"),
     )
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenants.id", index=True)

@@ -17,6 +17,7 @@ from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access import actions as operator_actions
 from domain.campaigns import views as campaign_views
+from domain.ledger.reasons import suppressed_counts
 from domain.support.pages import campaign_messages
 
 PAGE_SIZE = 50
@@ -61,7 +62,7 @@ class CampaignDetailState(AuthState):
         self.what = f"{s['segment']} × {s['template']} by {s['channel']}"
         self.counts = [{"label": k.capitalize(), "value": str(s[k])}
                        for k in ("total", "ledgered", "queued", "sent", "delivered", "deferred", "failed")]
-        self.suppressed = ", ".join(f"{k}: {v}" for k, v in s["suppressed"].items()) or "none"
+        self.suppressed = suppressed_counts(s["suppressed"]) or "nothing suppressed"
         self.started, self.finished = when(s["started_at"]), when(s["finished_at"])
         self.rows = [notification(n) for n in page.rows]
         self.history = [{"what": {"campaign start": "Started", "campaign cancel": "Cancelled"}.get(a["action"],
@@ -113,7 +114,7 @@ def campaign_detail_page() -> rx.Component:
                                status_badge(CampaignDetailState.status), align="center", spacing="3"),
                      rx.text(CampaignDetailState.what, size="2", color=rx.color("gray", 11)),
                      rx.text("Started " + CampaignDetailState.started + " · finished " + CampaignDetailState.finished
-                             + " (UTC) · suppressed: " + CampaignDetailState.suppressed, size="1",
+                             + " (UTC) · " + CampaignDetailState.suppressed, size="1",
                              data_testid="campaign-summary")),
                 rx.cond(CampaignDetailState.history.length() > 0, card(rx.foreach(
                     CampaignDetailState.history,

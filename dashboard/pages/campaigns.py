@@ -21,6 +21,7 @@ from domain.campaigns import fan_out as campaign_fan_out
 from domain.campaigns import segments
 from domain.campaigns import views as campaign_views
 from domain.delivery.wakeups import wake_fan_out
+from domain.ledger.reasons import suppressed_counts
 from domain.ledger.recipients import PEOPLE_CHANNELS
 from domain.ledger.write import SendRefused
 from domain.support import pages
@@ -36,7 +37,7 @@ def _row(s: dict[str, Any]) -> dict[str, Any]:
             "status": s["status"], "total": str(s["total"]), "ledgered": str(s["ledgered"]),
             "ledgered_pct": round(100 * int(s["ledgered"]) / total), "settled_pct": round(100 * settled / total),
             "sent": str(s["sent"]), "delivered": str(s["delivered"]), "deferred": str(s["deferred"]),
-            "suppressed": ", ".join(f"{k}: {v}" for k, v in s["suppressed"].items()) or "0",
+            "suppressed": suppressed_counts(s["suppressed"]) or "0",
             "failed": str(s["failed"]), "started": when(s["started_at"]), "finished": when(s["finished_at"]),
             "active": "yes" if s["status"] in ("ledgering", "running") else "no"}
 
@@ -136,7 +137,7 @@ class CampaignsState(paging.KeysetPaged, AuthState):
                          "template": str(form.get("template", ""))}
         self.pending_name = name
         self.pending_summary = (f"“{form.get('template', '')}” by {channel} to {p['audience']:,} people "
-                                f"({segment}), estimated cost up to {money(p['cost_cents'])} "
+                                f"({segment}: {segments.DESCRIPTIONS.get(segment, '').rstrip('.').lower()}), estimated cost up to {money(p['cost_cents'])} "
                                 f"({money(p['price_cents'])} each; suppressed messages are refunded).")
 
     @event
@@ -286,6 +287,10 @@ def campaigns_page() -> rx.Component:
             action_button("Start campaign", type="submit", disabled=~CampaignsState.may_change,
                       data_testid="campaign-start"),
             gap="12px", align="end", wrap="wrap"), on_submit=CampaignsState.preview),
+            # What each segment selects, in words beside the choice (the select shows only its name).
+            rx.vstack(*[rx.text(rx.text.strong(name), ": ", text, size="1", color=rx.color("gray", 11))
+                        for name, text in segments.DESCRIPTIONS.items()],
+                      spacing="0", margin_top="10px", data_testid="segment-descriptions"),
             margin_bottom="12px"),
         _confirm_start(),
         _confirm_cancel(),

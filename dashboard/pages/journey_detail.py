@@ -15,6 +15,7 @@ from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.journeys import views as journey_views
 from domain.journeys.steps import JOURNEY_STEPS
+from domain.ledger.reasons import dropped_text
 
 DECISION_TEXT = {"scheduled": "nudge scheduled", "sent_now": "sent now", "dropped": "dropped",
                  "lifecycle": "lifecycle message", "duplicate": "duplicate: first answer returned"}
@@ -54,7 +55,7 @@ class LeadState(AuthState):
                          "due": when(i["scheduled_for"])} for i in d["intents"]]
         self.events = [{"at": when(e["received_at"]), "event": e["event"], "id": e["event_id"],
                         "decision": DECISION_TEXT.get(e["outcome"] or "", e["outcome"] or "")
-                        + (f" ({e['reason']})" if e["reason"] else "")} for e in d["events"]]
+                        + (f": {dropped_text(e['reason'])}" if e["reason"] else "")} for e in d["events"]]
         self.messages = [{**notification(n), "intent": f"nudge #{n['intent_id']}" if n.get("intent_id")
                           else "lifecycle"} for n in d["notifications"]]
 

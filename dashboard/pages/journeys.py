@@ -19,6 +19,7 @@ from domain.access.roles import Act, refusal
 from domain.journeys import store as journey_store
 from domain.journeys import views as journey_views
 from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
+from domain.ledger.reasons import dropped_text
 from domain.support import pages
 
 ALL, PAGE_SIZE = "all", 50
@@ -116,7 +117,7 @@ class JourneysState(paging.KeysetPaged, AuthState):
                          for n in d["notifications"]]
         self.events = [{"at": when(e["received_at"]), "event": e["event"], "id": e["event_id"],
                         "decision": DECISION_TEXT.get(e["outcome"] or "", e["outcome"] or "")
-                        + (f" ({e['reason']})" if e["reason"] else "")} for e in d["events"]]
+                        + (f": {dropped_text(e['reason'])}" if e["reason"] else "")} for e in d["events"]]
 
     @handler
     async def select(self, lead_id: str) -> None:
@@ -192,8 +193,9 @@ def _message_row(n: Row) -> rx.Component:
 def journeys_page() -> rx.Component:
     return shell(
         "Journeys",
-        rx.text("At most one live nudge per lead, for the furthest step reached — enforced by a partial unique "
-                "index. Late or backward events are dropped; lifecycle messages never cancel a nudge.",
+        rx.text("Each lead has at most one reminder waiting, for the furthest step it reached — the database "
+                "refuses a second one, even when two events arrive at once. An event older than, or not past, "
+                "the lead's step changes nothing; lifecycle messages never cancel a reminder.",
                 size="2", color=rx.color("gray", 11), margin_bottom="12px"),
         rx.flex(
             rx.form(rx.hstack(rx.input(name="q", placeholder="lead or advisor ref (cust-003)", default_value=JourneysState.query,

@@ -17,6 +17,7 @@ from dashboard.events import event
 from dashboard.format import done_line, money, parse_id, resolved_line, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
+from domain.ledger.reasons import entry_reason
 from domain.support.message import message_page
 
 MONEY_KIND = {"reserve": "charged", "refund": "refunded", "adjustment": "adjusted"}
@@ -30,18 +31,39 @@ def _attempt(a: dict[str, Any]) -> dict[str, str]:
             "excerpt": a["response_excerpt"] or "—", "next": when(a["next_attempt_at"])}
 
 
+def attempts_text(m: dict[str, Any]) -> str:
+    """How many tries, in words: a suppressed row was not sent (its one claim that found it may not go out is no
+    try at sending); an owed row not tried yet says so. Pure."""
+    if m["status"] == "SUPPRESSED":
+        return "not sent"
+    if not m["attempts"]:
+        return f"none yet (at most {m['max_attempts']})"
+    return f"{m['attempts']} of at most {m['max_attempts']}"
+
+
+def receipt_text(m: dict[str, Any]) -> str:
+    """The provider's receipt in words; nothing for a message that never went out (no receipt is owed). Pure."""
+    r = m["receipt"]
+    if r:
+        return f"{r['provider']} receipt: {r['outcome']} at {when(r['received_at'])} UTC"
+    if m["sent_at"] is None:
+        return ""
+    return "webhooks have no receipt: the 2xx is the delivery" if m["channel"] == "webhook" else "no receipt yet"
+
+
 def _facts(m: dict[str, Any]) -> list[dict[str, str]]:
     """The header as label/value/link rows (a link only where there is a page for it)."""
     rows = [
         ("Recipient", f"{m['recipient_name'] or m['recipient']} ({m['recipient']})",
          f"/recipients/{m['recipient_id']}" if m["recipient_id"] else ""),
         ("Channel · lane", f"{m['channel']} · {m['lane']}", ""),
-        ("Template", f"{m['template']} v{m['template_version'] or '—'}", ""),
+        # The version it was rendered with at send time; a row never rendered (never sent) has none to name.
+        ("Template", f"{m['template']} v{m['template_version']}" if m["template_version"] else m["template"], ""),
         ("Created", when(m["created_at"]), ""), ("Sent", when(m["sent_at"]), ""),
         ("Settled", when(m["settled_at"]), ""),
         # While owed, from what holds it ("when the lane is resumed"), never a due time already past.
         ("Next try", m["state"]["next_try"] if m["state"] else when(m["next_retry_at"]), ""),
-        ("Attempts", f"{m['attempts']} of at most {m['max_attempts']}", ""),
+        ("Attempts", attempts_text(m), ""),
         ("Provider reference", m["provider_reference"] or "—", ""),
         ("Job id", m["job_id"] or "—", ""),
         ("Order", str(m["order_id"]) if m["order_id"] else "—", f"/orders/{m['order_id']}" if m["order_id"] else ""),
@@ -69,6 +91,8 @@ class MessageState(AuthState):
     receipt: rx.Field[str] = rx.field("")
     envelope: rx.Field[str] = rx.field("")
     payload: rx.Field[str] = rx.field("")
+    body: rx.Field[str] = rx.field("")  # the text as rendered at send time, codes masked ("" = never sent)
+    body_title: rx.Field[str] = rx.field("")
 
     @event
     async def load(self) -> None:
@@ -89,12 +113,13 @@ class MessageState(AuthState):
         self.attempts = [_attempt(a) for a in m["attempt_log"]]
         mo = m["money"]
         self.money_rows = [{"at": when(e["created_at"]), "what": MONEY_KIND.get(e["kind"], e["kind"]),
-                            "amount": money(abs(e["amount_cents"])), "why": e["reason"]} for e in mo["entries"]]
+                            "amount": money(abs(e["amount_cents"])), "why": entry_reason(e["reason"])} for e in mo["entries"]]
         self.money_summary = (f"charged {money(mo['charged_cents'])} · refunded {money(mo['refunded_cents'])} · "
                               f"held now {money(mo['held_cents'])}") if mo["entries"] else "nothing charged"
-        r = m["receipt"]
-        self.receipt = f"{r['provider']} receipt: {r['outcome']} at {when(r['received_at'])} UTC" if r else \
-            "no receipt (yet)" if m["channel"] != "webhook" else "webhooks have no receipt: the 2xx is the delivery"
+        self.receipt = receipt_text(m)
+        self.body = m["body"] or ""
+        self.body_title = ("What they received (one-time codes hidden)" if m["status"] in ("SENT", "DELIVERED")
+                           else "What was sent (not confirmed received; one-time codes hidden)")
         env = m["envelope"]
         self.envelope = json.dumps(env, default=str, indent=2) if env else ""
         self.payload = json.dumps(m["payload"], default=str, indent=2)
@@ -152,8 +177,12 @@ def message_page_view() -> rx.Component:
                 rx.text(MessageState.money_summary, size="2", data_testid="money-summary"),
                 data_table(["When (UTC)", "What", "Amount", "Why"], MessageState.money_rows, _money_row,
                            "No balance entry for this message.", "money-table"),
-                rx.heading("Receipt", size="4"),
-                rx.text(MessageState.receipt, size="2", data_testid="message-receipt"),
+                rx.cond(MessageState.receipt != "",
+                        rx.fragment(rx.heading("Receipt", size="4"),
+                                    rx.text(MessageState.receipt, size="2", data_testid="message-receipt"))),
+                rx.cond(MessageState.body != "",
+                        rx.fragment(rx.heading(MessageState.body_title, size="4"),
+                                    _pre(MessageState.body, "message-body"))),
                 rx.cond(MessageState.envelope != "",
                         rx.fragment(rx.heading("Envelope (redacted)", size="4"),
                                     _pre(MessageState.envelope, "message-envelope"))),

@@ -19,7 +19,7 @@ from typing import Any
 
 import reflex as rx
 
-from dashboard import live, routes
+from dashboard import live, paging, routes
 from dashboard.components import (
     Row,
     card,
@@ -42,8 +42,11 @@ from domain.delivery import wakeups as telemetry
 from domain.delivery.queue import order_channel
 from domain.delivery.wakeups import after_commit
 from domain.orders import views as order_views
-from domain.orders.commands import ORDER_CANCEL, Committed, NotFound, execute_order_command, order_target
+from domain.orders.commands import Committed, NotFound, execute_order_command
 from domain.orders.policy import Reject, allowed_commands
+from domain.orders.views import ORDER_CANCEL, order_target
+from domain.support import pages
+from domain.support.pages import keyset
 
 NOTE_MAX = 500
 PAST = {"approve": "approved", "cancel": "cancelled", "fulfill": "fulfilled"}
@@ -62,12 +65,24 @@ def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[
     if order is None:
         return None, [], version
     order["last_change"] = change_line(change)
+    first = keyset(order.pop("history"), HISTORY_PAGE, None, None)
+    order["history"] = ([history_row(h) for h in first.rows], first.has_older)
     # Who cancelled it, when and why, from the audit log: read only for a cancelled order (a push reloads this).
     order["cancelled_by"] = ""
     if order["status"] == "cancelled":
         done = [a for a in operator_actions.on_target(tenant, order_target(order_id)) if a["action"] == ORDER_CANCEL]
         order["cancelled_by"] = done_line("Cancelled", done[-1] if done else None)
     return order, [notification(n) for n in notes], version
+
+
+HISTORY_PAGE = 20  # changes per page of the order's history (order_views.order_page reads one more)
+
+
+def history_row(h: dict[str, Any]) -> dict[str, str]:
+    """One change of the order, for its history table: revision, what, who, when (UTC), the note. Pure."""
+    who = str(h["actor_ref"] or "")
+    return {"id": str(h["id"]), "what": str(h["event_type"]).removeprefix("order."),
+            "who": who.removeprefix("operator:") or "—", "at": when(h["occurred_at"]), "note": h.get("note") or ""}
 
 
 def missed_text(shown: int, now: int, last_change: str) -> str:
@@ -127,9 +142,13 @@ class OrderState(AuthState):
             can_approve="approve" in allowed, can_fulfill="fulfill" in allowed, can_cancel="cancel" in allowed)
 
     async def _apply_notes(self, order: dict[str, Any] | None, notes: list[dict[str, str]]) -> None:
-        """The notifications, then `seen`: the page now shows this revision whole."""
+        """The notifications and the history's newest page, then `seen`: the page now shows this revision whole."""
         if order is not None:
             (await self.get_state(OrderNotesState))._assign_changed(notifications=notes)
+            history = await self.get_state(OrderHistoryState)
+            if not history._before and not history._after:  # an operator reading older changes keeps their page
+                rows, older = order["history"]
+                history._assign_changed(rows=rows, has_older=older, has_newer=False)
             (await self.get_state(OrderSeenState))._assign_changed(seen=f"{self.order_id}:{int(order['revision'])}")
 
     @event
@@ -144,6 +163,8 @@ class OrderState(AuthState):
         if oid != self.order_id:
             self.missed, self.error, self.notice = "", "", ""
             (await self.get_state(OrderHeadState))._assign_changed(pushed="")
+        history = await self.get_state(OrderHistoryState)
+        history._before = history._after = 0  # a load shows the newest changes
         self.order_id = oid
         order, notes, version = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
         # What this browser tab last showed whole (its sessionStorage, sent with the reconnect): any revision since
@@ -228,6 +249,29 @@ class OrderState(AuthState):
         async for u in self._command("fulfill", seen_revision):
             yield u
 
+    async def _history_page(self, before: int, after: int) -> None:
+        """A page of the order's history (keyset on the revision), for an operator of its tenant with a live session."""
+        if not self.order_id or not await self._fresh() or not self._tenant_id:
+            return
+        page = await asyncio.to_thread(pages.order_history, self._tenant_id, self.order_id, HISTORY_PAGE,
+                                       before or None, after or None)
+        history = await self.get_state(OrderHistoryState)
+        history._before, history._after = before, after
+        history._assign_changed(rows=[history_row(h) for h in page.rows], has_older=page.has_older,
+                                has_newer=page.has_newer)
+
+    @event
+    async def history_older(self) -> None:
+        rows = (await self.get_state(OrderHistoryState)).rows
+        if rows:
+            await self._history_page(int(rows[-1]["id"]), 0)
+
+    @event
+    async def history_newer(self) -> None:
+        rows = (await self.get_state(OrderHistoryState)).rows
+        if rows:
+            await self._history_page(0, int(rows[0]["id"]))
+
     @event
     def dismiss_missed(self) -> None:
         self.missed = ""
@@ -298,6 +342,22 @@ class OrderNotesState(OrderState):
     """The order's notifications (the events panel): the page's biggest part, re-rendered only when they change."""
 
     notifications: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+
+
+class OrderHistoryState(OrderState):
+    """The order's history, a page at a time (newest first): every change, who made it, when, with its note."""
+
+    rows: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    has_older: rx.Field[bool] = rx.field(False)
+    has_newer: rx.Field[bool] = rx.field(False)
+    _before: int = 0  # backend-only: the page position by revision (0: the newest page, kept fresh by pushes)
+    _after: int = 0
+
+
+def _history_row(h: Row) -> rx.Component:
+    return rx.table.row(rx.table.cell(h["id"]), rx.table.cell(rx.badge(h["what"], variant="soft")),
+                        rx.table.cell(h["who"]), rx.table.cell(rx.text(h["at"], size="1")),
+                        rx.table.cell(rx.text(h["note"], size="1")), data_testid="history-row")
 
 
 class OrderSeenState(OrderState):
@@ -421,6 +481,14 @@ def order_page() -> rx.Component:
                 data_table(["Channel", "Lane", "Event", "Job", "Rev", "Status", "Attempts", "Effect",
                             "Receiver said"], OrderNotesState.notifications, _note_row,
                            "No notifications yet: approving this order creates them.", "notifications"),
+                rx.heading("History", size="4", margin_top="8px"),
+                rx.text("Every change of this order, newest first: who made it, when, and the note it was given.",
+                        size="2", color=rx.color("gray", 11)),
+                rx.cond(OrderHistoryState.has_older | OrderHistoryState.has_newer,
+                        paging.pager(OrderState.history_older, OrderState.history_newer, OrderHistoryState.has_older,
+                                     OrderHistoryState.has_newer, "history-pager")),
+                data_table(["Rev", "What", "Who", "When (UTC)", "Note"], OrderHistoryState.rows, _history_row,
+                           "No change yet: the order is as it entered the system.", "order-history"),
                 spacing="3", width="100%",
             ),
             empty_state("No such order for your tenant."),

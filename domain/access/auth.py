@@ -33,6 +33,7 @@ class Principal:
     display_name: str = ""
     role: str = "api"
     operator_id: int | None = None
+    tenant_name: str = ""  # the tenant's own name, as the pages show it ("" for platform, or an API key)
 
     @property
     def oncall(self) -> bool:
@@ -44,7 +45,8 @@ class Principal:
 
 def principal_of_operator(row: sa.Row[Any]) -> Principal:
     tenant = row.tenant_id if row.tenant_id is not None else roles.NO_TENANT
-    return Principal(tenant, f"operator:{row.login}", row.display_name, row.role, row.id)
+    return Principal(tenant, f"operator:{row.login}", row.display_name, row.role, row.id,
+                     str(getattr(row, "tenant_name", None) or ""))
 
 
 def hash_password(password: str) -> str:

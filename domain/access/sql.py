@@ -14,9 +14,12 @@ API_KEYS = table_of(ApiKey)
 TENANT_EXISTS = sa.text("SELECT 1 FROM tenants WHERE id = :t")
 INSERT_API_KEY = sa.insert(API_KEYS)
 PRINCIPAL_FOR_KEY = sa.text("SELECT tenant_id, actor_ref FROM api_keys WHERE key_hash = :h AND revoked_at IS NULL")
+# Each with the operator's tenant's name (none for platform): the pages say "Northwind", never "tenant 42".
 OPERATOR_BY_LOGIN = sa.text(
-    "SELECT id, tenant_id, login, display_name, password_hash, role FROM operators WHERE login = :l")
-OPERATOR_NOW = sa.text("SELECT id, tenant_id, login, display_name, role FROM operators WHERE id = :i")
+    "SELECT o.id, o.tenant_id, o.login, o.display_name, o.password_hash, o.role, "
+    "(SELECT t.name FROM tenants t WHERE t.id = o.tenant_id) AS tenant_name FROM operators o WHERE o.login = :l")
+OPERATOR_NOW = sa.text("SELECT o.id, o.tenant_id, o.login, o.display_name, o.role, "
+                       "(SELECT t.name FROM tenants t WHERE t.id = o.tenant_id) AS tenant_name FROM operators o WHERE o.id = :i")
 
 # ---- the login throttle --------------------------------------------------------------------------------------
 LOCKED_UNTIL = sa.text("SELECT max(locked_until) FROM login_throttle WHERE key = ANY(:k) AND locked_until > :now")
@@ -115,11 +118,12 @@ SPEND_TICKET = sa.text(
 END_PREVIOUS_SESSION = sa.text("UPDATE operator_sessions SET ended_at = :now WHERE token_hash = :h "
                                "AND kind = 'session' AND ended_at IS NULL")
 LIVE_SESSION = sa.text(
-    "SELECT o.id, o.tenant_id, o.login, o.display_name, o.role FROM operator_sessions s "
+    "SELECT o.id, o.tenant_id, o.login, o.display_name, o.role, (SELECT t.name FROM tenants t WHERE t.id = o.tenant_id) AS tenant_name FROM operator_sessions s "
     "JOIN operators o ON o.id = s.operator_id WHERE s.token_hash = :h AND s.kind = 'session' "
     "AND s.ended_at IS NULL AND s.expires_at > :now")
 SESSION_BOUGHT_WITH = sa.text(
-    "SELECT s.token_hash, o.id, o.tenant_id, o.login, o.display_name, o.role FROM operator_sessions s "
+    "SELECT s.token_hash, o.id, o.tenant_id, o.login, o.display_name, o.role, "
+    "(SELECT t.name FROM tenants t WHERE t.id = o.tenant_id) AS tenant_name FROM operator_sessions s "
     "JOIN operators o ON o.id = s.operator_id WHERE s.ticket_hash = :t AND s.kind = 'session' "
     "AND s.ended_at IS NULL AND s.expires_at > :now")
 END_SESSION = sa.text("UPDATE operator_sessions SET ended_at = :now WHERE token_hash = :h AND ended_at IS NULL")

@@ -33,6 +33,15 @@ SEGMENTS: Final[dict[str, Callable[[str], str]]] = {
 }
 
 
+# What each segment selects, in one line for the people choosing one (the campaigns page, beside the choice).
+DESCRIPTIONS: Final[dict[str, str]] = {
+    "all_reachable": "Everyone with an address for the channel who has not opted out of it.",
+    "abandoned_after_credit_check": "Reachable people whose loan application stopped at the credit check, "
+                                    "with no reminder still waiting.",
+}
+assert DESCRIPTIONS.keys() == SEGMENTS.keys(), "every segment says what it selects"
+
+
 def segment_refs(tenant_id: int, segment: str, channel: str, engine: Engine | None = None) -> list[str]:
     """Who a segment selects right now (for tests and previews)."""
     with UnitOfWork(engine) as uow:

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 from domain.ledger import otp
 from domain.ledger.floor import Send, floor_decision
-from domain.ledger.templates import render
+from domain.ledger.render import render
 from domain.orders.envelope import Envelope
 
 # Which order status each event is about: checked again at send time (eligibility).

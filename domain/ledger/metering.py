@@ -161,6 +161,36 @@ def balance_view(tenant_id: int, now: datetime, engine: Engine | None = None) ->
             "runs_out_at": out.isoformat() if out else None}
 
 
+def balance_hours(tenant_id: int, limit: int, before: int | None = None, after: int | None = None,
+                  engine: Engine | None = None) -> list[int]:
+    """The hours (since the epoch, UTC) that have balance entries: up to `limit` older than hour `before`, newest
+    first, or just newer than hour `after`, oldest first (a keyset read, domain/support/pages.py makes it a page)."""
+    with UnitOfWork(engine) as uow:
+        if after is not None:
+            rows = uow.execute(sql.BALANCE_HOURS_AFTER, {"t": tenant_id, "a": after, "l": limit})
+        else:
+            rows = uow.execute(sql.BALANCE_HOURS_BEFORE, {"t": tenant_id, "b": before, "l": limit})
+        return [int(h) for h in rows.scalars()]
+
+
+def hour_sums(tenant_id: int, first: int, last: int, engine: Engine | None = None) -> list[dict[str, Any]]:
+    """The entries of hours `first` to `last` summed, newest first: charges and refunds one row per hour each
+    ("312 charges, -3.12 EUR"), every other entry (a top-up, an opening, an adjustment) a row of its own. Their
+    amounts sum to the hours' entries exactly."""
+    with UnitOfWork(engine) as uow:
+        return [dict(r._mapping) for r in uow.execute(sql.BALANCE_HOUR_SUMS, {"t": tenant_id, "lo": first,
+                                                                               "hi": last})]
+
+
+def hour_entries(tenant_id: int, hour: int, limit: int, before: int | None = None, after: int | None = None,
+                 engine: Engine | None = None) -> list[dict[str, Any]]:
+    """One hour's entries (hour since the epoch, UTC), a keyset page by id: `limit` rows older than `before`, or
+    just newer than `after` (those oldest first)."""
+    with UnitOfWork(engine) as uow:
+        return [dict(r._mapping) for r in uow.execute(sql.HOUR_ENTRIES, {"t": tenant_id, "h": hour, "b": before,
+                                                                          "a": after, "l": limit})]
+
+
 def entries(tenant_id: int, limit: int = 50, before_id: int | None = None,
             engine: Engine | None = None) -> list[dict[str, Any]]:
     """Newest first, a page at a time (keyset on id)."""

@@ -33,6 +33,49 @@ ERROR_CLASS: Final[dict[str, str]] = {
 }
 
 
+# The same reasons in a few words, for a count beside them ("4,619 not sent: campaign cancelled") and for the
+# command line's narrow columns. SUPPRESSED says each as a sentence.
+SUPPRESSED_SHORT: Final[dict[str, str]] = {
+    "daily_cap": "daily cap reached",
+    "opted_out": "opted out",
+    "no_longer_eligible": "no longer eligible",
+    "superseded": "replaced by a later step",
+    "no_contact_point": "no address on this channel",
+    "insufficient_balance": "balance too low",
+    "campaign_cancelled": "campaign cancelled",
+    "endpoint_disabled": "endpoint disabled",
+    "endpoint_deleted": "endpoint deleted",
+    "code_expired": "code expired",
+}
+
+# Why a journey event changed nothing (domain/journeys/decide.py's Drop reasons).
+DROPPED: Final[dict[str, str]] = {
+    "late": "late: older than the step the lead already reached",
+    "not_further": "not further: a repeat of, or a step back from, the step the lead already reached",
+}
+
+
+def _plain(code: str) -> str:
+    """A code no table knows yet, still readable: `some_new_code` → "some new code"."""
+    return code.replace("_", " ")
+
+
+def suppressed_short(reason: str | None) -> str:
+    return SUPPRESSED_SHORT.get(reason or "", _plain(reason or ""))
+
+
+def suppressed_counts(counts: Mapping[str, int]) -> str:
+    """A campaign's suppressed rows by reason, in words, most first: "4,619 not sent: campaign cancelled;
+    12 not sent: opted out" ("" when none)."""
+    return "; ".join(f"{int(n):,} not sent: {suppressed_short(code)}"
+                     for code, n in sorted(counts.items(), key=lambda kv: (-int(kv[1]), kv[0])) if int(n))
+
+
+def dropped_text(reason: str | None) -> str:
+    """A dropped journey event's reason in words ("" when none)."""
+    return DROPPED.get(reason or "", _plain(reason or ""))
+
+
 def code_expired(expires_at: datetime) -> str:
     """A `code_expired` row's detail: "the code had expired at 10:42 UTC" (shown as "Not sent: …")."""
     return f"the code had expired at {expires_at.astimezone(UTC):%H:%M} UTC"
@@ -44,11 +87,23 @@ def code_outlived(expires_at: datetime) -> str:
 
 
 def suppressed_text(reason: str | None) -> str:
-    return SUPPRESSED.get(reason or "", reason or "")
+    return SUPPRESSED.get(reason or "", f"Not sent: {_plain(reason)}." if reason else "")
 
 
 def error_text(error_class: str | None) -> str:
-    return ERROR_CLASS.get(error_class or "", error_class or "")
+    """An attempt's or a row's error class in words; a suppressing attempt records its suppression reason there."""
+    code = error_class or ""
+    return ERROR_CLASS.get(code) or SUPPRESSED_SHORT.get(code) or _plain(code)
+
+
+def entry_reason(reason: str | None) -> str:
+    """A balance entry's reason as the pages print it: a refund that names a code ("refund: contract",
+    "refund: no_contact_point") says it in words; anything else (a template, a payment reference) as written."""
+    text = reason or ""
+    head, sep, code = text.partition(": ")
+    if sep and head == "refund" and (code in ERROR_CLASS or code in SUPPRESSED_SHORT):
+        return f"refund: {error_text(code)}"
+    return text
 
 
 _TLS = ("ssl", "tls", "certificate", "handshake")

@@ -270,6 +270,45 @@ ENTRIES = sa.text(
     "FROM balance_entries WHERE tenant_id = :t AND (CAST(:b AS bigint) IS NULL OR id < :b) "
     "ORDER BY id DESC LIMIT :l")
 
+# The balance by the hour (epoch hours, UTC): the `:l` newest hours with entries older than hour `:b`, or the `:l`
+# oldest just newer than hour `:a` — a skip scan down (or up) the (tenant_id, created_at) index, one probe per hour,
+# however many charges an hour holds.
+_HOUR = "floor(extract(epoch FROM {c}) / 3600)::int"
+BALANCE_HOURS_BEFORE = sa.text(f"""
+WITH RECURSIVE h(hour, n) AS (
+  SELECT {_HOUR.format(c="max(created_at)")}, 1 FROM balance_entries
+   WHERE tenant_id = :t AND (CAST(:b AS int) IS NULL OR created_at < to_timestamp(CAST(:b AS int) * 3600.0))
+  UNION ALL
+  SELECT (SELECT {_HOUR.format(c="max(e.created_at)")} FROM balance_entries e
+           WHERE e.tenant_id = :t AND e.created_at < to_timestamp(h.hour * 3600.0)), h.n + 1
+    FROM h WHERE h.hour IS NOT NULL AND h.n < :l)
+SELECT hour AS id FROM h WHERE hour IS NOT NULL ORDER BY hour DESC""")
+BALANCE_HOURS_AFTER = sa.text(f"""
+WITH RECURSIVE h(hour, n) AS (
+  SELECT {_HOUR.format(c="min(created_at)")}, 1 FROM balance_entries
+   WHERE tenant_id = :t AND created_at >= to_timestamp((CAST(:a AS int) + 1) * 3600.0)
+  UNION ALL
+  SELECT (SELECT {_HOUR.format(c="min(e.created_at)")} FROM balance_entries e
+           WHERE e.tenant_id = :t AND e.created_at >= to_timestamp((h.hour + 1) * 3600.0)), h.n + 1
+    FROM h WHERE h.hour IS NOT NULL AND h.n < :l)
+SELECT hour AS id FROM h WHERE hour IS NOT NULL ORDER BY hour""")
+# Those hours summed: charges and refunds one row per hour each; a top-up, an opening or an adjustment (a person's
+# doing, rare) each a row of its own, with its reason and who.
+BALANCE_HOUR_SUMS = sa.text(f"""
+SELECT {_HOUR.format(c="created_at")} AS hour, kind, count(*) AS entries, sum(amount_cents) AS amount_cents,
+       min(reason) AS reason, min(actor_ref) AS actor_ref, max(created_at) AS last_at, max(id) AS last_id
+FROM balance_entries
+WHERE tenant_id = :t AND created_at >= to_timestamp(:lo * 3600.0) AND created_at < to_timestamp((:hi + 1) * 3600.0)
+GROUP BY 1, 2, CASE WHEN kind IN ('reserve', 'refund') THEN 0 ELSE id END
+ORDER BY 1 DESC, max(id) DESC""")
+# One hour's entries, a keyset page by id (newest first; oldest first for an `:a` page).
+HOUR_ENTRIES = sa.text(
+    "SELECT id, kind, amount_cents, reason, reference, actor_ref, notification_id, created_at "
+    "FROM balance_entries WHERE tenant_id = :t AND created_at >= to_timestamp(:h * 3600.0) "
+    "AND created_at < to_timestamp((:h + 1) * 3600.0) "
+    "AND (CAST(:b AS bigint) IS NULL OR id < :b) AND (CAST(:a AS bigint) IS NULL OR id > :a) "
+    "ORDER BY CASE WHEN CAST(:a AS bigint) IS NULL THEN -id ELSE id END LIMIT :l")
+
 # ---- one-time codes and templates ----------------------------------------------------------------------------
 INSERT_OTP = sa.text(
     "INSERT INTO otp_codes (notification_id, tenant_id, nonce, code_hash, expires_at) "

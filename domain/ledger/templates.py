@@ -7,16 +7,7 @@ from typing import Any
 
 from domain.db import UnitOfWork
 from domain.ledger import otp, sql
-
-
-class _Format(dict[str, Any]):
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
-
-
-def render(body: str, data: dict[str, Any]) -> str:
-    """Template text with `{name}` filled from the message's data; an unknown name stays visible as `{name}`."""
-    return body.format_map(_Format({k: v for k, v in data.items() if isinstance(k, str)}))
+from domain.ledger.render import render
 
 
 def render_for_send(uow: UnitOfWork, *, notification_id: int, template: str, channel: str,

@@ -29,14 +29,9 @@ from domain.orders import sql
 from domain.orders.audience import order_event_audience
 from domain.orders.envelope import Envelope
 from domain.orders.policy import Accept, Reject, decide_transition, guard_for
+from domain.orders.views import ORDER_CANCEL, order_target  # the audit log's words, here and for the reads
 
 SCHEMA_VERSION = 1
-ORDER_CANCEL = "order cancel"  # the audit log's word for it (operator_actions.action)
-
-
-def order_target(order_id: int) -> str:
-    """How the audit log names an order (`actions.on_target` reads it back for the order's page)."""
-    return f"order {order_id}"
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,18 @@ LAST_CHANGE = sa.text(
     "JOIN outbox_events e ON e.tenant_id = o.tenant_id AND e.aggregate_type = 'order' "
     "AND e.aggregate_id = CAST(o.id AS text) AND e.aggregate_revision = o.revision "
     "WHERE o.tenant_id = :t AND o.id = :o")
+# Every change of an order, newest first (its events, one per revision, by the one-event-per-revision key), a
+# keyset page by revision: rows older than :b, or just newer than :a (oldest first then). A cancel's note is its
+# audit row's, written in the same transaction.
+ORDER_HISTORY = sa.text(
+    "SELECT e.aggregate_revision AS id, e.event_type, e.actor_ref, e.occurred_at, "
+    "CASE WHEN e.event_type = 'order.cancelled' THEN (SELECT a.note FROM operator_actions a "
+    "  WHERE a.tenant_id = e.tenant_id AND a.target = :g AND a.action = :cancel "
+    "  ORDER BY abs(extract(epoch FROM a.at - e.occurred_at)) LIMIT 1) END AS note "
+    "FROM outbox_events e WHERE e.tenant_id = :t AND e.aggregate_type = 'order' AND e.aggregate_id = :o "
+    "AND (CAST(:b AS int) IS NULL OR e.aggregate_revision < :b) "
+    "AND (CAST(:a AS int) IS NULL OR e.aggregate_revision > :a) "
+    "ORDER BY CASE WHEN CAST(:a AS int) IS NULL THEN -e.aggregate_revision ELSE e.aggregate_revision END LIMIT :l")
 # The order's revision and a digest of its ledger rows (a handful, by the `order_id` index).
 ORDER_VERSION = sa.text(
     "SELECT o.revision || ':' || coalesce((SELECT md5(string_agg(n::text, ',' ORDER BY n.id)) "

@@ -11,6 +11,13 @@ from domain.db import UnitOfWork, as_dicts
 from domain.orders import sql
 from domain.orders.envelope import Envelope
 
+ORDER_CANCEL = "order cancel"  # the audit log's word for it (operator_actions.action)
+
+
+def order_target(order_id: int) -> str:
+    """How the audit log names an order (`actions.on_target` reads it back for the order's page)."""
+    return f"order {order_id}"
+
 
 def get_order(tenant_id: int, order_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
     with UnitOfWork(engine) as uow:
@@ -34,10 +41,11 @@ def order_version(tenant_id: int, order_id: int, engine: Engine | None = None) -
         return uow.execute(sql.ORDER_VERSION, {"t": tenant_id, "o": order_id}).scalar()
 
 
-def order_page(tenant_id: int, order_id: int, engine: Engine | None = None
+def order_page(tenant_id: int, order_id: int, engine: Engine | None = None, history_rows: int = 21
                ) -> tuple[str | None, dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
     """Everything the order page shows, in one transaction (one pool checkout, one BEGIN): its version first
-    (`order_version`), then the order, who last changed it (`last_change`) and its ledger rows. A live view
+    (`order_version`), then the order (with the newest `history_rows` of its changes, `order_history`), who last
+    changed it (`last_change`) and its ledger rows. A live view
     reloads this on every push, so one checkout instead of four is most of the reload's cost."""
     with UnitOfWork(engine) as uow:
         params = {"t": tenant_id, "o": order_id}
@@ -47,7 +55,23 @@ def order_page(tenant_id: int, order_id: int, engine: Engine | None = None
             return version, None, None, []
         change = uow.execute(sql.LAST_CHANGE, params).first()
         notes = as_dicts(uow.execute(sql.ORDER_NOTIFICATIONS, params))
-    return version, dict(r._mapping), dict(change._mapping) if change else None, notes
+        history = as_dicts(uow.execute(sql.ORDER_HISTORY, _history_params(tenant_id, order_id, history_rows)))
+    return version, {**dict(r._mapping), "history": history}, dict(change._mapping) if change else None, notes
+
+
+def order_history(tenant_id: int, order_id: int, limit: int, before: int | None = None, after: int | None = None,
+                  engine: Engine | None = None) -> list[dict[str, Any]]:
+    """Every change of the order — who (`actor_ref`), what (`event_type`), when, and the note a cancel was given —
+    newest first by revision, `limit` rows older than `before` or just newer than `after` (those oldest first: a
+    keyset page, as domain/support/pages.py reads one). Another tenant's order has no history here."""
+    with UnitOfWork(engine) as uow:
+        return as_dicts(uow.execute(sql.ORDER_HISTORY, _history_params(tenant_id, order_id, limit, before, after)))
+
+
+def _history_params(tenant_id: int, order_id: int, limit: int, before: int | None = None,
+                    after: int | None = None) -> dict[str, Any]:
+    return {"t": tenant_id, "o": str(order_id), "g": order_target(order_id), "cancel": ORDER_CANCEL,
+            "b": before, "a": after, "l": limit}
 
 
 def orders_version(tenant_id: int, engine: Engine | None = None) -> str:

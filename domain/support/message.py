@@ -5,6 +5,7 @@ and why it is where it is, in plain words."""
 from __future__ import annotations
 
 import re
+import string
 from datetime import datetime
 from typing import Any, Final
 
@@ -14,6 +15,7 @@ from domain.access import actions
 from domain.db import UnitOfWork, as_dicts
 from domain.delivery.state import OwedState, read_states
 from domain.ledger.reasons import attempt_text, error_text, ledger_reason, message_answer
+from domain.ledger.render import render
 from domain.support import sql
 
 # Keys whose values are never shown, whatever they hold; and values that look like contact points.
@@ -34,6 +36,26 @@ def redact(value: Any, key: str = "") -> Any:
     if isinstance(value, str) and _CONTACT.search(value):
         return _CONTACT.sub(REDACTED, value)
     return value
+
+
+CODE_MASK: Final = "••••••"
+
+
+def body_as_sent(body: str, payload: Any) -> str:
+    """The text a message was sent with, as its template rendered it at send time — but a one-time code (any
+    placeholder named like a secret: `{code}`, `{otp}`, `{token}`…) as CODE_MASK, and the message's data redacted as
+    on the rest of the page (contact points and secrets never reach it). The code itself is never stored, so it could
+    not be shown anyway; this keeps even its place plain. Pure."""
+    data = redact(payload) if isinstance(payload, dict) else {}
+    try:
+        names = {name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(body) if name}
+        masked = {**data, **{n: CODE_MASK for n in names if SECRET_KEYS.search(n)}}
+        text = render(body, masked)
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError):
+        # A format the redacted data cannot fill (`{amount:.2f}` over •••): the template's own text, every
+        # placeholder left as its name but a secret's.
+        text = re.sub(r"\{([^{}]*)\}", lambda f: CODE_MASK if SECRET_KEYS.search(f.group(1)) else f.group(0), body)
+    return _CONTACT.sub(REDACTED, text)
 
 
 def _attempt(a: dict[str, Any], webhook: bool) -> dict[str, Any]:
@@ -57,6 +79,13 @@ def _reason(m: dict[str, Any], state: OwedState | None) -> str:
     return ""
 
 
+def _once(reason: str, answer: str) -> str:
+    """The line under the answer, unless it says what the answer says (a suppressed row's reason is its answer)."""
+    def same(text: str) -> str:
+        return text.casefold().strip().rstrip(".")
+    return "" if same(reason) == same(answer) else reason
+
+
 def message_page(tenant_id: int, notification_id: int, now: datetime,
                  engine: Engine | None = None) -> dict[str, Any] | None:
     """None when this tenant has no such message (another tenant's id reads exactly like a missing one)."""
@@ -70,6 +99,10 @@ def message_page(tenant_id: int, notification_id: int, now: datetime,
             if m["provider_reference"] else []
         money = as_dicts(uow.execute(sql.MONEY, {"t": tenant_id, "i": notification_id}))
         envelope = uow.execute(sql.ENVELOPE, {"t": tenant_id, "e": m["event_id"]}).first() if m["event_id"] else None
+        # The body as it went out: only for a row rendered for a send that was not then refused (a suppressed row
+        # never reached anyone, even when its template was rendered before the balance said no).
+        template_body = uow.execute(sql.TEMPLATE_BODY, {"n": m["template"], "v": m["template_version"]}).scalar() \
+            if m["template_version"] is not None and m["status"] != "SUPPRESSED" else None
         # What holds it while it is owed, read in this same transaction (no state: it is not owed).
         state = read_states(uow, [notification_id], now, tenant_id).get(notification_id) \
             if m["status"] == "QUEUED" else None
@@ -83,6 +116,7 @@ def message_page(tenant_id: int, notification_id: int, now: datetime,
     charged = -sum(e["amount_cents"] for e in money if e["kind"] == "reserve")
     refunded = sum(e["amount_cents"] for e in money if e["kind"] == "refund")
     env = dict(envelope._mapping) if envelope is not None else None
+    answer = state.text if state else message_answer(m, now)
     if env is not None:
         env["payload"] = redact(env["payload"])
     return {
@@ -101,7 +135,8 @@ def message_page(tenant_id: int, notification_id: int, now: datetime,
         "receipts": receipts, "receipt": receipts[-1] if receipts else None,
         "money": {"entries": money, "charged_cents": charged, "refunded_cents": refunded,
                   "held_cents": m["reserved_cents"], "cost_cents": m["cost_cents"]},
-        "reason": _reason(m, state), "answer": state.text if state else message_answer(m, now),
+        "reason": _once(_reason(m, state), answer), "answer": answer,
+        "body": body_as_sent(template_body, m["payload"]) if template_body is not None else None,
         "state": state.as_dict() if state else None,
         "resolved_by": None if m["review"] != "resolved" else
         {"actor_ref": resolved["actor_ref"], "at": resolved["at"], "note": resolved["note"]} if resolved else

@@ -51,6 +51,12 @@ def orders(tenant_id: int, status: str | None = None, limit: int = 50, before: i
     return keyset(order_views.list_orders(tenant_id, status, limit + 1, before, after), limit, before, after)
 
 
+def order_history(tenant_id: int, order_id: int, limit: int = 20, before: int | None = None,
+                  after: int | None = None) -> Keyset:
+    """An order's changes, a page at a time (keyset on the revision)."""
+    return keyset(order_views.order_history(tenant_id, order_id, limit + 1, before, after), limit, before, after)
+
+
 def recipients(tenant_id: int, query: str = "", limit: int = 50, before: int | None = None,
                after: int | None = None) -> Keyset:
     return keyset(ledger_recipients.list_recipients(tenant_id, query, limit + 1, before, after), limit, before, after)

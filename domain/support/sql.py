@@ -75,6 +75,9 @@ MESSAGE = sa.text(
     """
 )
 
+# The text of the template version a message was rendered with at send time (the row keeps the version).
+TEMPLATE_BODY = sa.text("SELECT body FROM templates WHERE name = :n AND version = :v")
+
 # The message's own month (`:c`, its created_at) prunes the partitioned attempts to one partition.
 ATTEMPTS = sa.text(
     "SELECT attempt_no, worker, started_at, finished_at, outcome, status_code, error_class, latency_ms, "

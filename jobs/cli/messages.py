@@ -68,6 +68,8 @@ def messages(status: str = typer.Option(None, help=f"only this status: {', '.joi
     if since and when is None:
         err.print(f"[red]error:[/] --since {since!r}: give 30m, 6h, 7d or an ISO time such as 2026-11-30T08:00")
         raise typer.Exit(2)
+    from domain.ledger.reasons import ledger_reason
+
     rows = _rows(tenant or None, status.upper() if status else None, lane, when, limit)
     if as_json:
         print(json.dumps(rows, default=str))
@@ -77,8 +79,8 @@ def messages(status: str = typer.Option(None, help=f"only this status: {', '.joi
                 "attempts"):
         t.add_column(col)
     for r in rows:
-        why = (r["state"]["text"] if r.get("state") else None) or r["suppressed_reason"] or r["last_error_class"] \
-            or r["reason_detail"] or ""
+        # In words, as the pages say it (domain/ledger/reasons.py): never a code such as `contract`.
+        why = (r["state"]["text"] if r.get("state") else None) or ledger_reason(r)
         t.add_row(str(r["id"]), str(r["tenant_id"]), f"{r['created_at']:%Y-%m-%d %H:%M:%S}", r["channel"], r["lane"],
                   r["recipient"], r["template"], r["status"] + (f" ({r['review']})" if r["review"] else ""),
                   str(why), str(r["attempts"]))

@@ -168,7 +168,8 @@ def test_each_things_own_page_reads_who_did_it_from_its_audit_row(db):
     from domain.access.apikeys import list_keys, revoke_key
     from domain.access.auth import create_api_key
     from domain.endpoints import store
-    from domain.orders.commands import ORDER_CANCEL, execute_order_command, order_target
+    from domain.orders.commands import execute_order_command
+    from domain.orders.views import ORDER_CANCEL, order_target
 
     key = create_api_key(42, "svc:shop", created_by="operator:alice")
     kept = create_api_key(42, "svc:kept", created_by="operator:bob")
