@@ -11,7 +11,7 @@ from reflex_base.constants.colors import ColorType
 from reflex_components_lucide.icon import Icon
 from reflex_components_radix.themes.base import LiteralAccentColor
 
-from dashboard.link import action_button
+from dashboard.link import action_button, action_form
 from dashboard.search_state import search_box
 from dashboard.state import AuthState
 
@@ -217,3 +217,36 @@ def loading(flag: rx.Var[bool], *children: rx.Component) -> rx.Component:
 def error_callout(message: rx.Var[str], testid: str = "error") -> rx.Component:
     return rx.cond(message != "", rx.callout(message, icon="triangle_alert", color_scheme="red", role="alert",
                                              data_testid=testid, width="100%"))
+
+
+NOTE_MAX = 500  # characters of an operator's note (the API's `fields.NOTE_MAX` says the same)
+
+
+def note_dialog(title: Any, summary: Any, *, open_: rx.Var[bool], on_submit: Any, on_keep: Any, keep: str,
+                act: Any, ids: Mapping[str, str], error: rx.Var[str] | None = None,
+                placeholder: str = "Why, for whoever looks later", act_colour: Any = None,
+                max_width: str = "480px", focus_note: bool = False) -> rx.Component:
+    """An action asked before it happens: what it does (`summary`), a note kept with the operator's name, and two
+    buttons — `keep` backs out, `act` submits (an action form: dropped while offline). `error` (the handler's answer
+    to a missing note) shows under the note. `ids`: the test ids of `summary`, `note`, `error`, `keep`, `act` and
+    `dialog` (each optional: the pages' tests read them)."""
+    def tid(part: str) -> dict[str, Any]:
+        return {"data_testid": ids[part]} if part in ids else {}
+
+    return rx.alert_dialog.root(
+        rx.alert_dialog.content(
+            rx.alert_dialog.title(title),
+            rx.alert_dialog.description(summary, size="2", **tid("summary")),
+            action_form(rx.vstack(
+                rx.text_area(name="note", placeholder=placeholder, max_length=NOTE_MAX, width="100%",
+                             auto_focus=focus_note, **tid("note")),
+                *([rx.cond(error != "", rx.text(error, size="1", color=rx.color("red", 11), **tid("error")))]
+                  if error is not None else []),
+                rx.hstack(rx.spacer(),
+                          rx.button(keep, type="button", variant="soft", color_scheme="gray", on_click=on_keep,
+                                    **tid("keep")),
+                          action_button(act, type="submit", color_scheme=act_colour, **tid("act")), width="100%"),
+                spacing="3", width="100%"), on_submit=on_submit, reset_on_submit=True),
+            max_width=max_width, **tid("dialog")),
+        open=open_,
+    )

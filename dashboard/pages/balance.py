@@ -10,7 +10,7 @@ from typing import Any
 import reflex as rx
 
 from dashboard import paging, routes
-from dashboard.components import Row, card, data_table, error_callout, shell, stat
+from dashboard.components import NOTE_MAX, Row, card, data_table, error_callout, note_dialog, shell, stat
 from dashboard.events import Followup, event
 from dashboard.format import amount_in_words, money, parse_id, when
 from dashboard.link import action_button, action_form
@@ -23,7 +23,6 @@ from domain.support.pages import Keyset, keyset
 
 PAGE_SIZE = 50  # entries of one hour per page
 HOURS_PAGE = 24  # hours per page of the by-the-hour view
-NOTE_MAX = 500
 KIND_TEXT = {"opening": "opening balance", "top_up": "top-up", "reserve": "message charged",
              "refund": "refund", "adjustment": "adjustment"}
 KIND_MANY = {"reserve": ("charge", "charges"), "refund": ("refund", "refunds")}
@@ -194,21 +193,12 @@ class BalanceState(paging.KeysetPaged, AuthState):
 
 
 def _confirm() -> rx.Component:
-    return rx.alert_dialog.root(
-        rx.alert_dialog.content(
-            rx.alert_dialog.title("Top up the balance?"),
-            rx.alert_dialog.description(BalanceState.confirm_text, size="2", data_testid="topup-confirm-text"),
-            action_form(rx.vstack(
-                rx.text_area(name="note", placeholder="Note (optional), for whoever looks later", max_length=NOTE_MAX,
-                             width="100%", data_testid="topup-note"),
-                rx.hstack(rx.spacer(),
-                          rx.button("Cancel", type="button", variant="soft", color_scheme="gray",
-                                    on_click=BalanceState.close_top_up, data_testid="topup-keep"),
-                          action_button("Credit it", type="submit", data_testid="topup-confirm"), width="100%"),
-                spacing="3", width="100%"), on_submit=BalanceState.confirm_top_up, reset_on_submit=True),
-            max_width="480px", data_testid="topup-dialog"),
-        open=BalanceState.confirm_text != "",
-    )
+    return note_dialog(
+        "Top up the balance?", BalanceState.confirm_text, open_=BalanceState.confirm_text != "",
+        on_submit=BalanceState.confirm_top_up, on_keep=BalanceState.close_top_up, keep="Cancel", act="Credit it",
+        placeholder="Note (optional), for whoever looks later",
+        ids={"summary": "topup-confirm-text", "note": "topup-note", "keep": "topup-keep", "act": "topup-confirm",
+             "dialog": "topup-dialog"})
 
 
 def _entry_row(e: Row) -> rx.Component:

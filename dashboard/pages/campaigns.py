@@ -10,7 +10,7 @@ import reflex as rx
 from reflex.vars import ObjectVar
 
 from dashboard import live, paging, routes
-from dashboard.components import card, data_table, error_callout, shell
+from dashboard.components import card, data_table, error_callout, note_dialog, shell
 from dashboard.events import Followup, event
 from dashboard.format import money, parse_id, when
 from dashboard.link import action_button, action_form
@@ -236,25 +236,12 @@ def _campaign_row(c: ObjectVar[dict[str, Any]]) -> rx.Component:
 
 def _note_dialog(title: Any, summary: Any, open_: Any, on_submit: Any, on_close: Any, *, keep: str, act: str,
                  testid: str, danger: bool = False) -> rx.Component:
-    """A campaign action asked before it happens: what it does, a note that is kept with the operator's name, and
-    the two buttons (`keep`: back out; `act`: do it). Test ids: `<testid>-summary`, `-note`, `-confirm`, `-dialog`."""
-    return rx.alert_dialog.root(
-        rx.alert_dialog.content(
-            rx.alert_dialog.title(title),
-            rx.alert_dialog.description(summary, size="2", data_testid=f"{testid}-summary"),
-            action_form(rx.vstack(
-                rx.text_area(name="note", placeholder="Why, for whoever looks later", max_length=500, width="100%",
-                             data_testid=f"{testid}-note"),
-                rx.cond(CampaignsState.confirm_error != "", rx.text(CampaignsState.confirm_error, size="1",
-                                                                    color=rx.color("red", 11))),
-                rx.hstack(rx.spacer(),
-                          rx.button(keep, type="button", variant="soft", color_scheme="gray", on_click=on_close),
-                          action_button(act, type="submit", color_scheme="red" if danger else None,
-                                    data_testid=f"{testid}-confirm"), width="100%"),
-                spacing="3", width="100%"), on_submit=on_submit, reset_on_submit=True),
-            max_width="480px", data_testid=f"{testid}-dialog"),
-        open=open_,
-    )
+    """A campaign action asked before it happens (`components.note_dialog`). Test ids: `<testid>-summary`, `-note`,
+    `-confirm`, `-dialog`."""
+    return note_dialog(title, summary, open_=open_, on_submit=on_submit, on_keep=on_close, keep=keep, act=act,
+                       error=CampaignsState.confirm_error, act_colour="red" if danger else None,
+                       ids={"summary": f"{testid}-summary", "note": f"{testid}-note", "act": f"{testid}-confirm",
+                            "dialog": f"{testid}-dialog"})
 
 
 def _confirm_start() -> rx.Component:

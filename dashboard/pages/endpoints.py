@@ -21,7 +21,7 @@ import reflex as rx
 from dashboard import live, paging, routes
 from dashboard.api.docs import DOCS_URL
 from dashboard.api.endpoints import EVENTS, event_types_problem
-from dashboard.components import Row, card, data_table, error_callout, pick, shell
+from dashboard.components import NOTE_MAX, Row, card, data_table, error_callout, note_dialog, pick, shell
 from dashboard.events import Followup, event
 from dashboard.format import done_line, parse_id, when
 from dashboard.link import action_button, action_form
@@ -40,7 +40,6 @@ ATTEMPTS_SHOWN = 3
 WATCH_SECONDS, WATCH_EVERY_S = 60.0, 0.5
 # The endpoints section of the API docs page the dashboard serves.
 DOCS_LINK = f"{DOCS_URL}#/webhook%20endpoints"
-NOTE_MAX = 500
 # Each action asked before it happens: its question and, in plain words, what follows.
 CONFIRM = {
     "disable": ("Disable {name}?", "It receives no more events until someone enables it again: events already owed "
@@ -350,26 +349,13 @@ def _endpoint_row(e: Row) -> rx.Component:
 
 def _confirm() -> rx.Component:
     """One dialog for the four actions: what it does in plain words, a note kept with the operator's name."""
-    return rx.alert_dialog.root(
-        rx.alert_dialog.content(
-            rx.alert_dialog.title(EndpointsState.confirm_title),
-            rx.alert_dialog.description(EndpointsState.confirm_text, size="2", data_testid="endpoint-confirm-text"),
-            action_form(rx.vstack(
-                rx.text_area(name="note", placeholder="Why, for whoever looks later", max_length=NOTE_MAX,
-                             width="100%", data_testid="endpoint-confirm-note"),
-                rx.cond(EndpointsState.confirm_error != "", rx.text(EndpointsState.confirm_error, size="1",
-                                                                    color=rx.color("red", 11),
-                                                                    data_testid="endpoint-confirm-error")),
-                rx.hstack(rx.spacer(),
-                          rx.button("Keep it as it is", type="button", variant="soft", color_scheme="gray",
-                                    on_click=EndpointsState.keep, data_testid="endpoint-confirm-keep"),
-                          action_button(EndpointsState.confirm_label, type="submit",
-                                    color_scheme=pick(EndpointsState.confirm_action == "enable", "green", "red"),
-                                    data_testid="confirm-endpoint-action"), width="100%"),
-                spacing="3", width="100%"), on_submit=EndpointsState.confirm, reset_on_submit=True),
-            max_width="520px", data_testid="endpoint-confirm-dialog"),
-        open=EndpointsState.confirm_action != "",
-    )
+    return note_dialog(
+        EndpointsState.confirm_title, EndpointsState.confirm_text, open_=EndpointsState.confirm_action != "",
+        on_submit=EndpointsState.confirm, on_keep=EndpointsState.keep, keep="Keep it as it is",
+        act=EndpointsState.confirm_label, error=EndpointsState.confirm_error, max_width="520px",
+        act_colour=pick(EndpointsState.confirm_action == "enable", "green", "red"),
+        ids={"summary": "endpoint-confirm-text", "note": "endpoint-confirm-note", "error": "endpoint-confirm-error",
+             "keep": "endpoint-confirm-keep", "act": "confirm-endpoint-action", "dialog": "endpoint-confirm-dialog"})
 
 
 def endpoints_page() -> rx.Component:

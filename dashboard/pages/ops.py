@@ -16,12 +16,13 @@ from dashboard.components import (
     data_table,
     icon,
     lookup,
+    note_dialog,
     pick,
     shell,
     stat,
     status_badge,
 )
-from dashboard.link import action_button, action_form
+from dashboard.link import action_button
 from dashboard.pages import Page
 from dashboard.pages.ops_state import BULK_SINCE, OpsState
 from dashboard.state import AuthState
@@ -161,26 +162,13 @@ def _banner() -> rx.Component:
 
 
 def _confirm_dialog() -> rx.Component:
-    return rx.alert_dialog.root(
-        rx.alert_dialog.content(
-            rx.alert_dialog.title(OpsState.confirm_title),
-            rx.alert_dialog.description("This is kept with your name and the time. Say why:", size="2"),
-            action_form(
-                rx.vstack(
-                    rx.text_area(name="note", placeholder="e.g. receiver fixed their 422, see ticket 123",
-                                 max_length=500, width="100%", data_testid="confirm-note", auto_focus=True),
-                    rx.cond(OpsState.confirm_error != "", rx.text(OpsState.confirm_error, size="1",
-                                                                  color=rx.color("red", 11),
-                                                                  data_testid="confirm-error")),
-                    rx.hstack(rx.spacer(),
-                              rx.button("Cancel", type="button", variant="soft", color_scheme="gray",
-                                        on_click=OpsState.close_confirm, data_testid="confirm-cancel"),
-                              action_button("Confirm", type="submit", data_testid="confirm-ok"), width="100%"),
-                    spacing="3", width="100%"),
-                on_submit=OpsState.confirm, reset_on_submit=True),
-            max_width="460px", data_testid="confirm-dialog"),
-        open=OpsState.confirm_action != "",
-    )
+    return note_dialog(
+        OpsState.confirm_title, "This is kept with your name and the time. Say why:",
+        open_=OpsState.confirm_action != "", on_submit=OpsState.confirm, on_keep=OpsState.close_confirm,
+        keep="Cancel", act="Confirm", error=OpsState.confirm_error, max_width="460px", focus_note=True,
+        placeholder="e.g. receiver fixed their 422, see ticket 123",
+        ids={"note": "confirm-note", "error": "confirm-error", "keep": "confirm-cancel", "act": "confirm-ok",
+             "dialog": "confirm-dialog"})
 
 
 def _fault_switches() -> rx.Component:

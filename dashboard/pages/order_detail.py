@@ -21,19 +21,21 @@ import reflex as rx
 
 from dashboard import live, paging, routes
 from dashboard.components import (
+    NOTE_MAX,
     Row,
     card,
     data_table,
     empty_state,
     error_callout,
     icon,
+    note_dialog,
     pick,
     shell,
     status_badge,
 )
 from dashboard.events import Followup, event
 from dashboard.format import change_line, done_line, money, notification, parse_id, when
-from dashboard.link import action_button, action_form
+from dashboard.link import action_button
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access import actions as operator_actions
@@ -48,7 +50,6 @@ from domain.orders.views import ORDER_CANCEL, order_target
 from domain.support import pages
 from domain.support.pages import keyset
 
-NOTE_MAX = 500
 PAST = {"approve": "approved", "cancel": "cancelled", "fulfill": "fulfilled"}
 
 ERROR_TEXT = {
@@ -391,28 +392,14 @@ def _note_row(n: Row) -> rx.Component:
 
 
 def _confirm_cancel() -> rx.Component:
-    return rx.alert_dialog.root(
-        rx.alert_dialog.content(
-            rx.alert_dialog.title(f"Cancel order #{OrderState.order_id}?"),
-            rx.alert_dialog.description(
-                "The customer is told their order is cancelled, and it cannot be undone: a cancelled order is never "
-                "approved or fulfilled again. Your name, the time and your note are kept in the audit log.",
-                size="2", data_testid="order-cancel-summary"),
-            action_form(rx.vstack(
-                rx.text_area(name="note", placeholder="Why, for whoever looks later", max_length=NOTE_MAX,
-                             width="100%", data_testid="order-cancel-note"),
-                rx.cond(OrderState.cancel_error != "", rx.text(OrderState.cancel_error, size="1",
-                                                               color=rx.color("red", 11),
-                                                               data_testid="order-cancel-error")),
-                rx.hstack(rx.spacer(),
-                          rx.button("Keep the order", type="button", variant="soft", color_scheme="gray",
-                                    on_click=OrderState.close_cancel, data_testid="order-cancel-keep"),
-                          action_button("Cancel order", type="submit", color_scheme="red",
-                                        data_testid="order-cancel-confirm"), width="100%"),
-                spacing="3", width="100%"), on_submit=OrderState.cancel, reset_on_submit=True),
-            max_width="480px", data_testid="order-cancel-dialog"),
-        open=OrderState.asking_cancel,
-    )
+    return note_dialog(
+        f"Cancel order #{OrderState.order_id}?",
+        "The customer is told their order is cancelled, and it cannot be undone: a cancelled order is never "
+        "approved or fulfilled again. Your name, the time and your note are kept in the audit log.",
+        open_=OrderState.asking_cancel, on_submit=OrderState.cancel, on_keep=OrderState.close_cancel,
+        keep="Keep the order", act="Cancel order", act_colour="red", error=OrderState.cancel_error,
+        ids={"summary": "order-cancel-summary", "note": "order-cancel-note", "error": "order-cancel-error",
+             "keep": "order-cancel-keep", "act": "order-cancel-confirm", "dialog": "order-cancel-dialog"})
 
 
 def order_page() -> rx.Component:

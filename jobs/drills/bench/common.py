@@ -7,6 +7,8 @@ import asyncio
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -245,3 +247,29 @@ class RssPeak:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+@contextmanager
+def scan_alone(interval: float) -> Iterator[None]:
+    """The recovery scan every `interval`, run from here with no relay listening (the relay's own `scan_once`)."""
+    from domain.delivery.wakeups import arq_pool
+    from jobs.relay import scan_once
+
+    stop = threading.Event()
+
+    async def loop() -> None:
+        redis = await arq_pool()
+        try:
+            while not stop.is_set():
+                await scan_once(redis)
+                await asyncio.sleep(interval)
+        finally:
+            await redis.aclose()
+
+    scanner = threading.Thread(target=asyncio.run, args=(loop(),), daemon=True)
+    scanner.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        scanner.join()

@@ -18,10 +18,8 @@ import asyncio
 import os
 import shutil
 import statistics
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +27,16 @@ import psycopg
 import redis as redis_lib
 
 from domain.orders.commands import Committed
-from jobs.drills.bench.common import RECEIVER_PROCS, SUFFIX, cpu_ticks, orders, pct, say, worker_ready
+from jobs.drills.bench.common import (
+    RECEIVER_PROCS,
+    SUFFIX,
+    cpu_ticks,
+    orders,
+    pct,
+    say,
+    scan_alone,
+    worker_ready,
+)
 from jobs.drills.chaos.owned import (
     OwnedPostgres,
     OwnedRedis,
@@ -164,32 +171,6 @@ def _measure(cluster: Cluster, path: str, applied: Callable[[dict[str, float]], 
     return out
 
 
-@contextmanager
-def _scan_alone(interval: float) -> Iterator[None]:
-    """The recovery scan every `interval`, run from here with no relay listening (the relay's own `scan_once`)."""
-    from domain.delivery.wakeups import arq_pool
-    from jobs.relay import scan_once
-
-    stop = threading.Event()
-
-    async def loop() -> None:
-        redis = await arq_pool()
-        try:
-            while not stop.is_set():
-                await scan_once(redis)
-                await asyncio.sleep(interval)
-        finally:
-            await redis.aclose()
-
-    scanner = threading.Thread(target=asyncio.run, args=(loop(),), daemon=True)
-    scanner.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        scanner.join()
-
-
 def _listening(cluster: Cluster) -> bool:
     with psycopg.connect(cluster.libpq(), autocommit=True) as c:
         row = c.execute("SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'LISTEN %'").fetchone()
@@ -295,7 +276,7 @@ def bench_relays(samples: int = 100, rate: float = 10.0, burst: int = 300, outag
         out.update(_measure(cluster, "notify", _effects(cluster), samples, rate, burst))
         system.procs.pop("relay").stop()
         say("(c) the scan alone: no wake-up, no relay; the recovery scan every OUTBOX_SCAN_INTERVAL (0.5 s)")
-        with _scan_alone(0.5):
+        with scan_alone(0.5):
             out.update(_measure(cluster, "scan", _effects(cluster), samples, rate, burst))
         for name in WORKERS:
             system.procs.pop(name).stop()

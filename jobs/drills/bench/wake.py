@@ -4,11 +4,9 @@ CPU every process burns doing nothing and the memory they hold."""
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing
 import os
 import statistics
-import threading
 import time
 import uuid
 from datetime import datetime
@@ -22,7 +20,16 @@ import sqlalchemy as sa
 from domain.db import UnitOfWork
 from domain.delivery.queue import LANES
 from domain.settings import reload_settings
-from jobs.drills.bench.common import codes, cpu_ticks, pct, rss_total_mb, say, system_pids, worker_ready
+from jobs.drills.bench.common import (
+    codes,
+    cpu_ticks,
+    pct,
+    rss_total_mb,
+    say,
+    scan_alone,
+    system_pids,
+    worker_ready,
+)
 from jobs.ops.procs import System, wait_until
 
 
@@ -134,29 +141,13 @@ def bench_wake(system: System, r: redis_lib.Redis, n_codes: int, seconds: float 
 def _scan_only(system: System, n: int, rid: int) -> list[float]:
     """Commit-to-attempt with no wake-up after commit and no relay listening: only the recovery scan, every
     `OUTBOX_SCAN_INTERVAL`, finds the codes (the same `scan_once` the relay runs). The relay is restarted after."""
-    from domain.delivery.wakeups import arq_pool
     from domain.settings import get_settings
-    from jobs.relay import scan_once
 
     system.procs.pop("relay").stop()
-    interval, stop = get_settings().scan_interval, threading.Event()
-
-    async def loop() -> None:
-        redis = await arq_pool()
-        try:
-            while not stop.is_set():
-                await scan_once(redis)
-                await asyncio.sleep(interval)
-        finally:
-            await redis.aclose()
-
-    scanner = threading.Thread(target=asyncio.run, args=(loop(),), daemon=True)
-    scanner.start()
     committed: dict[int, float] = {}
     try:
-        codes(n, rid, committed)
+        with scan_alone(get_settings().scan_interval):
+            codes(n, rid, committed)
     finally:
-        stop.set()
-        scanner.join()
         system.relay()
     return _wake_ms(committed)[1]
