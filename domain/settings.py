@@ -123,6 +123,9 @@ class Settings(BaseSettings):
     cdc: bool = Field(False, validation_alias="OUTBOX_CDC")
     cdc_slot: str = Field("outbox_cdc", pattern=r"^[a-z0-9_]{1,63}$", validation_alias="OUTBOX_CDC_SLOT")
     cdc_stream: str = Field("outbox:cdc:events", min_length=1, validation_alias="OUTBOX_CDC_STREAM")
+    # The fulfilment service's database, read by `outbox check` (its inbox); empty: ours suffixed `_fulfilment`, as
+    # `outbox up` gives it.
+    cdc_fulfilment_database_url: str = Field("", validation_alias="OUTBOX_CDC_FULFILMENT_DATABASE_URL")
 
     @field_validator("batch_lanes")
     @classmethod

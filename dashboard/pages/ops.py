@@ -187,6 +187,20 @@ def _fault_switches() -> rx.Component:
     )
 
 
+def _cdc_card() -> rx.Component:
+    """With OUTBOX_CDC on (platform on-call): how far the fulfilment projection is behind the CDC stream."""
+    return rx.cond(OpsState.cdc_on, card(
+        rx.heading("CDC stream", size="3"),
+        rx.text(OpsState.cdc_state, size="2", data_testid="cdc-state"),
+        rx.flex(
+            stat("Events behind", OpsState.cdc_behind, "cdc-behind"),
+            stat("Pending (delivered, not acknowledged)", OpsState.cdc_pending, "cdc-pending"),
+            stat("Oldest unconsumed", OpsState.cdc_oldest, "cdc-oldest"),
+            stat("WAL the slot keeps", OpsState.cdc_retained, "cdc-retained"),
+            gap="12px", wrap="wrap", width="100%"),
+        margin_bottom="16px", data_testid="cdc-card"))
+
+
 def ops_page() -> rx.Component:
     return shell(
         "Operations",
@@ -202,6 +216,7 @@ def ops_page() -> rx.Component:
             stat("Push latency p99", OpsState.push_p99),
             gap="12px", wrap="wrap", width="100%", margin_bottom="16px",
         ),
+        _cdc_card(),
         rx.text("Due work only: a message scheduled for later is counted under Scheduled, never as late.",
                 size="1", color=rx.color("gray", 11), margin_bottom="6px"),
         data_table(["Lane", "State", "Due", "Oldest due", "Scheduled", "Next due (UTC)", "Attempts", "Failed",

@@ -19,6 +19,7 @@ from domain import faults
 from domain.access import actions as operator_actions
 from domain.access import roles
 from domain.access.roles import Act, refusal
+from domain.cdc import views as cdc_views
 from domain.delivery import lanes as lane_controls
 from domain.delivery import review as review_actions
 from domain.delivery import views as delivery_views
@@ -44,6 +45,8 @@ async def _snapshot(tenant_id: int | None, window: str) -> dict[str, Any]:
         asyncio.to_thread(delivery_views.lane_stats, tenant_id), asyncio.to_thread(delivery_views.review_items, tenant_id),
         asyncio.to_thread(delivery_views.ops_series, tenant_id, window),
         asyncio.to_thread(delivery_views.refresh_stats, tenant_id), asyncio.to_thread(operator_actions.recent, tenant_id, 20))
+    # The CDC stream carries every tenant's events: its card is platform on-call's, and only with OUTBOX_CDC on.
+    cdc = await asyncio.to_thread(cdc_card) if s.cdc and tenant_id is None else {"cdc_on": False}
     level, banner = ops_banner(stats, s.oldest_owed_slo_seconds, len(review))
     return {
         "banner_level": level, "banner": banner,
@@ -65,6 +68,31 @@ async def _snapshot(tenant_id: int | None, window: str) -> dict[str, Any]:
         "pushes": str(refresh["pushes"]),
         "push_p50": f"{refresh['p50_ms']:.0f} ms" if refresh["pushes"] else "—",
         "push_p99": f"{refresh['p99_ms']:.0f} ms" if refresh["pushes"] else "—",
+        **cdc,
+    }
+
+
+def cdc_card() -> dict[str, Any]:
+    """/ops' "CDC stream" card in words: what the fulfilment group owes (never delivered or delivered and not
+    acknowledged), the oldest of it, and the WAL the slot makes PostgreSQL keep. Reads only."""
+    import redis as redis_lib
+
+    s = get_settings()
+    r = redis_lib.Redis.from_url(s.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        c = cdc_views.stream_card(r, s.cdc_slot, s.cdc_stream)
+    except redis_lib.RedisError as e:
+        return {"cdc_on": True, "cdc_state": f"Redis does not answer ({type(e).__name__}): the stream's lag is unknown.",
+                **{f"cdc_{k}": "—" for k in ("behind", "pending", "oldest", "retained")}}
+    finally:
+        r.close()
+    state = ("Nothing owed: the projection has every event in the stream." if c.group_exists and not c.events_behind
+             else "The fulfilment group does not exist yet (the service has never read the stream)."
+             if not c.group_exists else f"The projection is {c.events_behind} event(s) behind.")
+    return {
+        "cdc_on": True, "cdc_state": state, "cdc_behind": str(c.events_behind), "cdc_pending": str(c.pending),
+        "cdc_oldest": "—" if c.oldest_unconsumed_age_s is None else f"{c.oldest_unconsumed_age_s:.1f} s",
+        "cdc_retained": f"{c.slot_retained_bytes / 2**20:.1f} MB" if c.slot_exists else "no slot",
     }
 
 
@@ -93,6 +121,13 @@ class OpsState(AuthState):
     pushes: rx.Field[str] = rx.field("0")
     push_p50: rx.Field[str] = rx.field("—")
     push_p99: rx.Field[str] = rx.field("—")
+    # The "CDC stream" card (cdc_on False: OUTBOX_CDC off, or not platform on-call).
+    cdc_on: rx.Field[bool] = rx.field(False)
+    cdc_state: rx.Field[str] = rx.field("")
+    cdc_behind: rx.Field[str] = rx.field("—")
+    cdc_pending: rx.Field[str] = rx.field("—")
+    cdc_oldest: rx.Field[str] = rx.field("—")
+    cdc_retained: rx.Field[str] = rx.field("—")
     slo: rx.Field[str] = rx.field("")
     slo_label: rx.Field[str] = rx.field("SLO")
     ticks_depth: rx.Field[list[int]] = rx.field(default_factory=lambda: [0, 1])

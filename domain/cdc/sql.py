@@ -46,3 +46,23 @@ REFEED: Final[str] = (
     "SELECT event_id::text, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type, schema_version, "
     "occurred_at::text, payload::text FROM outbox_events WHERE occurred_at >= %(since)s "
     "ORDER BY occurred_at, tenant_id, aggregate_type, aggregate_id, aggregate_revision")
+# `outbox check`'s CDC counts. The fulfilment service's database is another team's: we read its inbox and its
+# projection by URL with these statements (fulfilment/migrations: inbox UNIQUE(event_id), outcome applied | parked |
+# stale; fulfilments one row per aggregate, `applied_events` bumped once per revision it projects) and import
+# none of its code. With UNIQUE(event_id) the inbox cannot hold an event twice, so "an event projected twice" is
+# what the projection itself shows: an aggregate that counts more applications than events the inbox applied for
+# it, or one (aggregate, revision) the inbox applied from two events.
+PROJECTED_TWICE: Final[str] = """
+SELECT (SELECT count(*) FROM fulfilments f WHERE f.applied_events > (SELECT count(*) FROM inbox i
+          WHERE i.outcome = 'applied' AND i.tenant_id = f.tenant_id AND i.aggregate_type = f.aggregate_type
+            AND i.aggregate_id = f.aggregate_id))
+     + (SELECT count(*) FROM (SELECT 1 FROM inbox WHERE outcome = 'applied'
+          GROUP BY tenant_id, aggregate_type, aggregate_id, revision HAVING count(*) > 1) twice)"""
+# Committed order events inside the drained stream's window (from its first message's occurred_at to its last
+# one's, less the settle time): each must have an inbox row, whatever its outcome (applied, parked, stale).
+ORDER_EVENTS_IN_WINDOW: Final[str] = (
+    "SELECT event_id FROM outbox_events WHERE aggregate_type = 'order' "
+    "AND occurred_at >= %(since)s AND occurred_at <= %(until)s")
+INBOX_MISSING: Final[str] = (
+    "SELECT count(*) FROM unnest(%(ids)s::uuid[]) AS e(id) WHERE NOT EXISTS "
+    "(SELECT 1 FROM inbox WHERE inbox.event_id = e.id)")

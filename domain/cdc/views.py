@@ -6,14 +6,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, cast
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, cast
 
 import psycopg
 import redis as redis_lib
 
 from domain.cdc import message, slot, sql
-from domain.db import UnitOfWork
+from domain.db import UnitOfWork, libpq_url
+
+# The fulfilment service's consumer group (its FULFILMENT_GROUP default): whose lag /ops and `outbox check` read.
+GROUP: Final[str] = "fulfilment"
 
 
 @dataclass(frozen=True)
@@ -108,3 +111,84 @@ def events_since(conn: psycopg.Connection[tuple[object, ...]], since: datetime,
         while rows := cur.fetchmany(batch):
             yield [message.row_fields(dict(zip(REFEED_COLUMNS, row, strict=True)), message.REFEED_LSN)
                    for row in rows]
+
+
+def fulfilment_database_url(database_url: str) -> str:
+    """The fulfilment service's database as `outbox up` gives it (ours, suffixed `_fulfilment`; jobs/ops/procs.py)."""
+    base, sep, query = database_url.partition("?")
+    return f"{base}_fulfilment{sep}{query}"
+
+
+@dataclass(frozen=True)
+class StreamCard:
+    """/ops' "CDC stream" card: what the consumer group owes and the WAL the slot keeps."""
+
+    group_exists: bool
+    events_behind: int
+    pending: int
+    oldest_unconsumed_age_s: float | None
+    slot_exists: bool
+    slot_retained_bytes: int
+
+
+def stream_card(r: redis_lib.Redis, slot_name: str, stream: str, group: str = GROUP) -> StreamCard:
+    """Reads only: the group's lag from Redis (XINFO GROUPS, XPENDING, XRANGE), the slot's WAL through the unit of
+    work (pg_replication_slots)."""
+    exists, _length, pending, undelivered, age = stream_lag(r, stream, group)
+    wal = next(s for s in slots_wal(slot_name) if s.slot == slot_name)
+    return StreamCard(exists, pending + undelivered, pending, age, wal.exists, wal.retained_bytes)
+
+
+# `outbox check`'s CDC counts, by name; a value is a count (0 holds) or why it was not counted.
+PROJECTED_TWICE = "C1 an event projected twice"
+NEVER_SEEN = "C2 a committed order event the projection never saw"
+NOT_DRAINED = "stream not drained"
+
+
+def _occurred(entry: Any) -> datetime:
+    fields = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+              for k, v in entry[1].items()}
+    at = datetime.fromisoformat(fields["occurredat"])
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def drained_window(r: redis_lib.Redis, stream: str, group: str, settle_s: float) -> tuple[datetime, datetime] | str:
+    """When the group has consumed everything (nothing undelivered, nothing pending): the occurred_at window every
+    order event of which must be in the inbox — from the stream's first message's to its last one's, less
+    `settle_s` (a transaction still open when the last message was written commits later than it: the relay has
+    not read it yet). Otherwise why there is no window."""
+    exists, length, pending, undelivered, _age = stream_lag(r, stream, group)
+    if not exists:
+        return f"no consumer group {group!r} on {stream}"
+    if pending or undelivered:
+        return f"{NOT_DRAINED} ({pending + undelivered} events behind)"
+    if not length:
+        return "stream empty"
+    first = cast(list[Any], r.xrange(stream, count=1))[0]
+    last = cast(list[Any], r.xrevrange(stream, count=1))[0]
+    return _occurred(first), _occurred(last) - timedelta(seconds=settle_s)
+
+
+def projection_checks(ours: psycopg.Connection[tuple[object, ...]],
+                      theirs: psycopg.Connection[tuple[object, ...]], r: redis_lib.Redis, stream: str,
+                      group: str = GROUP, settle_s: float = 10.0, batch: int = 10_000) -> dict[str, int | str]:
+    """C1 from the fulfilment database alone; C2 only once the stream is drained (else the reason). Reads only."""
+    row = theirs.execute(sql.PROJECTED_TWICE).fetchone()
+    out: dict[str, int | str] = {PROJECTED_TWICE: int(str(row[0])) if row else 0}
+    window = drained_window(r, stream, group, settle_s)
+    if isinstance(window, str):
+        out[NEVER_SEEN] = window
+        return out
+    missing = 0
+    with ours.cursor() as cur:
+        cur.execute(sql.ORDER_EVENTS_IN_WINDOW, {"since": window[0], "until": window[1]})
+        while ids := [r_[0] for r_ in cur.fetchmany(batch)]:
+            got = theirs.execute(sql.INBOX_MISSING, {"ids": ids}).fetchone()
+            missing += int(str(got[0])) if got else 0
+    out[NEVER_SEEN] = missing
+    return out
+
+
+def connect_fulfilment(url: str) -> psycopg.Connection[tuple[object, ...]]:
+    """The fulfilment service's database, read-only by intent (autocommit: each read its own statement)."""
+    return psycopg.connect(libpq_url(url), autocommit=True, application_name="outbox-check")

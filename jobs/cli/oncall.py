@@ -28,8 +28,10 @@ def seed(recipients: int = typer.Option(0, "--recipients", help="also add this m
 
 
 def check() -> None:
-    """Run every invariant query (the receiver's through its API); exit 1 when any is broken."""
-    from jobs.ops.checks import all_invariants
+    """Run every invariant query (the receiver's through its API), then the CDC checks (with OUTBOX_CDC on: an
+    event projected twice; once the stream is drained, a committed order event the fulfilment inbox never saw);
+    exit 1 when any is broken."""
+    from jobs.ops.checks import all_invariants, cdc_checks
 
     url = get_settings().receiver_url
     counts = all_invariants(url)
@@ -41,7 +43,14 @@ def check() -> None:
     out.print(t)
     if None in counts.values():
         err.print(f"[yellow]the receiver's invariant was not checked: nothing answers at {url}[/]")
-    if any(counts.values()):
+    cdc = cdc_checks()
+    c = Table(title="CDC checks (each must be 0; counted only with OUTBOX_CDC on)")
+    c.add_column("check")
+    c.add_column("count", justify="right")
+    for name, v in cdc.items():
+        c.add_row(name, f"[yellow]{v}[/]" if isinstance(v, str) else f"[{'green' if v == 0 else 'red'}]{v}[/]")
+    out.print(c)
+    if any(counts.values()) or any(isinstance(v, int) and v for v in cdc.values()):
         raise typer.Exit(1)
 
 

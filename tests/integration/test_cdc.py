@@ -9,6 +9,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -604,3 +605,101 @@ def test_failover_before_pg17_loses_the_slot_and_the_refeed_closes_the_hole(monk
             c.keep_log(ROOT / ".run" / f"cdc-failover-{c.base.name}.log")
             c.remove()
         remove_cluster_home(f"cdc-failover{SLOT_SUFFIX}")
+
+
+@contextmanager
+def our_settings(path: Path_, monkeypatch: pytest.MonkeyPatch, cdc_on: bool = True) -> Iterator[None]:
+    """This process's Settings pointed at the module's cluster, the test's stream and slot (what `outbox check`
+    and /ops read), then back."""
+    from domain.settings import reload_settings
+
+    port = path.r.connection_pool.connection_kwargs["port"]
+    with monkeypatch.context() as m:
+        for k, v in {"OUTBOX_DATABASE_URL": path.cluster.url, "OUTBOX_REDIS_URL": f"redis://127.0.0.1:{port}/{REDIS_DB}",
+                     "OUTBOX_CDC_SLOT": path.slot, "OUTBOX_CDC_STREAM": path.stream,
+                     "OUTBOX_CDC": "true" if cdc_on else "false"}.items():
+            m.setenv(k, v)
+        m.delenv("OUTBOX_CDC_FULFILMENT_DATABASE_URL", raising=False)  # derived: outbox_cdc -> outbox_cdc_fulfilment
+        reload_settings()
+        try:
+            yield
+        finally:
+            m.undo()
+            reload_settings()
+
+
+def test_outbox_check_counts_an_event_the_projection_never_saw_once_the_stream_is_drained(
+        path: Path_, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant (`outbox check`, CDC checks): with the relay and the consumer run, no event is projected twice and
+    every committed order event of the drained stream's window has an inbox row; C2 is counted only once the group
+    owes nothing (else "stream not drained"); an inbox row lost is counted (C2, and C1: the projection then holds an
+    application the inbox no longer guards); with OUTBOX_CDC off both say "not enabled"."""
+    from jobs.ops.checks import cdc_checks
+
+    c = producer(path.cluster)
+    agg = uuid.uuid4().hex[:6]
+    ids = [insert_event(c, agg, rev) for rev in (1, 2, 3)]
+    path.relay_until(3)
+    fconsume.ensure_group(path.r, path.stream, "fulfilment")
+    with our_settings(path, monkeypatch, cdc_on=False):
+        assert cdc_checks() == {views.PROJECTED_TWICE: "not enabled", views.NEVER_SEEN: "not enabled"}
+    with our_settings(path, monkeypatch):
+        owed = cdc_checks(settle_s=0)
+        assert owed[views.PROJECTED_TWICE] == 0 and owed[views.NEVER_SEEN] == "stream not drained (3 events behind)"
+        path.consume_all()
+        assert cdc_checks(settle_s=0) == {views.PROJECTED_TWICE: 0, views.NEVER_SEEN: 0}
+        with path.inbox_conn.transaction():
+            path.inbox_conn.execute("DELETE FROM inbox WHERE event_id = %s", (ids[1],))
+        assert cdc_checks(settle_s=0) == {views.PROJECTED_TWICE: 1, views.NEVER_SEEN: 1}
+    c.close()
+
+
+def test_outbox_check_counts_an_event_committed_but_never_relayed(path: Path_) -> None:
+    """Invariant (`outbox check`, C2): an order event committed and never put on the stream (here: the slot moved
+    past it unpublished, as a lost slot loses it) is counted once the stream is drained, while nothing is projected
+    twice; the settle time keeps the last moments of the window out of the count (a transaction still open)."""
+    c = producer(path.cluster)
+    agg = uuid.uuid4().hex[:6]
+    insert_event(c, agg, 1)
+    path.relay_until(1)
+    insert_event(c, uuid.uuid4().hex[:6], 1)  # this one's WAL is skipped: never in the stream
+    row = c.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    slot.advance(path.relay_conn, path.slot, str(row[0]))
+    insert_event(c, agg, 2)
+    path.relay_until(2)
+    assert len(path.stream_ids()) == 2
+    path.consume_all()
+    with psycopg.connect(path.cluster.libpq, autocommit=True) as ours, \
+            views.connect_fulfilment(path.cluster.fulfilment_url) as theirs:
+        assert views.projection_checks(ours, theirs, path.r, path.stream, settle_s=0) == {
+            views.PROJECTED_TWICE: 0, views.NEVER_SEEN: 1}
+        assert views.projection_checks(ours, theirs, path.r, path.stream, settle_s=3600) == {
+            views.PROJECTED_TWICE: 0, views.NEVER_SEEN: 0}
+    c.close()
+
+
+def test_ops_cdc_card_reads_the_groups_lag_and_the_slots_wal(path: Path_, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant (/ops, "CDC stream"): the card's figures are the consumer group's real lag — events behind,
+    pending (delivered, not acknowledged), the oldest unconsumed one's age — and the WAL the slot keeps; all owed
+    drop to 0 once the projection has every event."""
+    from dashboard.pages.ops_state import cdc_card
+
+    c = producer(path.cluster)
+    agg = uuid.uuid4().hex[:6]
+    for rev in (1, 2):
+        insert_event(c, agg, rev)
+    path.relay_until(2)
+    fconsume.ensure_group(path.r, path.stream, "fulfilment")
+    with our_settings(path, monkeypatch):
+        owed = cdc_card()
+        assert owed["cdc_on"] and owed["cdc_behind"] == "2" and owed["cdc_pending"] == "0"
+        assert owed["cdc_oldest"].endswith(" s") and owed["cdc_retained"].endswith(" MB")
+        assert owed["cdc_state"] == "The projection is 2 event(s) behind."
+        path.r.xreadgroup("fulfilment", "c1", {path.stream: ">"}, count=1)  # delivered, never acknowledged
+        assert (cdc_card()["cdc_behind"], cdc_card()["cdc_pending"]) == ("2", "1")
+        path.consume_all()
+        drained = cdc_card()
+        assert (drained["cdc_behind"], drained["cdc_pending"], drained["cdc_oldest"]) == ("0", "0", "—")
+        assert drained["cdc_state"].startswith("Nothing owed")
+    c.close()
