@@ -114,7 +114,8 @@ def events_since(conn: psycopg.Connection[tuple[object, ...]], since: datetime,
 
 
 def fulfilment_database_url(database_url: str) -> str:
-    """The fulfilment service's database as `outbox up` gives it (ours, suffixed `_fulfilment`; jobs/ops/procs.py)."""
+    """The fulfilment service's database as `outbox up` gives it: ours, suffixed `_fulfilment` (`procs.fulfilment_env`
+    hands it over)."""
     base, sep, query = database_url.partition("?")
     return f"{base}_fulfilment{sep}{query}"
 

@@ -216,9 +216,10 @@ def receiver_env(env: dict[str, str]) -> dict[str, str]:
 def fulfilment_env(env: dict[str, str]) -> dict[str, str]:
     """What the fulfilment service must know of our configuration, as its own variables: its database (ours,
     suffixed `_fulfilment`), the Redis server and the stream the CDC relay writes."""
+    from domain.cdc.views import fulfilment_database_url
+
     s = get_settings()
-    base, sep, query = env.get("OUTBOX_DATABASE_URL", s.database_url).partition("?")
-    out = {"FULFILMENT_DATABASE_URL": f"{base}_fulfilment{sep}{query}",
+    out = {"FULFILMENT_DATABASE_URL": fulfilment_database_url(env.get("OUTBOX_DATABASE_URL", s.database_url)),
            "FULFILMENT_REDIS_URL": env.get("OUTBOX_REDIS_URL", s.redis_url),
            "FULFILMENT_STREAM": env.get("OUTBOX_CDC_STREAM", s.cdc_stream)}
     return {k: env.get(k, v) for k, v in out.items()}
