@@ -72,7 +72,21 @@ def _hours_page(tenant: int, before: int, after: int) -> Keyset:
     return Keyset([s for s in sums if int(s["hour"]) in hours], got.has_older, got.has_newer)
 
 
+def _hour_bound() -> int:
+    """The newest hour a page may name (the next one): beyond it there is nothing, and far beyond it neither Python
+    nor PostgreSQL can say the hour as a time."""
+    return int(datetime.now(UTC).timestamp()) // 3600 + 1
+
+
+def _an_hour(raw: object) -> int:
+    """An hour since the epoch from the browser, or 0 (the hours view) for anything that cannot be one."""
+    h = parse_id(raw)
+    return h if h is not None and h <= _hour_bound() else 0
+
+
 def _read(tenant: int, hour: int, before: int, after: int) -> tuple[list[dict[str, str]], bool, bool]:
+    if not hour:  # the hours view: its positions are hours too
+        before, after = min(before, _hour_bound()), min(after, _hour_bound())
     if hour:
         p = keyset(metering.hour_entries(tenant, hour, PAGE_SIZE + 1, before or None, after or None), PAGE_SIZE,
                    before or None, after or None)
@@ -101,7 +115,7 @@ class BalanceState(paging.KeysetPaged, AuthState):
     async def load(self) -> Followup:
         """A page load: the hour and the position from the URL, then the figures and the page."""
         params = self.router.url.query_parameters
-        self.hour = parse_id(params.get("hour", "")) or 0
+        self.hour = _an_hour(params.get("hour", ""))
         before, after = paging.position(params)
         self._before, self._after = before or 0, after or 0
         await self._query()
@@ -125,8 +139,8 @@ class BalanceState(paging.KeysetPaged, AuthState):
     @event
     async def show_hour(self, hour: str) -> Followup:
         """One hour's entries, each with its message (a read: the browser moves, nothing changes)."""
-        h = parse_id(hour)
-        if h is None or not await self._page_allowed():
+        h = _an_hour(hour)
+        if not h or not await self._page_allowed():
             return None
         self.hour, self._before, self._after = h, 0, 0
         await self._query()

@@ -133,6 +133,7 @@ class EndpointsState(paging.KeysetPaged, AuthState):
     notice: rx.Field[str] = rx.field("")
     error: rx.Field[str] = rx.field("")
     _watching: int = 0  # the endpoint whose test the page follows (watch_test)
+    _watch_running: bool = False  # a watch_test loop runs for this tab
 
     def _clear(self) -> None:
         self.secret = self.notice = self.error = ""
@@ -289,26 +290,36 @@ class EndpointsState(paging.KeysetPaged, AuthState):
     @event(background=True)
     async def watch_test(self) -> None:
         """Reads only: the rows reloaded (off the state lock) until the watched test has its first answer — an
-        accepted send, or an error it will retry — or WATCH_SECONDS pass."""
+        accepted send, or an error it will retry — or WATCH_SECONDS pass. One loop per tab whatever the browser
+        sends (a second call while one runs returns at once), and none past the end of the tab's session."""
         async with self:
-            tenant, eid = self._tenant_id, self._watching
-        end = time.monotonic() + WATCH_SECONDS
-        while tenant and eid and time.monotonic() < end:
-            await asyncio.sleep(WATCH_EVERY_S)
-            test = (await asyncio.to_thread(store.latest_tests, tenant, [eid])).get(eid)
-            answered = test is None or test["status"] != "QUEUED" or test["last_error_class"] is not None
+            if self._watch_running:
+                return
+            tenant, eid, hashed = self._tenant_id, self._watching, self._session_hash
+            self._watch_running = bool(tenant and eid)
+        try:
+            end = time.monotonic() + WATCH_SECONDS
+            while tenant and eid and time.monotonic() < end:
+                await asyncio.sleep(WATCH_EVERY_S)
+                if await self._session_ended(hashed):  # logged out elsewhere: this tab reads nothing more
+                    return
+                test = (await asyncio.to_thread(store.latest_tests, tenant, [eid])).get(eid)
+                answered = test is None or test["status"] != "QUEUED" or test["last_error_class"] is not None
+                async with self:
+                    if self._tenant_id != tenant or self._watching != eid:
+                        return
+                    before, after = self._before, self._after
+                rows = await asyncio.to_thread(_rows, tenant, before, after)
+                async with self:
+                    if self._tenant_id != tenant or (self._before, self._after) != (before, after):
+                        return
+                    self.endpoints, self.has_older, self.has_newer = rows
+                    if answered:
+                        self._watching = 0
+                        return
+        finally:
             async with self:
-                if self._tenant_id != tenant or self._watching != eid:
-                    return
-                before, after = self._before, self._after
-            rows = await asyncio.to_thread(_rows, tenant, before, after)
-            async with self:
-                if self._tenant_id != tenant or (self._before, self._after) != (before, after):
-                    return
-                self.endpoints, self.has_older, self.has_newer = rows
-                if answered:
-                    self._watching = 0
-                    return
+                self._watch_running = False
 
 
 _MOCK_TOLD = " It points at the demo's mock receiver, which was given the secret: a test event verifies there."

@@ -34,7 +34,7 @@ from dashboard.components import (
     status_badge,
 )
 from dashboard.events import Followup, event
-from dashboard.format import change_line, done_line, money, notification, parse_id, when
+from dashboard.format import MAX_ID, change_line, done_line, money, notification, parse_id, when
 from dashboard.link import action_button
 from dashboard.pages import Page
 from dashboard.state import AuthState
@@ -187,7 +187,7 @@ class OrderState(AuthState):
         # The revision the operator saw when clicking (the page sends it); without one, the revision this tab's
         # server state last delivered.
         expected = head.revision if seen_revision is None else seen_revision
-        if isinstance(expected, bool) or not isinstance(expected, int) or expected < 1:
+        if isinstance(expected, bool) or not isinstance(expected, int) or not 1 <= expected <= MAX_ID:
             self.busy, self.error = False, "That action did not say which revision of the order it was for: nothing was changed."
             return
         result = await asyncio.to_thread(
