@@ -82,8 +82,7 @@ def _session_gone() -> rx.Component:
     return rx.cond(AuthState.session_gone, rx.el.div(
         rx.callout("Your session has ended — taking you to the login page.", icon="log_out", color_scheme="amber",
                    size="1"),
-        on_mount=rx.call_script("window.location.assign('/login?next=' + "
-                                "encodeURIComponent(window.location.pathname + window.location.search))"),
+        on_mount=AuthState.to_login,
         data_testid="session-gone", role="status"))
 
 

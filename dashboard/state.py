@@ -185,15 +185,25 @@ class AuthState(rx.State):
         return [rx.call_script("fetch('/api/session/end', {method: 'POST', credentials: 'same-origin'})"),
                 rx.redirect(routes.LOGIN)]
 
+    def _login_url(self) -> str:
+        """The login page, coming back to this page after login. A full load of /ledger arrives as /ledger/ (the
+        static export's folders): come back without it."""
+        here = (self.router.url.path.rstrip("/") or "/") + (f"?{self.router.url.query}" if self.router.url.query
+                                                             else "")
+        return f"{routes.LOGIN}?next={quote(here, safe='')}" if here not in ("", "/") else routes.LOGIN
+
+    @event
+    def to_login(self) -> Followup:
+        """The shell's "session ended" notice, as it mounts: to the login page (a read: nothing changes; the same
+        address `require_login` gives, by the client's router)."""
+        return rx.redirect(self._login_url())
+
     @event
     async def require_login(self) -> Followup:
         """First on_load of every page: no live session → the login page, which comes back here after login; a
         platform operator (no tenant) has only the Ops page."""
         if not await self._restore():
-            # A full load of /ledger arrives as /ledger/ (the static export's folders): come back without it.
-            here = (self.router.url.path.rstrip("/") or "/") + (f"?{self.router.url.query}" if self.router.url.query
-                                                                 else "")
-            return rx.redirect(f"{routes.LOGIN}?next={quote(here, safe='')}" if here not in ("", "/") else routes.LOGIN)
+            return rx.redirect(self._login_url())
         if not roles.has_tenant(self._role) and self.router.url.path.rstrip("/") != routes.OPS:
             return rx.redirect(routes.OPS)
         return None

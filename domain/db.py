@@ -117,3 +117,12 @@ def like_escape(text: str) -> str:
 
 def as_dicts(result: Any) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in result]
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    """Was this transaction the victim PostgreSQL chose to end a deadlock? Its whole transaction was rolled back, so
+    running it again from the start is safe and is the remedy: a cancel or a journey step taking many rows, then a
+    tenant's balance, against a worker's batch that took the balance first (both are right to lock what they lock;
+    the order of two many-row statements cannot be fixed from outside them)."""
+    orig = getattr(exc, "orig", exc)
+    return isinstance(orig, psycopg.errors.DeadlockDetected)

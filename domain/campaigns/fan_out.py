@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.access import actions as operator_actions
 from domain.campaigns import sql
 from domain.campaigns.segments import SEGMENTS
-from domain.db import UnitOfWork
+from domain.db import UnitOfWork, is_deadlock
 from domain.ledger.recipients import PEOPLE_CHANNELS
 from domain.ledger.write import SendRefused, check_template, ledger_audience_batch, settle_unsent_where
 
@@ -99,7 +100,21 @@ def cancel(tenant_id: int, campaign_id: int, engine: Engine | None = None, *, ac
     """Stop the fan-out and suppress what is still owed (`campaign_cancelled`); a row a worker holds is left to
     that worker. One audit row (who, how many, the note) in the same transaction: it cannot be undone. Cancelling
     it again, or a campaign already done, changes nothing and is not recorded.
-    Returns rows suppressed; None when there is no such campaign."""
+    Returns rows suppressed; None when there is no such campaign. Run again, whole, when PostgreSQL ends a deadlock
+    with it (its many rows, then the balance, against a worker's batch)."""
+    for attempt in range(CANCEL_ATTEMPTS):
+        try:
+            return _cancel(tenant_id, campaign_id, engine, actor_ref=actor_ref, note=note)
+        except sa.exc.OperationalError as exc:
+            if not is_deadlock(exc) or attempt == CANCEL_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+CANCEL_ATTEMPTS = 5
+
+
+def _cancel(tenant_id: int, campaign_id: int, engine: Engine | None, *, actor_ref: str, note: str) -> int | None:
     with UnitOfWork(engine) as uow:
         found = uow.execute(sql.CANCEL, {"t": tenant_id, "i": campaign_id}).first()
         if found is None:

@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain.db import UnitOfWork
+from domain.db import UnitOfWork, is_deadlock
 from domain.journeys import sql
 from domain.journeys.decide import Drop, Lifecycle, UnknownEvent, decide
 from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
@@ -147,6 +147,9 @@ def record_lead_event(tenant_id: int, lead_id: int, event: str, now: datetime | 
             continue
         except sa.exc.IntegrityError as exc:
             if "lead_notification_intents_one_active_per_lead" not in str(exc) or i == attempts - 1:
+                raise
+        except sa.exc.OperationalError as exc:  # the victim of a deadlock (a supersede beside a worker's batch)
+            if not is_deadlock(exc) or i == attempts - 1:
                 raise
     raise RuntimeError(f"lead {lead_id}: gave up after {attempts} concurrent updates")
 

@@ -110,23 +110,20 @@ def settle_unleased(reason: str, *, campaign_id: int | None = None,
     retry in progress, holds money or a cap slot)."""
     n = NOTIFICATIONS
     unleased = sa.or_(n.c.leased_until.is_(None), n.c.leased_until < sa.func.now())
-    rows_of: sa.ColumnElement[bool]
+    scope: sa.ColumnElement[bool]
     if endpoint is not None:
-        rows_of = sa.and_(n.c.tenant_id == endpoint[0], n.c.endpoint_id == endpoint[1])
+        # Run by the record that disables the endpoint, which holds the endpoint's row: a row another record holds
+        # (a stalled worker's, its lease run out, waiting for that endpoint row) is skipped, not waited for — that
+        # wait was a deadlock. Its next claim settles it with the endpoint's reason.
+        scope = n.c.id.in_(sa.select(n.c.id).where(
+            n.c.tenant_id == endpoint[0], n.c.endpoint_id == endpoint[1], n.c.status == "QUEUED", unleased,
+        ).with_for_update(skip_locked=True))
     elif campaign_id is not None:
-        rows_of = n.c.campaign_id == campaign_id
+        scope = n.c.campaign_id == campaign_id
     elif isinstance(intent_ids, sa.Select):
-        rows_of = n.c.intent_id.in_(intent_ids)
+        scope = n.c.intent_id.in_(intent_ids)
     else:
-        rows_of = n.c.intent_id.in_(list(intent_ids or ()))
-    # A row another transaction holds is skipped, never waited for: that is a worker claiming or recording it (a
-    # stalled one's, its lease run out), and waiting for it while this transaction already held other rows, and
-    # then the tenant's balance to give money back, deadlocked against a record or claim that takes the balance
-    # first and then wants one of ours (a campaign cancel and a journey's supersede beside batched lanes, a
-    # disabling record waiting for the endpoint row). The row is not lost: its claim (or next claim) sees the
-    # campaign cancelled, the nudge superseded or the endpoint closed and settles it the long way.
-    scope = n.c.id.in_(sa.select(n.c.id).where(rows_of, n.c.status == "QUEUED", unleased)
-                       .with_for_update(skip_locked=True))
+        scope = n.c.intent_id.in_(list(intent_ids or ()))
     return (
         sa.update(n)
         .where(scope, n.c.status == "QUEUED", unleased)

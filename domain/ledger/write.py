@@ -202,9 +202,8 @@ def settle_unsent_where(uow: UnitOfWork, *, reason: str, campaign_id: int | None
     """Settle SUPPRESSED (`reason`, with `detail` in plain words) every row of one campaign, of the given intents
     (ids, or a SELECT of them) or of one (tenant, endpoint),
     that is still owed and that no live lease holds: a row handed to a worker is that worker's to record (sent or
-    not), and a later claim refuses it. A row another transaction holds (a worker's claim or record) is skipped, not
-    waited for (`sql.settle_unleased` says why): its claim settles it the long way. What each settled row holds is
-    given back. With `close_intents`, a nudge
+    not), and a later claim refuses it. An endpoint's rows locked by another transaction (a stalled worker's record)
+    are skipped too: the disabling record holds the endpoint row that record waits for. What each settled row holds is given back. With `close_intents`, a nudge
     left with nothing owed is closed (as `settle_unsent` does); a caller that ends the intents itself (supersede)
     passes False. Returns the ids settled, in no particular order."""
     if sum(x is not None for x in (campaign_id, intent_ids, endpoint)) != 1:

@@ -25,7 +25,7 @@ READS = {
     "JourneysState.select", "JourneysState.set_event", "CampaignsState.close_confirm", "CampaignsState.close_cancel",
     "CampaignsState.set_channel", "ApiKeysState.cancel_revoke", "EndpointsState.keep",
     "OpsState.load", "OpsState.close_confirm", "OpsState.set_window", "OpsState.tick_all", "OpsState.set_bulk",
-    "OpsState.tick", "OrderState.dismiss_missed", "AuthState.login", "AuthState.go_home",
+    "OpsState.tick", "OrderState.dismiss_missed", "AuthState.login", "AuthState.go_home", "AuthState.to_login",
     "OrdersState.set_status_filter", "BalanceState.close_top_up", "OrderState.close_cancel",
     "OrderState.history_older", "OrderState.history_newer", "BalanceState.show_hour", "BalanceState.show_hours",
     # Reflex's browser-side call (rx.set_clipboard: the endpoint page's "Copy" of a secret): it runs in the browser
