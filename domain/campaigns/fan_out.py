@@ -9,6 +9,7 @@ skipped, never duplicated. Progress is counted from the campaign's ledger rows.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -21,7 +22,13 @@ from domain.campaigns import sql
 from domain.campaigns.segments import SEGMENTS
 from domain.db import UnitOfWork, is_deadlock
 from domain.ledger.recipients import PEOPLE_CHANNELS
-from domain.ledger.write import SendRefused, check_template, ledger_audience_batch, settle_unsent_where
+from domain.ledger.write import (
+    SendRefused,
+    check_template,
+    ledger_audience_batch,
+    settle_unsent_where,
+    unleased_of_campaign,
+)
 
 LANE: Final[str] = "bulk"
 BATCH: Final[int] = 5_000
@@ -98,20 +105,40 @@ def unfinished(engine: Engine | None = None) -> list[int]:
 def cancel(tenant_id: int, campaign_id: int, engine: Engine | None = None, *, actor_ref: str = "system",
            note: str = "") -> int | None:
     """Stop the fan-out and suppress what is still owed (`campaign_cancelled`); a row a worker holds is left to
-    that worker. One audit row (who, how many, the note) in the same transaction: it cannot be undone. Cancelling
-    it again, or a campaign already done, changes nothing and is not recorded.
-    Returns rows suppressed; None when there is no such campaign. Run again, whole, when PostgreSQL ends a deadlock
-    with it (its many rows, then the balance, against a worker's batch)."""
+    that worker. One audit row (who, how many, the note) in the transaction that cancels: it cannot be undone.
+    Cancelling it again, or a campaign already done, changes nothing and is not recorded.
+    The rows are settled in passes that wait for no row: a row another transaction holds at that moment (a bulk
+    worker's claim or record, a receipt) is settled by a later pass once it is let go — one statement waiting for
+    it while holding thousands of others deadlocked against bulk workers. After CANCEL_PASSES_S the rest, if any,
+    is the claim's to settle (it refuses a cancelled campaign's row). Returns rows suppressed; None when there is no
+    such campaign."""
+    first: int | None = None
     for attempt in range(CANCEL_ATTEMPTS):
         try:
-            return _cancel(tenant_id, campaign_id, engine, actor_ref=actor_ref, note=note)
+            first = _cancel(tenant_id, campaign_id, engine, actor_ref=actor_ref, note=note)
+            break
         except sa.exc.OperationalError as exc:
             if not is_deadlock(exc) or attempt == CANCEL_ATTEMPTS - 1:
                 raise
-    raise AssertionError("unreachable")
+    if first is None:
+        return None
+    settled = first
+    deadline = time.monotonic() + CANCEL_PASSES_S
+    while time.monotonic() < deadline:
+        with UnitOfWork(engine) as uow:
+            settled += len(settle_unsent_where(uow, campaign_id=campaign_id, reason="campaign_cancelled",
+                                               refund_reason="refund: campaign cancelled", skip_locked=True))
+            left = unleased_of_campaign(uow, campaign_id)
+            uow.commit()
+        if not left:
+            break
+        time.sleep(CANCEL_PASS_GAP_S)
+    return settled
 
 
 CANCEL_ATTEMPTS = 5
+CANCEL_PASSES_S = 10.0  # how long a cancel keeps settling rows others held at its first pass
+CANCEL_PASS_GAP_S = 0.05
 
 
 def _cancel(tenant_id: int, campaign_id: int, engine: Engine | None, *, actor_ref: str, note: str) -> int | None:
@@ -120,7 +147,7 @@ def _cancel(tenant_id: int, campaign_id: int, engine: Engine | None, *, actor_re
         if found is None:
             return None
         settled = settle_unsent_where(uow, campaign_id=campaign_id, reason="campaign_cancelled",
-                                      refund_reason="refund: campaign cancelled")
+                                      refund_reason="refund: campaign cancelled", skip_locked=True)
         if found.status != found.was or settled:  # a second cancel, or one of a finished campaign: nothing to keep
             operator_actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="campaign cancel",
                                     target=f"campaign {campaign_id} ({len(settled)} owed messages suppressed)",

@@ -198,7 +198,8 @@ def settle_unsent(uow: UnitOfWork, notification_id: int, token: int, *, status: 
 def settle_unsent_where(uow: UnitOfWork, *, reason: str, campaign_id: int | None = None,
                         intent_ids: Collection[int] | sa.Select[tuple[int]] | None = None,
                         endpoint: tuple[int, int] | None = None, detail: str | None = None,
-                        refund_reason: str = "refund: not sent", close_intents: bool = True) -> list[int]:
+                        refund_reason: str = "refund: not sent", close_intents: bool = True,
+                        skip_locked: bool = False) -> list[int]:
     """Settle SUPPRESSED (`reason`, with `detail` in plain words) every row of one campaign, of the given intents
     (ids, or a SELECT of them) or of one (tenant, endpoint),
     that is still owed and that no live lease holds: a row handed to a worker is that worker's to record (sent or
@@ -211,7 +212,7 @@ def settle_unsent_where(uow: UnitOfWork, *, reason: str, campaign_id: int | None
     if intent_ids is not None and not isinstance(intent_ids, sa.Select) and not intent_ids:
         return []  # no intents: nothing of theirs to settle
     rows = uow.execute(sql.settle_unleased(reason, campaign_id=campaign_id, intent_ids=intent_ids,
-                                           endpoint=endpoint, detail=detail)).all()
+                                           endpoint=endpoint, detail=detail, skip_locked=skip_locked)).all()
     for r in rows:
         if r.holds:  # only a row a claim already charged (a retry in progress) holds anything to give back
             metering.release(uow, int(r.id), refund_reason)
@@ -347,3 +348,8 @@ def _count_against_cap(uow: UnitOfWork, row: Any, notification_id: int) -> None:
     day = datetime.now(ZoneInfo(rcp.timezone)).date()
     metering.count_sent_against_cap(uow, tenant_id=row.tenant_id, recipient=row.recipient, day=day,
                                     notification_id=notification_id)
+
+
+def unleased_of_campaign(uow: UnitOfWork, campaign_id: int) -> int:
+    """A campaign's rows still owed that no live lease holds (what a cancel's passes have still to settle)."""
+    return int(uow.execute(sql.COUNT_UNLEASED_OF_CAMPAIGN, {"c": campaign_id}).scalar_one())
