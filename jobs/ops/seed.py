@@ -3,6 +3,7 @@ and a platform on-call operator who belongs to no tenant."""
 
 from __future__ import annotations
 
+import functools
 import random
 from datetime import time
 from typing import Any, cast
@@ -40,9 +41,17 @@ def _inserted(result: sa.Result[Any]) -> int:
     return int(cast(sa.CursorResult[Any], result).rowcount)
 
 
+@functools.cache
+def _demo_password_hash() -> str:
+    """The demo operators' argon2 hash, made once per process: argon2 is expensive by design (≈ 0.1-0.3 s of CPU),
+    and the test suite seeds a fresh database for every test; each hash carries its own salt, so one per process
+    is as good as one per seed."""
+    return hash_password(DEMO_PASSWORD)
+
+
 def seed(engine: Engine | None = None, *, seed_value: int = 42) -> dict[str, int]:
     rng = random.Random(seed_value)
-    pw = hash_password(DEMO_PASSWORD)
+    pw = _demo_password_hash()
     created = {"tenants": 0, "orders": 0, "operators": 0}
     with UnitOfWork(engine) as uow:
         x = uow.execute

@@ -20,6 +20,8 @@ reflected in its row, no receipt is left pending on a settled row (invariant 14)
 one effect per message identity.
 
 Seed: OUTBOX_SM_SEED (printed); the default is a fresh random seed per run, so each CI run explores new paths.
+The examples run as PARTS tests of their own (part k with seed OUTBOX_SM_SEED + k), so a parallel run spreads them
+over its workers; together they run OUTBOX_SM_EXAMPLES examples, as the one test did before.
 """
 
 from __future__ import annotations
@@ -710,16 +712,24 @@ class DeliveryMachine(RuleBasedStateMachine):
                 assert key.split("~replay-", 1)[0] in replayed, (SEED, key)
 
 
+PARTS = 3
+
+
 # Its own time limit: 25 examples of 40 real steps took 296 s on two cores at load 20 (pytest's default is 300 s);
 # a limit reached mid-example reads to Hypothesis as a flaky strategy, not as a timeout.
 @pytest.mark.timeout(600)
-def test_delivery_path_state_machine(db, redis_db) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("part", range(PARTS))
+def test_delivery_path_state_machine(db, redis_db, part: int) -> None:  # type: ignore[no-untyped-def]
     """Every invariant of `outbox check` holds after every step of any interleaving of producers, the relay,
     workers that crash or stall past their lease, a provider that fails in every way, receipts in any order and
     twice, replays and a flushed Redis; and after the drain every accepted send is reflected exactly once."""
-    print(f"state machine seed: OUTBOX_SM_SEED={SEED}")
-    examples = int(os.environ.get("OUTBOX_SM_EXAMPLES", "25"))
-    machine = hypothesis.seed(SEED)(DeliveryMachine)
+    seed = SEED + part
+    print(f"state machine seed: OUTBOX_SM_SEED={SEED} (part {part} of {PARTS}: seed {seed})")
+    total = int(os.environ.get("OUTBOX_SM_EXAMPLES", "25"))
+    examples = total // PARTS + (1 if part < total % PARTS else 0)
+    if examples == 0:
+        pytest.skip(f"OUTBOX_SM_EXAMPLES={total}: no example left for part {part}")
+    machine = hypothesis.seed(seed)(DeliveryMachine)
     run_state_machine_as_test(machine, settings=settings(
         max_examples=examples, stateful_step_count=40, deadline=None, database=None, print_blob=True,
         # No shrinking or explaining: each step is real database work (minutes); the seed reproduces a failure.
