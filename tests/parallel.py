@@ -87,23 +87,40 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # The long poles, longest first (seconds on two cores, from --durations): each is its own group.
 _OWN_GROUP = ("tests/integration/test_jobs_drills_chaos.py", "tests/integration/test_jobs_drills_replica.py",
               "e2e/test_scale_out.py", "tests/integration/test_cdc.py")
+# The browser tests need a running system each worker that runs them builds and starts (≈ 2 min): with
+# OUTBOX_TEST_E2E_SYSTEMS=2 they are two groups, two systems on two workers, each half about as long as the other.
+_E2E_SYSTEMS = int(os.environ.get("OUTBOX_TEST_E2E_SYSTEMS", "2") or 1)
+_E2E_FIRST_HALF = ("e2e/test_operators.py", "e2e/test_sessions.py", "e2e/test_api_docs_page.py",
+                   "e2e/test_api_keys_page.py", "e2e/test_balance_ceiling.py")
+# Single tests that each take minutes: handed out right after the groups, not among the short tests at the end.
+_LONG_TESTS = ("tests/integration/test_delivery_state_machine.py", "tests/integration/test_journeys_storm.py",
+               "tests/integration/test_orders_command_model.py", "tests/integration/test_bench_relays.py",
+               "tests/integration/test_dashboard_api_conformance.py", "tests/integration/test_jobs_drills_scenario.py")
 
 
 def _group(nodeid: str) -> str | None:
     path = nodeid.split("::", 1)[0]
     if path in _OWN_GROUP:
         return path
-    if path.startswith("e2e/"):
-        return "e2e"  # one running system and one Chromium for all of them (e2e/conftest.py)
+    if path.startswith("e2e/"):  # one running system and one Chromium for each group (e2e/conftest.py)
+        return "e2e" if _E2E_SYSTEMS < 2 or path in _E2E_FIRST_HALF else "e2e-2"
     return None
 
 
+def _rank(nodeid: str) -> int:
+    group = _group(nodeid)
+    if group is not None:
+        return 0 if group.startswith("e2e") else 1 + _OWN_GROUP.index(group)
+    path = nodeid.split("::", 1)[0]
+    return 1 + len(_OWN_GROUP) + (_LONG_TESTS.index(path) if path in _LONG_TESTS else len(_LONG_TESTS))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The long poles first (the scheduler hands units out in the order the workers collected them)."""
+    """The long poles first: xdist hands the groups out largest first and the single tests in the order the
+    workers collected them, so the minutes-long single tests come right after the groups."""
     if _WORKER is None:
         return
-    first = {g: i for i, g in enumerate(("e2e", *_OWN_GROUP))}
-    items.sort(key=lambda it: first.get(_group(it.nodeid) or "", len(first)))
+    items.sort(key=lambda it: _rank(it.nodeid))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
