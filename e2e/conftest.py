@@ -40,6 +40,14 @@ def pytest_configure(config: pytest.Config) -> None:
     _EVIDENCE_RUN = bool(config.getoption("--evidence", default=False))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The first browser test of a run pays for the system it needs (the frontend's build, ≈ 2 min alone, more with
+    a second build beside it): a browser test without a limit of its own gets 900 s instead of pytest's 300."""
+    for item in items:
+        if item.nodeid.startswith("e2e/") and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(900))
+
+
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
     where = EVIDENCE if _EVIDENCE_RUN else SCRATCH
     terminalreporter.write_line(f"browser evidence (screenshots, push latency) written under {where}")
