@@ -14,6 +14,7 @@ from dashboard.components import card, data_table, error_callout, note_dialog, s
 from dashboard.events import Followup, event
 from dashboard.format import money, parse_id, when
 from dashboard.link import action_button, action_form
+from dashboard.live_task import LiveTask
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -97,22 +98,18 @@ class CampaignsState(paging.KeysetPaged, AuthState):
 
     @event(background=True)
     async def follow(self) -> None:
-        still_wanted = live.take_over_watch(self.router.session.client_token)
-        async with self:
-            session, hashed = self._session(), self._session_hash
-        tenant = session[0]
-        while still_wanted() and tenant:
-            await asyncio.sleep(REFRESH_SECONDS)  # the page's refresh period while it is open
-            if not still_wanted():
-                return
+        task = await LiveTask.start(self)
+        tenant = task.tenant
+        if not tenant:
+            return
+        while await task.wait(REFRESH_SECONDS):  # the page's refresh period while it is open
             async with self:
+                if not task.still_mine():
+                    return
                 where = self._where()
-            ended, (rows, older, newer) = await asyncio.gather(self._session_ended(hashed),
-                                                               asyncio.to_thread(self._page, tenant, where))
+            rows, older, newer = await task.read(asyncio.to_thread(self._page, tenant, where))
             async with self:
-                if ended:
-                    self._forget_if(session)
-                if ended or self._session() != session:
+                if not task.still_mine():
                     return
                 if self._where() == where:  # else: the operator moved meanwhile
                     self.rows, self.has_older, self.has_newer = rows, older, newer
