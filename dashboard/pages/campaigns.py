@@ -10,7 +10,7 @@ import reflex as rx
 from reflex.vars import ObjectVar
 
 from dashboard import live, paging, routes
-from dashboard.components import card, data_table, error_callout, note_dialog, shell
+from dashboard.components import caption, card, data_table, error_callout, note_dialog, secondary, shell
 from dashboard.events import Followup, event
 from dashboard.format import money, parse_id, when
 from dashboard.link import action_button, action_form
@@ -217,7 +217,7 @@ def _campaign_row(c: ObjectVar[dict[str, Any]]) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.vstack(rx.link(rx.text("#", c["id"], " ", c["name"], weight="bold"),
                                         href="/campaigns/" + c["id"].to(str), data_testid="campaign-link"),
-                                rx.text(c["what"], size="1", color=rx.color("gray", 11)), spacing="0")),
+                                caption(c["what"]), spacing="0")),
         rx.table.cell(rx.badge(c["status"], variant="soft", data_testid="campaign-status")),
         rx.table.cell(rx.vstack(_bar("ledgered", c["ledgered_pct"]), _bar("settled", c["settled_pct"]),
                                 spacing="1")),
@@ -272,15 +272,14 @@ def campaigns_page() -> rx.Component:
                       data_testid="campaign-start"),
             gap="12px", align="end", wrap="wrap"), on_submit=CampaignsState.preview),
             # What each segment selects, in words beside the choice (the select shows only its name).
-            rx.vstack(*[rx.text(rx.text.strong(name), ": ", text, size="1", color=rx.color("gray", 11))
+            rx.vstack(*[caption(rx.text.strong(name), ": ", text)
                         for name, text in segments.DESCRIPTIONS.items()],
                       spacing="0", margin_top="10px", data_testid="segment-descriptions"),
             margin_bottom="12px"),
         _confirm_start(),
         _confirm_cancel(),
-        rx.text("Campaigns ride the bulk lane, paced by its token bucket: they never delay a one-time code on the "
-                "critical lane. Quiet hours defer them to each person's morning.", size="2",
-                color=rx.color("gray", 11), margin_bottom="8px"),
+        secondary("Campaigns ride the bulk lane, paced by its token bucket: they never delay a one-time code on "
+                  "the critical lane. Quiet hours defer them to each person's morning.", margin_bottom="8px"),
         rx.cond(CampaignsState.notice != "", rx.callout(CampaignsState.notice, icon="check", width="100%",
                                                          data_testid="campaign-notice")),
         error_callout(CampaignsState.error),

@@ -10,7 +10,7 @@ import functools
 import reflex as rx
 
 from dashboard import paging, routes
-from dashboard.components import Row, data_table, loading, shell, status_badge
+from dashboard.components import Row, caption, data_table, loading, shell, status_badge
 from dashboard.events import Followup, event
 from dashboard.format import money, when
 from dashboard.live_task import LiveTask
@@ -111,7 +111,7 @@ def _row(o: Row) -> rx.Component:
         rx.table.cell(o["amount"]),
         rx.table.cell(status_badge(o["status"])),
         rx.table.cell(o["revision"]),
-        rx.table.cell(rx.text(o["updated"], size="1", color=rx.color("gray", 11))),
+        rx.table.cell(caption(o["updated"])),
         data_testid="order-row",
     )
 
