@@ -14,7 +14,7 @@ process's hub (`dashboard/live.py`), or every few seconds. Its rules, held here:
 
 The shape of a task (`still_mine` under the lock before reading what to reload and again before assigning):
 
-    task = await LiveTask.start(self)
+    task = await LiveTask.start(self)  # or `task, seen = await LiveTask.start_reading(self, lambda: ...)`
     if not task.tenant:
         return
     while await task.wait(SECONDS):  # or: `async for _ in hints` of `task.view(channel, probe, seen).hints()`
@@ -53,9 +53,15 @@ class LiveTask:
     @classmethod
     async def start(cls, state: AuthState) -> LiveTask:
         """Take over the tab's live task, then note (under the state lock) who the tab is logged in as."""
+        return (await cls.start_reading(state, lambda: None))[0]
+
+    @classmethod
+    async def start_reading(cls, state: AuthState, read: Callable[[], T]) -> tuple[LiveTask, T]:
+        """`start`, and in the same hold of the state lock what else the task starts from (the version shown, the
+        scope): read with the session, so both are of the same login."""
         still_wanted = live.take_over_watch(state.router.session.client_token)
         async with state:
-            return cls(state, still_wanted, state._session(), state._session_hash)
+            return cls(state, still_wanted, state._session(), state._session_hash), read()
 
     @property
     def tenant(self) -> int:

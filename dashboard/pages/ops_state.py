@@ -252,11 +252,7 @@ class OpsState(AuthState):
     @event(background=True)
     async def follow(self) -> None:
         """On-call leaves this page open: refresh every few seconds, reading outside the state lock."""
-        task = await LiveTask.start(self)
-        async with self:
-            if not task.still_mine():
-                return
-            scope = self._scope()
+        task, scope = await LiveTask.start_reading(self, self._scope)
         if not task.operator:
             return
         while await task.wait(1.0):  # "updated N s ago" ticks; the data reloads every REFRESH_SECONDS

@@ -68,11 +68,7 @@ class OrdersState(paging.KeysetPaged, AuthState):
 
     @event(background=True)
     async def watch(self) -> None:
-        task = await LiveTask.start(self)
-        async with self:
-            if not task.still_mine():
-                return
-            seen = self._version
+        task, seen = await LiveTask.start_reading(self, lambda: self._version)
         tenant = task.tenant
         if not tenant:
             return  # a live task needs a logged-in operator of a tenant

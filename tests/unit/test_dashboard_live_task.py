@@ -39,8 +39,9 @@ def test_a_newer_task_of_the_same_tab_supersedes_the_older_and_a_logout_ends_it(
 
 def test_a_task_assigns_nothing_once_the_tab_is_someone_else_or_logged_out() -> None:
     tab = _tab()
-    task = asyncio.run(LiveTask.start(tab))
-    assert task.still_mine() and (task.tenant, task.operator) == (42, 7)
+    tab._version = "v1"
+    task, seen = asyncio.run(LiveTask.start_reading(tab, lambda: tab._version))
+    assert task.still_mine() and (task.tenant, task.operator, seen) == (42, 7, "v1")
     tab._operator_id = 8  # another login in this tab
     assert not task.still_mine()
     assert tab._session() == (42, 8) and not tab.session_gone, "the new login is left alone"
