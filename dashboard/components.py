@@ -156,9 +156,25 @@ def card(*children: rx.Component, **props: Any) -> rx.Component:
     return rx.card(*children, width="100%", **props)
 
 
+# Secondary words, in the grey Radix keeps for low-contrast text (step 11), at two sizes.
+def caption(*children: Any, **props: Any) -> rx.Component:
+    """Small secondary text: a label above a value, a timestamp, a reason under a status (size 1)."""
+    return rx.text(*children, size="1", color=rx.color("gray", 11), **props)
+
+
+def secondary(*children: Any, **props: Any) -> rx.Component:
+    """Secondary text at reading size: what a page or a section is for, under its heading; a subtitle (size 2)."""
+    return rx.text(*children, size="2", color=rx.color("gray", 11), **props)
+
+
+def labelled(label: str, *value: rx.Component, **props: Any) -> rx.Component:
+    """A value under its caption: one fact of a card (Status, Revision, Customer, …)."""
+    return rx.vstack(caption(label), *value, spacing="1", **props)
+
+
 def stat(label: str, value: rx.Var[str] | str, testid: str = "", colour: ColorType = "gray") -> rx.Component:
     return card(
-        rx.text(label, size="1", color=rx.color("gray", 11), weight="medium"),
+        caption(label, weight="medium"),
         rx.text(value, size="6", weight="bold", color=rx.color(colour, 12), data_testid=testid or None),
         min_width="140px", flex="1",
     )

@@ -1,5 +1,6 @@
-"""Every error the API answers, as JSON `{"error": code, ...}`, registered in one place. `guard.RequestContext`
-adds the request id to each of them (and turns anything that escapes into a JSON 500)."""
+"""Every error the API answers, as JSON `{"error": code, ...}`: the codes, `ApiError`, and their handlers, registered
+in one place. A leaf: it imports nothing of the dashboard's (`guard` imports it). `guard.RequestContext` adds the
+request id to each of them (and turns anything that escapes into a JSON 500)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dashboard.api.guard import ERROR_CODES
-
 # What each door answers a 401 with in WWW-Authenticate: the scheme it takes (RFC 9110 11.6.1: every 401 carries
 # one; RFC 6750 3: a bearer token that was sent and refused adds error="invalid_token"). A browser prompts for
 # credentials only for Basic and Digest: none of these.
@@ -23,6 +22,10 @@ METRICS_TOKEN_REFUSED = f'{METRICS_TOKEN}, error="invalid_token"'
 RECEIPT_SIGNATURE = 'Standard-Webhooks realm="outbox-receipts"'  # webhook-id, -timestamp and -signature headers
 LOGIN_TICKET = 'Login-Ticket realm="outbox-dashboard"'  # the dashboard's one-time ticket for its session cookie
 CHALLENGE_HEADER = "WWW-Authenticate"
+# The code of an error answered by status alone (a framework's 404 or 405, a plain-text error of a JSON endpoint).
+ERROR_CODES = {400: "malformed_json", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+               405: "method_not_allowed", 409: "conflict", 413: "payload_too_large", 422: "invalid_request",
+               429: "rate_limited", 500: "internal_error", 503: "unavailable"}
 
 
 class ApiError(Exception):

@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl
 from fastapi.routing import APIRoute
 from starlette.routing import Match
 
+from dashboard.api.errors import ERROR_CODES, ApiError
 from dashboard.api.metrics import observe_request
 from dashboard.limits import read_body, replaying
 from domain import logs
@@ -49,9 +50,6 @@ PAGE_CSP = "frame-ancestors 'none'"
 COMMON_HEADERS = ((b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
                   (b"x-frame-options", b"DENY"))
 API_CACHE = (b"cache-control", b"no-store")
-ERROR_CODES = {400: "malformed_json", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 409: "conflict", 413: "payload_too_large", 422: "invalid_request",
-               429: "rate_limited", 500: "internal_error", 503: "unavailable"}
 
 
 def is_api_path(path: str) -> bool:
@@ -81,6 +79,8 @@ async def send_json(send: Send, status: int, body: dict[str, Any], headers: dict
 
 
 class RequestContext:
+    """Layer 1 (see the module's docstring): a request id, the security headers, a JSON 500 for what escapes."""
+
     def __init__(self, app: ASGI) -> None:
         self.app = app
 
@@ -91,70 +91,16 @@ class RequestContext:
         incoming = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
         rid = incoming if _INCOMING_ID.match(incoming) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = rid
-        api = is_api_path(scope.get("path", ""))
-        extra = [*COMMON_HEADERS, (b"content-security-policy", (API_CSP if api else PAGE_CSP).encode()),
-                 (REQUEST_ID_HEADER.lower().encode(), rid.encode())]
-        if api:
-            extra.append(API_CACHE)  # a tenant's rows never sit in a shared or a browser cache
-        started = False
-        held: dict[str, Any] | None = None  # an error's start message, held until its body is known
-        chunks: list[bytes] = []
-
-        status = 500
-
-        async def wrapped(message: dict[str, Any]) -> None:
-            nonlocal started, held, status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                ours = {k for k, _ in extra}
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in ours]
-                message = {**message, "headers": headers + extra}
-                if message["status"] >= 400:
-                    held = message  # every error body gets the request id: rewrite it once it is complete
-                    return
-                started = True
-                await send(message)
-                return
-            if message["type"] == "http.response.pathsend" and held is not None:
-                # A page's error served as a file (Reflex's 404.html through the pathsend extension): no body to
-                # rewrite, so the held start goes out as it is, before the file.
-                start, held, started = held, None, True
-                await send(start)
-                await send(message)
-                return
-            if message["type"] == "http.response.body" and held is not None:
-                chunks.append(message.get("body", b""))
-                if message.get("more_body", False):
-                    return
-                start, body = held, _with_request_id(held, b"".join(chunks), rid, api)
-                held = None
-                headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
-                if body is not None and api:
-                    headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]
-                    headers.append((b"content-type", b"application/json"))
-                final = body if body is not None else b"".join(chunks)
-                started = True
-                await send({**start, "headers": [*headers, (b"content-length", str(len(final)).encode())]})
-                await send({"type": "http.response.body", "body": final})
-                return
-            await send(message)
-
+        answer = _Answer(send, rid, is_api_path(scope.get("path", "")))
         t0 = time.perf_counter()
         try:
             with logs.bind(request_id=rid):
-                await self.app(scope, receive, wrapped)
-                if api:
-                    self._done(scope, status, time.perf_counter() - t0)
+                await self.app(scope, receive, answer.send)
+                if answer.api:
+                    self._done(scope, answer.status, time.perf_counter() - t0)
         except Exception:
             log.exception("unhandled error, request %s %s %s", rid, scope.get("method"), scope.get("path"))
-            if started:
-                return  # the answer is under way: the server closes the connection
-            await send({"type": "http.response.start", "status": 500, "headers": [
-                *extra, (b"content-type", b"application/json")]})
-            await send({"type": "http.response.body", "body": json.dumps(
-                {"error": "internal_error", "detail": "something went wrong on our side; quote the request id",
-                 "request_id": rid}).encode()})
-
+            await answer.internal_error()
 
     @staticmethod
     def _done(scope: dict[str, Any], status: int, seconds: float) -> None:
@@ -166,6 +112,76 @@ class RequestContext:
         log.info("request", extra={"method": scope.get("method"), "route": route, "path": scope.get("path"),
                                    "tenant": getattr(principal, "tenant_id", None),
                                    "status": status, "duration_ms": round(seconds * 1000, 1)})
+
+
+class _Answer:
+    """One request's way out, in `RequestContext`: our headers on its start, and an error's start held until its
+    body is complete, so that the body can carry the request id."""
+
+    def __init__(self, send: Send, rid: str, api: bool) -> None:
+        self._send, self.rid, self.api = send, rid, api
+        self.headers = [*COMMON_HEADERS, (b"content-security-policy", (API_CSP if api else PAGE_CSP).encode()),
+                        (REQUEST_ID_HEADER.lower().encode(), rid.encode())]
+        if api:
+            self.headers.append(API_CACHE)  # a tenant's rows never sit in a shared or a browser cache
+        self.status = 500  # what the app answered (for the request's log line)
+        self.started = False  # a start went out: too late for a JSON 500
+        self._held: dict[str, Any] | None = None  # an error's start message, held until its body is known
+        self._chunks: list[bytes] = []
+
+    async def send(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            await self._start(message)
+        elif kind == "http.response.pathsend" and self._held is not None:
+            # A page's error served as a file (Reflex's 404.html through the pathsend extension): no body to
+            # rewrite, so the held start goes out as it is, before the file.
+            start, self._held, self.started = self._held, None, True
+            await self._send(start)
+            await self._send(message)
+        elif kind == "http.response.body" and self._held is not None:
+            await self._error_body(message)
+        else:
+            await self._send(message)
+
+    async def _start(self, message: dict[str, Any]) -> None:
+        self.status = int(message["status"])
+        ours = {k for k, _ in self.headers}
+        headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in ours]
+        message = {**message, "headers": headers + self.headers}
+        if self.status >= 400:
+            self._held = message  # every error body gets the request id: rewrite it once it is complete
+            return
+        self.started = True
+        await self._send(message)
+
+    async def _error_body(self, message: dict[str, Any]) -> None:
+        assert self._held is not None
+        self._chunks.append(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        start, raw = self._held, b"".join(self._chunks)
+        self._held = None
+        body = _with_request_id(start, raw, self.rid, self.api)
+        headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+        if body is not None and self.api:
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]
+            headers.append((b"content-type", b"application/json"))
+        final = body if body is not None else raw
+        self.started = True
+        await self._send({**start, "headers": [*headers, (b"content-length", str(len(final)).encode())]})
+        await self._send({"type": "http.response.body", "body": final})
+
+    async def internal_error(self) -> None:
+        """Something escaped the app: a JSON 500 with the request id, unless the answer is under way (then the
+        server closes the connection)."""
+        if self.started:
+            return
+        await self._send({"type": "http.response.start", "status": 500, "headers": [
+            *self.headers, (b"content-type", b"application/json")]})
+        await self._send({"type": "http.response.body", "body": json.dumps(
+            {"error": "internal_error", "detail": "something went wrong on our side; quote the request id",
+             "request_id": self.rid}).encode()})
 
 
 def _with_request_id(start: dict[str, Any], body: bytes, rid: str, api: bool) -> bytes | None:
@@ -206,8 +222,6 @@ class ApiKeyGate:
         if scope["type"] != "http" or not self._route_needs_key(scope):
             await self.app(scope, receive, send)
             return
-        from dashboard.api.errors import ApiError
-
         header = dict(scope.get("headers") or []).get(b"authorization")
         try:
             principal = await self.authenticate(header.decode("latin-1") if header is not None else None,

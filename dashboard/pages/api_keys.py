@@ -11,7 +11,7 @@ from typing import Any
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import Row, card, data_table, error_callout, shell
+from dashboard.components import Row, caption, card, data_table, error_callout, secondary, shell
 from dashboard.events import event
 from dashboard.format import parse_id, when
 from dashboard.link import action_button, action_form
@@ -121,11 +121,9 @@ class ApiKeysState(AuthState):
 def _key_row(k: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.code(k["prefix"])), rx.table.cell(k["actor"]),
-        rx.table.cell(rx.text(k["created"], size="1"), rx.text(k["created_by"], size="1", color=rx.color("gray", 11),
-                                                               data_testid="key-created-by")),
+        rx.table.cell(rx.text(k["created"], size="1"), caption(k["created_by"], data_testid="key-created-by")),
         rx.table.cell(rx.cond(k["state"] == "live", rx.badge("live", color_scheme="green"),
-                              rx.text(k["revoked"], size="1", color=rx.color("gray", 11),
-                                      data_testid="key-revoked"))),
+                              caption(k["revoked"], data_testid="key-revoked"))),
         rx.table.cell(rx.cond(ApiKeysState.oncall & (k["state"] == "live"),
                               action_button("Revoke", size="1", color_scheme="red", variant="soft",
                                         on_click=ApiKeysState.ask_revoke(k["id"], k["prefix"]),
@@ -156,8 +154,8 @@ def _confirm() -> rx.Component:
 def api_keys_page() -> rx.Component:
     return shell(
         "API keys",
-        rx.text("Keys are shown by their first 8 characters; a whole key is shown once, when it is created.",
-                size="2", color=rx.color("gray", 11), margin_bottom="12px"),
+        secondary("Keys are shown by their first 8 characters; a whole key is shown once, when it is created.",
+                  margin_bottom="12px"),
         rx.cond(ApiKeysState.oncall, _create_form()),
         rx.cond(ApiKeysState.new_key != "", rx.callout(
             rx.vstack(rx.text(ApiKeysState.notice), rx.code(ApiKeysState.new_key, data_testid="new-key"),

@@ -15,6 +15,7 @@ from dashboard.components import (
     Row,
     action_row,
     action_table_row,
+    caption,
     data_table,
     empty_state,
     error_callout,
@@ -116,7 +117,7 @@ class AuditState(paging.KeysetPaged, AuthState):
 def _item(i: Row) -> rx.Component:
     return rx.hstack(
         rx.match(i["kind"], *[(k, icon(v, size=16)) for k, v in KIND_ICON.items()], icon("dot", size=16)),
-        rx.text(i["at"], size="1", color=rx.color("gray", 11), min_width="140px"),
+        caption(i["at"], min_width="140px"),
         rx.badge(i["kind"], variant="soft"),
         rx.text(i["text"], size="2"),
         rx.cond(i["message_id"] != "", rx.link("message →", href="/messages/" + i["message_id"], size="1",
@@ -142,8 +143,8 @@ def audit_page() -> rx.Component:
                           rx.button("Search", type="submit", data_testid="audit-search"), width="100%"),
                 on_submit=AuditState.search, width="100%", margin_bottom="16px"),
         error_callout(AuditState.error, "audit-error"),
-        rx.cond(AuditState.kinds != "", rx.text(AuditState.kinds, size="1", color=rx.color("gray", 11),
-                                                 margin_bottom="8px", data_testid="audit-kinds")),
+        rx.cond(AuditState.kinds != "", caption(AuditState.kinds, margin_bottom="8px",
+                                                  data_testid="audit-kinds")),
         rx.foreach(AuditState.who, _who),
         rx.cond(AuditState.items.length() > 0,
                 rx.card(rx.foreach(AuditState.items, _item), width="100%"),

@@ -10,7 +10,17 @@ from typing import Any
 import reflex as rx
 
 from dashboard import paging, routes
-from dashboard.components import NOTE_MAX, Row, card, data_table, error_callout, note_dialog, shell, stat
+from dashboard.components import (
+    NOTE_MAX,
+    Row,
+    card,
+    data_table,
+    error_callout,
+    note_dialog,
+    secondary,
+    shell,
+    stat,
+)
 from dashboard.events import Followup, event
 from dashboard.format import amount_in_words, money, parse_id, when
 from dashboard.link import action_button, action_form
@@ -265,9 +275,9 @@ def balance_page() -> rx.Component:
             ),
             rx.fragment(
                 rx.heading("By the hour, newest first", size="4", margin_y="8px"),
-                rx.text("An hour's charges and refunds are summed in one row each (“Entries” lists them, each with "
-                        "its message); a top-up, the opening balance or an adjustment is a row of its own.",
-                        size="2", color=rx.color("gray", 11), margin_bottom="4px"),
+                secondary("An hour's charges and refunds are summed in one row each (“Entries” lists them, each "
+                          "with its message); a top-up, the opening balance or an adjustment is a row of its own.",
+                          margin_bottom="4px"),
                 paging.pager(BalanceState.older, BalanceState.newer, BalanceState.has_older, BalanceState.has_newer,
                              "hours-pager"),
                 data_table(["Hour (UTC)", "What", "Amount", "Why", "Who", ""], BalanceState.rows, _hour_row,

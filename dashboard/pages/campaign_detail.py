@@ -10,7 +10,17 @@ from typing import Any
 import reflex as rx
 
 from dashboard import paging, routes
-from dashboard.components import Row, card, data_table, empty_state, shell, stat, status_badge
+from dashboard.components import (
+    Row,
+    caption,
+    card,
+    data_table,
+    empty_state,
+    secondary,
+    shell,
+    stat,
+    status_badge,
+)
 from dashboard.events import Followup, event
 from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
@@ -95,8 +105,8 @@ def _row(n: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.link("#" + n["id"].to(str), href="/messages/" + n["id"].to(str), data_testid="message-link")),
         rx.table.cell(rx.text(n["created"], size="1")), rx.table.cell(n["recipient"]),
-        rx.table.cell(rx.vstack(status_badge(n["status"]), rx.cond(n["reason"] != "", rx.text(
-            n["reason"], size="1", color=rx.color("gray", 11))), spacing="1")),
+        rx.table.cell(rx.vstack(status_badge(n["status"]), rx.cond(n["reason"] != "", caption(n["reason"])),
+                                spacing="1")),
         rx.table.cell(n["attempts"]), rx.table.cell(n["cost"]), data_testid="campaign-message-row")
 
 
@@ -112,7 +122,7 @@ def campaign_detail_page() -> rx.Component:
             rx.vstack(
                 card(rx.hstack(rx.heading(CampaignDetailState.name, size="5", data_testid="campaign-name"),
                                status_badge(CampaignDetailState.status), align="center", spacing="3"),
-                     rx.text(CampaignDetailState.what, size="2", color=rx.color("gray", 11)),
+                     secondary(CampaignDetailState.what),
                      rx.text("Started " + CampaignDetailState.started + " · finished " + CampaignDetailState.finished
                              + " (UTC) · " + CampaignDetailState.suppressed, size="1",
                              data_testid="campaign-summary")),

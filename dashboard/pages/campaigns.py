@@ -10,10 +10,11 @@ import reflex as rx
 from reflex.vars import ObjectVar
 
 from dashboard import live, paging, routes
-from dashboard.components import card, data_table, error_callout, note_dialog, shell
+from dashboard.components import caption, card, data_table, error_callout, note_dialog, secondary, shell
 from dashboard.events import Followup, event
 from dashboard.format import money, parse_id, when
 from dashboard.link import action_button, action_form
+from dashboard.live_task import LiveTask
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -97,22 +98,18 @@ class CampaignsState(paging.KeysetPaged, AuthState):
 
     @event(background=True)
     async def follow(self) -> None:
-        still_wanted = live.take_over_watch(self.router.session.client_token)
-        async with self:
-            session, hashed = self._session(), self._session_hash
-        tenant = session[0]
-        while still_wanted() and tenant:
-            await asyncio.sleep(REFRESH_SECONDS)  # the page's refresh period while it is open
-            if not still_wanted():
-                return
+        task = await LiveTask.start(self)
+        tenant = task.tenant
+        if not tenant:
+            return
+        while await task.wait(REFRESH_SECONDS):  # the page's refresh period while it is open
             async with self:
+                if not task.still_mine():
+                    return
                 where = self._where()
-            ended, (rows, older, newer) = await asyncio.gather(self._session_ended(hashed),
-                                                               asyncio.to_thread(self._page, tenant, where))
+            rows, older, newer = await task.read(asyncio.to_thread(self._page, tenant, where))
             async with self:
-                if ended:
-                    self._forget_if(session)
-                if ended or self._session() != session:
+                if not task.still_mine():
                     return
                 if self._where() == where:  # else: the operator moved meanwhile
                     self.rows, self.has_older, self.has_newer = rows, older, newer
@@ -220,7 +217,7 @@ def _campaign_row(c: ObjectVar[dict[str, Any]]) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.vstack(rx.link(rx.text("#", c["id"], " ", c["name"], weight="bold"),
                                         href="/campaigns/" + c["id"].to(str), data_testid="campaign-link"),
-                                rx.text(c["what"], size="1", color=rx.color("gray", 11)), spacing="0")),
+                                caption(c["what"]), spacing="0")),
         rx.table.cell(rx.badge(c["status"], variant="soft", data_testid="campaign-status")),
         rx.table.cell(rx.vstack(_bar("ledgered", c["ledgered_pct"]), _bar("settled", c["settled_pct"]),
                                 spacing="1")),
@@ -275,15 +272,14 @@ def campaigns_page() -> rx.Component:
                       data_testid="campaign-start"),
             gap="12px", align="end", wrap="wrap"), on_submit=CampaignsState.preview),
             # What each segment selects, in words beside the choice (the select shows only its name).
-            rx.vstack(*[rx.text(rx.text.strong(name), ": ", text, size="1", color=rx.color("gray", 11))
+            rx.vstack(*[caption(rx.text.strong(name), ": ", text)
                         for name, text in segments.DESCRIPTIONS.items()],
                       spacing="0", margin_top="10px", data_testid="segment-descriptions"),
             margin_bottom="12px"),
         _confirm_start(),
         _confirm_cancel(),
-        rx.text("Campaigns ride the bulk lane, paced by its token bucket: they never delay a one-time code on the "
-                "critical lane. Quiet hours defer them to each person's morning.", size="2",
-                color=rx.color("gray", 11), margin_bottom="8px"),
+        secondary("Campaigns ride the bulk lane, paced by its token bucket: they never delay a one-time code on "
+                  "the critical lane. Quiet hours defer them to each person's morning.", margin_bottom="8px"),
         rx.cond(CampaignsState.notice != "", rx.callout(CampaignsState.notice, icon="check", width="100%",
                                                          data_testid="campaign-notice")),
         error_callout(CampaignsState.error),

@@ -21,7 +21,18 @@ import reflex as rx
 from dashboard import live, paging, routes
 from dashboard.api.docs import DOCS_URL
 from dashboard.api.endpoints import EVENTS, event_types_problem
-from dashboard.components import NOTE_MAX, Row, card, data_table, error_callout, note_dialog, pick, shell
+from dashboard.components import (
+    NOTE_MAX,
+    Row,
+    caption,
+    card,
+    data_table,
+    error_callout,
+    note_dialog,
+    pick,
+    secondary,
+    shell,
+)
 from dashboard.events import Followup, event
 from dashboard.format import done_line, parse_id, when
 from dashboard.link import action_button, action_form
@@ -346,15 +357,14 @@ def _endpoint_row(e: Row) -> rx.Component:
                               rx.badge("disabled", color_scheme="gray")), rx.text(e["rotating"], size="1"),
                       rx.text(e["why"], size="1", data_testid="endpoint-why"),
                       rx.text(e["breaker"], size="1", color=rx.color("amber", 11), data_testid="endpoint-breaker"),
-                      rx.text(e["done"], size="1", color=rx.color("gray", 11), data_testid="endpoint-last-action")),
+                      caption(e["done"], data_testid="endpoint-last-action")),
         rx.table.cell(rx.text(e["rate"], size="2", data_testid="endpoint-health"),
-                      rx.text(e["last"], size="1", color=rx.color("gray", 11)),
+                      caption(e["last"]),
                       rx.hstack(rx.text(e["test"], size="1", weight="medium", data_testid="endpoint-test"),
                                 rx.cond(e["test_message"] != "",
                                         rx.link("its attempts →", href="/messages/" + e["test_message"], size="1",
                                                 data_testid="endpoint-test-message")), spacing="2", wrap="wrap"),
-                      rx.text(e["attempts"], size="1", white_space="pre-line", color=rx.color("gray", 11),
-                              data_testid="endpoint-attempts")),
+                      caption(e["attempts"], white_space="pre-line", data_testid="endpoint-attempts")),
         rx.table.cell(rx.cond(EndpointsState.oncall, actions)), data_testid="endpoint-row")
 
 
@@ -372,11 +382,10 @@ def _confirm() -> rx.Component:
 def endpoints_page() -> rx.Component:
     return shell(
         "Webhook endpoints",
-        rx.text("Where this tenant's order events are signed and sent (",
-                rx.link("how to verify them, and the API", href=DOCS_LINK, is_external=True,
-                        data_testid="endpoints-docs-link"),
-                "). Private, loopback and metadata addresses are refused.", size="2", color=rx.color("gray", 11),
-                margin_bottom="12px"),
+        secondary("Where this tenant's order events are signed and sent (",
+                  rx.link("how to verify them, and the API", href=DOCS_LINK, is_external=True,
+                          data_testid="endpoints-docs-link"),
+                  "). Private, loopback and metadata addresses are refused.", margin_bottom="12px"),
         rx.cond(EndpointsState.oncall, card(action_form(rx.flex(
             rx.vstack(rx.text("URL", size="1"), rx.input(name="url", placeholder="https://hooks.example.com/outbox",
                                                          width="360px", data_testid="endpoint-url"), spacing="1"),

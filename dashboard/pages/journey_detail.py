@@ -8,7 +8,7 @@ import asyncio
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import Row, card, data_table, empty_state, shell, status_badge
+from dashboard.components import Row, caption, card, data_table, empty_state, shell, status_badge
 from dashboard.events import event
 from dashboard.format import notification, parse_id, when
 from dashboard.pages import Page
@@ -78,8 +78,8 @@ def _message(n: Row) -> rx.Component:
         rx.table.cell(rx.link("#" + n["id"].to(str), href="/messages/" + n["id"].to(str), data_testid="message-link")),
         rx.table.cell(n["intent"]), rx.table.cell(n["channel"]), rx.table.cell(n["recipient"]),
         rx.table.cell(rx.text(n["template"], size="1")),
-        rx.table.cell(rx.vstack(status_badge(n["status"]), rx.cond(n["reason"] != "", rx.text(
-            n["reason"], size="1", color=rx.color("gray", 11))), spacing="1")),
+        rx.table.cell(rx.vstack(status_badge(n["status"]), rx.cond(n["reason"] != "", caption(n["reason"])),
+                                spacing="1")),
         data_testid="lead-message-row")
 
 

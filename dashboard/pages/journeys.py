@@ -8,7 +8,7 @@ import asyncio
 import reflex as rx
 
 from dashboard import paging, routes
-from dashboard.components import Row, card, data_table, lookup, shell, status_badge
+from dashboard.components import Row, caption, card, data_table, lookup, secondary, shell, status_badge
 from dashboard.events import Followup
 from dashboard.events import event as handler  # this state has vars named `event` and `events`
 from dashboard.format import notification, parse_id, search_text, when
@@ -154,8 +154,7 @@ def _lead_row(r: Row) -> rx.Component:
                                 spacing="2", align="center")),
         rx.table.cell(r["recipient"]),
         rx.table.cell(r["advisor"]),
-        rx.table.cell(rx.vstack(rx.text(r["step"]), rx.text(r["progress"], size="1", color=rx.color("gray", 11)),
-                                spacing="0")),
+        rx.table.cell(rx.vstack(rx.text(r["step"]), caption(r["progress"]), spacing="0")),
         rx.table.cell(r["live"]),
         rx.table.cell(rx.text(r["due"], size="1")),
         rx.table.cell(r["intents"]),
@@ -184,8 +183,8 @@ def _message_row(n: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(n["intent"]),
         rx.table.cell(n["channel"]), rx.table.cell(n["recipient"]), rx.table.cell(rx.text(n["template"], size="1")),
-        rx.table.cell(rx.vstack(status_badge(n["status"]), rx.cond(n["reason"] != "", rx.text(
-            n["reason"], size="1", color=rx.color("gray", 11))), spacing="1")),
+        rx.table.cell(rx.vstack(status_badge(n["status"]), rx.cond(n["reason"] != "", caption(n["reason"])),
+                                spacing="1")),
         rx.table.cell(n["attempts"]),
     )
 
@@ -193,10 +192,10 @@ def _message_row(n: Row) -> rx.Component:
 def journeys_page() -> rx.Component:
     return shell(
         "Journeys",
-        rx.text("Each lead has at most one reminder waiting, for the furthest step it reached — the database "
-                "refuses a second one, even when two events arrive at once. An event older than, or not past, "
-                "the lead's step changes nothing; lifecycle messages never cancel a reminder.",
-                size="2", color=rx.color("gray", 11), margin_bottom="12px"),
+        secondary("Each lead has at most one reminder waiting, for the furthest step it reached — the database "
+                  "refuses a second one, even when two events arrive at once. An event older than, or not past, "
+                  "the lead's step changes nothing; lifecycle messages never cancel a reminder.",
+                  margin_bottom="12px"),
         rx.flex(
             rx.form(rx.hstack(rx.input(name="q", placeholder="lead or advisor ref (cust-003)", default_value=JourneysState.query,
                                        key=JourneysState.query, data_testid="lead-query"),

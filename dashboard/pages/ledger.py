@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import reflex as rx
 
 from dashboard import paging, routes
-from dashboard.components import Row, data_table, loading, shell, stat, status_badge
+from dashboard.components import Row, caption, data_table, labelled, loading, shell, stat, status_badge
 from dashboard.events import Followup, event
 from dashboard.format import money, notification, rate_text, search_text
 from dashboard.pages import Page
@@ -136,8 +136,7 @@ def _row(n: Row) -> rx.Component:
                                 rx.cond(n["resolved"] != "", rx.badge(n["resolved"], color_scheme="gray",
                                                                       variant="outline", size="1",
                                                                       data_testid="ledger-row-resolved")),
-                                rx.cond(n["reason"] != "", rx.text(n["reason"], size="1",
-                                                                   color=rx.color("gray", 11))), spacing="1")),
+                                rx.cond(n["reason"] != "", caption(n["reason"])), spacing="1")),
         rx.table.cell(n["attempts"]),
         rx.table.cell(rx.text(n["cost"], data_testid="ledger-row-cost")),
         rx.table.cell(rx.link(rx.code(n["event_short"]), href=f"/audit?q={n['event_id']}")),
@@ -157,9 +156,8 @@ def _channel_row(c: Row) -> rx.Component:
 
 
 def _filter(label: str, name: str, items: list[str]) -> rx.Component:
-    return rx.vstack(rx.text(label, size="1", color=rx.color("gray", 11)),
-                     rx.select(items, value=getattr(LedgerState, name),
-                               on_change=lambda v: LedgerState.set_filter(name, v), size="2"), spacing="1")
+    return labelled(label, rx.select(items, value=getattr(LedgerState, name),
+                                     on_change=lambda v: LedgerState.set_filter(name, v), size="2"))
 
 
 def ledger_page() -> rx.Component:
@@ -185,9 +183,8 @@ def ledger_page() -> rx.Component:
             _filter("Status", "status", [ALL, "QUEUED", "SENT", "DELIVERED", "FAILED", "SUPPRESSED"]),
             _filter("Lane", "lane", [ALL, *LANES]),
             _filter("Window", "window", ["1h", "24h", "7d", ALL]),
-            rx.form(rx.vstack(rx.text("Recipient", size="1", color=rx.color("gray", 11)),
-                              rx.hstack(rx.input(name="recipient", placeholder="cust-001", size="2"),
-                                        rx.button("Filter", size="2", type="submit")), spacing="1"),
+            rx.form(labelled("Recipient", rx.hstack(rx.input(name="recipient", placeholder="cust-001", size="2"),
+                                                    rx.button("Filter", size="2", type="submit"))),
                     on_submit=LedgerState.search_recipient),
             gap="12px", wrap="wrap", align="end", margin_bottom="16px",
         ),

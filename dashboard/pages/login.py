@@ -3,7 +3,7 @@ from __future__ import annotations
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import error_callout, icon
+from dashboard.components import error_callout, icon, secondary
 from dashboard.pages import Page
 from dashboard.state import AuthState
 
@@ -15,8 +15,7 @@ def login_page() -> rx.Component:
                 rx.vstack(
                     rx.hstack(icon("send", size=22, color=rx.color("indigo", 9)), rx.heading("Outbox", size="6"),
                               align="center", spacing="2"),
-                    rx.text("Sign in to approve orders and see every message we sent.", size="2",
-                            color=rx.color("gray", 11)),
+                    secondary("Sign in to approve orders and see every message we sent."),
                     error_callout(AuthState.login_error, "login-error"),
                     rx.text("Login", size="2", weight="medium"),
                     rx.input(name="login", placeholder="alice", auto_focus=True, width="100%",

@@ -12,7 +12,7 @@ from typing import Any
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import Row, card, data_table, empty_state, shell, status_badge
+from dashboard.components import Row, caption, card, data_table, empty_state, secondary, shell, status_badge
 from dashboard.events import event
 from dashboard.format import done_line, money, parse_id, resolved_line, when
 from dashboard.pages import Page
@@ -126,7 +126,7 @@ class MessageState(AuthState):
 
 
 def _fact(f: Row) -> rx.Component:
-    return rx.hstack(rx.text(f["label"], size="1", color=rx.color("gray", 11), min_width="140px"),
+    return rx.hstack(caption(f["label"], min_width="140px"),
                      rx.cond(f["href"] != "", rx.link(f["value"], href=f["href"], size="2"),
                              rx.text(f["value"], size="2")),
                      spacing="3", align="center", width="100%", data_testid="message-fact")
@@ -164,11 +164,9 @@ def message_page_view() -> rx.Component:
                      rx.cond(MessageState.resolved != "", rx.callout(MessageState.resolved, icon="check",
                                                                      color_scheme="gray", size="1", margin_top="6px",
                                                                      data_testid="message-resolved")),
-                     rx.cond(MessageState.replayed != "", rx.text(MessageState.replayed, size="1",
-                                                                  color=rx.color("gray", 11), margin_top="6px",
-                                                                  data_testid="message-replayed")),
-                     rx.cond(MessageState.reason != "", rx.text(MessageState.reason, size="2",
-                                                                color=rx.color("gray", 11), data_testid="message-reason")),
+                     rx.cond(MessageState.replayed != "", caption(MessageState.replayed, margin_top="6px",
+                                                                   data_testid="message-replayed")),
+                     rx.cond(MessageState.reason != "", secondary(MessageState.reason, data_testid="message-reason")),
                      rx.vstack(rx.foreach(MessageState.facts, _fact), spacing="1", margin_top="10px", width="100%")),
                 rx.heading("Attempts", size="4"),
                 data_table(["#", "Started (UTC)", "Outcome", "HTTP", "Latency", "Response", "Next retry", "Worker"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import reflex as rx
 
-from dashboard.components import card, icon, shell
+from dashboard.components import card, icon, secondary, shell
 from dashboard.state import AuthState
 
 ROUTE = "404"  # Reflex serves its "404" page for every path no page claims
@@ -16,8 +16,7 @@ def not_found_page() -> rx.Component:
         card(rx.vstack(
             rx.hstack(icon("map_pin_off", size=24, color=rx.color("amber", 9)),
                       rx.text("There is no page at this address.", size="3", weight="medium"), align="center"),
-            rx.text("The link may be mistyped or out of date. Use the navigation above, or:", size="2",
-                    color=rx.color("gray", 11)),
+            secondary("The link may be mistyped or out of date. Use the navigation above, or:"),
             rx.button(icon("arrow_left", size=16), "Back to the dashboard", on_click=AuthState.go_home,
                       data_testid="not-found-home"),
             spacing="3", padding="8px",

@@ -12,12 +12,14 @@ from dashboard.components import (
     ACTION_HEADERS,
     Row,
     action_table_row,
+    caption,
     card,
     data_table,
     icon,
     lookup,
     note_dialog,
     pick,
+    secondary,
     shell,
     stat,
     status_badge,
@@ -153,7 +155,7 @@ BANNER_ICON: dict[str, str] = {"green": "circle_check", "amber": "triangle_alert
 def _banner() -> rx.Component:
     return rx.callout(
         rx.hstack(rx.text(OpsState.banner, weight="medium"), rx.spacer(),
-                  rx.text(OpsState.updated, size="1", color=rx.color("gray", 11), data_testid="ops-updated"),
+                  caption(OpsState.updated, data_testid="ops-updated"),
                   width="100%", wrap="wrap", align="center"),
         icon="activity", color_scheme=lookup(OpsState.banner_level, {"red": "red", "amber": "amber"}, "green"),
         variant="surface", width="100%", margin_bottom="12px", data_testid="ops-banner",
@@ -217,8 +219,8 @@ def ops_page() -> rx.Component:
             gap="12px", wrap="wrap", width="100%", margin_bottom="16px",
         ),
         _cdc_card(),
-        rx.text("Due work only: a message scheduled for later is counted under Scheduled, never as late.",
-                size="1", color=rx.color("gray", 11), margin_bottom="6px"),
+        caption("Due work only: a message scheduled for later is counted under Scheduled, never as late.",
+                margin_bottom="6px"),
         data_table(["Lane", "State", "Due", "Oldest due", "Scheduled", "Next due (UTC)", "Attempts", "Failed",
                     "Review", "p50", "p99"],
                    OpsState.lanes, _lane_row, "No lanes.", "lanes-table"),
@@ -227,14 +229,14 @@ def ops_page() -> rx.Component:
                                             value=OpsState.window, on_change=OpsState.set_window, size="1",
                                             data_testid="chart-window"),
                   align="center", spacing="2", margin_top="16px"),
-        rx.text("Each point is the worst of its span (a 24 h point covers 15 minutes, a 7 d point 2 hours): the most "
+        caption("Each point is the worst of its span (a 24 h point covers 15 minutes, a 7 d point 2 hours): the most "
                 "messages owed at once and the oldest owed age at its oldest, so a short breach is never averaged "
-                "away; sent is the count in the span.", size="1", color=rx.color("gray", 11)),
+                "away; sent is the count in the span."),
         _charts(),
         rx.heading("Failed and in review", size="4", margin_bottom="8px"),
-        rx.text("Replay re-queues the same row with the same event id — the receiver recognises it, so a replay "
-                "can never double an effect. Resolve records that a human settled it outside the system.",
-                size="2", color=rx.color("gray", 11), margin_bottom="8px"),
+        secondary("Replay re-queues the same row with the same event id — the receiver recognises it, so a "
+                  "replay can never double an effect. Resolve records that a human settled it outside the system.",
+                  margin_bottom="8px"),
         rx.cond(OpsState.may_replay, _bulk_bar()),
         data_table(["#", "", "Tenant", "Channel", "Recipient", "Status", "Why", "Attempts", "Event"],
                    OpsState.review, _review_row, "Nothing failed. Nothing waits for a human.", "review-table"),

@@ -14,6 +14,7 @@ from dashboard import live
 from dashboard.components import action_row
 from dashboard.events import Followup, event
 from dashboard.format import ago, notification, ops_banner, parse_id, round_ticks, when
+from dashboard.live_task import LiveTask
 from dashboard.state import AuthState
 from domain import faults
 from domain.access import actions as operator_actions
@@ -28,7 +29,7 @@ from domain.delivery.views import SERIES_WINDOWS
 from domain.settings import get_settings
 
 REFRESH_SECONDS = 5.0
-# What each confirmation does: (title, the verb in the message, who may).
+# What each confirmation is: (the verb its title starts with, who may).
 CONFIRM = {"pause": ("Pause lane", Act.PAUSE), "resume": ("Resume lane", Act.PAUSE),
            "replay": ("Replay message", Act.REPLAY), "resolve": ("Resolve message by hand", Act.RESOLVE),
            "replay_selected": ("Replay", Act.REPLAY), "resolve_selected": ("Resolve by hand", Act.RESOLVE),
@@ -242,10 +243,8 @@ class OpsState(AuthState):
         self.confirm_action = ""
         if action in ("pause", "resume"):
             return await self._toggle(target, "no" if action == "pause" else "yes", note)
-        if action == "replay":
-            return await self._replay(target, note)
-        if action == "resolve":
-            return await self._resolve(target, note)
+        if action in ("replay", "resolve"):
+            return await self._review(action, target, note)
         if action in CONFIRM:
             return await self._bulk(action, target, note)
         return None
@@ -253,28 +252,19 @@ class OpsState(AuthState):
     @event(background=True)
     async def follow(self) -> None:
         """On-call leaves this page open: refresh every few seconds, reading outside the state lock."""
-        still_wanted = live.take_over_watch(self.router.session.client_token)
-        async with self:
-            scope, session, hashed = self._scope(), self._session(), self._session_hash
-        if not session[1]:
+        task, scope = await LiveTask.start_reading(self, self._scope)
+        if not task.operator:
             return
-        while still_wanted():
-            await asyncio.sleep(1.0)  # "updated N s ago" ticks; the data reloads every REFRESH_SECONDS
-            if not still_wanted():
-                return
+        while await task.wait(1.0):  # "updated N s ago" ticks; the data reloads every REFRESH_SECONDS
             async with self:
-                if self._session() != session:
+                if not task.still_mine():
                     return
                 self.updated = ago(time.monotonic() - self._loaded_at)
                 due, window = time.monotonic() - self._loaded_at >= REFRESH_SECONDS, self.window
             if due:
-                ended, snap = await asyncio.gather(self._session_ended(hashed), _snapshot(scope, window))
-                if ended:
-                    async with self:
-                        self._forget_if(session)
-                    return
+                snap = await task.read(_snapshot(scope, window))
                 async with self:
-                    if self._session() != session:
+                    if not task.still_mine():
                         return
                     self._show(snap)
 
@@ -295,28 +285,24 @@ class OpsState(AuthState):
         self.message = f"Lane {lane} {'resumed' if paused == 'yes' else 'paused'}."
         return OpsState.load
 
-    async def _replay(self, nid: str, note: str) -> Followup:
+    async def _review(self, kind: str, nid: str, note: str) -> Followup:
+        """One failed message replayed (`kind` "replay") or resolved by hand ("resolve")."""
         if parse_id(nid) is None:
             return None
-        if not await self._allowed(Act.REPLAY):
-            self.message = refusal(Act.REPLAY)
+        act = Act.REPLAY if kind == "replay" else Act.RESOLVE
+        if not await self._allowed(act):
+            self.message = refusal(act)
             return None
         scope, actor = self._scope(), self._actor_ref
-        ok = await asyncio.to_thread(lambda: review_actions.replay(scope, int(nid), actor_ref=actor, note=note))
-        self.message = (f"#{nid} queued again with the same event id." if ok else
-                        f"#{nid} left as it is: {ok.refused.detail}; the person can ask for a new code."
-                        if ok.refused else f"#{nid} is no longer FAILED.")
-        return OpsState.load
-
-    async def _resolve(self, nid: str, note: str) -> Followup:
-        if parse_id(nid) is None:
-            return None
-        if not await self._allowed(Act.RESOLVE):
-            self.message = refusal(Act.RESOLVE)
-            return None
-        scope, actor = self._scope(), self._actor_ref
-        ok = await asyncio.to_thread(lambda: review_actions.resolve(scope, int(nid), actor_ref=actor, note=note))
-        self.message = f"#{nid} marked resolved by hand." if ok else f"#{nid} could not be resolved."
+        if kind == "replay":
+            ok = await asyncio.to_thread(lambda: review_actions.replay(scope, int(nid), actor_ref=actor, note=note))
+            self.message = (f"#{nid} queued again with the same event id." if ok else
+                            f"#{nid} left as it is: {ok.refused.detail}; the person can ask for a new code."
+                            if ok.refused else f"#{nid} is no longer FAILED.")
+        else:
+            done = await asyncio.to_thread(lambda: review_actions.resolve(scope, int(nid), actor_ref=actor,
+                                                                          note=note))
+            self.message = f"#{nid} marked resolved by hand." if done else f"#{nid} could not be resolved."
         return OpsState.load
 
     async def _bulk(self, action: str, lane: str, note: str) -> Followup:

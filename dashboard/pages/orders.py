@@ -9,10 +9,11 @@ import functools
 
 import reflex as rx
 
-from dashboard import live, paging, routes
-from dashboard.components import Row, data_table, loading, shell, status_badge
+from dashboard import paging, routes
+from dashboard.components import Row, caption, data_table, loading, shell, status_badge
 from dashboard.events import Followup, event
 from dashboard.format import money, when
+from dashboard.live_task import LiveTask
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.delivery.queue import tenant_channel
@@ -67,25 +68,20 @@ class OrdersState(paging.KeysetPaged, AuthState):
 
     @event(background=True)
     async def watch(self) -> None:
-        still_wanted = live.take_over_watch(self.router.session.client_token)
-        async with self:
-            session, seen, hashed = self._session(), self._version, self._session_hash
-        tenant = session[0]
+        task, seen = await LiveTask.start_reading(self, lambda: self._version)
+        tenant = task.tenant
         if not tenant:
             return  # a live task needs a logged-in operator of a tenant
-        view = live.view(tenant_channel(tenant), still_wanted, functools.partial(order_views.orders_version, tenant), seen)
+        view = task.view(tenant_channel(tenant), functools.partial(order_views.orders_version, tenant), seen)
         async with contextlib.aclosing(view.hints()) as hints:
             async for _ in hints:
                 async with self:
-                    if self._session() != session:
+                    if not task.still_mine():
                         return
                     snapshot = (self.status_filter, self._before, self._after)
-                ended, (version, rows, older, newer) = await asyncio.gather(
-                    self._session_ended(hashed), asyncio.to_thread(self._fetch_for, tenant, *snapshot))
+                version, rows, older, newer = await task.read(asyncio.to_thread(self._fetch_for, tenant, *snapshot))
                 async with self:
-                    if ended:
-                        self._forget_if(session)
-                    if ended or self._session() != session:
+                    if not task.still_mine():
                         return
                     if (self.status_filter, self._before, self._after) == snapshot:  # else: moved meanwhile
                         self._version, self.rows, self.has_older, self.has_newer = version, rows, older, newer
@@ -111,7 +107,7 @@ def _row(o: Row) -> rx.Component:
         rx.table.cell(o["amount"]),
         rx.table.cell(status_badge(o["status"])),
         rx.table.cell(o["revision"]),
-        rx.table.cell(rx.text(o["updated"], size="1", color=rx.color("gray", 11))),
+        rx.table.cell(caption(o["updated"])),
         data_testid="order-row",
     )
 

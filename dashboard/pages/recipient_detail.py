@@ -12,11 +12,14 @@ import reflex as rx
 from dashboard import routes
 from dashboard.components import (
     Row,
+    caption,
     card,
     data_table,
     empty_state,
     error_callout,
+    labelled,
     pick,
+    secondary,
     shell,
     stat,
     status_badge,
@@ -115,8 +118,7 @@ def _message_row(m: Row) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.link(rx.text("#", m["id"], " · ", m["created"], size="1"), href="/messages/" + m["id"],
                               data_testid="message-link")),
-        rx.table.cell(rx.vstack(rx.text(m["channel"], weight="medium"), rx.text(m["template"], size="1",
-                                color=rx.color("gray", 11)), spacing="0")),
+        rx.table.cell(rx.vstack(rx.text(m["channel"], weight="medium"), caption(m["template"]), spacing="0")),
         rx.table.cell(status_badge(m["status"])),
         rx.table.cell(rx.text(m["answer"], size="2", data_testid="message-answer")),
         rx.table.cell(m["cost"]),
@@ -150,12 +152,11 @@ def recipient_page() -> rx.Component:
             rx.vstack(
                 card(rx.flex(
                     rx.vstack(rx.heading(RecipientState.name, size="5"),
-                              rx.text(RecipientState.ref, " · ", RecipientState.contact, size="2",
-                                      color=rx.color("gray", 11)), spacing="1"),
+                              secondary(RecipientState.ref, " · ", RecipientState.contact), spacing="1"),
                     rx.spacer(),
-                    rx.vstack(rx.text("Timezone · quiet hours · daily cap", size="1", color=rx.color("gray", 11)),
-                              rx.text(RecipientState.timezone, " · ", RecipientState.quiet, " · ", RecipientState.cap,
-                                      size="2"), spacing="1"),
+                    labelled("Timezone · quiet hours · daily cap",
+                             rx.text(RecipientState.timezone, " · ", RecipientState.quiet, " · ", RecipientState.cap,
+                                     size="2")),
                     gap="16px", wrap="wrap", width="100%")),
                 rx.flex(stat("Heard from us today", RecipientState.heard_today, "heard-today"),
                         stat("Sent this week", RecipientState.this_week, "sent-week"),

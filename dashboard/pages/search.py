@@ -7,7 +7,7 @@ from __future__ import annotations
 import reflex as rx
 
 from dashboard import routes
-from dashboard.components import Row, empty_state, error_callout, icon, shell, status_badge
+from dashboard.components import Row, caption, empty_state, error_callout, icon, shell, status_badge
 from dashboard.pages import Page
 from dashboard.search_state import SearchState, search_box
 from dashboard.state import AuthState
@@ -23,7 +23,7 @@ def _hit_card(h: Row) -> rx.Component:
             rx.link(rx.text(h["title"], weight="bold"), href=h["href"], data_testid="search-hit-link"),
             rx.badge(h["kind"], variant="soft"),
             rx.cond(h["status"] != "", status_badge(h["status"])),
-            rx.text("matched by " + h["matched_by"].to(str), size="1", color=rx.color("gray", 11)),
+            caption("matched by " + h["matched_by"].to(str)),
             spacing="3", align="center", wrap="wrap"),
         rx.text(h["answer"], size="2", margin_top="6px", data_testid="search-answer"),
         rx.cond(h["leads"] != "", rx.link(rx.text(h["leads"], size="1"), href=h["lead_href"])),
@@ -36,8 +36,7 @@ def search_page() -> rx.Component:
         "Search",
         rx.box(search_box(), margin_bottom="12px", width="100%"),
         error_callout(SearchState.error, "search-error"),
-        rx.text(SearchState.kinds, size="1", color=rx.color("gray", 11), margin_bottom="8px",
-                data_testid="search-kinds"),
+        caption(SearchState.kinds, margin_bottom="8px", data_testid="search-kinds"),
         rx.cond(SearchState.hits.length() > 0,
                 rx.vstack(rx.foreach(SearchState.hits, _hit_card), spacing="3", width="100%"),
                 rx.cond(SearchState.searched, empty_state("Nothing of your tenant matches that search."),
