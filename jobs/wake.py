@@ -9,6 +9,14 @@ arq polls its queue every `poll_delay`. Here the worker polls once, then waits o
 The same wake-ups set `batch_wake`, which a batched lane's drain loops wait on (jobs/worker.py `drain`).
 While due jobs sit in the queue that it cannot start (another worker runs them) it waits `poll_delay`, as arq would.
 Nothing is lost if the hint is: the job is in the queue, and the relay's scan rebuilds any lost job from PostgreSQL.
+
+A batched lane of `LISTEN_LANES` (the critical lane) is also rung by PostgreSQL itself: its worker LISTENs on the
+ledger's NOTIFY (`NOTIFY_CHANNEL`, the lane as payload), which the very transaction that made a row owed sends, and
+which PostgreSQL delivers once that commit is durable and visible. One hop (commit → this worker) instead of three
+(commit → the producer's PUBLISH → Redis → this worker), and no producer has to remember to publish: a code
+ledgered by any process, the relay's NOTIFY path included, wakes its claim within a few milliseconds. Redis stays
+the wake-up it was (the after-commit PUBLISH, the relay's scan); a NOTIFY lost (the LISTEN connection down) costs
+the next of those, loop 0's idle poll, or the ring this listener gives on every (re)connect.
 """
 
 from __future__ import annotations
@@ -17,12 +25,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import Any, Final
 
+import psycopg
 from arq.worker import Worker
 
-from domain.delivery.queue import wake_channel
+from domain.db import libpq_url
+from domain.delivery.queue import LANES, NOTIFY_CHANNEL, wake_channel
 from domain.delivery.wakeups import redis_db
+from domain.settings import get_settings
 
 # Bulk jobs started from one read of the queue at most (then it is read again: a fairer-scored job enqueued
 # meanwhile goes first). One read is one ZRANGEBYSCORE; one start is four round trips, so this adds a fifth of one.
@@ -30,6 +41,11 @@ BULK_STARTS_PER_READ = 4
 # Bulk jobs started and not yet past the channel's token bucket, at most (`BeforeTheBucket`).
 BULK_BEFORE_THE_BUCKET = 8
 IDLE_WAIT = 1.0  # seconds between polls of an idle lane whose wake-ups all got lost
+# Batched lanes whose worker LISTENs on PostgreSQL for its commits (module docstring). Only the critical lane: every
+# ledger commit of any lane NOTIFYs the one channel, so each listener reads (and drops) the other lanes' NOTIFYs —
+# a few microseconds each, worth it where a code waits on it, not on the high and normal lanes (Redis wakes them).
+LISTEN_LANES: Final[frozenset[str]] = frozenset({"critical"})
+LISTEN_BACKOFF_CAP = 2.0  # seconds between tries to LISTEN again while PostgreSQL is away, at most
 log = logging.getLogger("outbox.wake")
 
 
@@ -111,7 +127,13 @@ class LaneWorker(Worker):
         self.before_the_bucket = BeforeTheBucket(self._wake.set)
         self.ctx["before_the_bucket"] = self.before_the_bucket
         self._listener: asyncio.Task[None] | None = None
+        self._pg_listener: asyncio.Task[None] | None = None
         self.waiting = False  # between polls, asleep until woken (what the tests and a debugger look at)
+        # The drain loops' rings, by where they came from ("redis": a PUBLISH on the lane's wake channel,
+        # "postgres": a commit's NOTIFY): what the tests and a debugger look at.
+        self.rung_by = {"redis": 0, "postgres": 0}
+        self.listening_pg = False  # LISTENing on PostgreSQL now (a lane of `LISTEN_LANES`, batched)
+        self.pg_listens = 0  # connections it has LISTENed on so far (1 + its reconnects)
 
     async def _poll_iteration(self) -> None:
         self._wake.clear()  # before polling: a hint that lands during the poll makes the next wait return at once
@@ -165,6 +187,8 @@ class LaneWorker(Worker):
     async def _wait(self) -> None:
         if self._listener is None:
             self._listener = asyncio.create_task(self._listen())
+        if self._pg_listener is None and self.listens_to_postgres():
+            self._pg_listener = asyncio.create_task(self._listen_pg())
         timeout = await self._timeout()
         self.waiting = True
         try:
@@ -198,6 +222,7 @@ class LaneWorker(Worker):
                     if message.get("type") == "message":
                         self._wake.set()
                         self.batch_wake.set()
+                        self.rung_by["redis"] += 1
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -207,10 +232,49 @@ class LaneWorker(Worker):
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
 
+    def listens_to_postgres(self) -> bool:
+        """Its drain loops are rung by the commits' NOTIFYs too: a batched lane of `LISTEN_LANES`. (A per-row lane
+        gains nothing: its NOTIFY comes before the producer's enqueue, and its arq job is what it must start.)"""
+        return self.lane in LISTEN_LANES and self.lane in get_settings().batched_lanes
+
+    async def _listen_pg(self) -> None:
+        """Ring the drain loops on every commit that made a row of this lane owed: the ledger's NOTIFY, read on a
+        connection of its own (autocommit, LISTEN, then a blocking read of its socket: nothing runs while no
+        commit comes). Rings once on every (re)connect, for what committed while it was not listening; after an
+        error it tries again with capped backoff, for as long as it takes (Redis and the polls wake the lane
+        meanwhile). A NOTIFY naming no lane rings too (the relay reads it as "scan everything")."""
+        delay = 0.1
+        while True:
+            conn: psycopg.AsyncConnection[Any] | None = None
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    libpq_url(get_settings().database_url), autocommit=True, connect_timeout=5,
+                    application_name=f"outbox-worker-{self.lane}-listen")
+                await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                self.listening_pg, delay = True, 0.1
+                self.pg_listens += 1
+                self.batch_wake.set()  # what committed while we were not listening: claim once more
+                async for n in conn.notifies():
+                    if n.payload == self.lane or n.payload not in LANES:
+                        self.batch_wake.set()
+                        self.rung_by["postgres"] += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("commit NOTIFYs lost (%s); listening again in %.1fs", type(exc).__name__, delay)
+            finally:
+                self.listening_pg = False
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+            await asyncio.sleep(delay)
+            delay = min(LISTEN_BACKOFF_CAP, delay * 2)
+
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
-            self._listener = None
+        for task in (self._listener, self._pg_listener):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._listener = self._pg_listener = None
         await super().close()

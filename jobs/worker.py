@@ -429,8 +429,9 @@ async def drain(ctx: dict[str, Any], index: int) -> None:
     """A resident drain loop of a batched lane (K of them per lane worker, `Settings.batch_shape`).
 
     Each turn clears the lane's wake event BEFORE it claims. Why nothing owed is ever slept through: a row is
-    published (`wakeups.wake_lanes`) only after the transaction that made it owed committed, and the event is set
-    when that publish arrives. Either the set came before this loop's clear — then the claim that follows the
+    published (`wakeups.wake_lanes`) only after the transaction that made it owed committed — and on the critical
+    lane that transaction's NOTIFY, read by the worker itself (jobs/wake.py `_listen_pg`), is delivered only once it
+    committed — and the event is set when that publish or NOTIFY arrives. Either the set came before this loop's clear — then the claim that follows the
     clear starts after the commit and sees the row (or another loop's claim took it) — or it comes after the
     clear, and the event stays set, so the wait below returns at once and the loop claims again. A publish lost
     altogether (Redis away) costs loop 0's idle poll (`OUTBOX_BATCH_IDLE_POLL`) or the relay's next scan, which

@@ -128,7 +128,7 @@ async def next_due_in(pool: Pool, lane: str) -> float | None:
     """Seconds until the lane's next unleased owed row is due (0: due now); None: nothing owed that is not leased."""
     async with pool.connection() as conn:
         row = await (await conn.execute(_NEXT_DUE_IN_LANE, {"lane": lane})).fetchone()
-        return None if row is None or row["due_in_s"] is None else float(row["due_in_s"])
+        return None if row is None or row["due_in_s"] is None else max(0.0, float(row["due_in_s"]))
 
 
 async def record(pool: Pool, c: Claim, decision: RetryDecision, *, worker: str, started: datetime,

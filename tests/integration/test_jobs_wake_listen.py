@@ -1,0 +1,159 @@
+"""The critical lane's worker is rung by the commit itself (jobs/wake.py `LaneWorker._listen_pg`): its drain loops
+wake on the ledger's NOTIFY, read on the worker's own LISTEN connection, not on a Redis hop or a poll.
+
+Invariants protected:
+- a one-time code committed with no Redis wake-up at all (none published after commit, no relay running) and no
+  poll due for a minute is claimed and sent, and the ring that woke its claim came from PostgreSQL;
+- a wake-up lost (the NOTIFY arrives while the worker is not listening) loses nothing: the code stays owed in
+  PostgreSQL, and the relay's recovery scan wakes the lane through Redis, which gets it claimed and sent;
+- a LISTEN connection that drops (its backend terminated) is listened again, and the next commit rings through it.
+
+The worker runs in this process (the real `settings_for("critical")`: its pool, drain loops and HTTP client against
+the session's receiver) so the test can read where each ring came from (`LaneWorker.rung_by`). No fixed sleeps:
+every wait is for a condition, with a deadline far below the minute-long idle poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from domain.db import get_engine
+from domain.delivery import wakeups
+from domain.delivery.queue import wake_channel
+from domain.ledger import otp
+from domain.ledger.recipients import find_by_ref
+from domain.settings import get_settings, reload_settings
+from jobs import relay, wake
+from jobs.worker import settings_for
+from tests.integration.conftest import rows
+
+DEADLINE = 20.0  # seconds for what must happen now, on a loaded machine; the idle poll is 60 s away
+IDLE_POLL = "60"
+
+
+async def _until(pred: Callable[[], Any], what: str, timeout: float = DEADLINE) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
+        await asyncio.sleep(0.005)
+
+
+def _settled(w: wake.LaneWorker) -> bool:
+    """Every drain loop asleep on the doorbell and no ring pending: only a new ring can bring a claim now."""
+    _, loops = get_settings().batch_shape("critical")
+    return len(w.batch_wake._waiters) == loops and not w.batch_wake.is_set()
+
+
+def _sent(nid: int) -> bool:
+    with get_engine().connect() as c:
+        return bool(c.execute(sa.text("SELECT sent_at IS NOT NULL FROM notifications WHERE id = :i"),
+                              {"i": nid}).scalar())
+
+
+def _code() -> int:
+    ((_, rid),) = find_by_ref(42, "cust-002")
+    row = otp.request(42, rid, "sms", datetime.now(UTC))
+    assert row is not None and row.lane == "critical"
+    return row.notification_id
+
+
+@pytest.fixture
+async def critical(sys_, relay_stopped, batched_lanes, monkeypatch) -> AsyncIterator[wake.LaneWorker]:  # type: ignore[no-untyped-def]
+    """The critical lane's worker, batched, in this process; nothing wakes it but what the test does: no relay,
+    no after-commit wake-up, the idle poll a minute away. Yields once it LISTENs and every loop sleeps."""
+    monkeypatch.setenv("OUTBOX_BATCH_IDLE_POLL", IDLE_POLL)
+    monkeypatch.setenv("OUTBOX_WAKE_AFTER_COMMIT", "0")
+    reload_settings()
+    w = wake.LaneWorker("critical", **{**settings_for("critical"), "handle_signals": False})
+    task = asyncio.create_task(w.async_run())
+    try:
+        await _until(lambda: w.listening_pg, "the worker LISTENs on PostgreSQL", 60)
+        await _until(lambda: _settled(w), "every drain loop asleep", 60)
+        yield w
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        with contextlib.suppress(asyncio.CancelledError):
+            await w.close()
+        monkeypatch.delenv("OUTBOX_BATCH_IDLE_POLL")
+        monkeypatch.delenv("OUTBOX_WAKE_AFTER_COMMIT")
+        reload_settings()
+
+
+@pytest.fixture
+async def wake_messages() -> AsyncIterator[Callable[[], int]]:
+    """Counts the PUBLISHes on the critical lane's Redis wake channel while the test runs."""
+    pool = await wakeups.arq_pool()
+    pubsub = pool.pubsub()
+    got = [0]
+    await pubsub.subscribe(wake_channel("critical", wakeups.redis_db(pool)))
+
+    async def read() -> None:
+        async for m in pubsub.listen():
+            if m.get("type") == "message":
+                got[0] += 1
+
+    reader = asyncio.create_task(read())
+    try:
+        yield lambda: got[0]
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await pool.aclose()
+
+
+async def test_a_code_commit_rings_its_claim_through_postgres_with_no_redis_hop(critical, wake_messages) -> None:  # type: ignore[no-untyped-def]
+    w = critical
+    before = dict(w.rung_by)
+    nid = _code()
+    await _until(lambda: _sent(nid), "the code sent with no Redis wake-up and no poll due")
+    assert w.rung_by["postgres"] > before["postgres"], "its claim was rung by the commit's NOTIFY"
+    assert w.rung_by["redis"] == before["redis"] and wake_messages() == 0, "nothing came through Redis"
+
+
+async def test_a_lost_wake_up_is_found_by_the_relays_scan(critical, wake_messages) -> None:  # type: ignore[no-untyped-def]
+    w = critical
+    assert w._pg_listener is not None
+    w._pg_listener.cancel()  # the NOTIFY of the next commit reaches no one here: a lost wake-up
+    with contextlib.suppress(asyncio.CancelledError):
+        await w._pg_listener
+    await _until(lambda: _settled(w), "every drain loop asleep")
+    before = dict(w.rung_by)
+    nid = _code()
+    (r,) = rows("id = :i", i=nid)
+    assert r.status == "QUEUED" and r.claimed_at is None, "nothing woke a claim: the code waits in PostgreSQL"
+    pool = await wakeups.arq_pool()
+    try:
+        seen, woken = await relay.scan_once(pool, lanes=["critical"])
+    finally:
+        await pool.aclose()
+    assert (seen, woken) == (1, 1), "the scan found the owed code and woke its lane"
+    await _until(lambda: _sent(nid), "the code sent after the scan's wake-up")
+    assert w.rung_by["redis"] > before["redis"] and wake_messages() >= 1, "the scan's PUBLISH rang the claim"
+    assert w.rung_by["postgres"] == before["postgres"]
+
+
+async def test_a_dropped_listen_connection_is_listened_again(critical) -> None:  # type: ignore[no-untyped-def]
+    w = critical
+    with get_engine().connect() as c:
+        killed = c.execute(sa.text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'outbox-worker-critical-listen' AND datname = current_database()")).scalar()
+    assert killed == 1
+    await _until(lambda: w.pg_listens == 2 and w.listening_pg, "the listener LISTENs again, on a new connection")
+    await _until(lambda: _settled(w), "every drain loop asleep")
+    before = w.rung_by["postgres"]
+    nid = _code()
+    await _until(lambda: _sent(nid), "the code sent through the new LISTEN connection")
+    assert w.rung_by["postgres"] > before
