@@ -49,6 +49,7 @@ from domain.orders.policy import Reject, allowed_commands
 from domain.orders.views import ORDER_CANCEL, order_target
 from domain.support import pages
 from domain.support.pages import keyset
+from domain.vocabulary import ORDER_STATUSES
 
 PAST = {"approve": "approved", "cancel": "cancelled", "fulfill": "fulfilled"}
 
@@ -97,6 +98,16 @@ def missed_text(shown: int, now: int, last_change: str) -> str:
             f"{last if last_change else ''}")
 
 
+def pushed_head(msg: dict[str, Any]) -> tuple[int, str] | None:
+    """The revision and status an order's own hint says it committed (`wakeups.refresh_message`), or None: a hint
+    of another kind, or one whose values are not a plain revision and a known status, shows nothing before the
+    reload. Pure."""
+    rev, status = msg.get("revision"), msg.get("status")
+    if msg.get("kind") != "order" or isinstance(rev, bool) or not isinstance(rev, int) or not 1 <= rev <= MAX_ID:
+        return None
+    return (rev, status) if isinstance(status, str) and status in ORDER_STATUSES else None
+
+
 class OrderState(AuthState):
     """The page's handlers and what a push seldom changes. What a push does change lives in substates
     (OrderHeadState, OrderNotesState, and OrderSeenState, which no component reads): the browser keeps one store per state and re-renders only the components
@@ -141,6 +152,16 @@ class OrderState(AuthState):
             status=order["status"], revision=new_rev, updated=when(order["updated_at"]),
             last_change=order["last_change"], cancelled_by=order["cancelled_by"],
             can_approve="approve" in allowed, can_fulfill="fulfill" in allowed, can_cancel="cancel" in allowed)
+
+    async def _apply_status(self, revision: int, status: str) -> None:
+        """The revision and status a commit announced (its hint, or this tab's own command's answer), shown before
+        the reload brings who and when and the notifications: the smallest delta there is (the revision, the
+        status badge, the actions that status allows). `_version` and `seen` stay as they were, so a reload that
+        does not follow (a failed read) still leaves this view behind for the hub's check to reload."""
+        allowed = allowed_commands(status)
+        (await self.get_state(OrderHeadState))._assign_changed(
+            status=status, revision=revision, can_approve="approve" in allowed, can_fulfill="fulfill" in allowed,
+            can_cancel="cancel" in allowed)
 
     async def _apply_notes(self, order: dict[str, Any] | None, notes: list[dict[str, str]]) -> None:
         """The notifications and the history's newest page, then `seen`: the page now shows this revision whole."""
@@ -197,6 +218,9 @@ class OrderState(AuthState):
         if isinstance(result, Committed):
             await after_commit(await live.arq(), result)
             self.notice = f"{PAST[command]} at revision {result.revision} · event {result.event_id}"
+            # What the commit itself says (revision, status, the actions it allows) goes out before the reload.
+            await self._apply_status(result.revision, result.status)
+            yield None
         elif isinstance(result, NotFound):
             self.error = "This order no longer exists for your tenant."
         order, notes, version = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
@@ -289,23 +313,34 @@ class OrderState(AuthState):
                          functools.partial(order_views.order_version, tenant, order_id), seen)
         async with contextlib.aclosing(view.hints()) as hints:
             async for msg in hints:
-                # The message is only a hint: reload authorized state outside the lock, then assign.
-                ended, (order, notes, version) = await asyncio.gather(
-                    self._session_ended(hashed), asyncio.to_thread(_load, tenant, order_id))
+                # The message is only a hint: reload authorized state outside the lock, then assign. The session
+                # check (one small read) and the reload start together; an order's own hint says the revision and
+                # status it committed, shown as soon as the session check allows, ahead of the reload.
+                ended_t = asyncio.ensure_future(self._session_ended(hashed))
+                load_t = asyncio.ensure_future(asyncio.to_thread(_load, tenant, order_id))
+                try:
+                    mine, shown = await self._show_hint(pushed_head(msg), ended_t, session, order_id)
+                    if not mine:
+                        return
+                    ended, (order, notes, version) = await asyncio.gather(ended_t, load_t)
+                finally:
+                    for t in (ended_t, load_t):
+                        t.cancel()  # a task that returns or is cancelled leaves no read running for it
                 # Two deltas: the head (status, revision, who and when) goes out as soon as this block exits and
                 # renders on its own; the notifications table follows in a second, smaller-than-the-page render.
                 async with self:
                     if not self._still_mine(ended, session, order_id):
                         return  # another order, or logged out in this tab
                     head = await self.get_state(OrderHeadState)
+                    before = head.revision if shown is None else shown  # what the view showed before this hint
                     rev = msg.get("revision", -1)
                     # A hint announces one revision: a hint beyond the next one means revisions reached this view
                     # unannounced. (A reload found by the periodic check is a catch-up: the pushed-change callout
                     # below says what changed.)
-                    if order and msg.get("kind") == "order" and rev > head.revision + 1:
-                        self.missed = missed_text(head.revision, int(order["revision"]), order["last_change"]) \
+                    if order and msg.get("kind") == "order" and isinstance(rev, int) and rev > before + 1:
+                        self.missed = missed_text(before, int(order["revision"]), order["last_change"]) \
                             or self.missed
-                    if order and int(order["revision"]) > head.revision and not self.busy:
+                    if order and int(order["revision"]) > before and not self.busy:
                         head.pushed = order["last_change"]  # a change made elsewhere: say who and when
                     await self._apply_head(order, version)
                 async with self:
@@ -316,6 +351,24 @@ class OrderState(AuthState):
                 if msg.get("kind") == "order" and msg.get("published_at"):
                     latency = (time.time() - float(msg["published_at"])) * 1000
                     await asyncio.to_thread(telemetry.record_push_latency, tenant, latency)
+
+    async def _show_hint(self, pushed: tuple[int, str] | None, ended_t: asyncio.Future[bool],
+                         session: tuple[int, int], order_id: int) -> tuple[bool, int | None]:
+        """A hint's revision and status (`pushed_head`), shown before the reload when they are ahead of this view and
+        its session has not ended. Returns whether the tab is still this operator's view of this order (if not, the
+        live task stops) and the revision the view showed before the hint's, or None when nothing was shown."""
+        if pushed is None:
+            return True, None
+        ended = await ended_t
+        async with self:
+            if not self._still_mine(ended, session, order_id):
+                return False, None
+            head = await self.get_state(OrderHeadState)
+            before = head.revision
+            if not self.found or self.busy or pushed[0] <= before:
+                return True, None  # not shown (its own command is answering it, or the view is already there)
+            await self._apply_status(*pushed)
+            return True, before
 
     def _still_mine(self, ended: bool, session: tuple[int, int], order_id: int) -> bool:
         """Under the state lock, before a live task assigns: the tab still shows this order to this operator, whose

@@ -96,10 +96,15 @@ async def arq_pool(url: str | None = None) -> ArqRedis:
     raise AssertionError("unreachable")
 
 
-def refresh_message(tenant_id: int, order_id: int, revision: int, event_id: str | None, kind: str) -> str:
-    """Identity and revision only; subscribers reload authorized state from PostgreSQL."""
-    return json.dumps({"tenant_id": tenant_id, "order_id": order_id, "revision": revision,
-                       "event_id": event_id, "kind": kind, "published_at": time.time()})
+def refresh_message(tenant_id: int, order_id: int, revision: int, event_id: str | None, kind: str,
+                    status: str | None = None) -> str:
+    """Identity, revision and (for an order's own change) the status it committed; subscribers show those two at once
+    and reload the rest, authorized, from PostgreSQL."""
+    doc: dict[str, object] = {"tenant_id": tenant_id, "order_id": order_id, "revision": revision,
+                              "event_id": event_id, "kind": kind, "published_at": time.time()}
+    if status is not None:
+        doc["status"] = status
+    return json.dumps(doc)
 
 
 async def switched_off(redis: ArqRedis, name: str) -> bool:
@@ -108,12 +113,13 @@ async def switched_off(redis: ArqRedis, name: str) -> bool:
 
 
 async def publish_refresh(
-    redis: ArqRedis, tenant_id: int, order_id: int, revision: int, event_id: str | None, kind: str = "order"
+    redis: ArqRedis, tenant_id: int, order_id: int, revision: int, event_id: str | None, kind: str = "order",
+    status: str | None = None,
 ) -> int:
     """Returns how many views listen on this order's channel (0 when the fast path is switched off)."""
     if not get_settings().refresh_publish or await switched_off(redis, "refresh_publish"):
         return 0
-    msg = refresh_message(tenant_id, order_id, revision, event_id, kind)
+    msg = refresh_message(tenant_id, order_id, revision, event_id, kind, status)
     async with redis.pipeline(transaction=False) as pipe:  # one round trip for all three
         pipe.publish(order_channel(tenant_id, order_id), msg)
         pipe.publish(tenant_channel(tenant_id), msg)
@@ -253,7 +259,7 @@ async def after_commit(redis: ArqRedis | None, result: Committed) -> dict[str, i
         return out
     try:
         out["views"] = await publish_refresh(redis, result.tenant_id, result.order_id, result.revision,
-                                             str(result.event_id))
+                                             str(result.event_id), status=result.status)
     except Exception as exc:  # best-effort: the views reload on reconnect / revision gap
         log.warning("refresh publish failed: %s", type(exc).__name__)
     faults.hit("after_publish_before_enqueue")
