@@ -120,11 +120,11 @@ class PoolWatch(threading.Thread):
         self.direct = database_url.replace("postgresql+psycopg://", "postgresql://")
         self.servers = self.clients = self.backends = self.listening = self.samples = 0
         self.errors: list[str] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         with psycopg.connect(self.direct, autocommit=True) as c:
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 try:
                     rows = pgbouncer.pools(self.b, self.database)
                     got = c.execute("SELECT count(*), count(*) FILTER (WHERE query ILIKE 'LISTEN %%') "
@@ -137,10 +137,10 @@ class PoolWatch(threading.Thread):
                     self.samples += 1
                 except Exception as exc:  # a sample lost is reported, never fatal to the run
                     self.errors.append(repr(exc))
-                self._stop.wait(0.5)
+                self._halt.wait(0.5)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(10)
 
 
