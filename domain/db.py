@@ -24,8 +24,13 @@ from domain.settings import get_settings
 
 
 @functools.cache
-def engine_for(url: str) -> Engine:
-    return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5, future=True)
+def engine_for(url: str, prepared: bool = True) -> Engine:
+    """A pooled engine on `url`. `prepared=False` (a PgBouncer in transaction mode, whose 1.18 cannot follow a
+    statement prepared on one server connection to the next): psycopg never prepares server-side, every statement
+    goes as an unnamed one (psycopg's `prepare_threshold=None`)."""
+    connect_args: dict[str, Any] = {} if prepared else {"prepare_threshold": None}
+    return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5, future=True,
+                            connect_args=connect_args)
 
 
 def libpq_url(url: str) -> str:
@@ -44,7 +49,11 @@ def libpq_url(url: str) -> str:
 
 
 def get_engine() -> Engine:
-    return engine_for(get_settings().database_url)
+    """The process's engine: through PgBouncer (OUTBOX_PGBOUNCER_URL, unprepared) when one is configured. Only
+    transaction-scoped state runs on it (SET LOCAL, pg_advisory_xact_lock, NOTIFY at commit): a session's SET,
+    LISTEN, advisory lock or temporary table would land on whichever server connection the next transaction gets."""
+    s = get_settings()
+    return engine_for(s.pooled_database_url, prepared=not s.pgbouncer_url)
 
 
 @functools.cache

@@ -32,6 +32,11 @@ class Settings(BaseSettings):
     # the tests ask for development explicitly.
     env: Literal["development", "production"] = "production"
     database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/outbox"
+    # The same database through a PgBouncer in transaction mode (`outbox up --scale N --pgbouncer` sets it): every
+    # pool (the unit of work's engine, the workers' hot pool) connects there, without server-side prepared
+    # statements (PgBouncer 1.18 cannot carry them in that mode); LISTEN, CDC replication, migrations and admin
+    # stay on OUTBOX_DATABASE_URL (session state). Empty: the pools go straight to PostgreSQL.
+    pgbouncer_url: str = Field("", validation_alias="OUTBOX_PGBOUNCER_URL")
     redis_url: str = "redis://127.0.0.1:6379/0"
     receiver_url: str = "http://127.0.0.1:8090"
     app_url: str = "http://127.0.0.1:3000"
@@ -126,6 +131,19 @@ class Settings(BaseSettings):
     # The fulfilment service's database, read by `outbox check` (its inbox); empty: ours suffixed `_fulfilment`, as
     # `outbox up` gives it.
     cdc_fulfilment_database_url: str = Field("", validation_alias="OUTBOX_CDC_FULFILMENT_DATABASE_URL")
+
+    @field_validator("pgbouncer_url")
+    @classmethod
+    def _pgbouncer_url(cls, v: str) -> str:
+        v = v.strip()
+        if v and not v.startswith("postgresql+psycopg://"):
+            raise ValueError("expected a postgresql+psycopg:// URL of the same database through PgBouncer, or empty")
+        return v
+
+    @property
+    def pooled_database_url(self) -> str:
+        """Where the pools connect: through PgBouncer when one is configured, else straight to PostgreSQL."""
+        return self.pgbouncer_url or self.database_url
 
     @field_validator("batch_lanes")
     @classmethod

@@ -7,6 +7,11 @@ Invariants: an operator on backend 1 sees backend 2's operator's change and the 
 its backend (the tab reconnects through the proxy to the other one and is still logged in); every invariant query of
 ARCHITECTURE.md is zero, nothing accepted is lost, no receiver effect is doubled (the mock receiver counts effects
 per event id) and money matches, with one of each role killed mid-load.
+
+Through PgBouncer (issue 29): every relay, worker and backend pools through one PgBouncer in transaction mode
+(`outbox up --scale N --pgbouncer`, unprepared statements) while each relay's LISTEN stays a direct connection; the
+server connections PgBouncer holds for the database (SHOW POOLS, sampled through the whole run) never pass its pool
+size, however many client connections the processes open, and stay far under PostgreSQL's max_connections.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 import redis as redis_lib
 
@@ -30,7 +37,7 @@ from jobs.drills.chaos.load import Load, Sampler
 from jobs.drills.chaos.owned import CHAOS_ENV
 from jobs.drills.chaos.report import Run
 from jobs.ops import browser as browser_tools
-from jobs.ops import scaled
+from jobs.ops import pgbouncer, scaled
 from jobs.ops.browser import operator_page
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System, wait_until
@@ -40,6 +47,7 @@ _SLOT = int(os.environ.get("OUTBOX_TEST_SLOT", "0") or 0)
 _SUFFIX = f"_s{_SLOT}" if _SLOT else ""
 PROXY_PORT, BACKEND_PORTS, RECEIVER_PORT = 3140 + 100 * _SLOT, (3141 + 100 * _SLOT, 3142 + 100 * _SLOT), 8140 + 100 * _SLOT
 DB_NAME, REDIS_DB, STATE_REDIS_DB = f"outbox_scale{_SUFFIX}", 11, 12
+PGBOUNCER_PORT, PGBOUNCER_POOL = 3143 + 100 * _SLOT, 20
 APP = f"http://127.0.0.1:{PROXY_PORT}"
 RECEIVER = f"http://127.0.0.1:{RECEIVER_PORT}"
 
@@ -56,7 +64,8 @@ def topology() -> Iterator[tuple[System, scaled.Topology]]:
         r = redis_lib.Redis.from_url(state_url)
         r.flushdb()  # no session of an earlier run
         r.close()
-        t = scaled.Topology(PROXY_PORT, BACKEND_PORTS, state_url, ROOT / ".run" / f"scale{_SUFFIX}")
+        t = scaled.Topology(PROXY_PORT, BACKEND_PORTS, state_url, ROOT / ".run" / f"scale{_SUFFIX}",
+                            PGBOUNCER_PORT, PGBOUNCER_POOL)
         system = System(dict(os.environ), ROOT / ".run" / f"scale-logs{_SUFFIX}")
         system.receiver(RECEIVER_PORT, reset=True)
         scaled.start(system, t)
@@ -101,13 +110,59 @@ def views_per_process(channel: str) -> list[int]:
         r.close()
 
 
+class PoolWatch(threading.Thread):
+    """Samples, every half second, PgBouncer's SHOW POOLS for the database (server and client connections) and
+    PostgreSQL's own count of the database's backends and of its LISTEN connections; keeps each maximum."""
+
+    def __init__(self, b: pgbouncer.Bouncer, database_url: str) -> None:
+        super().__init__(daemon=True)
+        self.b, self.database = b, database_url.rsplit("/", 1)[-1]
+        self.direct = database_url.replace("postgresql+psycopg://", "postgresql://")
+        self.servers = self.clients = self.backends = self.listening = self.samples = 0
+        self.errors: list[str] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.direct, autocommit=True) as c:
+            while not self._halt.is_set():
+                try:
+                    rows = pgbouncer.pools(self.b, self.database)
+                    got = c.execute("SELECT count(*), count(*) FILTER (WHERE query ILIKE 'LISTEN %%') "
+                                    "FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                                    (self.database,)).fetchone()
+                    assert got is not None
+                    self.servers = max(self.servers, sum(pgbouncer.server_connections(r) for r in rows))
+                    self.clients = max(self.clients, sum(pgbouncer.client_connections(r) for r in rows))
+                    self.backends, self.listening = max(self.backends, got[0]), max(self.listening, got[1])
+                    self.samples += 1
+                except Exception as exc:  # a sample lost is reported, never fatal to the run
+                    self.errors.append(repr(exc))
+                self._halt.wait(0.5)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(10)
+
+
+def max_connections() -> int:
+    with psycopg.connect(os.environ["OUTBOX_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")) as c:
+        got = c.execute("SHOW max_connections").fetchone()
+        assert got is not None
+        return int(got[0])
+
+
 # The topology builds its own bundle and starts 14 processes: about 2 min on 2 quiet cores, far more when shared.
 @pytest.mark.timeout(900)
 def test_two_backends_share_sessions_and_pushes_and_one_of_each_role_can_die(topology, browser):
     """Operators pinned to different backends see each other's changes live; after killing a worker, a relay and
     a backend under load, the tab of the dead backend is still logged in on the other one and still live, and the
     whole run ends with nothing lost, no effect doubled, invariants and money clean."""
-    system, _t = topology
+    system, t = topology
+    assert system.env.get("OUTBOX_PGBOUNCER_URL", "").endswith(f":{PGBOUNCER_PORT}/{DB_NAME}"), "not through PgBouncer"
+    bouncer = t.bouncer(os.environ["OUTBOX_DATABASE_URL"])
+    assert bouncer is not None
+    watch = PoolWatch(bouncer, os.environ["OUTBOX_DATABASE_URL"])
+    watch.start()
     alice, bob = operator(browser, "alice", 1), operator(browser, "bob", 2)
     oid = create_order(tenant_id=42, customer_ref="cust-002", amount_cents=2500, currency="EUR")
     open_order(alice, oid)
@@ -152,6 +207,11 @@ def test_two_backends_share_sessions_and_pushes_and_one_of_each_role_can_die(top
     _drain(run, sampler, t0)
     sampler.stop()
     _check(run, load.tally, RECEIVER)
+    watch.stop()
+    limit = max_connections()
+    print(f"connections through PgBouncer: {watch.clients} client connections at most, {watch.servers} server "
+          f"connections (pool {PGBOUNCER_POOL}), {watch.backends} backends on the database of which "
+          f"{watch.listening} LISTEN (direct), max_connections {limit}; {watch.samples} samples")
     print("answers", dict(sorted(load.tally.answers.items())), "statuses", run.statuses, "lost", run.lost)
     assert load.tally.accepted >= 30, f"too little load got through the proxy: {dict(load.tally.answers)}"
     assert run.drained_s is not None, "rows still owed after the drain deadline"
@@ -159,3 +219,10 @@ def test_two_backends_share_sessions_and_pushes_and_one_of_each_role_can_die(top
     assert run.duplicate_effects == 0, "a receiver effect was doubled"
     assert run.invariants_broken == 0, f"invariants broken: {run.invariants}"
     assert run.money_mismatch == 0, f"money mismatch: {run.money}"
+    assert watch.samples >= 10, f"SHOW POOLS was not sampled: {watch.errors[-3:]}"
+    assert 0 < watch.servers <= PGBOUNCER_POOL, f"{watch.servers} server connections past the pool"
+    assert watch.clients > watch.servers, "PgBouncer multiplexed nothing (did the processes bypass it?)"
+    assert watch.listening >= 1, "no relay LISTENs on a direct connection"
+    # Everything on the database: PgBouncer's servers, each relay's direct LISTEN, this test's own few (the
+    # sampler's, the load's, the checks'), never what the processes' pools would open straight.
+    assert watch.backends <= PGBOUNCER_POOL + 2 + 12 < limit, (watch.backends, limit)

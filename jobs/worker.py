@@ -528,8 +528,10 @@ def settings_for(lane: str) -> dict[str, Any]:
         ctx["rng"] = random.Random()
         # The claim/record path's own pool, one per lane worker process (domain/delivery/hot.py).
         # Its backends at the lane's CPU priority too, when PostgreSQL runs on this machine (LANE_NICENESS).
-        ctx["db"] = await hot.open_pool(get_settings().database_url, f"outbox-worker-{lane}",
-                                        niceness=LANE_NICENESS.get(lane, 0))
+        # Through PgBouncer (OUTBOX_PGBOUNCER_URL): unprepared, its backends shared and never reniced.
+        s = get_settings()
+        ctx["db"] = await hot.open_pool(s.pooled_database_url, f"outbox-worker-{lane}",
+                                        niceness=LANE_NICENESS.get(lane, 0), prepared=not s.pgbouncer_url)
         await _start_drains(ctx)  # a batched lane's resident loops (the arq worker runs beside them)
 
     async def shutdown(ctx: dict[str, Any]) -> None:

@@ -59,17 +59,23 @@ class _LongWay(Exception):
     """Roll the fast transaction back: the long way decides."""
 
 
-async def open_pool(database_url: str, name: str, max_size: int = 10, niceness: int = 0) -> Pool:
+async def open_pool(database_url: str, name: str, max_size: int = 10, niceness: int = 0,
+                    prepared: bool = True) -> Pool:
     """An open pool of prepared-statement connections (no check on checkout: see the module's note). `niceness`:
-    each connection's backend, if it runs on this machine, at that CPU priority (domain/delivery/priority.py)."""
+    each connection's backend, if it runs on this machine, at that CPU priority (domain/delivery/priority.py).
+    `prepared=False`, for a pool through PgBouncer in transaction mode: no statement is prepared server-side
+    (`prepare_threshold=None`: PgBouncer 1.18 hands each transaction whichever server connection is free, where
+    a statement prepared on another does not exist), and no backend is reniced (the pid a client sees there is
+    PgBouncer's, not a backend's, and the backends are shared by every lane)."""
 
     async def configure(conn: psycopg.AsyncConnection[DictRow]) -> None:
         priority.renice_backend(conn.info.backend_pid, conn.info.host, niceness)
 
+    renice = niceness > 0 and prepared
     pool: Pool = AsyncConnectionPool(
         libpq_url(database_url), min_size=1, max_size=max_size, name=name, open=False, timeout=10,
-        connection_class=psycopg.AsyncConnection[DictRow], configure=configure if niceness > 0 else None,
-        kwargs={"row_factory": dict_row, "prepare_threshold": 0, "application_name": name})
+        connection_class=psycopg.AsyncConnection[DictRow], configure=configure if renice else None,
+        kwargs={"row_factory": dict_row, "prepare_threshold": 0 if prepared else None, "application_name": name})
     await pool.open(wait=True, timeout=30)
     return pool
 

@@ -98,11 +98,18 @@ def up(port: int = typer.Option(3000, help="dashboard port"), receiver_port: int
        time_scale: float = typer.Option(60.0, help="journey delays divided by this (60: a 30-minute nudge fires "
                                                    "in 30 s, so the journeys page is alive)"),
        scale: int = typer.Option(1, min=1, max=8, help="N relays, N workers per lane and N dashboard backends "
-                                                       "(ports PORT+1…PORT+N) behind nginx on PORT")) -> None:
+                                                       "(ports PORT+1…PORT+N) behind nginx on PORT"),
+       pgbouncer: bool = typer.Option(False, help="with --scale N: a PgBouncer in transaction mode in front of "
+                                                  "PostgreSQL for every pool (LISTEN stays direct)"),
+       pgbouncer_port: int = typer.Option(6440, min=1, max=65535, help="the port of that PgBouncer")) -> None:
     """Migrate, seed, then start receiver, relay, four lane workers and the dashboard; Ctrl-C stops them."""
     from jobs.ops import demo
 
-    demo.up(err.print, port, receiver_port, no_dashboard, time_scale, scale)
+    if pgbouncer and scale < 2:
+        err.print("--pgbouncer is part of the scaled topology: give --scale N (N >= 2) too; nothing started")
+        raise typer.Exit(2)
+    demo.up(err.print, port, receiver_port, no_dashboard, time_scale, scale,
+            pgbouncer_port if pgbouncer else None)
 
 
 COMMANDS = (worker, relay, cdc_relay, cdc_refeed, cdc_status, receiver, up)

@@ -52,11 +52,13 @@ def start_cdc(say: Say, system: System) -> None:
     system.fulfilment()
 
 
-def up(say: Say, port: int, receiver_port: int, no_dashboard: bool, time_scale: float, scale: int = 1) -> None:
+def up(say: Say, port: int, receiver_port: int, no_dashboard: bool, time_scale: float, scale: int = 1,
+       pgbouncer_port: int | None = None) -> None:
     """Migrate, seed, start receiver, relay, four lane workers, with OUTBOX_CDC the CDC relay and the fulfilment
     service, and (unless told not to) the dashboard; restart any
     that exits; on Ctrl-C or SIGTERM stop them all. `scale` N > 1: N relays, N workers per lane, N dashboard
-    backends on PORT+1…PORT+N behind nginx on PORT, sharing sessions in Redis db 1 (jobs/ops/scaled.py)."""
+    backends on PORT+1…PORT+N behind nginx on PORT, sharing sessions in Redis db 1 (jobs/ops/scaled.py);
+    `pgbouncer_port`: their pools through a PgBouncer on that port (jobs/ops/pgbouncer.py)."""
     os.environ["OUTBOX_TIME_SCALE"] = str(time_scale)
     os.environ.setdefault("OUTBOX_ENV", "development")
     s = reload_settings()
@@ -77,10 +79,12 @@ def up(say: Say, port: int, receiver_port: int, no_dashboard: bool, time_scale: 
         say("starting receiver, relay and lane workers …")
         system.receiver(receiver_port)
         if scale > 1:
-            say(f"scale {scale}: {scale} relays, {scale} workers per lane, {scale} dashboard backends behind nginx …")
+            say(f"scale {scale}: {scale} relays, {scale} workers per lane, {scale} dashboard backends behind nginx"
+                + (f", their pools through PgBouncer on {pgbouncer_port}" if pgbouncer_port else "") + " …")
             state = s.redis_url.rsplit("/", 1)[0] + "/1"
             scaled.start(system, scaled.Topology(port, tuple(port + i for i in range(1, scale + 1)), state,
-                                                 ROOT / ".run" / "scale-demo"), dashboards=not no_dashboard)
+                                                 ROOT / ".run" / "scale-demo", pgbouncer_port),
+                         dashboards=not no_dashboard)
         else:
             system.relay()
             system.workers()

@@ -8,6 +8,10 @@ a single-backend build in `.web/`. nginx serves that bundle and proxies the back
 `/ping`, the HTTP API, `/healthz`, `/metrics`) round-robin to the backends, each started `--backend-only`. A backend that dies is skipped (nginx passes a request
 it could not send to the next one); a tab on it reconnects to another, which loads the session from Redis.
 
+With a PgBouncer port (`outbox up --scale N --pgbouncer`), a PgBouncer in transaction mode (jobs/ops/pgbouncer.py)
+starts first and every relay, worker and backend gets OUTBOX_PGBOUNCER_URL: their pools go through it, unprepared;
+the relays' LISTEN (and any CDC relay's replication) stays on OUTBOX_DATABASE_URL.
+
 Diagnostics and the test pin a browser to one backend with the cookie `outbox_backend=<i>` (1-based); while that
 backend is down the others stand in for it.
 """
@@ -22,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from domain.delivery.queue import LANES
-from jobs.ops.procs import BIN, ROOT, AppDir, Proc, System, reflex_env, wait_http
+from jobs.ops import pgbouncer
+from jobs.ops.procs import BIN, ROOT, AppDir, Proc, System, reflex_env, wait_http, wait_until
 
 # What the backends answer; every other path is the static bundle (an unknown page gets the bundle's own 404.html,
 # whose router renders the page, as Reflex's own static mount does).
@@ -41,6 +46,8 @@ class Topology:
     backend_ports: tuple[int, ...]
     state_redis_url: str  # Reflex's Redis state manager: the sessions every backend shares
     run_dir: Path  # nginx's config, pid and temp files, and the bundle's web directory
+    pgbouncer_port: int | None = None  # a PgBouncer in front of PostgreSQL for every pool of the topology
+    pgbouncer_pool_size: int = pgbouncer.DEFAULT_POOL_SIZE
 
     @property
     def url(self) -> str:
@@ -60,6 +67,12 @@ class Topology:
 
     def backend_url(self, i: int) -> str:
         return f"http://127.0.0.1:{self.backend_ports[i]}"
+
+    def bouncer(self, database_url: str) -> pgbouncer.Bouncer | None:
+        if self.pgbouncer_port is None:
+            return None
+        return pgbouncer.for_database(database_url, self.pgbouncer_port, self.run_dir / "pgbouncer",
+                                      self.pgbouncer_pool_size)
 
 
 def nginx_binary() -> str:
@@ -174,14 +187,41 @@ def proxy(system: System, t: Topology, timeout: float = 30) -> Proc:
     return p
 
 
+def start_pgbouncer(system: System, b: pgbouncer.Bouncer, timeout: float = 30) -> Proc:
+    """PgBouncer as a child of ours, then OUTBOX_PGBOUNCER_URL in the environment of every process started after it
+    (the receiver, the outside world, has its own database and never reads it)."""
+    pgbouncer.write(b)
+    p = system._proc("pgbouncer", pgbouncer.argv(b))
+    database_url = system.env["OUTBOX_DATABASE_URL"]
+    database = database_url.rsplit("/", 1)[-1].split("?")[0]
+
+    def answers() -> bool:
+        if not p.alive():
+            raise RuntimeError(f"pgbouncer exited at start (code {p.popen and p.popen.returncode}); see {p.log}")
+        try:
+            pgbouncer.pools(b, database)
+            return True
+        except Exception:
+            return False
+
+    wait_until(answers, timeout, f"pgbouncer on port {b.port}")
+    system.env["OUTBOX_PGBOUNCER_URL"] = b.url(database_url)
+    return p
+
+
 def start(system: System, t: Topology, build: bool = True, dashboards: bool = True) -> None:
-    """Relays, workers (N per lane), the bundle, the backends and the proxy, N = len(backend_ports); the receiver
-    is the caller's. Names end in -1 … -N so a test or on-call can pick one to stop."""
+    """PgBouncer if asked, relays, workers (N per lane), the bundle, the backends and the proxy,
+    N = len(backend_ports); the receiver is the caller's. Names end in -1 … -N so a test or on-call can pick one to
+    stop."""
     n = len(t.backend_ports)
-    for port in (t.port, *t.backend_ports):  # an earlier run still listening would answer every readiness check
+    ports = (t.port, *t.backend_ports, *([t.pgbouncer_port] if t.pgbouncer_port is not None else []))
+    for port in ports:  # an earlier run still listening would answer every readiness check
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 raise RuntimeError(f"port {port} is already in use: stop what listens there or choose other ports")
+    b = t.bouncer(system.env["OUTBOX_DATABASE_URL"])
+    if b is not None:
+        start_pgbouncer(system, b)
     for i in range(1, n + 1):
         system.relay(name=f"relay-{i}")
     for lane in LANES:

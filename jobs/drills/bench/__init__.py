@@ -9,6 +9,8 @@ run's evidence:
 - delivery: a webhook backlog through ledger → arq → 2 workers → receiver beside the receiver's own capacity, with
   the CPU our processes and the receiver spent on it (/proc); then commit-to-effect latency at half that rate; then
   the lean probe (lean.py) on a backlog of the same size (delivery.py);
+- pgbouncer: the commit path at 4 clients and the delivery path, direct and then with every pool through a
+  PgBouncer in transaction mode (unprepared), back to back; the connections it held (bouncer.py);
 - recovery: seconds from a Redis FLUSHDB with a backlog owed until every row is delivered (delivery.py);
 - lanes: one-time codes idle and with a campaign in flight, the fan-out beside a bare INSERT … SELECT, the
   campaign's rate with the bucket set high beside the provider's capacity (lanes.py);
@@ -36,12 +38,12 @@ from datetime import UTC, datetime
 
 import redis as redis_lib
 
-from jobs.drills.bench import commit, delivery, fair, lanes, push, relays, report, scan, wake
+from jobs.drills.bench import bouncer, commit, delivery, fair, lanes, push, relays, report, scan, wake
 from jobs.drills.bench.common import API_PORT, BENCH_DB, BENCH_REDIS_DB, RECEIVER_PORT, RECEIVER_PROCS, say
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System
 
-STEPS = ("wake", "commit", "delivery", "recovery", "lanes", "fair", "scan", "push", "relays")
+STEPS = ("wake", "commit", "delivery", "pgbouncer", "recovery", "lanes", "fair", "scan", "push", "relays")
 
 
 def _uptime() -> str:
@@ -74,6 +76,7 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
     what = {"wake": f"wake-ups: {codes} one-time codes at rest, three ways, then idle CPU and memory",
             "commit": f"commit path, {n} commands at 1 client, then at 1/4/16 clients beside raw psycopg",
             "delivery": f"delivery path, {n} webhooks, 2 workers on the lane, then commit-to-effect at half rate",
+            "pgbouncer": f"through PgBouncer: {n} commands at 4 clients and {n} webhooks, direct then through it",
             "recovery": f"recovery after Redis flush, {n} owed",
             "lanes": f"lanes: {codes} one-time codes idle, then with a {recipients}-recipient campaign in flight",
             "fair": f"fair bulk lane: tenant 7's 50-message campaign alone, then beside tenant 42's {recipients}",
@@ -101,6 +104,8 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
                 probe = delivery.bench_lean(int(d["backlog"]))
                 d.update(probe)
                 results.update(delivery.lean_keys(d, probe))
+            elif step == "pgbouncer":
+                results.update(bouncer.bench_pgbouncer(system, n, r))
             elif step == "recovery":
                 results["recovery"] = delivery.bench_recovery(system, n, r)
             elif step == "lanes":

@@ -49,7 +49,11 @@ _KEYS = (
     "`push_server_*` (publish → B's state reloaded, the dashboard's own measurement) and `push_raw_publish_*` (a bare "
     "Redis PUBLISH → receipt). `rss_per_tab_kb`: the dashboard's resident memory per open tab with 50 live tabs; "
     "`rss_total_mb_tabs`: every process of the system with them open (Chromium left out). "
-    "`relay_{enqueue,notify,scan,cdc}_*` and `cdc_*`: the relays compared, in their own section above.")
+    "`relay_{enqueue,notify,scan,cdc}_*` and `cdc_*`: the relays compared, in their own section above. "
+    "`commit_ratio_4_clients_pgbouncer` / `e2e_events_per_s_pgbouncer`: the same two figures with every pool "
+    "through PgBouncer in transaction mode (unprepared statements), beside `pgbouncer_direct_*` measured direct in "
+    "the same step just before; `pgbouncer_{server,client}_connections_max`: what PgBouncer held for the bench "
+    "database during that drain (its pool size `pgbouncer_pool_size`).")
 
 _SECTIONS = (
     ("commit", "Commit: outbox command vs bare UPDATE"),
