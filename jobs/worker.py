@@ -511,6 +511,10 @@ async def deliver_bulk_batch(ctx: dict[str, Any], size: int) -> int:
                 not_before.update((i, claim_started + w) for i, w in zip(mine, waits, strict=False))
                 await ratelimit.unreserve(redis, f"{TENANT_RATE_KEY}{t}", rates[t], len(waits) - len(mine))
         if not len(batch):
+            short = [w for n, w in taken.values() if n == 0]
+            if short:  # a channel without a token may owe the due rows: try again once it has one
+                await asyncio.sleep(min(short))
+                continue
             return 0
         await _run_batch(ctx, batch, now, claim_started, not_before, BULK_RECORD_WINDOW_S)
         return len(batch)
