@@ -17,8 +17,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from domain.access import peers
 
 PREFIX = "OUTBOX_"
-# The lanes that may be drained in batches (the bulk lane's fair queueing is per row).
-BATCHABLE_LANES = ("critical", "high", "normal")
+# The lanes that may be drained in batches (every lane: the bulk lane's batches are sized by its buckets and shared
+# fairly between its flows in the claim itself, jobs/worker.py `deliver_bulk_batch`).
+BATCHABLE_LANES = ("critical", "high", "normal", "bulk")
 
 
 class SettingsError(RuntimeError):
@@ -108,17 +109,21 @@ class Settings(BaseSettings):
     view_check_interval: float = Field(2.0, gt=0, le=60)
     # Batched delivery (jobs/worker.py `drain`): these lanes are drained by resident loops in their lane worker,
     # each claiming up to a batch of due rows in one statement and recording them in one; their wake-up names the
-    # lane, never a row (no per-row arq job). Empty: the per-row path (one arq job per message) for every lane. The
-    # bulk lane is never batched here (its fair queueing and token buckets are per row). One value for the whole
-    # system: the processes that enqueue and the lane workers must agree. `OUTBOX_BATCH_LANES=` (empty) goes back to
-    # one arq job per message on every lane (tests/integration/test_delivery_batch.py covers both).
-    batch_lanes: str = Field("critical,high,normal", validation_alias="OUTBOX_BATCH_LANES")
+    # lane, never a row (no per-row arq job). Empty: the per-row path (one arq job per message) for every lane. One
+    # value for the whole system: the processes that enqueue and the lane workers must agree. `OUTBOX_BATCH_LANES=` (empty) goes back to
+    # one arq job per message on every lane (tests/integration/test_delivery_batch.py covers both). The bulk lane's
+    # batch takes its size from the channel's bucket and the capped tenants' moments (up to OUTBOX_BATCH_SIZE_BULK
+    # tokens at once) and shares itself fairly between the lane's (tenant, campaign) flows in its claim; left out
+    # of the list, bulk goes back to one fairly scored arq job per row (domain/delivery/fair.py).
+    batch_lanes: str = Field("critical,high,normal,bulk", validation_alias="OUTBOX_BATCH_LANES")
     # Rows per claim and drain loops per worker process: the critical lane's batches stay small (a one-time code
     # never waits behind 31 others' sends), with more loops; the high and normal lanes' are wide.
     batch_size: int = Field(32, ge=1, le=500, validation_alias="OUTBOX_BATCH_SIZE")
     batch_loops: int = Field(2, ge=1, le=32, validation_alias="OUTBOX_BATCH_LOOPS")
     batch_size_critical: int = Field(4, ge=1, le=500, validation_alias="OUTBOX_BATCH_SIZE_CRITICAL")
     batch_loops_critical: int = Field(4, ge=1, le=32, validation_alias="OUTBOX_BATCH_LOOPS_CRITICAL")
+    batch_size_bulk: int = Field(32, ge=1, le=500, validation_alias="OUTBOX_BATCH_SIZE_BULK")
+    batch_loops_bulk: int = Field(2, ge=1, le=32, validation_alias="OUTBOX_BATCH_LOOPS_BULK")
     # Seconds one drain loop per worker waits for a wake-up before it claims anyway (a lost wake-up, a retry come
     # due). 0: none polls; only wake-ups bring a claim (the relay's scan wakes a lane that owes a due row).
     batch_idle_poll: float = Field(1.0, ge=0, le=60, validation_alias="OUTBOX_BATCH_IDLE_POLL")
@@ -162,6 +167,8 @@ class Settings(BaseSettings):
         """(rows per claim, drain loops) of a batched lane."""
         if lane == "critical":
             return self.batch_size_critical, self.batch_loops_critical
+        if lane == "bulk":
+            return self.batch_size_bulk, self.batch_loops_bulk
         return self.batch_size, self.batch_loops
 
     @field_validator("trusted_proxies")

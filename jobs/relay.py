@@ -124,7 +124,7 @@ async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None
         if lane not in wanted:
             continue
         lane_window = window or s.relay_window
-        if lane == "bulk":  # fair between tenants: each flow's oldest rows, not the lane's
+        if lane == "bulk" and not wakeups.batched(lane):  # fair between tenants: each flow's oldest rows
             lane_window = window or fairshare.bulk_window(s.relay_window, s.bulk_rate_per_second, s.scan_interval)
             rows = await asyncio.to_thread(claim_bulk_window, lane_window, 1.0, limit)
             await forget_dead_jobs(redis, rows)

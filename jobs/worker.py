@@ -322,11 +322,15 @@ def _gate(ctx: dict[str, Any], c: Claim) -> asyncio.Semaphore:
     return gate
 
 
-async def _send_one(ctx: dict[str, Any], r: Ready, claim_started: float) -> hot.Attempted | None:
+async def _send_one(ctx: dict[str, Any], r: Ready, claim_started: float,
+                    not_before: float | None = None) -> hot.Attempted | None:
     """One row of a batch: sent within what is left of its attempt's deadline (counted from the batch's claim),
-    or given back (None) when too little is left, or its tenant endpoint is gone since the claim."""
+    or given back (None) when too little is left, or its tenant endpoint is gone since the claim. `not_before`: a
+    capped tenant's bulk row waits for the moment reserved for it (a monotonic time, a fraction of a second away)."""
     s = get_settings()
     c = r.claim
+    if not_before is not None and (wait := not_before - time.monotonic()) > 0:
+        await asyncio.sleep(wait)
     target = None
     if c.endpoint_id is not None:  # read now, never carried anywhere: the URL and the live secrets
         target = await asyncio.to_thread(endpoints.send_target, c.tenant_id, c.endpoint_id)
@@ -357,15 +361,22 @@ RECORD_WINDOW_S: Final = 0.005
 NEXT_DUE_FLOOR_S: Final = 0.01
 
 
-async def _as_answered(sends: Iterable[Awaitable[hot.Attempted | None]]) -> AsyncGenerator[list[hot.Attempted], None]:
-    """The sends' attempts in groups, as they are answered: each group is what answered within RECORD_WINDOW_S of
+# The bulk lane's window is wider: its commits are what a one-time code's commit queues behind (WAL flushes), and a
+# campaign's rows have no one waiting on their latency — a batch's answers recorded in one or two statements, not
+# one per 5 ms of answers.
+BULK_RECORD_WINDOW_S: Final = 0.1
+
+
+async def _as_answered(sends: Iterable[Awaitable[hot.Attempted | None]],
+                       window: float = RECORD_WINDOW_S) -> AsyncGenerator[list[hot.Attempted], None]:
+    """The sends' attempts in groups, as they are answered: each group is what answered within `window` of
     the group's first answer (given-back rows, None, are left out)."""
     pending = {asyncio.ensure_future(s) for s in sends}
     try:
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             if pending:
-                more, pending = await asyncio.wait(pending, timeout=RECORD_WINDOW_S)
+                more, pending = await asyncio.wait(pending, timeout=window)
                 done |= more
             group = [a for a in (t.result() for t in done) if a is not None]
             if group:
@@ -381,12 +392,23 @@ async def deliver_batch(ctx: dict[str, Any], size: int) -> int:
     Returns the rows claimed (0: nothing due). The fault points come in the per-row path's order, per batch."""
     s = get_settings()
     lane: str = ctx["lane"]
-    worker: str = ctx["worker_name"]
+    if lane == "bulk":
+        return await deliver_bulk_batch(ctx, size)
     now = datetime.now(UTC)
     claim_started = time.monotonic()
     batch = await hot.claim_batch(ctx["db"], lane, size, s.lease_seconds, now)
     if not len(batch):
         return 0
+    return await _run_batch(ctx, batch, now, claim_started)
+
+
+async def _run_batch(ctx: dict[str, Any], batch: hot.Batch, now: datetime, claim_started: float,
+                     not_before: dict[int, float] | None = None, window: float = RECORD_WINDOW_S) -> int:
+    """A claimed batch, from the claim's commit to its records: the long way's rows settled, the rest sent and
+    recorded in groups as they are answered."""
+    lane: str = ctx["lane"]
+    worker: str = ctx["worker_name"]
+    not_before = not_before or {}
     faults.hit("after_worker_claim")
     ready = list(batch.ready)
     settled: list[Claim] = []
@@ -402,7 +424,8 @@ async def deliver_batch(ctx: dict[str, Any], size: int) -> int:
     outcomes: dict[int, str] = {}
     # aclosing: an error recording one group closes the generator here, at once, so its unanswered sends are
     # cancelled now (their leases run out) rather than whenever the generator is collected.
-    async with contextlib.aclosing(_as_answered(_send_one(ctx, r, claim_started) for r in ready)) as answered:
+    sends = (_send_one(ctx, r, claim_started, not_before.get(r.claim.id)) for r in ready)
+    async with contextlib.aclosing(_as_answered(sends, window)) as answered:
         async for group in answered:
             if any(a.status_code is not None and 200 <= a.status_code < 300 for a in group):
                 await armed_from_ops(ctx, "after_remote_accept_before_local_ack")
@@ -423,6 +446,79 @@ async def deliver_batch(ctx: dict[str, Any], size: int) -> int:
     for nid, result in outcomes.items():
         log.debug("attempt recorded", notification_id=nid, result=result)
     return len(batch)
+
+
+# ---- the bulk lane in batches: the bucket's tokens and the fair share taken per batch, not per row ---------------
+# The channels a tenant's one-by-one bulk messages (campaign 0) may be on; a campaign's flow is on its own channel.
+BULK_CHANNELS: Final = ("email", "sms", "whatsapp", "webhook")
+# How far ahead a capped tenant's moments are reserved for a batch (its rows wait for them, leased, this long at most).
+BULK_CAP_AHEAD_S: Final = 0.25
+
+
+def bulk_burst(rate: float) -> float:
+    """A channel bucket's burst: a tenth of a second's worth (as `take_bulk_token`)."""
+    return max(1.0, rate / 10)
+
+
+async def deliver_bulk_batch(ctx: dict[str, Any], size: int) -> int:
+    """One batch of the bulk lane. Its size is taken from the buckets: up to `size` tokens of each channel that
+    owes (one Redis call), up to `size` moments of each capped tenant (`ratelimit.reserve_many`), then ONE claim
+    (`hot.claim_bulk_batch`) of no more rows of a channel than its tokens, nor of a tenant than its moments, shared
+    fairly between the lane's flows; what the claim did not use goes back to the buckets. No token, no claim: the
+    loop sleeps until the next one (no lease is held while waiting). Returns the rows claimed (0: nothing due)."""
+    s = get_settings()
+    pool, redis, stop = ctx["db"], ctx["redis"], ctx["batch_stop"]
+    rate = s.bulk_rate_per_second
+    while not stop.is_set():
+        flows = await hot.bulk_flows(pool)
+        if not flows:
+            return 0
+        rates = {f.tenant_id: fairshare.tenant_rate(rate, s.bulk_tenant_rate, f.tenant_rate) for f in flows}
+        moments: dict[int, list[float]] = {}
+        for t, t_rate in sorted(rates.items()):
+            if t_rate < rate:  # a capped tenant: its rows in this batch no more than its moments reserved
+                moments[t] = await ratelimit.reserve_many(redis, f"{TENANT_RATE_KEY}{t}", t_rate,
+                                                          min(BULK_CAP_AHEAD_S, fairshare.reserve_ahead(t_rate)), size)
+        if len(moments) == len(rates) and not any(moments.values()):  # only capped tenants owe, none's moment is near
+            await asyncio.sleep(min(1.0 / r for r in rates.values()) / 2)
+            continue
+        channels = sorted({ch for f in flows for ch in ((f.channel,) if f.channel else BULK_CHANNELS)})
+        keys = {ch: f"{RATE_KEY}:{ch}" for ch in channels}
+        taken = dict(zip(channels, await ratelimit.take_many(redis, list(keys.values()), rate, bulk_burst(rate),
+                                                             size), strict=True))
+        quotas = {ch: n for ch, (n, _) in taken.items()}
+        if not any(quotas.values()):  # no token: the moments go back, and the loop waits for the next token
+            for t, waits in moments.items():
+                await ratelimit.unreserve(redis, f"{TENANT_RATE_KEY}{t}", rates[t], len(waits))
+            await asyncio.sleep(min(w for _, w in taken.values()))
+            continue
+        now = datetime.now(UTC)
+        claim_started = time.monotonic()
+        batch = hot.Batch()
+        try:
+            batch = await hot.claim_bulk_batch(pool, flows, size, quotas, {t: len(m) for t, m in moments.items()},
+                                               s.lease_seconds, now)
+        finally:  # what the claim did not use goes back (all of it when the claim failed: its leases run out)
+            claimed = [r.claim for r in batch.ready] + [c for c, _, _ in batch.long_way]
+            used: dict[str, int] = {}
+            for c in claimed:
+                used[c.channel] = used.get(c.channel, 0) + 1
+            await ratelimit.refund(redis, {keys[ch]: n - used.get(ch, 0) for ch, n in quotas.items()},
+                                   bulk_burst(rate))
+            not_before: dict[int, float] = {}
+            for t, waits in moments.items():
+                mine = sorted(c.id for c in claimed if c.tenant_id == t)
+                not_before.update((i, claim_started + w) for i, w in zip(mine, waits, strict=False))
+                await ratelimit.unreserve(redis, f"{TENANT_RATE_KEY}{t}", rates[t], len(waits) - len(mine))
+        if not len(batch):
+            short = [w for n, w in taken.values() if n == 0]
+            if short:  # a channel without a token may owe the due rows: try again once it has one
+                await asyncio.sleep(min(short))
+                continue
+            return 0
+        await _run_batch(ctx, batch, now, claim_started, not_before, BULK_RECORD_WINDOW_S)
+        return len(batch)
+    return 0
 
 
 async def drain(ctx: dict[str, Any], index: int) -> None:

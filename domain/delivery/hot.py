@@ -51,6 +51,9 @@ _CLAIM_BATCH = sql.for_psycopg(sql.CLAIM_BATCH)
 _RECORD_SENT_BATCH = sql.for_psycopg(sql.RECORD_SENT_BATCH)
 _RECORD_RETRY_BATCH = sql.for_psycopg(sql.RECORD_RETRY_BATCH)
 _PENDING_BATCH = sql.for_psycopg(sql.PENDING_RECEIPTS_BATCH)
+_BULK_DUE_FLOWS = sql.for_psycopg(sql.BULK_DUE_FLOWS)
+_CLAIM_BULK_BATCH = sql.for_psycopg(sql.CLAIM_BULK_BATCH)
+_TAKE_BATCH = sql.for_psycopg(sql.TAKE_BATCH)
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
 
@@ -189,26 +192,91 @@ async def claim_batch(pool: Pool, lane: str, n: int, lease_seconds: float, now: 
     A dropped connection: an empty batch (whatever committed is leased, and its leases run out)."""
     params = {**claim_params(0, lease_seconds, now), "lane": lane, "n": n}
     del params["id"]
+    return await _claim(pool, _CLAIM_BATCH, params, now, set_based=False)
+
+
+@dataclass(frozen=True)
+class BulkFlow:
+    """One (tenant, campaign) flow owing bulk rows: the tenant's own pace (None: the lane's), the campaign's channel
+    (None: campaign 0, a tenant's one-by-one bulk messages, on any channel)."""
+
+    tenant_id: int
+    campaign_id: int
+    tenant_rate: float | None
+    channel: str | None
+
+
+async def bulk_flows(pool: Pool) -> list[BulkFlow]:
+    """The bulk lane's flows (`sql.BULK_DUE_FLOWS`: one index probe per flow)."""
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(_BULK_DUE_FLOWS)).fetchall()
+    return [BulkFlow(int(r["tenant_id"]), int(r["campaign_id"]),
+                     None if r["tenant_rate"] is None else float(r["tenant_rate"]), r["channel"]) for r in rows]
+
+
+async def claim_bulk_batch(pool: Pool, flows: list[BulkFlow], n: int, quotas: dict[str, int],
+                           capped: dict[int, int], lease_seconds: float, now: datetime) -> Batch:
+    """Up to `n` due bulk rows in ONE statement (`sql.CLAIM_BULK_BATCH`), shared fairly between `flows`, never more
+    of a channel than `quotas[channel]` (its bucket's tokens taken) nor of a capped tenant than `capped[tenant]`
+    (its moments reserved); then every take in ONE statement sent with the COMMIT (`sql.TAKE_BATCH`). A take the
+    set-based statement refuses (a cap slot gone, a balance short) rolls the claim back whole and the batch is
+    claimed again the row-by-row way (a savepoint per take: the refused row alone is suppressed)."""
+    chs = [ch for ch, q in quotas.items() if q > 0]
+    params = {**claim_params(0, lease_seconds, now), "n": n, "ft": [f.tenant_id for f in flows],
+              "fc": [f.campaign_id for f in flows], "chs": chs, "quotas": [quotas[ch] for ch in chs],
+              "capped": list(capped), "capq": list(capped.values())}
+    del params["id"]
+    try:
+        return await _claim(pool, _CLAIM_BULK_BATCH, params, now, set_based=True)
+    except psycopg.errors.InvalidTextRepresentation as exc:  # a refused take: the whole claim rolled back
+        if sql.TAKE_REFUSED not in str(exc):
+            raise
+    return await _claim(pool, _CLAIM_BULK_BATCH, params, now, set_based=False)
+
+
+async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *, set_based: bool) -> Batch:
+    """A batch claim's one transaction. `set_based`: every take in one `TAKE_BATCH` pipelined with the COMMIT
+    (refused: `InvalidTextRepresentation` at the commit, nothing kept); else each take under its own savepoint."""
     batch = Batch()
     try:
         async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-            rows = await (await conn.execute(_CLAIM_BATCH, params)).fetchall()
+            rows = await (await conn.execute(stmt, params)).fetchall()
+            takes: list[tuple[Claim, Take]] = []
+            seen: set[tuple[int, str, Any]] = set()
             for row in rows:
                 c, x = Claim.from_mapping(row), SendContext.from_mapping(row)
                 take = plan(c, x, now)
                 if take is None:
                     batch.long_way.append((c, x, None))
                     continue
-                if not take.takes_nothing:
-                    try:
-                        async with conn.transaction():  # SAVEPOINT
-                            got = await (await conn.execute(_TAKE, take.params(c))).fetchone()
-                            if got is None or not got["slot_ok"] or not got["paid"]:
-                                raise _Refused
-                    except _Refused:  # ROLLBACK TO SAVEPOINT: nothing of the take stays
+                if take.takes_nothing:
+                    batch.ready.append(Ready(c, take.contact, take.body))
+                    continue
+                if set_based:
+                    # One row per (tenant, recipient, day) in the statement; another goes the long way (its take
+                    # tried again in a transaction of its own, after this one's).
+                    if take.day is not None and (c.tenant_id, c.recipient, take.day) in seen:
                         batch.long_way.append((c, x, take))
                         continue
+                    seen.add((c.tenant_id, c.recipient, take.day))
+                    takes.append((c, take))
+                    continue
+                try:
+                    async with conn.transaction():  # SAVEPOINT
+                        got = await (await conn.execute(_TAKE, take.params(c))).fetchone()
+                        if got is None or not got["slot_ok"] or not got["paid"]:
+                            raise _Refused
+                except _Refused:  # ROLLBACK TO SAVEPOINT: nothing of the take stays
+                    batch.long_way.append((c, x, take))
+                    continue
                 batch.ready.append(Ready(c, take.contact, take.body))
+            if takes:
+                ps = [t.params(c) for c, t in takes]
+                await conn.execute(_TAKE_BATCH, {
+                    "ns": [p["n"] for p in ps], "ts": [p["t"] for p in ps], "rs": [p["r"] for p in ps],
+                    "days": [p["day"] for p in ps], "caps": [p["cap"] for p in ps], "cs": [p["c"] for p in ps],
+                    "vs": [p["v"] for p in ps], "reasons": [p["reason"] for p in ps]})
+                batch.ready += [Ready(c, t.contact, t.body) for c, t in takes]
     except psycopg.OperationalError as exc:
         log.warning("batch claim failed (%s); its leases, if it committed, run out", type(exc).__name__)
         return Batch()

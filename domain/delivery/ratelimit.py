@@ -63,3 +63,94 @@ return tostring(wait)
 async def reserve(redis: Any, key: str, rate: float, ahead: float) -> float:
     """>= 0: a moment reserved that many seconds from now (sleep, then go). < 0: none; come back in -that seconds."""
     return float(await redis.eval(RESERVE, 1, key, 1.0 / rate, ahead))
+
+
+# A bulk batch's tokens (jobs/worker.py `deliver_bulk_batch`): up to `want` whole tokens from each of several
+# buckets at once, one call for every channel of the batch; returns, per bucket, the tokens taken and the seconds
+# until its next one (0 when some were taken). What the batch's claim did not use is put back (`REFUND`): the
+# bucket's pace counts the rows claimed, never more.
+TAKE_MANY: Final[str] = """
+local rate, burst, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local out = {}
+for i, key in ipairs(KEYS) do
+  local b = redis.call('HMGET', key, 'tokens', 'ts')
+  local tokens = tonumber(b[1]) or burst
+  local ts = tonumber(b[2]) or now
+  tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+  local got = math.min(want, math.floor(tokens))
+  local wait = 0
+  if got < 1 then got = 0; wait = (1 - tokens) / rate end
+  tokens = tokens - got
+  redis.call('HSET', key, 'tokens', tostring(tokens), 'ts', tostring(now))
+  redis.call('EXPIRE', key, 60)
+  out[2 * i - 1] = got
+  out[2 * i] = tostring(wait)
+end
+return out
+"""
+
+REFUND: Final[str] = """
+local burst = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  local n = tonumber(ARGV[1 + i])
+  local tokens = tonumber(redis.call('HGET', key, 'tokens'))
+  if n > 0 and tokens then redis.call('HSET', key, 'tokens', tostring(math.min(burst, tokens + n))) end
+end
+return 0
+"""
+
+
+async def take_many(redis: Any, keys: list[str], rate: float, burst: float, want: int) -> list[tuple[int, float]]:
+    """Up to `want` tokens from each bucket of `keys` (same rate and burst): (taken, seconds until one) per key."""
+    if not keys:
+        return []
+    got = await redis.eval(TAKE_MANY, len(keys), *keys, rate, burst, want)
+    return [(int(got[2 * i]), float(got[2 * i + 1])) for i in range(len(keys))]
+
+
+async def refund(redis: Any, unused: dict[str, int], burst: float) -> None:
+    """Put back the tokens a batch took and did not use (never above the burst)."""
+    keys = [k for k, n in unused.items() if n > 0]
+    if keys:
+        await redis.eval(REFUND, len(keys), *keys, burst, *[unused[k] for k in keys])
+
+
+# A capped tenant's moments for a bulk batch: up to `want` reservations (`RESERVE`), each 1/rate after the last,
+# none further than `ahead`; returns their waits (seconds from now), in order. `unreserve` gives back the last
+# `n` a batch did not use (the tenant's next moment moves back by n intervals, never before now).
+RESERVE_MANY: Final[str] = """
+local interval, ahead, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+local out = {}
+while #out < want and tat - now <= ahead do
+  out[#out + 1] = tostring(tat - now)
+  tat = tat + interval
+end
+if #out > 0 then redis.call('SET', KEYS[1], tostring(tat), 'EX', math.ceil(ahead + interval) + 60) end
+return out
+"""
+
+UNRESERVE: Final[str] = """
+local back = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local tat = tonumber(redis.call('GET', KEYS[1]))
+if tat then redis.call('SET', KEYS[1], tostring(math.max(now, tat - back)), 'KEEPTTL') end
+return 0
+"""
+
+
+async def reserve_many(redis: Any, key: str, rate: float, ahead: float, want: int) -> list[float]:
+    """Up to `want` moments of the tenant's pace, the first at once or when due, none beyond `ahead` seconds."""
+    got = await redis.eval(RESERVE_MANY, 1, key, 1.0 / rate, ahead, want)
+    return [float(w) for w in got]
+
+
+async def unreserve(redis: Any, key: str, rate: float, n: int) -> None:
+    if n > 0:
+        await redis.eval(UNRESERVE, 1, key, n / rate)

@@ -100,6 +100,57 @@ WITH picked AS MATERIALIZED (
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}"""
 
+# The bulk lane's batch (a bulk drain loop, jobs/worker.py `deliver_bulk_batch`). First the lane's flows — every
+# (tenant, campaign) with owed bulk rows, by the skip scan of `BULK_FLOWS` over notifications_owed_bulk_flow — with
+# the tenant's own pace and the campaign's channel (NULL for a tenant's one-by-one bulk messages, campaign 0).
+BULK_DUE_FLOWS: Final[str] = """
+WITH RECURSIVE f AS (
+  (SELECT tenant_id AS t, coalesce(campaign_id, 0) AS c FROM notifications
+   WHERE status = 'QUEUED' AND lane = 'bulk' ORDER BY tenant_id, coalesce(campaign_id, 0) LIMIT 1)
+  UNION ALL
+  SELECT nx.t, nx.c FROM f CROSS JOIN LATERAL (
+    SELECT tenant_id AS t, coalesce(campaign_id, 0) AS c FROM notifications
+    WHERE status = 'QUEUED' AND lane = 'bulk' AND (tenant_id, coalesce(campaign_id, 0)) > (f.t, f.c)
+    ORDER BY tenant_id, coalesce(campaign_id, 0) LIMIT 1) nx
+)
+SELECT f.t AS tenant_id, f.c AS campaign_id, tn.bulk_rate_per_second AS tenant_rate, cp.channel AS channel
+FROM f LEFT JOIN tenants tn ON tn.id = f.t LEFT JOIN campaigns cp ON f.c <> 0 AND cp.id = f.c ORDER BY f.t, f.c
+"""
+
+# Then the claim: up to :n due rows, shared fairly between the flows given (:ft, :fc) — each flow's oldest due rows
+# (by its index, SKIP LOCKED: two loops never wait on each other), ranked by start-time fair queueing within the
+# batch (a row's virtual time: its rank in its flow × its tenant's flows in the batch, so tenants share a batch
+# equally and a tenant's campaigns share its turn) — and never more rows of a channel than the tokens taken from
+# that channel's bucket (:chs, :quotas), nor more of a capped tenant than its moments reserved (:capped, :capq).
+# Each row its own lease and next fence token, exactly as `CLAIM_BATCH`; a cancelled campaign's row is claimed
+# like any other and refused by `plan` (campaign_status), never sent.
+CLAIM_BULK_BATCH: Final[str] = f"""
+WITH cand AS (
+  SELECT x.id, x.channel, f.t, f.c, row_number() OVER (PARTITION BY f.t, f.c ORDER BY x.id) AS rn
+  FROM unnest(CAST(:ft AS int[]), CAST(:fc AS bigint[])) AS f(t, c)
+  CROSS JOIN LATERAL (
+    SELECT id, channel FROM notifications
+    WHERE status = 'QUEUED' AND lane = 'bulk' AND tenant_id = f.t AND coalesce(campaign_id, 0) = f.c
+      AND channel = ANY(CAST(:chs AS text[]))
+      AND {_CLAIMABLE.format(due="next_attempt_at <= now()")}
+    ORDER BY tenant_id, coalesce(campaign_id, 0), id LIMIT :n FOR UPDATE SKIP LOCKED) x
+), ranked AS (
+  SELECT id, channel, t, rn * count(*) FILTER (WHERE rn = 1) OVER (PARTITION BY t) AS vt FROM cand
+), numbered AS (
+  SELECT id, channel, t, vt, row_number() OVER (PARTITION BY channel ORDER BY vt, t, id) AS chn,
+         row_number() OVER (PARTITION BY t ORDER BY vt, id) AS tn FROM ranked
+), pick AS (
+  SELECT p.id FROM numbered p
+  JOIN unnest(CAST(:chs AS text[]), CAST(:quotas AS int[])) AS q(ch, quota) ON q.ch = p.channel
+  LEFT JOIN unnest(CAST(:capped AS int[]), CAST(:capq AS int[])) AS k(t, quota) ON k.t = p.t
+  WHERE p.chn <= q.quota AND (k.t IS NULL OR p.tn <= k.quota)
+  ORDER BY p.vt, p.t, p.id LIMIT :n
+), c AS (
+  {_CLAIM_SET}
+  WHERE id IN (SELECT id FROM pick)
+  {_CLAIM_RETURNING}
+){_CLAIM_JOINED}"""
+
 TAKE: Final[str] = """
 WITH slot AS (
   INSERT INTO recipient_daily_counts (tenant_id, recipient, day, taken)
@@ -135,6 +186,46 @@ TAKE_REFUSED: Final[str] = "take refused"
 TAKE_OR_ABORT: Final[str] = TAKE[: TAKE.rindex("SELECT (SELECT slot_ok")] + f"""SELECT CAST(
   CASE WHEN (SELECT slot_ok FROM ok) AND (:c <= 0 OR EXISTS (SELECT 1 FROM b)) THEN 'true'
        ELSE '{TAKE_REFUSED}: slot ' || CAST((SELECT slot_ok FROM ok) AS text) END AS boolean) AS taken
+"""
+
+# Every take of a bulk batch in one statement (`TAKE` set-based): each row's cap slot, then each tenant's money for
+# its rows at once, the balance entries and the rows' held cents. All or nothing, and the COMMIT in the same round
+# trip (like `TAKE_OR_ABORT`: a tenant's balance row, which its one-time codes take too, is held only while the
+# server runs it): a slot or a balance refused fails it (`TAKE_REFUSED`), the whole claim rolls back, and the
+# batch is claimed again row by row under savepoints (`CLAIM_BATCH`'s way). One row per (tenant, recipient, day).
+TAKE_BATCH: Final[str] = f"""
+WITH x AS (
+  SELECT * FROM unnest(CAST(:ns AS bigint[]), CAST(:ts AS int[]), CAST(:rs AS text[]), CAST(:days AS date[]),
+                       CAST(:caps AS int[]), CAST(:cs AS int[]), CAST(:vs AS int[]), CAST(:reasons AS text[]))
+    AS x(n, t, r, day, cap, c, v, reason)
+), slot AS (
+  INSERT INTO recipient_daily_counts (tenant_id, recipient, day, taken)
+  SELECT t, r, day, 1 FROM x WHERE day IS NOT NULL
+  ON CONFLICT (tenant_id, recipient, day) DO UPDATE SET taken = recipient_daily_counts.taken + 1
+  WHERE recipient_daily_counts.taken < (SELECT max(x2.cap) FROM x x2 WHERE x2.t = recipient_daily_counts.tenant_id
+                                        AND x2.r = recipient_daily_counts.recipient
+                                        AND x2.day = recipient_daily_counts.day)
+  RETURNING tenant_id, recipient, day
+), owe AS (
+  SELECT t, sum(c) AS total FROM x WHERE c > 0 GROUP BY t
+), b AS (
+  UPDATE balances SET balance_cents = balance_cents - owe.total
+  FROM owe WHERE balances.tenant_id = owe.t AND balances.balance_cents >= owe.total
+  RETURNING balances.tenant_id
+), e AS (
+  INSERT INTO balance_entries (tenant_id, notification_id, kind, amount_cents, reason)
+  SELECT x.t, x.n, 'reserve', -x.c, x.reason FROM x WHERE x.c > 0 AND x.t IN (SELECT tenant_id FROM b)
+), u AS (
+  UPDATE notifications
+  SET cap_day = CASE WHEN x.day IS NOT NULL THEN x.day ELSE notifications.cap_day END,
+      template_version = coalesce(x.v, notifications.template_version),
+      reserved_cents = CASE WHEN x.c > 0 THEN x.c ELSE notifications.reserved_cents END
+  FROM x WHERE notifications.id = x.n
+)
+SELECT CAST(
+  CASE WHEN (SELECT count(*) FROM slot) = (SELECT count(*) FROM x WHERE day IS NOT NULL)
+        AND (SELECT count(*) FROM b) = (SELECT count(*) FROM owe) THEN 'true'
+       ELSE '{TAKE_REFUSED}: batch' END AS boolean) AS taken
 """
 
 # The record's pieces, shared by the one-row statements and their batch forms (`{x}`: where a row's value comes

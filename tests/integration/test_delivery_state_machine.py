@@ -159,11 +159,11 @@ class DeliveryMachine(RuleBasedStateMachine):
                 "ORDER BY id")).scalars()]
 
     # ---- producers -----------------------------------------------------------------------------------------
-    @rule(channel=st.sampled_from(["sms", "email", "whatsapp"]))
-    def send(self, channel: str) -> None:
+    @rule(channel=st.sampled_from(["sms", "email", "whatsapp"]), lane=st.sampled_from(["normal", "bulk"]))
+    def send(self, channel: str, lane: str) -> None:
         self.counter += 1
         with UnitOfWork() as uow:
-            ledger_message(uow, NewMessage(tenant_id=42, recipient="cust-001", channel=channel, lane="normal",
+            ledger_message(uow, NewMessage(tenant_id=42, recipient="cust-001", channel=channel, lane=lane,
                                            template="offer", subject=f"sm-{self.counter}",
                                            payload={"headline": "hello"}))
             uow.commit()
@@ -251,6 +251,34 @@ class DeliveryMachine(RuleBasedStateMachine):
                 await pool.close()
 
         batch = _run(go())
+        ready = list(batch.ready)
+        for c, x, refused in batch.long_way:
+            got = claims.settle_claimed(c, x, now, worker, refused)
+            if isinstance(got, claims.Ready):
+                ready.append(got)
+        self.inflight += [InFlight(r.claim, worker) for r in ready]
+
+    @rule(size=st.integers(1, 6), tokens=st.integers(0, 4), worker=st.sampled_from(["w1", "w2"]))
+    def claim_a_bulk_batch(self, size: int, tokens: int, worker: str) -> None:
+        """The bulk lane's drain loop: up to `size` rows, never more of a channel than its `tokens`, shared between
+        the lane's flows (hot.claim_bulk_batch, its takes in one set-based statement with the COMMIT)."""
+        now = datetime.now(UTC)
+
+        async def go() -> hot.Batch:
+            pool = await hot.open_pool(get_settings().database_url, "sm-bulk-batch", max_size=1)
+            try:
+                flows = await hot.bulk_flows(pool)
+                if not flows:
+                    return hot.Batch()
+                return await hot.claim_bulk_batch(pool, flows, size, dict.fromkeys(("sms", "email", "whatsapp"),
+                                                                                   tokens), {}, LEASE, now)
+            finally:
+                await pool.close()
+
+        batch = _run(go())
+        claimed = [r.claim for r in batch.ready] + [c for c, _, _ in batch.long_way]
+        assert len(claimed) <= size and all(
+            sum(1 for c in claimed if c.channel == ch) <= tokens for ch in ("sms", "email", "whatsapp"))
         ready = list(batch.ready)
         for c, x, refused in batch.long_way:
             got = claims.settle_claimed(c, x, now, worker, refused)
