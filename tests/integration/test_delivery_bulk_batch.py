@@ -252,7 +252,7 @@ def test_a_bulk_worker_keeps_the_buckets_pace_in_batches(sys_, redis_db):
     """A bulk worker at 20 messages/s (its bucket's burst: 2) sends a 120-row campaign at that pace — never faster
     than the bucket, allowing its burst — and in batches (fewer claim transactions than rows)."""
     _recipients(42, 120)
-    sys_.start_worker("bulk", env={"OUTBOX_BULK_RATE": "20"})
+    sys_.start_worker("bulk", env={"OUTBOX_BULK_RATE": "20", "OUTBOX_BATCH_LANES": "critical,high,normal,bulk"})
     cid = _campaign(42, "Paced")
     wait_for(lambda: len(rows("campaign_id = :c AND sent_at IS NOT NULL", c=cid)) >= 100, 90, "100 sends")
     with get_engine().connect() as c:
