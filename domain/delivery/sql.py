@@ -323,7 +323,10 @@ _ROW = ("SELECT id, status, tenant_id, order_id, channel FROM notifications WHER
         "FOR UPDATE")
 BY_REFERENCE = sa.text(_ROW.format(where="provider_reference = :r"))
 # The key we sent: the replay's own key when there is one (an old receipt never lands on a replayed message).
-BY_KEY = sa.text(_ROW.format(where="((provider_key IS NULL AND dedupe_key = :k) OR provider_key = :k)"))
+# The dedupe key is found through `ledger_keys` (the ledger is partitioned; its key kept once there).
+BY_KEY = sa.text(_ROW.format(
+    where="((provider_key IS NULL AND id = ANY(ARRAY(SELECT notification_id FROM ledger_keys WHERE dedupe_key = :k)))"
+          " OR provider_key = :k)"))
 # A receipt id once, in any month: its key first (unpartitioned), the receipt only if the key is new.
 KEEP = sa.text(
     "WITH k AS (INSERT INTO delivery_receipt_keys (receipt_id, received_at) VALUES (:i, now()) "
