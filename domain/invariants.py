@@ -80,10 +80,13 @@ INVARIANTS: Final[dict[str, str]] = {
         WHERE coalesce(d.taken, 0) <> coalesce(h.n, 0)
     """,
     # The attempts are partitioned by their message's month: each line's partition key is its message's creation
-    # time (archive drops a month of attempts together with the month of messages it describes).
-    "12 an attempt filed under another month than its message's": """
-        SELECT count(*) FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id
-        WHERE a.notification_created_at <> n.created_at
+    # time (archive drops a month of attempts together with the month of messages it describes). It also holds
+    # what the attempts' foreign key held before the ledger was partitioned (migration 0028 says why it went):
+    # every attempt's message is in the ledger.
+    "12 an attempt filed under another month than its message's, or with no message": """
+        SELECT count(*) FROM notification_attempts a
+        WHERE NOT EXISTS (SELECT 1 FROM notifications n WHERE n.id = a.notification_id
+                          AND n.created_at = a.notification_created_at)
     """,
     # Receipts are partitioned by month; each receipt id is kept once, in any month, by its key.
     "13 a receipt whose id is not kept once": """
@@ -98,6 +101,22 @@ INVARIANTS: Final[dict[str, str]] = {
     "14 a receipt pending on a settled row": """
         SELECT count(*) FROM delivery_receipts r JOIN notifications n ON n.id = r.notification_id
         WHERE r.applied_at IS NULL AND r.notification_id IS NOT NULL AND n.status <> 'QUEUED'
+    """,
+    # The ledger is partitioned by month; each message's dedupe key is kept once, in any month, by its key (the
+    # ledger's ways in write both in one statement; migration 0028's trigger keeps it for any other writer).
+    "15 a message whose dedupe key is not kept for it": """
+        SELECT count(*) FROM notifications n
+        WHERE NOT EXISTS (SELECT 1 FROM ledger_keys k WHERE k.dedupe_key = n.dedupe_key
+                          AND k.notification_id = n.id AND k.created_at = n.created_at)
+    """,
+    # What the foreign keys into the ledger said before it was partitioned: a balance entry names a message once
+    # ledgered (its key is kept after its month is archived: money history outlives the month), and a one-time
+    # code belongs to a message still here (codes leave with their month).
+    "16 a balance entry or a code naming a message never ledgered": """
+        SELECT (SELECT count(*) FROM balance_entries b WHERE b.notification_id IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM ledger_keys k WHERE k.notification_id = b.notification_id))
+             + (SELECT count(*) FROM otp_codes o
+                WHERE NOT EXISTS (SELECT 1 FROM notifications n WHERE n.id = o.notification_id))
     """,
     "10 a live nudge with no message left owed (a phantom intent)": """
         SELECT count(*) FROM lead_notification_intents i

@@ -187,7 +187,10 @@ class RecipientDailyCount(SQLModel, table=True):
 
 
 class Notification(SQLModel, table=True):
-    """THE ledger: one row per message per channel, written before the send."""
+    """THE ledger: one row per message per channel, written before the send. Partitioned by the month of
+    `created_at` (fixed at insert), so `outbox archive` drops a month of messages with its attempts; `dedupe_key` is
+    kept once across every month by `ledger_keys` (a partitioned table's unique keys must hold the partition key;
+    migration 0028, docs/scaling.md "Partitions and retention")."""
 
     __tablename__ = "notifications"
     __table_args__ = (
@@ -216,22 +219,24 @@ class Notification(SQLModel, table=True):
                  postgresql_where=sa.text("status = 'QUEUED' AND reserved_cents > 0")),
         sa.Index("notifications_recipient_created", "tenant_id", "recipient", "created_at"),
         sa.Index("notifications_provider_reference", "provider_reference"),
-        sa.Index("notifications_provider_key", "provider_key", unique=True,
+        # Not UNIQUE: a replay's key is its `dedupe_key` (kept once in `ledger_keys`) and its claim token.
+        sa.Index("notifications_provider_key", "provider_key",
                  postgresql_where=sa.text("provider_key IS NOT NULL")),
         # An endpoint's rows and attempts (its health, its breaker settling what it still owes).
         sa.Index("notifications_endpoint", "endpoint_id", "id", postgresql_where=sa.text("endpoint_id IS NOT NULL")),
         # When a message left the owed set: /ops' chart points still moving read the rows that left after them.
         sa.Index("notifications_done_at", sa.text("coalesce(sent_at, settled_at)"),
                  postgresql_where=sa.text("coalesce(sent_at, settled_at) IS NOT NULL")),
+        {"postgresql_partition_by": "RANGE (created_at)"},
     )
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, sa_column=sa.Column(sa.Integer, primary_key=True, autoincrement=True))
     tenant_id: int = Field(foreign_key="tenants.id", index=True)
     recipient: str
     channel: str
     lane: str
     template: str
     payload: dict[str, Any] = Field(sa_column=sa.Column(pg.JSONB, nullable=False))
-    dedupe_key: str = Field(sa_column=sa.Column(sa.Text, nullable=False, unique=True))
+    dedupe_key: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
     status: str = "QUEUED"
     suppressed_reason: str | None = None
     # For reasons that need a detail to be plain words: the end of quiet hours, who opted them out and when.
@@ -259,7 +264,10 @@ class Notification(SQLModel, table=True):
     # Campaign fan-out: the campaign this message belongs to (its progress is counted from these rows).
     campaign_id: int | None = Field(
         default=None, sa_column=sa.Column(sa.BigInteger, sa.ForeignKey("campaigns.id"), index=True))
-    created_at: datetime | None = _ts()
+    # The partition key: when the row was written, never changed afterwards.
+    created_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(sa.DateTime(timezone=True), primary_key=True, nullable=False,
+                                          server_default=NOW))
     sent_at: datetime | None = _ts(nullable=True, default=False)
     settled_at: datetime | None = _ts(nullable=True, default=False)
     next_attempt_at: datetime | None = _ts()
@@ -296,7 +304,8 @@ class NotificationAttempt(SQLModel, table=True):
     id: int | None = Field(default=None, sa_column=sa.Column(sa.Integer, primary_key=True, autoincrement=True))
     notification_created_at: datetime = Field(
         sa_column=sa.Column(sa.DateTime(timezone=True), primary_key=True, nullable=False))
-    notification_id: int = Field(foreign_key="notifications.id", index=True)
+    # No foreign key (migration 0028 says why): invariant 12 checks each line's message, id and month, is there.
+    notification_id: int = Field(index=True)
     attempt_no: int
     worker: str
     started_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
@@ -347,6 +356,30 @@ class ReceiptKey(SQLModel, table=True):
     __tablename__ = "delivery_receipt_keys"
     receipt_id: str = Field(primary_key=True)
     received_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True))
+
+
+class LedgerKey(SQLModel, table=True):
+    """Each ledger dedupe key once, whatever month its message is in (unpartitioned: the uniqueness the partitioned
+    `notifications` cannot hold). Written in the same statement as the row (domain/ledger/sql.py; a trigger keeps
+    it for any other writer); kept after its month is archived, so an archived message is never ledgered again and
+    its id still says which month it was in."""
+
+    __tablename__ = "ledger_keys"
+    dedupe_key: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    notification_id: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False, index=True))
+    created_at: datetime = Field(sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    tenant_id: int  # whose message it was: an archived id answers only its own tenant
+
+
+class LedgerArchive(SQLModel, table=True):
+    """A month of the ledger written to a file and dropped (`outbox archive`): its messages' ids answer with it."""
+
+    __tablename__ = "ledger_archives"
+    month: date = Field(primary_key=True)
+    file: str = Field(sa_column=sa.Column(sa.Text, primary_key=True))
+    messages: int
+    archived_at: datetime | None = _ts()
+    actor_ref: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
 
 
 class Lead(SQLModel, table=True):
@@ -409,9 +442,8 @@ class BalanceEntry(SQLModel, table=True):
     )
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenants.id", index=True)
-    notification_id: int | None = Field(
-        default=None, sa_column=sa.Column(sa.BigInteger, sa.ForeignKey("notifications.id"))
-    )
+    # No foreign key: money history outlives its message's month (invariant 16 checks each names a ledgered one).
+    notification_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger))
     kind: str = Field(default="reserve", sa_column=sa.Column(sa.Text, nullable=False, server_default="reserve"))
     amount_cents: int
     reason: str
@@ -471,7 +503,7 @@ class OtpCode(SQLModel, table=True):
 
     __tablename__ = "otp_codes"
     notification_id: int = Field(
-        sa_column=sa.Column(sa.BigInteger, sa.ForeignKey("notifications.id"), primary_key=True, autoincrement=False))
+        sa_column=sa.Column(sa.BigInteger, primary_key=True, autoincrement=False))  # leaves with its month
     tenant_id: int = Field(foreign_key="tenants.id")
     nonce: str
     code_hash: str

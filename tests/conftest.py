@@ -30,7 +30,7 @@ os.environ.update({
 # late receipt through the session's API, the relay's scan) locks `notifications` first and the rest after it; taking
 # `notifications` first as well, TRUNCATE waits for that work to finish instead of holding a table it needs.
 TABLES = (
-    "notifications, lane_controls, delivery_receipts, delivery_receipt_keys, "
+    "notifications, ledger_keys, ledger_archives, lane_controls, delivery_receipts, delivery_receipt_keys, "
     "notification_attempts, balance_entries, lead_notification_intents, leads, outbox_events, "
     "orders, recipients, api_keys, operators, balances, refresh_metrics, tenants, login_throttle, ops_series_points"
 )

@@ -11,10 +11,11 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
 from dashboard.api.deps import Auth, Cursor, Id, tenant_row
+from dashboard.api.errors import ApiError
 from domain.delivery.queue import LANES
 from domain.ledger import views as ledger_views
 from domain.support.export import ledger_csv_lines
-from domain.support.message import message_page
+from domain.support.message import archived, message_page
 
 router = APIRouter(prefix="/api/v1/messages", tags=["support"])
 
@@ -52,8 +53,16 @@ async def export(p: Auth, channel: Channel | None = None, status: Status | None 
                              headers={"Content-Disposition": 'attachment; filename="ledger.csv"'})
 
 
-@router.get("/{notification_id}")
+@router.get("/{notification_id}", responses={410: {"description": "its month was archived (`archived`): when, "
+                                                                  "and the file it is in"}})
 async def get(notification_id: Id, p: Auth) -> dict[str, Any]:
     """Envelope (redacted), every attempt (time, outcome, HTTP status, latency, response excerpt, next retry), the
-    receipt, the charge and any refund, and the reason in plain words."""
-    return await tenant_row(lambda t, i: message_page(t, i, datetime.now(UTC)), p.tenant_id, notification_id)
+    receipt, the charge and any refund, and the reason in plain words. A message whose month was archived answers
+    410 with where it went."""
+    def page(t: int, i: int) -> dict[str, Any] | None:
+        got = message_page(t, i, datetime.now(UTC))
+        if got is None and (gone := archived(t, i)) is not None:
+            raise ApiError(410, "archived", **gone)
+        return got
+
+    return await tenant_row(page, p.tenant_id, notification_id)

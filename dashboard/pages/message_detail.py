@@ -18,7 +18,7 @@ from dashboard.format import done_line, money, parse_id, resolved_line, when
 from dashboard.pages import Page
 from dashboard.state import AuthState
 from domain.ledger.reasons import entry_reason
-from domain.support.message import message_page
+from domain.support.message import archived, message_page
 
 MONEY_KIND = {"reserve": "charged", "refund": "refunded", "adjustment": "adjusted"}
 
@@ -77,6 +77,7 @@ def _facts(m: dict[str, Any]) -> list[dict[str, str]]:
 
 class MessageState(AuthState):
     found: rx.Field[bool] = rx.field(False)
+    gone: rx.Field[str] = rx.field("")  # "Message #9 was archived on … in file …" ("" = not archived)
     loaded: rx.Field[bool] = rx.field(False)
     mid: rx.Field[str] = rx.field("")
     status: rx.Field[str] = rx.field("")
@@ -97,13 +98,16 @@ class MessageState(AuthState):
     @event
     async def load(self) -> None:
         mid = parse_id(self.router.page.params.get("message_id", ""))
-        self.found, self.loaded = False, False
+        self.found, self.loaded, self.gone = False, False, ""
         if mid is None or not await self._fresh() or not self._tenant_id:
             self.loaded = True
             return
         m = await asyncio.to_thread(message_page, self._tenant_id, mid, datetime.now(UTC))
+        if m is None:  # its month archived says where it went; missing and another tenant's read the same
+            gone = await asyncio.to_thread(archived, self._tenant_id, mid)
+            self.gone = gone["answer"] if gone else ""
         self.loaded = True
-        if m is None:  # missing, or another tenant's: the same answer
+        if m is None:
             return
         self.found, self.mid, self.status, self.answer = True, str(mid), m["status"], m["answer"]
         self.reason = m["reason"]
@@ -188,7 +192,11 @@ def message_page_view() -> rx.Component:
                 _pre(MessageState.payload, "message-payload"),
                 spacing="3", width="100%", align="start",
             ),
-            rx.cond(MessageState.loaded, empty_state("No such message for your tenant."), rx.spinner()),
+            rx.cond(MessageState.loaded,
+                    rx.cond(MessageState.gone != "",
+                            card(rx.text(MessageState.gone, data_testid="message-archived")),
+                            empty_state("No such message for your tenant.")),
+                    rx.spinner()),
         ),
     )
 

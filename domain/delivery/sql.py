@@ -49,6 +49,8 @@ _CLAIMABLE = """status = 'QUEUED' AND {due}
 _CLAIM_RETURNING = """RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts,
             max_attempts, event_id, order_id, intent_id, campaign_id, reserved_cents, cap_day, claim_token,
             provider_key, endpoint_id"""
+# In id order (a batch's takes go oldest first): an UPDATE's RETURNING has no order of its own, and on the
+# partitioned ledger it follows the partitions, not the ids.
 _CLAIM_JOINED = """
 SELECT c.*, o.status AS order_status, e.aggregate_type, e.aggregate_id, e.aggregate_revision, e.event_type,
        e.schema_version, e.occurred_at, e.request_id, e.causation_id, e.actor_ref, e.payload AS event_payload,
@@ -76,6 +78,7 @@ LEFT JOIN LATERAL (SELECT version, body FROM templates
        ON c.channel <> 'webhook'
 LEFT JOIN otp_codes oc ON c.template = :otp_template AND oc.notification_id = c.id
 LEFT JOIN webhook_endpoints we ON we.id = c.endpoint_id AND we.tenant_id = c.tenant_id
+ORDER BY c.id
 """
 
 CLAIM: Final[str] = f"""
@@ -417,7 +420,10 @@ _ROW = ("SELECT id, status, tenant_id, order_id, channel FROM notifications WHER
         "FOR UPDATE")
 BY_REFERENCE = sa.text(_ROW.format(where="provider_reference = :r"))
 # The key we sent: the replay's own key when there is one (an old receipt never lands on a replayed message).
-BY_KEY = sa.text(_ROW.format(where="((provider_key IS NULL AND dedupe_key = :k) OR provider_key = :k)"))
+# The dedupe key is found through `ledger_keys` (the ledger is partitioned; its key kept once there).
+BY_KEY = sa.text(_ROW.format(
+    where="((provider_key IS NULL AND id = ANY(ARRAY(SELECT notification_id FROM ledger_keys WHERE dedupe_key = :k)))"
+          " OR provider_key = :k)"))
 # A receipt id once, in any month: its key first (unpartitioned), the receipt only if the key is new.
 KEEP = sa.text(
     "WITH k AS (INSERT INTO delivery_receipt_keys (receipt_id, received_at) VALUES (:i, now()) "

@@ -22,6 +22,10 @@ _PRICE = "coalesce((SELECT price_cents FROM channel_prices WHERE tenant_id = :t 
 # Messages in one statement, one round trip: each record of `:rows`, in the order of its `n`, is inserted with its
 # price read from the tenant's price list, its id drawn from the sequence first so its arq job id (`JOB_ID_SQL`) is
 # written with it (no UPDATE after), and its dedupe key: an existing key means skip, and that row is not returned.
+# The key is kept once across every month in `ledger_keys` (the ledger is partitioned by month, and a partitioned
+# table's unique keys must hold the month): the key first, `ON CONFLICT DO NOTHING` — a concurrent writer of the
+# same key waits for ours and then skips, as `ON CONFLICT (dedupe_key)` on the ledger did — and the row only for a
+# key that was new, in the same statement.
 # `:rows` is one JSON array: twelve typed arrays (one per column) spent ~17% of the order command's CPU in psycopg's
 # dumpers.
 # The relay hears of every lane that got a row (`pg_notify` is transactional: only if the caller commits; one per
@@ -35,15 +39,19 @@ INSERT_MESSAGES = sa.text(
              o bigint, i bigint, ep integer)
     ), keyed AS (
       SELECT m.*, nextval('notifications_id_seq') AS nid FROM m ORDER BY m.n
+    ), kept AS (
+      INSERT INTO ledger_keys (dedupe_key, notification_id, created_at, tenant_id)
+      SELECT k.k, k.nid, now(), k.t FROM keyed k ORDER BY k.n
+      ON CONFLICT (dedupe_key) DO NOTHING
+      RETURNING notification_id
     ), ins AS (
       INSERT INTO notifications (id, job_id, tenant_id, recipient, channel, lane, template, payload, dedupe_key,
                                  status, cost_cents, next_attempt_at, event_id, order_id, intent_id, attempts,
-                                 max_attempts, reserved_cents, endpoint_id)
+                                 max_attempts, reserved_cents, endpoint_id, created_at)
       SELECT k.nid, {JOB_ID_SQL.replace("|| id", "|| k.nid")}, k.t, k.r, k.c, k.l, k.tpl, k.p, k.k, 'QUEUED',
              coalesce((SELECT price_cents FROM channel_prices cp WHERE cp.tenant_id = k.t AND cp.channel = k.c), 0),
-             coalesce(k.at, now()), k.e, k.o, k.i, 0, :max, 0, k.ep
-      FROM keyed k ORDER BY k.n
-      ON CONFLICT (dedupe_key) DO NOTHING
+             coalesce(k.at, now()), k.e, k.o, k.i, 0, :max, 0, k.ep, now()
+      FROM keyed k JOIN kept ON kept.notification_id = k.nid ORDER BY k.n
       RETURNING id, lane, status, job_id, dedupe_key
     )
     SELECT i.id, i.lane, i.status, i.job_id, i.dedupe_key,
@@ -52,14 +60,20 @@ INSERT_MESSAGES = sa.text(
     """
 )
 # The rows already there for keys the insert skipped (READ COMMITTED: this later statement sees the winner's row).
-EXISTING = sa.text("SELECT id, lane, status, job_id, dedupe_key FROM notifications "
-                   "WHERE dedupe_key = ANY(CAST(:k AS text[]))")
+# Through the key (its id and month: one partition). A key whose month was archived answers its id, status ARCHIVED:
+# never ledgered again.
+EXISTING = sa.text(
+    "SELECT k.notification_id AS id, coalesce(n.lane, '') AS lane, coalesce(n.status, 'ARCHIVED') AS status, "
+    "coalesce(n.job_id, '') AS job_id, k.dedupe_key FROM ledger_keys k "
+    "LEFT JOIN notifications n ON n.id = k.notification_id AND n.created_at = k.created_at "
+    "WHERE k.dedupe_key = ANY(CAST(:k AS text[]))")
 
 
 def insert_audience_batch(audience: str) -> sa.TextClause:
     """A campaign's next batch in one statement: the next `:n` people of `recipients r` after id `:after` that the
     audience condition (SQL over `r`, from the campaign's segment) selects, each ledgered with its dedupe key
-    `:prefix || ref || :suffix` (an existing key means skip). Answers how many were picked and inserted, and the
+    `:prefix || ref || :suffix` (an existing key means skip: kept first in `ledger_keys`, as `INSERT_MESSAGES`
+    does). Answers how many were picked and inserted, and the
     last recipient id picked (the keyset position to resume after).
 
     Each row's id is drawn from its sequence before the insert so its arq job id (`JOB_ID_SQL`) is written with it:
@@ -74,15 +88,19 @@ def insert_audience_batch(audience: str) -> sa.TextClause:
           ORDER BY r.id LIMIT :n
         ), keyed AS (
           SELECT p.id, p.ref, nextval('notifications_id_seq') AS nid FROM picked p
+        ), kept AS (
+          INSERT INTO ledger_keys (dedupe_key, notification_id, created_at, tenant_id)
+          SELECT :prefix || k.ref || :suffix, k.nid, now(), :t FROM keyed k ORDER BY k.id
+          ON CONFLICT (dedupe_key) DO NOTHING
+          RETURNING notification_id
         ), ins AS (
           INSERT INTO notifications (id, job_id, tenant_id, recipient, channel, lane, template, payload, dedupe_key,
                                      status, cost_cents, next_attempt_at, attempts, max_attempts, reserved_cents,
-                                     campaign_id)
+                                     campaign_id, created_at)
           SELECT k.nid, {JOB_ID_SQL.replace("|| id", "|| k.nid")}, :t, k.ref, CAST(:c AS varchar), :l, :tpl,
                  CAST(:p AS jsonb), :prefix || k.ref || :suffix, 'QUEUED', {_PRICE}, now(), 0,
-                 :max, 0, :cid
-          FROM keyed k ORDER BY k.id
-          ON CONFLICT (dedupe_key) DO NOTHING
+                 :max, 0, :cid, now()
+          FROM keyed k JOIN kept ON kept.notification_id = k.nid ORDER BY k.id
           RETURNING id
         )
         SELECT (SELECT count(*) FROM ins) AS inserted, (SELECT max(id) FROM picked) AS last_id,

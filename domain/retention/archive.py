@@ -1,9 +1,12 @@
 """`outbox archive --before YYYY-MM`: every month before it whose partitions still exist is written to a redacted
 file and its partitions detached and dropped — or, if any month still owes anything, nothing at all.
 
-A month of history here is its messages' attempts (`notification_attempts`, by the message's month) and the
-receipts received in it (`delivery_receipts`). Its messages stay in `notifications` (unpartitioned: see
-docs/scaling.md for how they follow), but the file keeps them too, so one file is the month's whole record.
+A month of history here is its messages (`notifications`, by `created_at`), their attempts
+(`notification_attempts`, by the message's month) and the receipts received in it (`delivery_receipts`): one file
+is the month's whole record, and its three partitions are dropped together (attempts first: they reference their
+messages). The messages' dedupe keys stay in `ledger_keys` (a message once ledgered is never ledgered again, and its
+id still names its month: "archived on …, in file …" on its page, `archived_message`); their one-time codes go, and
+the daily cap slots they held are taken off their counts. Balance entries stay (money history: invariant 7).
 
 Refused, changing nothing, for a cutoff later than the current month (this month is still written), and while a
 message of a month to archive is still owed (QUEUED: a worker must still act on it) or a receipt of it waits to be
@@ -105,22 +108,49 @@ def _archive_month(m: date, parts: list[Partition], out_dir: Path, actor_ref: st
         messages = [_redacted(r._mapping) for r in uow.execute(sql.MONTH_MESSAGES, {"lo": lo, "hi": hi})]
         rows: dict[str, list[dict[str, Any]]] = {"notification_attempts": [], "delivery_receipts": []}
         for p in parts:
-            rows[p.parent] = [_redacted(r._mapping) for r in uow.execute(sql.partition_rows(p.parent, p.name))]
+            if p.parent in rows:
+                rows[p.parent] = [_redacted(r._mapping) for r in uow.execute(sql.partition_rows(p.parent, p.name))]
         head = {"kind": "archive", "month": f"{m:%Y-%m}", "archived_at": datetime.now(UTC).isoformat(),
                 "messages": len(messages), "attempts": len(rows["notification_attempts"]),
                 "receipts": len(rows["delivery_receipts"]), "partitions": [p.name for p in parts]}
         _write(path, head, [("message", messages), ("attempt", rows["notification_attempts"]),
                             ("receipt", rows["delivery_receipts"])])
-        for p in parts:
+        uow.execute(sql.FORGET_MONTH_CODES, {"lo": lo, "hi": hi})
+        uow.execute(sql.GIVE_BACK_MONTH_SLOTS, {"lo": lo, "hi": hi})
+        for p in parts:  # in PARTITIONED's order: the ledger's partition last (its attempts reference it)
             for stmt in sql.detach_and_drop(p.parent, p.name):
                 uow.execute(stmt)
         uow.execute(sql.FORGET_RECEIPT_KEYS, {"lo": lo, "hi": hi})
+        uow.execute(sql.RECORD_ARCHIVE, {"m": m, "f": str(path), "n": len(messages), "who": actor_ref})
         actions.record(uow, tenant_id=None, actor_ref=actor_ref, action="archive", target=f"ledger {m:%Y-%m}",
                        note=f"{head['messages']} messages, {head['attempts']} attempts, {head['receipts']} receipts "
                             f"-> {path.name}; dropped {', '.join(p.name for p in parts)}")
         uow.commit()
     return ArchivedMonth(f"{m:%Y-%m}", path, len(messages), len(rows["notification_attempts"]),
                          len(rows["delivery_receipts"]), [p.name for p in parts])
+
+
+@dataclass(frozen=True)
+class ArchivedMessage:
+    """Where a message of an archived month went."""
+
+    notification_id: int
+    month: str
+    archived_at: datetime
+    file: str
+
+    def words(self) -> str:
+        return (f"archived on {self.archived_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC with its month {self.month}, "
+                f"in file {self.file}")
+
+
+def archived_message(uow: UnitOfWork, tenant_id: int, notification_id: int) -> ArchivedMessage | None:
+    """The archive this tenant's message id left in, or None (never ledgered, another tenant's, or still here).
+    Read through its kept key."""
+    r = uow.execute(sql.ARCHIVED_MESSAGE, {"id": notification_id, "t": tenant_id}).first()
+    if r is None:
+        return None
+    return ArchivedMessage(notification_id, f"{r.month:%Y-%m}", r.archived_at, str(r.file))
 
 
 def _free_name(out_dir: Path, m: date) -> Path:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime
 
-# The tables partitioned by month, each with the column its months are ranges of.
+# The tables partitioned by month, each with the column its months are ranges of. The ledger last: a month's
+# attempts reference its messages, so they are dropped before them (archive goes in this order).
 PARTITIONED: dict[str, str] = {
     "notification_attempts": "notification_created_at",
     "delivery_receipts": "received_at",
+    "notifications": "created_at",
 }
 _MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 _NAME = re.compile(r"^(?P<parent>[a-z_]+)_(?P<y>\d{4})_(?P<m>\d{2})$")

@@ -79,6 +79,29 @@ ARCHIVED_RECEIPT_COLUMNS: Final = (
 MONTH_MESSAGES = sa.text(
     f"SELECT {', '.join(ARCHIVED_MESSAGE_COLUMNS)} FROM notifications "
     "WHERE created_at >= CAST(:lo AS timestamptz) AND created_at < CAST(:hi AS timestamptz) ORDER BY id")
+# What leaves with a month of messages beside its partitions: their one-time codes (no foreign key: migration
+# 0028), and the daily cap slots they hold (each count is exactly the kept messages holding its slots: invariant
+# 11), taken off and the emptied counts deleted.
+FORGET_MONTH_CODES = sa.text(
+    "DELETE FROM otp_codes o USING notifications n WHERE n.id = o.notification_id "
+    "AND n.created_at >= CAST(:lo AS timestamptz) AND n.created_at < CAST(:hi AS timestamptz)")
+GIVE_BACK_MONTH_SLOTS = sa.text(
+    "WITH h AS (SELECT tenant_id, recipient, cap_day AS day, count(*) AS n FROM notifications "
+    "  WHERE cap_day IS NOT NULL AND created_at >= CAST(:lo AS timestamptz) AND created_at < CAST(:hi AS timestamptz) "
+    "  GROUP BY 1, 2, 3), "
+    "u AS (UPDATE recipient_daily_counts d SET taken = d.taken - h.n FROM h "
+    "  WHERE d.tenant_id = h.tenant_id AND d.recipient = h.recipient AND d.day = h.day RETURNING d.*) "
+    "DELETE FROM recipient_daily_counts d USING u WHERE d.tenant_id = u.tenant_id AND d.recipient = u.recipient "
+    "AND d.day = u.day AND u.taken = 0")
+# Where an archived month went: a message id of that month answers with it (its key, kept, names its month).
+RECORD_ARCHIVE = sa.text(
+    "INSERT INTO ledger_archives (month, file, messages, archived_at, actor_ref) "
+    "VALUES (:m, :f, :n, now(), :who)")
+ARCHIVED_MESSAGE = sa.text(
+    "SELECT k.created_at, a.month, a.file, a.archived_at FROM ledger_keys k "
+    "JOIN ledger_archives a ON a.month = date_trunc('month', k.created_at AT TIME ZONE 'UTC')::date "
+    "WHERE k.notification_id = :id AND k.tenant_id = :t AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.id = k.notification_id "
+    "AND n.created_at = k.created_at) ORDER BY a.archived_at LIMIT 1")
 FORGET_RECEIPT_KEYS = sa.text(
     "DELETE FROM delivery_receipt_keys "
     "WHERE received_at >= CAST(:lo AS timestamptz) AND received_at < CAST(:hi AS timestamptz)")
@@ -91,8 +114,9 @@ def lock_month(names: list[str]) -> sa.TextClause:
 
 
 def partition_rows(parent: str, name: str) -> sa.TextClause:
-    cols = ARCHIVED_ATTEMPT_COLUMNS if parent == "notification_attempts" else ARCHIVED_RECEIPT_COLUMNS
     _check(parent)
+    cols = {"notification_attempts": ARCHIVED_ATTEMPT_COLUMNS, "delivery_receipts": ARCHIVED_RECEIPT_COLUMNS,
+            "notifications": ARCHIVED_MESSAGE_COLUMNS}[parent]
     return sa.text(f"SELECT {', '.join(cols)} FROM {name} ORDER BY id")
 
 

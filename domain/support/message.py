@@ -86,6 +86,19 @@ def _once(reason: str, answer: str) -> str:
     return "" if same(reason) == same(answer) else reason
 
 
+def archived(tenant_id: int, notification_id: int, engine: Engine | None = None) -> dict[str, Any] | None:
+    """Where this tenant's message went when its month was archived (`outbox archive`), in words and parts; None
+    when it was never this tenant's or is still in the ledger."""
+    from domain.retention.archive import archived_message
+
+    with UnitOfWork(engine) as uow:
+        a = archived_message(uow, tenant_id, notification_id)
+    if a is None:
+        return None
+    return {"id": notification_id, "month": a.month, "archived_at": a.archived_at.isoformat(), "file": a.file,
+            "answer": f"Message #{notification_id} was {a.words()}."}
+
+
 def message_page(tenant_id: int, notification_id: int, now: datetime,
                  engine: Engine | None = None) -> dict[str, Any] | None:
     """None when this tenant has no such message (another tenant's id reads exactly like a missing one)."""

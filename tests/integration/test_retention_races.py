@@ -95,6 +95,11 @@ def test_a_replay_racing_an_archive_never_lands_between_its_check_and_its_commit
             "the replay committed while the archive was pending, and the archive then dropped August as settled")
     else:
         assert one("SELECT count(*) FROM notification_attempts WHERE notification_id = :n", n=failed) == 1
+    if "archived" in outcome and not outcome["replayed"].done:
+        # The replay waited for the archive, which took August's messages with it (the ledger is partitioned by
+        # month, 0028): nothing is left to replay, and nothing of August is owed.
+        assert one("SELECT count(*) FROM notifications WHERE id = :n", n=failed) == 0
+        return
     assert outcome["replayed"].done, outcome  # review.replay answers Replayed (done, or refused with why)
     assert one("SELECT status FROM notifications WHERE id = :n", n=failed) == "QUEUED"
     assert one("SELECT now() - created_at > interval '1 day' FROM notifications WHERE id = :n", n=failed)

@@ -42,12 +42,17 @@ _RAW_COMMIT = (
     "INSERT INTO outbox_events (event_id, tenant_id, aggregate_type, aggregate_id, aggregate_revision, event_type, "
     "schema_version, occurred_at, request_id, actor_ref, payload, digest) VALUES (%(e)s, 42, 'order', %(o)s::text, 2, "
     "'order.approved', 1, now(), 'bench', 'bench', %(p)s, 'bench')",
-    "INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status, "
-    "cost_cents, next_attempt_at, event_id, order_id, attempts, max_attempts, reserved_cents) "
-    "SELECT 42, 'cust-001', c, l, 'order.approved', %(p)s, 'raw-' || c || %(e)s::text, 'QUEUED', "
+    # The ledger's own shape: the key kept first in `ledger_keys`, the row only if it was new.
+    "WITH v AS (SELECT c, l, 'raw-' || c || %(e)s::text AS k, nextval('notifications_id_seq') AS nid "
+    "FROM (VALUES ('webhook', 'high'), ('email', 'normal')) v(c, l)), "
+    "kept AS (INSERT INTO ledger_keys (dedupe_key, notification_id, created_at, tenant_id) "
+    "SELECT k, nid, now(), 42 FROM v "
+    "ON CONFLICT (dedupe_key) DO NOTHING RETURNING notification_id) "
+    "INSERT INTO notifications (id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, status, "
+    "cost_cents, next_attempt_at, event_id, order_id, attempts, max_attempts, reserved_cents, created_at) "
+    "SELECT v.nid, 42, 'cust-001', c, l, 'order.approved', %(p)s, k, 'QUEUED', "
     "coalesce((SELECT price_cents FROM channel_prices WHERE tenant_id = 42 AND channel = c), 0), now(), %(e)s, "
-    "%(o)s, 0, 8, 0 FROM (VALUES ('webhook', 'high'), ('email', 'normal')) v(c, l) "
-    "ON CONFLICT (dedupe_key) DO NOTHING RETURNING id, lane",
+    "%(o)s, 0, 8, 0, now() FROM v JOIN kept ON kept.notification_id = v.nid RETURNING id, lane",
     "SELECT pg_notify('outbox_owed', 'high')",
 )
 

@@ -21,7 +21,7 @@ def _fill_ledger(owed: int, done: int) -> None:
     again first: emptying only the ledger (as before) left the earlier steps' orders without their events, daily
     counts without their messages and no balances, and `outbox check` on the bench database failed 1, 7 and 11."""
     with UnitOfWork() as uow:
-        uow.execute(sa.text("TRUNCATE tenants, notifications, notification_attempts, delivery_receipts, "
+        uow.execute(sa.text("TRUNCATE tenants, notifications, ledger_keys, notification_attempts, delivery_receipts, "
                             "delivery_receipt_keys, ops_series_points RESTART IDENTITY CASCADE"))
         uow.commit()
     seed()
@@ -114,7 +114,7 @@ def _scan_db() -> sa.Engine:
             "FROM notifications")).one()
         if tuple(have) != (OWED, SETTLED):
             say(f"building the scan database once: {SETTLED:,} settled and {OWED:,} owed rows")
-            c.execute(sa.text("TRUNCATE notifications CASCADE"))
+            c.execute(sa.text("TRUNCATE notifications, ledger_keys CASCADE"))
             c.execute(sa.text(
                 "INSERT INTO tenants (id, name) VALUES (42, 'bench') ON CONFLICT DO NOTHING"))
             c.execute(sa.text(
