@@ -23,8 +23,8 @@ from domain.delivery.lanes import set_lane_paused
 from domain.ledger import recipients
 from domain.ledger.write import send
 from e2e.conftest import APP, shot
-from e2e.test_operators import fresh_order, open_order, wait_text
 from jobs.ops.procs import wait_until
+from tests.support.browser import fresh_order, open_order, page_scrolls_sideways, right_edge, wait_text
 
 pytestmark = pytest.mark.e2e
 
@@ -231,14 +231,6 @@ def test_an_order_page_says_who_changed_it_and_offers_only_what_its_state_allows
     b.wait_for_function("([id]) => [...document.querySelectorAll('[data-testid=order-row]')].some("
                         "r => r.innerText.includes(`#${id}`)) && [...document.querySelectorAll("
                         "'[data-testid=order-row]')].every(r => r.innerText.includes('fulfilled'))", arg=[oid])
-
-
-def right_edge(page, testid: str) -> float:  # type: ignore[no-untyped-def]
-    return float(page.get_by_test_id(testid).first.evaluate("e => e.getBoundingClientRect().right"))
-
-
-def page_scrolls_sideways(page) -> bool:  # type: ignore[no-untyped-def]
-    return bool(page.evaluate("() => document.documentElement.scrollWidth > window.innerWidth + 1"))
 
 
 def sideways_culprits(page) -> list[str]:  # type: ignore[no-untyped-def]

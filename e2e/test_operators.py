@@ -23,7 +23,6 @@ from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
 from domain.delivery.queue import order_channel
 from domain.invariants import invariant_counts
-from domain.orders.commands import create_order
 from domain.settings import get_settings
 from e2e.conftest import (
     APP,
@@ -36,30 +35,19 @@ from e2e.conftest import (
     wait_listeners,
 )
 from jobs.ops.procs import batch_claim_ran, job_tries, wait_until
+from tests.support.browser import fresh_order, open_order, wait_text
 
 pytestmark = pytest.mark.e2e
 
 
-def open_order(page, order_id: int) -> None:  # type: ignore[no-untyped-def]
-    """Open an order and wait until the page shows THAT order (the previous one may still be on screen while the
-    new one loads)."""
-    page.goto(f"{APP}/orders/{order_id}")
-    page.get_by_test_id("order-revision").wait_for()
-    page.wait_for_function("([id]) => document.body.innerText.includes(`Order #${id}`)", arg=[order_id])
 
 
 def revision(page) -> str:  # type: ignore[no-untyped-def]
     return page.get_by_test_id("order-revision").inner_text()
 
 
-def fresh_order(customer: str = "cust-002") -> int:
-    return create_order(tenant_id=42, customer_ref=customer, amount_cents=2500, currency="EUR")
 
 
-def wait_text(page, testid: str, text: str, timeout: float = 20_000) -> None:  # type: ignore[no-untyped-def]
-    page.wait_for_function(
-        "([id, t]) => { const e = document.querySelector(`[data-testid=\"${id}\"]`); return e && e.innerText.trim() === t }",
-        arg=[testid, text], timeout=timeout, polling="raf")
 
 
 def test_a_approves_b_sees_new_revision_and_push_latency(new_operator):

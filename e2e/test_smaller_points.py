@@ -17,9 +17,8 @@ from datetime import UTC, datetime
 from domain.ledger import otp, recipients
 from domain.orders.commands import Committed, execute_order_command
 from e2e.conftest import APP, shot
-from e2e.test_dashboard_pages import page_scrolls_sideways, right_edge
-from e2e.test_operators import fresh_order, open_order
 from jobs.ops.procs import wait_until
+from tests.support.browser import fresh_order, open_order, page_scrolls_sideways, right_edge
 
 
 def current_links(page) -> list[str]:  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ import pytest
 from domain.delivery.queue import order_channel, tenant_channel
 from domain.settings import get_settings
 from e2e.conftest import APP, nothing_published_on, shot, switched_off, wait_listeners
-from e2e.test_operators import fresh_order, open_order, wait_text
+from tests.support.browser import fresh_order, open_order, wait_text
 
 pytestmark = pytest.mark.e2e
 

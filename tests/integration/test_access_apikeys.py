@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from dashboard.api.deps import KNOWN_KEY_SECONDS
 from domain.db import get_engine
 from jobs.cli.console import cli_actor
-from tests.integration.test_jobs_cli import run
+from tests.support.cli import run
 
 
 def _key_id(prefix: str) -> int:

@@ -17,8 +17,9 @@ import sqlalchemy as sa
 
 from domain.access.auth import principal_for_key
 from domain.db import get_engine
-from tests.integration.test_delivery_claims_fencing_review import person
-from tests.integration.test_delivery_review import failed
+from tests.support.cli import run
+from tests.support.people import person
+from tests.support.review import failed
 
 
 def last_action_id() -> int:
@@ -247,7 +248,6 @@ def test_the_command_line_door_wants_a_note_and_is_audited_as_the_os_user(db):
     --note each is exit 2 in words and changes nothing; with it, one row as `cli:<os user>` with the note."""
     from domain.access.auth import create_api_key
     from jobs.cli.console import cli_actor
-    from tests.integration.test_jobs_cli import run
 
     rid, _ = person(cap=None)
     nid = failed(rid)

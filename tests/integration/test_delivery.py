@@ -23,24 +23,13 @@ from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
 from domain.delivery.signing import signed_headers
 from domain.delivery.wakeups import arq_pool, batched, enqueue
-from domain.orders.commands import Committed, execute_order_command
+from domain.orders.commands import Committed
 from domain.orders.envelope import body_digest
 from domain.settings import get_settings
 from jobs.ops.procs import ROOT, batch_claim_ran, job_tries, wait_worker_ready
 from tests.conftest import SLOT_SUFFIX
 from tests.integration.conftest import API_PORT, BATCHED, PER_ROW, RECEIVER, effects, rows, wait_for
-
-
-def approve(order_id: int = 913) -> Committed:
-    with get_engine().connect() as c:
-        rev = c.execute(sa.text("SELECT revision FROM orders WHERE id = :o"), {"o": order_id}).scalar_one()
-        c.execute(sa.text("UPDATE orders SET status = 'authorized' WHERE id = :o AND status <> 'authorized'"),
-                  {"o": order_id})
-        c.commit()
-    r = execute_order_command(tenant_id=42, order_id=order_id, command="approve", expected_revision=rev,
-                              actor_ref="test", request_id=f"req-{uuid.uuid4().hex[:6]}")
-    assert isinstance(r, Committed)
-    return r
+from tests.support.orders import authorize_and_approve
 
 
 async def _enqueue(r: Committed) -> None:
@@ -53,7 +42,7 @@ async def _enqueue(r: Committed) -> None:
 
 def test_crash_after_remote_effect_gives_two_deliveries_one_effect(sys_):
     faulty = sys_.start_worker("high", fault="after_remote_accept_before_local_ack")
-    r = approve()
+    r = authorize_and_approve()
     assert faulty.wait_exit(30) == faults.EXIT_CODE
     assert effects(r.event_id)["effects"] == 1
     sys_.start_worker("high")
@@ -69,7 +58,7 @@ def test_crash_after_remote_effect_gives_two_deliveries_one_effect(sys_):
 def test_redis_flushed_mid_flight_everything_delivered_once(sys_, redis_db):
     for lane in ("high", "normal"):
         set_lane_paused(lane, True)
-    events = [approve(oid).event_id for oid in (913, 914, 915, 916, 917, 918)]
+    events = [authorize_and_approve(oid).event_id for oid in (913, 914, 915, 916, 917, 918)]
     sys_.start_worker("high")
     sys_.start_worker("normal")
     for lane in ("high", "normal"):
@@ -86,7 +75,7 @@ def test_redis_flushed_mid_flight_everything_delivered_once(sys_, redis_db):
 
 def test_sigkill_mid_batch_loses_nothing(sys_):
     httpx.post(f"{RECEIVER}/faults", json={"slow_seconds": 0.4})
-    events = [approve(oid).event_id for oid in range(913, 925)]
+    events = [authorize_and_approve(oid).event_id for oid in range(913, 925)]
     victim = sys_.start_worker("high")
     wait_for(lambda: rows("channel = 'webhook' AND attempts > 0"), 20, "the worker to start the batch")
     victim.stop(signal.SIGKILL)
@@ -99,7 +88,7 @@ def test_sigkill_mid_batch_loses_nothing(sys_):
 
 def test_503_is_retried_with_the_same_event_id(sys_):
     httpx.post(f"{RECEIVER}/faults", json={"fail_503": 2})
-    r = approve()
+    r = authorize_and_approve()
     sys_.start_worker("high")
     wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id),
              what="delivery after two 503s")
@@ -115,7 +104,7 @@ def test_503_is_retried_with_the_same_event_id(sys_):
 
 def test_422_goes_to_review_not_retry(sys_):
     httpx.post(f"{RECEIVER}/faults", json={"fail_422": 1})
-    r = approve()
+    r = authorize_and_approve()
     sys_.start_worker("high")
     (row,) = wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'FAILED'", e=r.event_id),
                       what="FAILED into review")
@@ -124,7 +113,7 @@ def test_422_goes_to_review_not_retry(sys_):
 
 
 def test_identity_conflict_is_refused_and_changes_nothing(sys_):
-    r = approve()
+    r = authorize_and_approve()
     sys_.start_worker("high")
     wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id))
 
@@ -154,7 +143,7 @@ def test_bad_or_stale_signature_is_refused(sys_):
 
 
 def test_email_receipt_moves_sent_to_delivered_and_debits(sys_):
-    r = approve()
+    r = authorize_and_approve()
     sys_.start_worker("normal")
     (row,) = wait_for(lambda: rows("event_id = :e AND channel = 'email' AND status = 'DELIVERED'", e=r.event_id),
                       what="email receipt")
@@ -176,7 +165,7 @@ def test_forged_receipt_is_refused(sys_):
 def test_paused_lane_keeps_work_pending_until_resume(sys_, redis_db, per_row_lanes, relay_stopped):
     """Per-row path: a paused lane's worker takes its job and sends nothing: the row stays QUEUED with no attempt."""
     set_lane_paused("high", True)
-    r = approve()
+    r = authorize_and_approve()
     (webhook,) = [o for o in r.owed if o.lane == "high"]
     asyncio.run(_enqueue(r))  # what the API does after commit: the wake-up reaches the paused lane's queue
     sys_.start_worker("high", env=PER_ROW)
@@ -192,7 +181,7 @@ def test_a_paused_batched_lane_claims_nothing_until_resume(sys_, redis_db, batch
     """Batched lane: the paused lane's drain loops claim (the guard skips its rows) and send nothing: the row stays
     QUEUED with no attempt; resumed, it is delivered."""
     set_lane_paused("high", True)
-    r = approve()
+    r = authorize_and_approve()
     asyncio.run(_enqueue(r))  # the lane's wake-up
     sys_.start_worker("high", env=BATCHED)
     # Proof the worker's drain loop ran its batch claim while paused (its pool's last statement), not merely
@@ -248,7 +237,7 @@ def test_no_contact_point_or_secret_reaches_job_args_payloads_or_logs(sys_, redi
     from arq.constants import job_key_prefix
     from arq.jobs import deserialize_job
 
-    r = approve()
+    r = authorize_and_approve()
     # A batched lane's rows have no job at all (their wake-up names only the lane): the per-row lanes' jobs here.
     ids = [x.notification_id for x in r.owed if not batched(x.lane)]
     keys = [f"{job_key_prefix}n-{i}".encode() for i in ids]
@@ -275,7 +264,7 @@ def test_accept_then_hang_ends_at_the_attempt_deadline_inside_the_lease(sys_):
     (httpx's 5 s read timeout alone would outlive the 2 s lease): the worker records its own timeout under its
     claim token, never a stale write; the next claim hears `already_processed`; one effect."""
     httpx.post(f"{RECEIVER}/faults", json={"accept_then_hang": 1})
-    r = approve()
+    r = authorize_and_approve()
     sys_.start_worker("high")
     (row,) = wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id),
                       what="delivery after the hung response")
@@ -291,7 +280,7 @@ def test_accept_then_drop_connection_retries_to_one_effect(sys_):
     """The receiver applies the effect and the connection dies mid-response: a transport error, a retry with the
     same event id, `already_processed`, one effect."""
     httpx.post(f"{RECEIVER}/faults", json={"accept_then_drop": 1})
-    r = approve()
+    r = authorize_and_approve()
     sys_.start_worker("high")
     (row,) = wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'DELIVERED'", e=r.event_id),
                       what="delivery after the dropped connection")
@@ -307,7 +296,7 @@ def test_replay_of_a_failed_row_keeps_the_event_id_and_one_effect(sys_):
     from domain.delivery.review import replay
 
     httpx.post(f"{RECEIVER}/faults", json={"fail_422": 1})
-    r = approve()
+    r = authorize_and_approve()
     sys_.start_worker("high")
     (row,) = wait_for(lambda: rows("event_id = :e AND channel = 'webhook' AND status = 'FAILED'", e=r.event_id))
     assert replay(42, row.id)
@@ -331,7 +320,7 @@ def _email_row(event_id):  # type: ignore[no-untyped-def]
 ])
 def test_floor_rules_suppress_with_a_reason_at_send_time(sys_, setup, reason):
     """The rules are evaluated when the worker sends, not when the order was approved."""
-    r = approve()
+    r = authorize_and_approve()
     with get_engine().begin() as c:
         for statement in setup.split("; "):
             c.execute(sa.text(statement))
@@ -345,7 +334,7 @@ def test_floor_rules_suppress_with_a_reason_at_send_time(sys_, setup, reason):
 
 
 def test_order_no_longer_in_the_state_is_not_messaged(sys_):
-    r = approve()
+    r = authorize_and_approve()
     with get_engine().begin() as c:  # e.g. an administrative reversal committed before the send
         c.execute(sa.text("UPDATE orders SET status = 'cancelled' WHERE id = 913"))
     sys_.start_worker("normal")
@@ -362,7 +351,7 @@ def test_quiet_hours_defer_instead_of_dropping(sys_):
                           "WHERE ref = 'cust-001'"),
                   {"s": (now - timedelta(hours=1)).time().replace(microsecond=0),
                    "e": (now + timedelta(hours=1)).time().replace(microsecond=0)})
-    r = approve()
+    r = authorize_and_approve()
     sys_.start_worker("normal")
     wait_for(lambda: rows("event_id = :e AND channel = 'email' AND next_attempt_at > now() + interval '30 minutes'",
                           e=r.event_id), what="the email to be deferred to the end of quiet hours")

@@ -35,9 +35,10 @@ from domain.delivery.wakeups import arq_pool, enqueue
 from domain.ledger import write
 from domain.settings import get_settings
 from tests.integration.conftest import BATCHED, PER_ROW, effects, rows, wait_for
-from tests.integration.test_delivery import approve
-from tests.integration.test_delivery_claims_fencing import assert_invariants, entries, lease_runs_out, row
-from tests.integration.test_delivery_claims_fencing_review import person
+from tests.support.claims import entries, lease_runs_out, row
+from tests.support.db import assert_invariants
+from tests.support.orders import authorize_and_approve
+from tests.support.people import person
 
 LEASE = 30.0
 
@@ -190,7 +191,7 @@ async def test_a_refused_take_in_a_batch_is_suppressed_and_the_rest_go(pool):
 
 
 def _approve_several(orders: tuple[int, ...]) -> list[Any]:
-    return [o for n in orders for o in approve(n).owed if o.lane == "high"]
+    return [o for n in orders for o in authorize_and_approve(n).owed if o.lane == "high"]
 
 
 def test_a_worker_killed_mid_batch_loses_nothing_and_duplicates_no_effect(sys_, redis_db, batched_lanes, relay_stopped):

@@ -37,8 +37,9 @@ from domain.delivery.wakeups import arq_pool
 from domain.ledger import write
 from domain.settings import get_settings, reload_settings
 from tests.integration.conftest import rows, wait_for
-from tests.integration.test_delivery_claims_fencing import assert_invariants, lease_runs_out, row
-from tests.integration.test_delivery_fair import _campaign, _recipients
+from tests.support.campaigns import fanned_out_campaign, reachable_people
+from tests.support.claims import lease_runs_out, row
+from tests.support.db import assert_invariants
 
 LEASE = 30.0
 
@@ -202,8 +203,8 @@ async def test_a_cancelled_campaigns_rows_in_a_bulk_batch_are_refused_never_sent
     SUPPRESSED `campaign_cancelled` with their money back and never reach the provider; tenant 42's are sent."""
     from jobs import worker
 
-    _recipients(7, 3)
-    cid = _campaign(7, "Cancelled")
+    reachable_people(7, 3)
+    cid = fanned_out_campaign(7, "Cancelled")
     theirs = [r.id for r in rows("campaign_id = :c AND status = 'QUEUED'", c=cid)]
     ours = bulk_rows(3)
     assert theirs
@@ -251,9 +252,9 @@ async def test_a_refused_take_in_a_bulk_batch_is_suppressed_alone(pool):
 def test_a_bulk_worker_keeps_the_buckets_pace_in_batches(sys_, redis_db):
     """A bulk worker at 20 messages/s (its bucket's burst: 2) sends a 120-row campaign at that pace — never faster
     than the bucket, allowing its burst — and in batches (fewer claim transactions than rows)."""
-    _recipients(42, 120)
+    reachable_people(42, 120)
     sys_.start_worker("bulk", env={"OUTBOX_BULK_RATE": "20", "OUTBOX_BATCH_LANES": "critical,high,normal,bulk"})
-    cid = _campaign(42, "Paced")
+    cid = fanned_out_campaign(42, "Paced")
     wait_for(lambda: len(rows("campaign_id = :c AND sent_at IS NOT NULL", c=cid)) >= 100, 90, "100 sends")
     with get_engine().connect() as c:
         first, last, n, claims_n = c.execute(sa.text(

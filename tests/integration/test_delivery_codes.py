@@ -24,10 +24,11 @@ from domain.delivery import claims, hot, review
 from domain.delivery.retry import Fail, Retry
 from domain.ledger import otp, reasons
 from domain.settings import get_settings
-from tests.integration.test_delivery_claims_fencing import assert_invariants, entries, ready, record, row
-from tests.integration.test_delivery_claims_fencing_review import person
-from tests.integration.test_delivery_review import actions, failed
-from tests.integration.test_jobs_cli import OUTBOX, run
+from tests.support.claims import entries, ready, record, row
+from tests.support.cli import OUTBOX, run
+from tests.support.db import assert_invariants
+from tests.support.people import person
+from tests.support.review import actions, failed
 
 LEASE = 30.0
 

@@ -17,29 +17,13 @@ import sqlalchemy as sa
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import get_engine
 from domain.delivery import fair
-from jobs.ops.seed import seed_recipients
 from tests.integration.conftest import wait_for
+from tests.support.campaigns import fanned_out_campaign, reachable_people
 
 
 def one(q: str, **p):  # type: ignore[no-untyped-def]
     with get_engine().connect() as c:
         return c.execute(sa.text(q), p).scalar()
-
-
-def _recipients(tenant_id: int, n: int) -> None:
-    """Seeded people, every one reachable by email now (no quiet hours: nothing deferred to their morning)."""
-    seed_recipients(n, tenant_id=tenant_id)
-    with get_engine().begin() as c:
-        c.execute(sa.text("UPDATE recipients SET quiet_start = NULL, quiet_end = NULL, opted_out_channels = '{}', "
-                          "email = coalesce(email, ref || '@example.test') WHERE tenant_id = :t AND ref LIKE 'bulk-%'"),
-                  {"t": tenant_id})
-
-
-def _campaign(tenant_id: int, name: str) -> int:
-    cid = campaign_fan_out.create(tenant_id=tenant_id, name=name, segment="all_reachable", template="offer",
-                                  channel="email", actor_ref="test:fair")
-    campaign_fan_out.fan_out(cid)  # ledgered (its NOTIFY wakes the relay, which enqueues the wake-ups)
-    return cid
 
 
 def _sent(cid: int) -> int:
@@ -51,13 +35,13 @@ def _size(cid: int) -> int:
 
 
 def test_a_small_tenant_is_not_starved_behind_a_big_backlog_and_cancel_still_stops_sends(sys_, redis_db):
-    _recipients(42, 1_500)
-    _recipients(7, 20)
+    reachable_people(42, 1_500)
+    reachable_people(7, 20)
     sys_.start_worker("bulk")
-    big = _campaign(42, "Big")
+    big = fanned_out_campaign(42, "Big")
     total = one("SELECT count(*) FROM notifications WHERE campaign_id = :c", c=big)
     wait_for(lambda: _sent(big) >= 50, 60, "the big campaign to be sending")
-    small = _campaign(7, "Small")
+    small = fanned_out_campaign(7, "Small")
     n_small = _size(small)  # the 20 seeded and the tenant's demo people
     wait_for(lambda: _sent(small) == n_small, 60, "the small tenant's messages")
     last_small = one("SELECT max(sent_at) FROM notifications WHERE campaign_id = :c", c=small)
@@ -80,11 +64,11 @@ def test_a_small_tenant_is_not_starved_behind_a_big_backlog_and_cancel_still_sto
 
 def test_a_tenants_capped_pace_holds_and_its_waiting_jobs_block_no_other_tenant(sys_, redis_db):
     assert fair.set_tenant_bulk_rate(7, 3.0) and not fair.set_tenant_bulk_rate(999, 3.0)
-    _recipients(42, 600)
-    _recipients(7, 20)
+    reachable_people(42, 600)
+    reachable_people(7, 20)
     sys_.start_worker("bulk")
-    capped = _campaign(7, "Capped")
-    other = _campaign(42, "Other")
+    capped = fanned_out_campaign(7, "Capped")
+    other = fanned_out_campaign(42, "Other")
     n = _size(capped)
     wait_for(lambda: _sent(capped) == n, 90, "the capped tenant's messages")
     first, last = (one(f"SELECT {f}(sent_at) FROM notifications WHERE campaign_id = :c", c=capped)
@@ -132,8 +116,8 @@ def test_a_capped_tenants_moments_are_reserved_one_apart_and_never_raced(redis_d
 
 
 def test_only_flows_owing_something_due_share_a_tenants_turn(relay_stopped, db, redis_db):
-    _recipients(7, 5)
-    waiting, fresh = _campaign(7, "Waits for the morning"), _campaign(7, "New")
+    reachable_people(7, 5)
+    waiting, fresh = fanned_out_campaign(7, "Waits for the morning"), fanned_out_campaign(7, "New")
     both = {_flow(r): gap for r, gap in fair.scan_bulk_window(200) if r.tenant_id == 7}
     assert both == {(7, waiting): 2, (7, fresh): 2}, "two due campaigns share the tenant's turn"
     with get_engine().begin() as c:  # what quiet hours do: owed, due in the morning

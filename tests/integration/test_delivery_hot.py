@@ -20,14 +20,9 @@ from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Retry, Succeeded
 from domain.ledger import otp
 from domain.settings import get_settings
-from tests.integration.test_delivery_claims_fencing import (
-    assert_invariants,
-    entries,
-    lease_runs_out,
-    ready,
-    row,
-)
-from tests.integration.test_delivery_claims_fencing_review import person, sms
+from tests.support.claims import entries, lease_runs_out, ready, row
+from tests.support.db import assert_invariants
+from tests.support.people import person, sms
 
 LEASE = 30.0
 

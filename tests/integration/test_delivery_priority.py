@@ -19,8 +19,9 @@ from datetime import UTC, datetime
 from domain.delivery import claims, hot, priority
 from domain.ledger import write
 from domain.settings import get_settings
-from tests.integration.test_delivery_claims_fencing import assert_invariants, entries, row
-from tests.integration.test_delivery_claims_fencing_review import person
+from tests.support.claims import entries, row
+from tests.support.db import assert_invariants
+from tests.support.people import person
 
 
 async def _backend_niceness(pool: hot.Pool, n: int) -> list[int]:

@@ -23,9 +23,11 @@ from domain.delivery import claims, hot
 from domain.delivery.retry import Retry, Succeeded
 from domain.settings import get_settings
 from tests.integration.conftest import rows
-from tests.integration.test_delivery_claims_fencing import lease_runs_out, record
-from tests.integration.test_endpoints_fan_out import PUBLIC, approve, endpoint, endpoint_row, orders_of
-from tests.integration.test_ledger import assert_invariants, new_recipient, one, send_body, set_balance
+from tests.support.claims import lease_runs_out, record
+from tests.support.db import assert_invariants, one
+from tests.support.endpoints import PUBLIC, endpoint, endpoint_row
+from tests.support.ledger import new_recipient, send_body, set_balance
+from tests.support.orders import approve, orders_of
 
 LEASE = 30.0
 

@@ -28,9 +28,9 @@ from domain.delivery.retry import Retry, Succeeded
 from domain.invariants import invariant_counts
 from domain.journeys.store import create_lead, record_lead_event
 from domain.retention.archive import archive_before
-from tests.integration.test_delivery_claims_fencing import entries, lease_runs_out, ready, record, row
-from tests.integration.test_delivery_claims_fencing_review import campaign_row, person, sms
-from tests.integration.test_ledger import one
+from tests.support.claims import entries, lease_runs_out, ready, record, row
+from tests.support.db import one
+from tests.support.people import campaign_row, person, sms
 
 STRANDED = "14 a receipt pending on a settled row"
 AUG = datetime(2026, 8, 14, 10, 30, tzinfo=UTC)  # a month long settled, before the test database's partitions

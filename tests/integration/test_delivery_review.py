@@ -9,32 +9,16 @@ unresolved failures at or after T; resolve leaves the row FAILED and out of revi
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
 from domain.db import get_engine
 from domain.delivery import review
-from domain.delivery.retry import Fail
-from domain.ledger import write
-from tests.integration.test_delivery_claims_fencing import ready, record, row
-from tests.integration.test_delivery_claims_fencing_review import assert_invariants, person
-
-
-def failed(rid: int, lane: str = "normal") -> int:
-    """A message that really failed: ledgered, claimed, and answered with a permanent error."""
-    nid = write.send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane=lane,
-                     data={"headline": "x"}, subject_period=uuid.uuid4().hex).notification_id
-    assert record(ready(nid), Fail("contract", review=True), code=400) == "failed"
-    return nid
-
-
-def actions(target_ids: list[int], action: str) -> list[tuple[str, str, str | None]]:
-    with get_engine().connect() as c:
-        return [tuple(r) for r in c.execute(sa.text(
-            "SELECT actor_ref, target, note FROM operator_actions WHERE action = :a AND target = ANY(:t) ORDER BY id"),
-            {"a": action, "t": [f"notification {i}" for i in target_ids]})]
+from tests.support.claims import row
+from tests.support.db import assert_invariants
+from tests.support.people import person
+from tests.support.review import actions, failed
 
 
 def test_bulk_replay_queues_the_chosen_rows_once_and_keeps_who_and_why(db):

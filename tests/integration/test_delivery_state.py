@@ -32,17 +32,13 @@ from domain.ledger.views import LedgerFilter
 from domain.support import ledger as support_ledger
 from domain.support.message import message_page
 from domain.support.search import search
-from tests.integration.test_delivery_claims_fencing import (
-    assert_invariants,
-    lease_runs_out,
-    ready,
-    record,
-    row,
-)
-from tests.integration.test_delivery_claims_fencing_review import person, sms
-from tests.integration.test_endpoints_fan_out import PUBLIC, approve, endpoint, orders_of
-from tests.integration.test_jobs_cli import OUTBOX
-from tests.integration.test_ledger import set_balance
+from tests.support.claims import lease_runs_out, ready, record, row
+from tests.support.cli import OUTBOX
+from tests.support.db import assert_invariants
+from tests.support.endpoints import PUBLIC, endpoint
+from tests.support.ledger import set_balance
+from tests.support.orders import approve, orders_of
+from tests.support.people import person, sms
 
 LEASE = 30.0
 

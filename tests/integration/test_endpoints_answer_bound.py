@@ -22,7 +22,8 @@ from domain.settings import get_settings
 from jobs import worker
 from tests.conftest import PORT_OFFSET
 from tests.integration.conftest import rows
-from tests.integration.test_endpoints_fan_out import approve, endpoint, orders_of
+from tests.support.endpoints import endpoint
+from tests.support.orders import approve, orders_of
 
 ENDLESS_PORT = 8089 + PORT_OFFSET
 

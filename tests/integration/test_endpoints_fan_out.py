@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,14 +28,15 @@ from domain.delivery import claims
 from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.signing import verify
 from domain.endpoints import store
-from domain.orders.commands import Committed, execute_order_command
+from domain.orders.commands import execute_order_command
 from domain.orders.policy import Reject
 from tests.conftest import PORT_OFFSET
 from tests.integration.conftest import effects, rows, wait_for
+from tests.support.endpoints import PUBLIC, endpoint, endpoint_row
+from tests.support.orders import approve, orders_of
 
 HOOK_PORT, PRIVATE_PORT = 8086 + PORT_OFFSET, 8087 + PORT_OFFSET
 HOOK = f"http://127.0.0.1:{HOOK_PORT}"
-PUBLIC = "http://93.184.216.34/outbox-hooks"  # a public literal (never sent to: only matching is checked with it)
 
 
 class Capture:
@@ -94,34 +94,12 @@ def worker_env(**extra: str) -> dict[str, str]:
     return {"OUTBOX_ENDPOINT_ALLOWLIST": f"127.0.0.1:{HOOK_PORT}", **extra}
 
 
-def approve(order_id: int = 913, tenant_id: int = 42, plan: faults.FaultPlan | None = None,
-            event_id: uuid.UUID | None = None) -> Committed:
-    with get_engine().connect() as c:
-        rev = c.execute(sa.text("SELECT revision FROM orders WHERE id = :o"), {"o": order_id}).scalar_one()
-    r = execute_order_command(tenant_id=tenant_id, order_id=order_id, command="approve", expected_revision=rev,
-                              actor_ref="test", request_id=f"req-{uuid.uuid4().hex[:6]}", plan=plan,
-                              event_id=event_id)
-    assert isinstance(r, Committed), r
-    return r
 
 
-def endpoint(tenant_id: int, url: str, types: list[str] | None = None, enabled: bool = True) -> dict[str, Any]:
-    e = store.create(tenant_id, url, "test", types, "test")
-    if not enabled:
-        store.set_enabled(tenant_id, e["id"], False, "support:dana")
-    return e
 
 
-def orders_of(tenant_id: int) -> list[int]:
-    with get_engine().connect() as c:
-        return [int(x) for x in c.execute(sa.text(
-            "SELECT id FROM orders WHERE tenant_id = :t AND status = 'authorized' ORDER BY id"), {"t": tenant_id})
-            .scalars()]
 
 
-def endpoint_row(endpoint_id: int) -> Any:
-    with get_engine().connect() as c:
-        return c.execute(sa.text("SELECT * FROM webhook_endpoints WHERE id = :i"), {"i": endpoint_id}).one()
 
 
 def test_one_row_per_enabled_matching_endpoint_in_the_orders_transaction(db, redis_db):

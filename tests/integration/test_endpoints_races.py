@@ -19,7 +19,8 @@ from domain.delivery import claims
 from domain.delivery.retry import Retry
 from jobs.ops.procs import wait_until
 from tests.integration.conftest import rows
-from tests.integration.test_endpoints_fan_out import PUBLIC, approve, endpoint, endpoint_row, orders_of
+from tests.support.endpoints import PUBLIC, endpoint, endpoint_row
+from tests.support.orders import approve, orders_of
 
 
 def _waiting_on_locks() -> int:

@@ -8,21 +8,14 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import sqlalchemy as sa
 
 from domain.access.auth import principal_for_key
 from domain.db import get_engine
-
-OUTBOX = str(Path(sys.executable).parent / "outbox")
-
-
-def run(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([OUTBOX, *args], capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ) if env is None else env)
+from tests.support.cli import run
+from tests.support.people import person
+from tests.support.review import actions, failed
 
 
 def test_check_passes_on_a_consistent_database_and_fails_on_a_broken_one(db):
@@ -179,9 +172,6 @@ def test_replay_and_resolve_act_once_and_are_audited_as_the_cli_user(db):
     """`outbox replay ID…` queues FAILED rows again and `outbox resolve ID… --note` marks them resolved, each kept
     in operator_actions as `cli:<user>` with the note; a second replay changes nothing; replay or resolve without a
     note is refused and changes nothing."""
-    from tests.integration.test_delivery_claims_fencing_review import person
-    from tests.integration.test_delivery_review import actions, failed
-
     rid, _ = person(cap=None)
     a, b, c = failed(rid), failed(rid), failed(rid)
     import getpass

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_jobs_cli import run
-from tests.integration.test_retention import table_digest
+from tests.support.cli import run
+from tests.support.retention import table_digest
 
 
 @pytest.mark.parametrize("args", [

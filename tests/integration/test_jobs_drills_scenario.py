@@ -10,7 +10,7 @@ import re
 import subprocess
 
 from jobs.drills.scenario import seeded_ids
-from tests.integration.test_jobs_cli import run
+from tests.support.cli import run
 
 SEED = 20261130
 

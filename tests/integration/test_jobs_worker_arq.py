@@ -29,7 +29,7 @@ from domain.ledger.owed import OwedRow
 from jobs.ops.procs import job_tries, wait_worker_ready
 from jobs.relay import ScannedRow, forget_dead_jobs, wake
 from tests.integration.conftest import PER_ROW, RECEIVER, effects, rows, wait_for
-from tests.integration.test_delivery import approve
+from tests.support.orders import authorize_and_approve
 
 
 async def _as_the_relay_after_a_stale_read(row: OwedRow) -> int:
@@ -51,9 +51,9 @@ def test_a_job_woken_again_while_its_first_run_retries_runs_once_at_a_time(sys_:
     # A slow 503: the test takes the row's lock while the call is under way, before the run records its Retry
     # (a timeout at the attempt's deadline would be a Retry too).
     httpx.post(f"{RECEIVER}/faults", json={"fail_503": 1, "slow_seconds": 1.2})
-    r = approve()
+    r = authorize_and_approve()
     (hook,) = [o for o in r.owed if o.lane == "high"]
-    (marker,) = [o for o in approve(914).owed if o.lane == "high"]
+    (marker,) = [o for o in authorize_and_approve(914).owed if o.lane == "high"]
     worker = sys_.start_worker("high", env=PER_ROW)  # the per-row path: one arq job per row
     wait_worker_ready(redis_db, "high", 30)
     asyncio.run(_enqueue(hook))

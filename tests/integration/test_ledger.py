@@ -9,53 +9,20 @@ a scheduled message is never counted as overdue; an opt-out set through the API 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 
-from domain import invariants
 from domain.access.auth import create_api_key
 from domain.db import get_engine
 from domain.delivery import claims
 from domain.delivery import views as delivery_views
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Fail, Succeeded
-
-
-def one(sql: str, **params):  # type: ignore[no-untyped-def]
-    with get_engine().connect() as c:
-        return c.execute(sa.text(sql), params).scalar()
-
-
-def set_balance(tenant_id: int, cents: int) -> None:
-    """Move the balance to `cents` the honest way: with an adjustment entry, so invariant 7 still holds."""
-    with get_engine().begin() as c:
-        c.execute(sa.text(
-            "INSERT INTO balance_entries (tenant_id, kind, amount_cents, reason) "
-            "SELECT :t, 'adjustment', :c - balance_cents, 'test: set balance' FROM balances WHERE tenant_id = :t"),
-            {"t": tenant_id, "c": cents})
-        c.execute(sa.text("UPDATE balances SET balance_cents = :c WHERE tenant_id = :t"), {"t": tenant_id, "c": cents})
-
-
-def assert_invariants() -> None:
-    counts = invariants.invariant_counts()
-    assert not any(counts.values()), counts
-
-
-async def new_recipient(client, key, **extra) -> int:  # type: ignore[no-untyped-def]
-    body = {"ref": f"r-{uuid.uuid4().hex[:8]}", "display_name": "Test Person", "email": "t@example.test",
-            "phone": "+15550001111", "timezone": "UTC", **extra}
-    r = await client.post("/api/v1/recipients", json=body, headers=key)
-    assert r.status_code == 201, r.text
-    return int(r.json()["recipient_id"])
-
-
-def send_body(rid: int, period: str = "2026-11-29", channel: str = "sms") -> dict[str, object]:
-    return {"recipient_id": rid, "channel": channel, "template": "offer", "data": {"headline": "10% off"},
-            "subject_period": period}
+from tests.support.db import assert_invariants, one
+from tests.support.ledger import new_recipient, send_body, set_balance
 
 
 async def test_thirty_identical_concurrent_sends_make_one_row_and_no_5xx(client, key42):

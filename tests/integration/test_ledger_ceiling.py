@@ -19,7 +19,8 @@ from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Fail, Succeeded
 from domain.ledger import metering
 from domain.ledger.metering import MAX_BALANCE_CENTS, BalanceLimit
-from tests.integration.test_ledger import assert_invariants, new_recipient, one, send_body
+from tests.support.db import assert_invariants, one
+from tests.support.ledger import new_recipient, send_body
 
 SMS_CENTS = 5  # tenant 42's seeded SMS price
 

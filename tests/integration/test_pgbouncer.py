@@ -30,8 +30,9 @@ from domain.settings import SettingsError, get_settings, reload_settings
 from jobs.ops import pgbouncer
 from jobs.ops.procs import ROOT, Proc, wait_until
 from tests.conftest import PORT_OFFSET, SLOT_SUFFIX, TEST_DB_URL
-from tests.integration.test_delivery_claims_fencing import assert_invariants, entries, row
-from tests.integration.test_delivery_claims_fencing_review import person
+from tests.support.claims import entries, row
+from tests.support.db import assert_invariants
+from tests.support.people import person
 
 PGBOUNCER_PORT = 8094 + PORT_OFFSET
 POOL_SIZE = 2  # fewer server connections than the clients below: transactions must change connections

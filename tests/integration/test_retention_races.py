@@ -22,7 +22,8 @@ from domain.retention.archive import ArchiveRefused, archive_before
 from domain.retention.months import add_months, month_of
 from domain.retention.partitions import ensure_partitions, partitions
 from jobs.ops.procs import wait_until
-from tests.integration.test_retention import AUG, attempt, message, one, table_digest
+from tests.support.db import one
+from tests.support.retention import AUG, attempt, message, table_digest
 
 
 def test_archive_refuses_a_cutoff_that_would_take_the_current_month(db: str, tmp_path: Path) -> None:

@@ -27,8 +27,8 @@ from domain.ledger import otp, write
 from domain.orders.commands import Committed, create_order, execute_order_command
 from domain.support import pages
 from domain.support.message import CODE_MASK, message_page
-from tests.integration.test_delivery_claims_fencing import ready, record
-from tests.integration.test_delivery_claims_fencing_review import person
+from tests.support.claims import ready, record
+from tests.support.people import person
 
 
 def test_the_operator_s_tenant_is_read_with_its_name(db):

@@ -1,4 +1,6 @@
-"""Holes an adversarial review found in the first fencing (issue 15), each kept as the test that proved it.
+"""Money and the daily cap stay right when a claim's answer comes late, after a receipt or a bounce, or about an
+identity the row no longer has — through the worker's own store (the cases found in the first fencing, issue 15,
+each kept as the test that proved it).
 
 Invariants protected: a late accept counts against the person's daily cap like any sent message; a `delivered`
 receipt is the truth at once, even while the row is still owed, so no later settle can strand it; a stale worker's
@@ -11,7 +13,6 @@ instead of half-sending.
 from __future__ import annotations
 
 import threading
-import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,29 +24,9 @@ from domain.delivery import claims, review
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Fail, Retry, Succeeded
 from domain.invariants import invariant_counts
-from domain.ledger import write
-from tests.integration.test_delivery_claims_fencing import claim, lease_runs_out, ready, record, row
-from tests.integration.test_ledger import one
-
-
-def assert_invariants() -> None:
-    counts = invariant_counts()
-    assert not any(counts.values()), counts
-
-
-def person(cap: int | None = 10) -> tuple[int, str]:
-    ref = f"rv-{uuid.uuid4().hex[:8]}"
-    with get_engine().begin() as c:
-        rid = c.execute(sa.text(
-            "INSERT INTO recipients (tenant_id, ref, display_name, email, phone, timezone, daily_cap) "
-            "VALUES (42, :r, 'Rev', 'rev@example.test', '+15550002222', 'UTC', :cap) RETURNING id"),
-            {"r": ref, "cap": cap}).scalar_one()
-    return int(rid), ref
-
-
-def sms(rid: int, period: str) -> int:
-    return write.send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="normal",
-                      data={"headline": "x"}, subject_period=period).notification_id
+from tests.support.claims import claim, lease_runs_out, ready, record, row
+from tests.support.db import assert_invariants, one
+from tests.support.people import campaign_row, person, sms
 
 
 def test_late_accept_counts_against_the_daily_cap(db):
@@ -66,16 +47,6 @@ def test_late_accept_counts_against_the_daily_cap(db):
     assert_invariants()
 
 
-def campaign_row() -> tuple[int, int]:
-    """An SMS campaign to every reachable person of tenant 42 (no quiet hours, caps or opt-outs in the way),
-    fanned out: its id and its first row."""
-    with get_engine().begin() as c:
-        c.execute(sa.text("UPDATE recipients SET quiet_start = NULL, quiet_end = NULL, daily_cap = NULL, "
-                          "opted_out_channels = ARRAY[]::text[] WHERE tenant_id = 42"))
-    cid = campaign_fan_out.create(tenant_id=42, name="t", segment="all_reachable", template="offer", channel="sms",
-                                  actor_ref="test")
-    campaign_fan_out.fan_out(cid)
-    return cid, int(one("SELECT min(id) FROM notifications WHERE campaign_id = :c", c=cid))
 
 
 def test_delivered_receipt_while_owed_is_applied_at_once_and_survives_a_cancel(db):
