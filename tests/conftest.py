@@ -74,7 +74,8 @@ def _reset_plan(c) -> tuple[tuple[str, ...], tuple[str, ...]]:  # type: ignore[n
 def truncate_all() -> None:
     """Empty every table and restart its ids, once: no retry — exactly what `TRUNCATE {TABLES} RESTART IDENTITY
     CASCADE` does, and by that statement when a test left many rows. Tables are locked in the order the in-flight
-    work locks them (above; EXCLUSIVE: no write of a late tail gets in between, reads go on), so a late tail of
+    work locks them (above; ACCESS EXCLUSIVE, as TRUNCATE's: a late tail of the previous test neither writes nor
+    reads old rows to write from until the reset is committed), so a late tail of
     the previous test is waited for, not deadlocked with; and should some other tail still close a cycle, this
     session waits longer than PostgreSQL's `deadlock_timeout` (1 s) before looking for one, so the tail's own
     check finds the deadlock first and the tail (work for rows about to be emptied) is the one undone."""
@@ -89,7 +90,7 @@ def truncate_all() -> None:
         if url not in _RESET_PLAN:
             _RESET_PLAN[url] = _reset_plan(c)
         tables, sequences = _RESET_PLAN[url]
-        c.execute(sa.text(f"LOCK TABLE {', '.join(tables)} IN EXCLUSIVE MODE"))
+        c.execute(sa.text(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE"))
         rows = c.execute(sa.text(
             "SELECT coalesce(sum(n_live_tup + n_dead_tup), 0) FROM pg_stat_user_tables "
             "WHERE relid = ANY(CAST(:tables AS regclass[])) OR relid IN (SELECT inhrelid FROM pg_inherits "

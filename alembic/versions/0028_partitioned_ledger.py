@@ -168,7 +168,15 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Back to one table (every partition's rows, the DEFAULT's included), `dedupe_key` UNIQUE on it again."""
+    """Back to one table (every partition's rows, the DEFAULT's included), `dedupe_key` UNIQUE on it again.
+    Refused once a month of the ledger has been archived: the archived messages' keys live only in `ledger_keys`
+    (dropping it would let a retried request ledger and send them again) and their balance entries name ids the
+    old foreign key would refuse."""
+    archived = op.get_bind().execute(sa.text(
+        "SELECT count(*) FROM ledger_archives")).scalar_one()
+    if archived:
+        raise RuntimeError(f"refusing to downgrade 0028: {archived} archived month(s) of the ledger keep their "
+                           "dedupe keys only in ledger_keys; restore from a backup taken before the archive instead")
     old = "notifications_partitioned"
     op.execute("DROP TRIGGER notifications_keep_keys ON notifications")
     op.execute("DROP FUNCTION notifications_keep_keys()")

@@ -4,9 +4,11 @@ and why it is where it is, in plain words."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import string
 from datetime import datetime
+from pathlib import PurePath
 from typing import Any, Final
 
 from sqlalchemy.engine import Engine
@@ -95,6 +97,7 @@ def archived(tenant_id: int, notification_id: int, engine: Engine | None = None)
         a = archived_message(uow, tenant_id, notification_id)
     if a is None:
         return None
+    a = dataclasses.replace(a, file=PurePath(a.file).name)  # the export's name: the server's paths stay its own
     return {"id": notification_id, "month": a.month, "archived_at": a.archived_at.isoformat(), "file": a.file,
             "answer": f"Message #{notification_id} was {a.words()}."}
 
