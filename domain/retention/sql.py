@@ -108,9 +108,17 @@ FORGET_RECEIPT_KEYS = sa.text(
 
 
 def lock_month(names: list[str]) -> sa.TextClause:
-    """No write into the months being archived while they are read and dropped (the hot path writes this month's
-    partitions, not these)."""
+    """No write into the months' attempt and receipt partitions while they are read and dropped (the hot path
+    inserts into this month's partitions, not these)."""
     return sa.text(f"LOCK TABLE {', '.join(names)} IN SHARE MODE")
+
+
+def lock_ledger_month(name: str) -> sa.TextClause:
+    """No change to the month's messages while they are read and dropped, by a lock on each of its rows, not on
+    the partition: the delivery path's UPDATEs name rows by id, never by month, so every one of them locks every
+    partition of the ledger (ROW EXCLUSIVE) — a SHARE lock on an old month's partition would hold back every claim
+    and record of every lane, one-time codes included, for as long as the export takes."""
+    return sa.text(f"SELECT count(*) FROM (SELECT 1 FROM {name} FOR SHARE) AS locked")
 
 
 def partition_rows(parent: str, name: str) -> sa.TextClause:

@@ -190,3 +190,39 @@ def test_the_migration_converts_a_ledger_of_several_months_and_back(migrated_db:
         with srv.connect() as c:
             c.execute(sa.text(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)'))
         srv.dispose()
+
+
+def test_an_archive_in_progress_holds_back_no_write_to_this_months_messages(db: str) -> None:
+    """Invariant: while `outbox archive` holds an old month of the ledger (read, written out, about to be dropped),
+    the delivery path's writes to this month's messages go on. They name a row by id, never its month, so each one
+    locks every partition of the ledger: a SHARE lock on the old month's partition held all of them back for the
+    whole export. The archive locks the old month's rows instead — and the test shows the partition lock would
+    not do (the same UPDATE waits and times out behind it)."""
+    from domain.retention import sql as retention_sql
+
+    old = old_message(MONTHS[1], "2026-07-held")
+    ensure_partitions(ahead=1)
+    (name,) = [str(n) for n in get_engine().connect().execute(sa.text(
+        "SELECT tableoid::regclass::text FROM notifications WHERE id = :i"), {"i": old}).scalars()]
+    assert name == "notifications_2026_07", name
+    with UnitOfWork() as uow:
+        fresh = ledger_message(uow, digest_message("held-back?")).notification_id
+        uow.commit()
+
+    def touch_this_month() -> None:
+        with get_engine().begin() as c:
+            c.execute(sa.text("SET LOCAL lock_timeout = '2s'"))
+            c.execute(sa.text("UPDATE notifications SET next_attempt_at = now() WHERE id = :i"), {"i": fresh})
+
+    archive = get_engine().connect()
+    try:
+        with archive.begin():
+            assert archive.execute(retention_sql.lock_ledger_month(name)).scalar_one() == 1
+            touch_this_month()  # goes through at once: no wait for the archive's commit
+        with archive.begin():
+            archive.execute(retention_sql.lock_month([name]))
+            with pytest.raises(sa.exc.OperationalError, match="lock timeout"):
+                touch_this_month()
+    finally:
+        archive.close()
+    assert_clean()
