@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar, cast
@@ -98,6 +100,21 @@ class Proc:
             return None
 
 
+@contextlib.contextmanager
+def one_build_at_a_time() -> Iterator[None]:
+    """One dashboard frontend build at a time from this checkout (a file lock under `.run/`, so the parallel
+    suite's workers, a bench and a drill share it): two or three builds at once on two cores pushed react-router's
+    prerender of `/` past its own timeout ("Prerender: Request failed for /: The operation timed out")."""
+    lock = ROOT / ".run" / "frontend-build.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @dataclass
 class System:
     env: dict[str, str]
@@ -148,11 +165,13 @@ class System:
 
     def dashboard(self, port: int, app: AppDir, timeout: float = 240) -> Proc:
         """Pages, websocket and API on one port, built and run in `app` (DEMO_APP for the demo, app_dir(name) for
-        every drill, bench step and test)."""
-        p = self._proc("dashboard", [str(BIN / "reflex"), "run", "--env", "prod", "--frontend-port", str(port),
-                                     "--backend-port", str(port), "--loglevel", "warning"], reflex_env(self.env, app))
-        wait_http(f"http://127.0.0.1:{port}/ping", timeout, proc=p)
-        wait_http(f"http://127.0.0.1:{port}/", timeout, proc=p)
+        every drill, bench step and test). Built one at a time per checkout (`one_build_at_a_time`)."""
+        with one_build_at_a_time():
+            p = self._proc("dashboard", [str(BIN / "reflex"), "run", "--env", "prod", "--frontend-port", str(port),
+                                         "--backend-port", str(port), "--loglevel", "warning"],
+                           reflex_env(self.env, app))
+            wait_http(f"http://127.0.0.1:{port}/ping", timeout, proc=p)
+            wait_http(f"http://127.0.0.1:{port}/", timeout, proc=p)
         return p
 
     def stop_all(self) -> None:

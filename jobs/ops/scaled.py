@@ -27,7 +27,17 @@ from pathlib import Path
 
 from domain.delivery.queue import LANES
 from jobs.ops import pgbouncer
-from jobs.ops.procs import BIN, ROOT, AppDir, Proc, System, reflex_env, wait_http, wait_until
+from jobs.ops.procs import (
+    BIN,
+    ROOT,
+    AppDir,
+    Proc,
+    System,
+    one_build_at_a_time,
+    reflex_env,
+    wait_http,
+    wait_until,
+)
 
 # What the backends answer; every other path is the static bundle (an unknown page gets the bundle's own 404.html,
 # whose router renders the page, as Reflex's own static mount does).
@@ -160,7 +170,7 @@ def build_frontend(t: Topology, env: dict[str, str], log: Path, timeout: float =
     """The static bundle, built for the proxy's address (~40 s cold on 2 cores, seconds when the directory exists)."""
     t.web_dir.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as fh:
+    with one_build_at_a_time(), open(log, "ab") as fh:
         p = subprocess.run([str(BIN / "reflex"), "export", "--frontend-only", "--no-zip", "--env", "prod",
                             "--loglevel", "warning"], env=dashboard_env(t, env), cwd=ROOT, stdout=fh,
                            stderr=subprocess.STDOUT, timeout=timeout)
