@@ -116,7 +116,8 @@ def _bulk(uow: UnitOfWork, statement: Any, params: dict[str, Any], action: str, 
           refused: Any = None) -> Bulk:
     if action == "replay":
         uow.execute(sql.REPLAY_WAITS_FOR_ARCHIVE)  # as one replay: never between an archive's owed check and commit
-    rows = uow.execute(statement, params).all()
+    rows = sorted(uow.execute(statement, params).all(), key=lambda r: int(r.id))  # an UPDATE's RETURNING has no
+    # order (on the partitioned ledger it follows the partitions): the audit rows are written in the ids' order
     if action == "replay":
         for lane in sorted({r.lane for r in rows}):
             uow.execute(NOTIFY_OWED, {"lane": lane})
