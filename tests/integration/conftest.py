@@ -33,8 +33,32 @@ def services(migrated_db):  # type: ignore[no-untyped-def]
     system.receiver(RECEIVER_PORT, reset=True)
     system.api(API_PORT)
     system.relay()
+    _SESSION["system"] = system
     yield system
+    _SESSION.pop("system", None)
     system.stop_all()
+
+
+_SESSION: dict[str, System] = {}  # the session's `services`, once a test has asked for them
+
+
+@pytest.fixture(autouse=True)
+def _session_relay_only_where_asked(request: pytest.FixtureRequest) -> None:
+    """The session's relay runs beside the tests that ask for the session's services, and beside no other: its scan
+    locks owed rows (FOR UPDATE SKIP LOCKED) and it keeps /ops' chart points each minute, so a test that claims rows
+    itself found them skipped (a batch claimed 4 of its 5 rows) and a test that writes a backdated ledger found zero
+    points kept from just before. Stopped here, it is started again for the next test that asks for it."""
+    system = _SESSION.get("system")
+    if system is None:
+        return
+    relay = system.procs.get("relay")
+    running = relay is not None and relay.alive()
+    if "services" in request.fixturenames:
+        if not running:
+            system.relay()
+    elif running:
+        assert relay is not None
+        relay.stop()
 
 
 @pytest.fixture
@@ -100,12 +124,10 @@ def key7(db) -> dict[str, str]:  # type: ignore[no-untyped-def]
 @pytest.fixture
 def relay_stopped(services):  # type: ignore[no-untyped-def]
     """The test drives the relay's scan (or reads the bulk window) itself: the session's relay process must not
-    scan or lock rows beside it; it is started again afterwards."""
+    scan or lock rows beside it; the next test that asks for it starts it again."""
     relay = services.procs.get("relay")
     if relay is not None and relay.alive():
         relay.stop()
-    yield
-    services.relay()
 
 
 # Worker processes on the per-row path (`OUTBOX_BATCH_LANES` empty): `sys_.start_worker(lane, env=PER_ROW)`.
