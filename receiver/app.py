@@ -339,6 +339,8 @@ async def send_receipt(provider: str, reference: str, outcome: str, client_refer
     switches = await faults.current()
     delay = switches.receipt_delay if switches and switches.receipt_delay is not None else get_settings().receipt_delay
     await asyncio.sleep(delay)
+    if not await _still_held(reference):  # the provider forgot the message meanwhile (the mock was reset): no receipt
+        return
     receipt_id = f"rcpt-{reference}"
     callback_url = f"{get_settings().app_url}/api/v1/receipts/{provider}"
     body = json.dumps({"receipt_id": receipt_id, "provider_reference": reference, "outcome": outcome,
@@ -353,6 +355,21 @@ async def send_receipt(provider: str, reference: str, outcome: str, client_refer
         except httpx.HTTPError:
             pass
         await asyncio.sleep(min(0.25 * (attempt + 1), 2.0))
+
+
+HELD_MESSAGE = "SELECT 1 FROM provider_messages WHERE reference = %(ref)s"
+
+
+async def _still_held(reference: str) -> bool:
+    """The provider still holds the message it is about to post a receipt for. A reset of this mock (each test's
+    start: `tests/conftest.py reset_receiver`) empties its messages; a receipt of one sent before it, still waiting
+    out its delay, would otherwise land in the next test and match that test's message of the same idempotency key
+    (a journey's nudge for the same lead and step) — DELIVERED before any worker ran."""
+
+    async def read(c: AsyncConnection) -> bool:
+        return await (await c.execute(HELD_MESSAGE, {"ref": reference})).fetchone() is not None
+
+    return await db.run(read)
 
 
 _client: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None

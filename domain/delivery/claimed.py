@@ -28,7 +28,7 @@ EVENT_REQUIRES_STATUS = {"order.approved": ("approved", "fulfilled"), "order.can
 _CLAIM_FIELDS = ("id", "tenant_id", "recipient", "channel", "lane", "template", "payload", "dedupe_key", "cost_cents",
                  "attempts", "max_attempts", "event_id", "order_id", "order_status", "intent_id", "intent_status",
                  "intent_step", "lead_step", "reserved_cents", "cap_day", "claim_token", "provider_key",
-                 "campaign_status")
+                 "campaign_status", "created_at")
 # A tenant endpoint's state at claim time (absent from rows of other kinds).
 _ENDPOINT_FIELDS = ("endpoint_id", "ep_found", "ep_disabled", "ep_disabled_reason", "ep_open_until")
 # A one-time code's end of life (absent from rows of other kinds): the floor suppresses a code claimed after it.
@@ -57,6 +57,8 @@ class Claim:
     claim_token: int = 0
     provider_key: str | None = None
     campaign_status: str | None = None
+    # The ledger's partition key, read by the claim: every later statement on the row names its month with it.
+    created_at: datetime | None = None
     intent_id: int | None = None
     intent_status: str | None = None
     intent_step: str | None = None
@@ -178,7 +180,16 @@ class Take:
 
     def params(self, c: Claim) -> dict[str, Any]:
         return {"t": c.tenant_id, "r": c.recipient, "day": self.day, "cap": self.cap, "c": self.cents, "n": c.id,
-                "reason": f"{c.channel} {c.template}", "v": self.template_version}
+                "ca": month_key(c), "reason": f"{c.channel} {c.template}", "v": self.template_version}
+
+
+def month_key(c: Claim) -> datetime:
+    """The row's `created_at` (the ledger's partition key), which every statement after the claim names beside its
+    id. Never None: a statement matching `created_at = NULL` would match nothing and raise nothing — a take or a
+    record silently lost — so a claim that does not carry it fails here, loudly."""
+    if c.created_at is None:
+        raise ValueError(f"claim of message {c.id} carries no created_at: it was not read by a claim statement")
+    return c.created_at
 
 
 def idempotency_key(c: Claim) -> str:

@@ -42,6 +42,7 @@ from domain.delivery.claimed import (
     claim_params,
     idempotency_key,
     local_day,
+    month_key,
     plan,
     still_eligible,
     superseded,
@@ -201,7 +202,7 @@ def _used_up(uow: UnitOfWork, c: Claim) -> Exhausted:
     settles FAILED as its last attempt's failure would, under this claim's token; what it holds is given back, and
     a receipt kept meanwhile is settled with it (settle_unsent). A late answer of that attempt is still the truth
     (write.accept_truth records it)."""
-    uow.execute(sql.GIVE_BACK_ATTEMPT, {"id": c.id, "tok": c.claim_token})
+    uow.execute(sql.GIVE_BACK_ATTEMPT, {"id": c.id, "ca": month_key(c), "tok": c.claim_token})
     settle_unsent(uow, c.id, c.claim_token, status="FAILED", error_class=LOST_ATTEMPT,
                   refund_reason=f"refund: {LOST_ATTEMPT}", intent_why=f"failed: {LOST_ATTEMPT}")
     return Exhausted(replace(c, attempts=c.max_attempts), LOST_ATTEMPT)
@@ -228,7 +229,8 @@ def _attempt(uow: UnitOfWork, c: Claim, worker: str, started: datetime, outcome:
              excerpt: str | None = None, next_attempt_at: datetime | None = None) -> None:
     # One line per claim; a stale claim's line may meet a later claim's number (a deferral gives the count back).
     uow.execute(sql.ATTEMPT_LINE_STMT, {
-        "id": c.id, "no": c.attempts, "worker": worker, "started": started, "outcome": outcome, "code": status_code,
+        "id": c.id, "ca": month_key(c), "no": c.attempts, "worker": worker, "started": started, "outcome": outcome,
+        "code": status_code,
         "err": error_class, "latency": latency_ms, "excerpt": excerpt, "next": next_attempt_at})
 
 
@@ -244,7 +246,7 @@ def _suppress(uow: UnitOfWork, c: Claim, worker: str, reason: str, now: datetime
 
 def _defer(uow: UnitOfWork, c: Claim, until: datetime, detail: str) -> Deferred:
     """Quiet hours: not an attempt, so the attempt count is given back; what it holds stays held."""
-    uow.execute(sql.DEFER, {"u": until, "d": detail, "id": c.id, "tok": c.claim_token})
+    uow.execute(sql.DEFER, {"u": until, "d": detail, "id": c.id, "ca": month_key(c), "tok": c.claim_token})
     return Deferred(c, until)
 
 
@@ -253,7 +255,7 @@ def give_back(c: Claim, engine: Engine | None = None) -> bool:
     back and the row is owed again at once; what it holds stays held. Guarded by the token like every write. A
     breaker probe the claim took goes back with it (fenced by what the probe wrote): the next claim probes."""
     with UnitOfWork(engine) as uow:
-        done = uow.execute(sql.GIVE_BACK, {"id": c.id, "tok": c.claim_token}).first()
+        done = uow.execute(sql.GIVE_BACK, {"id": c.id, "ca": month_key(c), "tok": c.claim_token}).first()
         circuit.give_back_probe(uow, c)
         uow.commit()
     return done is not None
@@ -323,8 +325,8 @@ def _settle_outlived_code(uow: UnitOfWork, c: Claim, decision: Retry) -> str:
 def record_params(c: Claim, decision: RetryDecision, *, worker: str, started: datetime, status_code: int | None,
                   latency_ms: float, provider_reference: str | None, excerpt: str | None) -> dict[str, Any]:
     """`sql.RECORD_SENT`'s and `sql.RECORD_RETRY`'s parameters (both stores)."""
-    p: dict[str, Any] = {"id": c.id, "no": c.attempts, "worker": worker, "started": started, "code": status_code,
-                         "latency": latency_ms, "excerpt": excerpt}
+    p: dict[str, Any] = {"id": c.id, "ca": month_key(c), "no": c.attempts, "worker": worker, "started": started,
+                         "code": status_code, "latency": latency_ms, "excerpt": excerpt}
     if isinstance(decision, Succeeded):
         p.update(final="DELIVERED" if c.channel == "webhook" else "SENT", p=provider_reference,
                  key=idempotency_key(c), outcome="already_processed" if decision.already_processed else "sent")

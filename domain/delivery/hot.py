@@ -275,7 +275,7 @@ async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *
                 await conn.execute(_TAKE_BATCH, {
                     "ns": [p["n"] for p in ps], "ts": [p["t"] for p in ps], "rs": [p["r"] for p in ps],
                     "days": [p["day"] for p in ps], "caps": [p["cap"] for p in ps], "cs": [p["c"] for p in ps],
-                    "vs": [p["v"] for p in ps], "reasons": [p["reason"] for p in ps]})
+                    "vs": [p["v"] for p in ps], "reasons": [p["reason"] for p in ps], "cas": [p["ca"] for p in ps]})
                 batch.ready += [Ready(c, t.contact, t.body) for c, t in takes]
     except psycopg.OperationalError as exc:
         log.warning("batch claim failed (%s); its leases, if it committed, run out", type(exc).__name__)
@@ -328,7 +328,7 @@ async def _record_clean(pool: Pool, rows: list[Attempted], worker: str) -> None:
                 "ps": [p["p"] for p in ps], "keys": [p["key"] for p in ps], "nos": [p["no"] for p in ps],
                 "starteds": [p["started"] for p in ps], "outcomes": [p["outcome"] for p in ps],
                 "codes": [p["code"] for p in ps], "latencies": [float(p["latency"]) for p in ps],
-                "excerpts": [p["excerpt"] for p in ps]})
+                "excerpts": [p["excerpt"] for p in ps], "cas": [p["ca"] for p in ps]})
         if retry:
             ps = [claims.record_params(a.claim, a.decision, **a.kw(worker)) for a in retry]
             done_retry = await conn.execute(_RECORD_RETRY_BATCH, {
@@ -336,7 +336,7 @@ async def _record_clean(pool: Pool, rows: list[Attempted], worker: str) -> None:
                 "delays": [float(p["delay"]) for p in ps], "errs": [p["err"] for p in ps],
                 "nos": [p["no"] for p in ps], "starteds": [p["started"] for p in ps],
                 "codes": [p["code"] for p in ps], "latencies": [float(p["latency"]) for p in ps],
-                "excerpts": [p["excerpt"] for p in ps]})
+                "excerpts": [p["excerpt"] for p in ps], "cas": [p["ca"] for p in ps]})
         # Its own snapshot, after the rows' locks: a receipt committed while the records waited is seen.
         pending = await conn.execute(_PENDING_BATCH, {"ids": [a.claim.id for a in rows]})
         matched: set[int] = set()

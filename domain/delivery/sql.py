@@ -48,7 +48,7 @@ _CLAIMABLE = """status = 'QUEUED' AND {due}
     AND NOT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = notifications.lane AND l.paused)"""
 _CLAIM_RETURNING = """RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts,
             max_attempts, event_id, order_id, intent_id, campaign_id, reserved_cents, cap_day, claim_token,
-            provider_key, endpoint_id"""
+            provider_key, endpoint_id, created_at"""
 # In id order (a batch's takes go oldest first): an UPDATE's RETURNING has no order of its own, and on the
 # partitioned ledger it follows the partitions, not the ids.
 _CLAIM_JOINED = """
@@ -94,12 +94,12 @@ WITH c AS (
 # evaluated once, whatever the plan of the UPDATE. Served by notifications_owed_by_lane_due (migration 0025).
 CLAIM_BATCH: Final[str] = f"""
 WITH picked AS MATERIALIZED (
-  SELECT id FROM notifications
+  SELECT id, created_at FROM notifications
   WHERE lane = :lane AND {_CLAIMABLE.format(due="next_attempt_at <= now()")}
   ORDER BY next_attempt_at, id LIMIT :n FOR UPDATE SKIP LOCKED
 ), c AS (
   {_CLAIM_SET}
-  WHERE id IN (SELECT id FROM picked)
+  WHERE (id, created_at) IN (SELECT id, created_at FROM picked)
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}"""
 
@@ -129,28 +129,28 @@ FROM f LEFT JOIN tenants tn ON tn.id = f.t LEFT JOIN campaigns cp ON f.c <> 0 AN
 # like any other and refused by `plan` (campaign_status), never sent.
 CLAIM_BULK_BATCH: Final[str] = f"""
 WITH cand AS (
-  SELECT x.id, x.channel, f.t, f.c, row_number() OVER (PARTITION BY f.t, f.c ORDER BY x.id) AS rn
+  SELECT x.id, x.created_at, x.channel, f.t, f.c, row_number() OVER (PARTITION BY f.t, f.c ORDER BY x.id) AS rn
   FROM unnest(CAST(:ft AS int[]), CAST(:fc AS bigint[])) AS f(t, c)
   CROSS JOIN LATERAL (
-    SELECT id, channel FROM notifications
+    SELECT id, created_at, channel FROM notifications
     WHERE status = 'QUEUED' AND lane = 'bulk' AND tenant_id = f.t AND coalesce(campaign_id, 0) = f.c
       AND channel = ANY(CAST(:chs AS text[]))
       AND {_CLAIMABLE.format(due="next_attempt_at <= now()")}
     ORDER BY tenant_id, coalesce(campaign_id, 0), id LIMIT :n FOR UPDATE SKIP LOCKED) x
 ), ranked AS (
-  SELECT id, channel, t, rn * count(*) FILTER (WHERE rn = 1) OVER (PARTITION BY t) AS vt FROM cand
+  SELECT id, created_at, channel, t, rn * count(*) FILTER (WHERE rn = 1) OVER (PARTITION BY t) AS vt FROM cand
 ), numbered AS (
-  SELECT id, channel, t, vt, row_number() OVER (PARTITION BY channel ORDER BY vt, t, id) AS chn,
+  SELECT id, created_at, channel, t, vt, row_number() OVER (PARTITION BY channel ORDER BY vt, t, id) AS chn,
          row_number() OVER (PARTITION BY t ORDER BY vt, id) AS tn FROM ranked
 ), pick AS (
-  SELECT p.id FROM numbered p
+  SELECT p.id, p.created_at FROM numbered p
   JOIN unnest(CAST(:chs AS text[]), CAST(:quotas AS int[])) AS q(ch, quota) ON q.ch = p.channel
   LEFT JOIN unnest(CAST(:capped AS int[]), CAST(:capq AS int[])) AS k(t, quota) ON k.t = p.t
   WHERE p.chn <= q.quota AND (k.t IS NULL OR p.tn <= k.quota)
   ORDER BY p.vt, p.t, p.id LIMIT :n
 ), c AS (
   {_CLAIM_SET}
-  WHERE id IN (SELECT id FROM pick)
+  WHERE (id, created_at) IN (SELECT id, created_at FROM pick)
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}"""
 
@@ -176,7 +176,7 @@ WITH slot AS (
       template_version = CASE WHEN (SELECT slot_ok FROM ok) THEN coalesce(CAST(:v AS int), template_version)
                               ELSE template_version END,
       reserved_cents = CASE WHEN EXISTS (SELECT 1 FROM b) THEN :c ELSE reserved_cents END
-  WHERE id = :n
+  WHERE id = :n AND created_at = CAST(:ca AS timestamptz)
 )
 SELECT (SELECT slot_ok FROM ok) AS slot_ok, (:c <= 0 OR EXISTS (SELECT 1 FROM b)) AS paid
 """
@@ -199,8 +199,9 @@ TAKE_OR_ABORT: Final[str] = TAKE[: TAKE.rindex("SELECT (SELECT slot_ok")] + f"""
 TAKE_BATCH: Final[str] = f"""
 WITH x AS (
   SELECT * FROM unnest(CAST(:ns AS bigint[]), CAST(:ts AS int[]), CAST(:rs AS text[]), CAST(:days AS date[]),
-                       CAST(:caps AS int[]), CAST(:cs AS int[]), CAST(:vs AS int[]), CAST(:reasons AS text[]))
-    AS x(n, t, r, day, cap, c, v, reason)
+                       CAST(:caps AS int[]), CAST(:cs AS int[]), CAST(:vs AS int[]), CAST(:reasons AS text[]),
+                       CAST(:cas AS timestamptz[]))
+    AS x(n, t, r, day, cap, c, v, reason, ca)
 ), slot AS (
   INSERT INTO recipient_daily_counts (tenant_id, recipient, day, taken)
   SELECT t, r, day, 1 FROM x WHERE day IS NOT NULL
@@ -223,7 +224,8 @@ WITH x AS (
   SET cap_day = CASE WHEN x.day IS NOT NULL THEN x.day ELSE notifications.cap_day END,
       template_version = coalesce(x.v, notifications.template_version),
       reserved_cents = CASE WHEN x.c > 0 THEN x.c ELSE notifications.reserved_cents END
-  FROM x WHERE notifications.id = x.n
+  FROM x WHERE notifications.id = x.n AND notifications.created_at = x.ca
+    AND notifications.created_at = ANY(CAST(:cas AS timestamptz[]))
 )
 SELECT CAST(
   CASE WHEN (SELECT count(*) FROM slot) = (SELECT count(*) FROM x WHERE day IS NOT NULL)
@@ -257,7 +259,7 @@ _RETRY_GUARD = """status = 'QUEUED' AND claim_token = {tok}
 RECORD_SENT: Final[str] = f"""
 WITH n AS (
   UPDATE notifications SET {_SENT_SET.format(final=":final", p=":p")}
-  WHERE id = :id AND {_SENT_GUARD.format(key=":key")}
+  WHERE id = :id AND created_at = CAST(:ca AS timestamptz) AND {_SENT_GUARD.format(key=":key")}
   RETURNING id, intent_id, created_at
 ), i AS (
   {_INTENT_SENT}
@@ -275,7 +277,7 @@ SELECT count(*) AS matched FROM n
 RECORD_RETRY: Final[str] = f"""
 WITH n AS (
   UPDATE notifications SET {_RETRY_SET.format(delay=":delay", err=":err")}
-  WHERE id = :id AND {_RETRY_GUARD.format(tok=":tok", delay=":delay")}
+  WHERE id = :id AND created_at = CAST(:ca AS timestamptz) AND {_RETRY_GUARD.format(tok=":tok", delay=":delay")}
   RETURNING id, next_attempt_at, created_at
 ), a AS (
   INSERT INTO {_ATTEMPT_COLUMNS}
@@ -295,11 +297,13 @@ RECORD_SENT_BATCH: Final[str] = f"""
 WITH v AS (
   SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:finals AS text[]), CAST(:ps AS text[]), CAST(:keys AS text[]),
                        CAST(:nos AS int[]), CAST(:starteds AS timestamptz[]), CAST(:outcomes AS text[]),
-                       CAST(:codes AS int[]), CAST(:latencies AS float8[]), CAST(:excerpts AS text[]))
-    AS v(vid, vfinal, vp, vkey, vno, vstarted, voutcome, vcode, vlatency, vexcerpt)
+                       CAST(:codes AS int[]), CAST(:latencies AS float8[]), CAST(:excerpts AS text[]),
+                       CAST(:cas AS timestamptz[]))
+    AS v(vid, vfinal, vp, vkey, vno, vstarted, voutcome, vcode, vlatency, vexcerpt, vca)
 ), n AS (
   UPDATE notifications SET {_SENT_SET.format(final="v.vfinal", p="v.vp")}
-  FROM v WHERE notifications.id = v.vid AND {_SENT_GUARD.format(key="v.vkey")}
+  FROM v WHERE notifications.id = v.vid AND notifications.created_at = v.vca
+    AND notifications.created_at = ANY(CAST(:cas AS timestamptz[])) AND {_SENT_GUARD.format(key="v.vkey")}
   RETURNING notifications.id, notifications.intent_id, notifications.created_at
 ), i AS (
   {_INTENT_SENT}
@@ -318,11 +322,14 @@ RECORD_RETRY_BATCH: Final[str] = f"""
 WITH v AS (
   SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:toks AS bigint[]), CAST(:delays AS float8[]),
                        CAST(:errs AS text[]), CAST(:nos AS int[]), CAST(:starteds AS timestamptz[]),
-                       CAST(:codes AS int[]), CAST(:latencies AS float8[]), CAST(:excerpts AS text[]))
-    AS v(vid, vtok, vdelay, verr, vno, vstarted, vcode, vlatency, vexcerpt)
+                       CAST(:codes AS int[]), CAST(:latencies AS float8[]), CAST(:excerpts AS text[]),
+                       CAST(:cas AS timestamptz[]))
+    AS v(vid, vtok, vdelay, verr, vno, vstarted, vcode, vlatency, vexcerpt, vca)
 ), n AS (
   UPDATE notifications SET {_RETRY_SET.format(delay="v.vdelay", err="v.verr")}
-  FROM v WHERE notifications.id = v.vid AND {_RETRY_GUARD.format(tok="v.vtok", delay="v.vdelay")}
+  FROM v WHERE notifications.id = v.vid AND notifications.created_at = v.vca
+    AND notifications.created_at = ANY(CAST(:cas AS timestamptz[]))
+    AND {_RETRY_GUARD.format(tok="v.vtok", delay="v.vdelay")}
   RETURNING notifications.id, notifications.next_attempt_at, notifications.created_at
 ), a AS (
   INSERT INTO {_ATTEMPT_COLUMNS}
@@ -349,7 +356,7 @@ INSERT INTO notification_attempts (notification_id, attempt_no, worker, started_
 SELECT n.id, CAST(:no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(), CAST(:outcome AS text),
        CAST(:code AS int), CAST(:err AS text), CAST(:latency AS float8), CAST(:excerpt AS text),
        CAST(:next AS timestamptz), n.created_at
-FROM notifications n WHERE n.id = :id
+FROM notifications n WHERE n.id = :id AND n.created_at = CAST(:ca AS timestamptz)
 ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
 """
 
@@ -407,13 +414,16 @@ CODE_OUTLIVED = sa.text(
     "AND oc.expires_at <= now() + make_interval(secs => :delay)")
 DEFER = sa.text(
     "UPDATE notifications SET attempts = attempts - 1, next_attempt_at = :u, leased_until = NULL, "
-    "reason_detail = :d WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok")
+    "reason_detail = :d WHERE id = :id AND created_at = CAST(:ca AS timestamptz) AND status = 'QUEUED' "
+    "AND claim_token = :tok")
 # A claim that must not run (its attempts were used up): its count given back before the row settles.
 GIVE_BACK_ATTEMPT = sa.text(
-    "UPDATE notifications SET attempts = attempts - 1 WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok")
+    "UPDATE notifications SET attempts = attempts - 1 WHERE id = :id AND created_at = CAST(:ca AS timestamptz) "
+    "AND status = 'QUEUED' AND claim_token = :tok")
 GIVE_BACK = sa.text(
     "UPDATE notifications SET attempts = attempts - 1, leased_until = NULL, next_attempt_at = now() "
-    "WHERE id = :id AND status = 'QUEUED' AND claim_token = :tok RETURNING id")
+    "WHERE id = :id AND created_at = CAST(:ca AS timestamptz) AND status = 'QUEUED' AND claim_token = :tok "
+    "RETURNING id")
 
 # ---- receipts (receipts.py) -------------------------------------------------------------------------------------
 _ROW = ("SELECT id, status, tenant_id, order_id, channel FROM notifications WHERE {where} AND channel = :p "

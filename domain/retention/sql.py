@@ -115,9 +115,10 @@ def lock_month(names: list[str]) -> sa.TextClause:
 
 def lock_ledger_month(name: str) -> sa.TextClause:
     """No change to the month's messages while they are read and dropped, by a lock on each of its rows, not on
-    the partition: the delivery path's UPDATEs name rows by id, never by month, so every one of them locks every
-    partition of the ledger (ROW EXCLUSIVE) — a SHARE lock on an old month's partition would hold back every claim
-    and record of every lane, one-time codes included, for as long as the export takes."""
+    the partition: many UPDATEs on the ledger name rows by id alone (the per-row claim, the long way's settles), and
+    even those that name the month lock every partition when their plan is a generic one (prepared: pruned only at
+    run time) — a SHARE lock on an old month's partition would hold back claims and records of every lane, one-time
+    codes included, for as long as the export takes."""
     return sa.text(f"SELECT count(*) FROM (SELECT 1 FROM {name} FOR SHARE) AS locked")
 
 

@@ -28,7 +28,7 @@ def bench(n: int = typer.Option(300, help="commands / deliveries per measurement
           recipients: int = typer.Option(40_000, help="campaign size for the lane-isolation measurement"),
           codes: int = typer.Option(30, help="one-time codes measured idle and with the campaign in flight"),
           only: str = typer.Option("", help="comma-separated steps to run (wake, commit, delivery, recovery, lanes, "
-                                            "fair, scan, push, relays); their figures replace the last run's in the "
+                                            "fair, scan, partitions, pgbouncer, push, relays); their figures replace the last run's in the "
                                             "evidence"),
           relay_outage: float = typer.Option(60.0, help="relays: seconds the CDC relay stays down under load"),
           relay_samples: int = typer.Option(100, help="relays: paced approvals per path for the latency")) -> None:

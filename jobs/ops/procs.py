@@ -283,13 +283,16 @@ def job_tries(redis: Redis, job_id: str) -> int:
 def batch_claim_ran(application_name: str) -> bool:
     """Whether a batched lane's drain loop has run its batch claim (CLAIM_BATCH) on a connection of pool
     `application_name` (`outbox-worker-<lane>`): a paused lane's loop claims and gets nothing, which only the
-    server's record of the pool's last statement shows (the per-row path's proof is `job_tries`)."""
+    server's record of the pool's last statement shows (the per-row path's proof is `job_tries`). The claim runs in
+    a pipelined transaction, so that record is its COMMIT once it has ended (the claim's own text only while it
+    runs): either proves it — nothing else the pool runs before a claim is a transaction (records follow claims;
+    the idle loop's next-due read is no transaction, and a new connection's record is empty)."""
     from domain.db import get_engine
 
     with get_engine().connect() as c:
         return bool(c.execute(sa.text(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = :a AND datname = current_database() "
-            "AND query LIKE '%picked AS MATERIALIZED%'"), {"a": application_name}).scalar())
+            "AND (query LIKE '%picked AS MATERIALIZED%' OR query = 'COMMIT')"), {"a": application_name}).scalar())
 
 
 def wait_http(url: str, timeout: float, proc: Proc | None = None) -> None:

@@ -385,4 +385,5 @@ def test_nudge_for_a_step_the_lead_has_passed_is_suppressed_at_send_time(sys_):
     sys_.start_worker("normal")
     done = wait_for(lambda: [n for n in rows("intent_id = :i", i=r.intent_id) if n.status != "QUEUED"] or None,
                     what="the stale nudge to settle")
-    assert all(n.status == "SUPPRESSED" and n.suppressed_reason == "superseded" for n in done)
+    assert all(n.status == "SUPPRESSED" and n.suppressed_reason == "superseded" for n in done), [
+        (n.id, n.channel, n.status, n.suppressed_reason, n.reason_detail) for n in done]

@@ -10,6 +10,8 @@ archived month's messages leave with their partition, their keys stay (never led
 
 from __future__ import annotations
 
+import re
+import uuid
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -202,8 +204,7 @@ def test_an_archive_in_progress_holds_back_no_write_to_this_months_messages(db: 
 
     old = old_message(MONTHS[1], "2026-07-held")
     ensure_partitions(ahead=1)
-    (name,) = [str(n) for n in get_engine().connect().execute(sa.text(
-        "SELECT tableoid::regclass::text FROM notifications WHERE id = :i"), {"i": old}).scalars()]
+    name = str(one("SELECT tableoid::regclass::text FROM notifications WHERE id = :i", i=old))
     assert name == "notifications_2026_07", name
     with UnitOfWork() as uow:
         fresh = ledger_message(uow, digest_message("held-back?")).notification_id
@@ -225,4 +226,74 @@ def test_an_archive_in_progress_holds_back_no_write_to_this_months_messages(db: 
                 touch_this_month()
     finally:
         archive.close()
+    assert_clean()
+
+
+def _owed_webhook(at: datetime) -> int:
+    """An owed webhook to the system's receiver (free, uncapped: nothing to take) ledgered in `at`'s month, due now."""
+    with get_engine().begin() as c:
+        return int(c.execute(sa.text(
+            "INSERT INTO notifications (tenant_id, recipient, channel, lane, template, payload, dedupe_key, status, "
+            "cost_cents, attempts, max_attempts, created_at, next_attempt_at) VALUES (42, 'receiver', 'webhook', "
+            "'high', 'order.approved', '{}', :k, 'QUEUED', 0, 0, 8, :at, now() - interval '1 second') RETURNING id"),
+            {"k": f"month-carry-{at:%Y-%m}-{uuid.uuid4().hex[:8]}", "at": at}).scalar_one())
+
+
+def _partitions_planned(statement: str, params: dict[str, Any]) -> set[str]:
+    """The ledger partitions the plan of `statement` names, planned with its values (as a statement PgBouncer's
+    unprepared pools send is: no generic plan), inside a transaction rolled back."""
+    with get_engine().connect() as c:
+        plan = "\n".join(r[0] for r in c.execute(sa.text(f"EXPLAIN {statement}"), params))
+        c.rollback()
+    return set(re.findall(r"\bnotifications_(?:\d{4}_\d{2}|default)\b", plan))
+
+
+async def test_the_hot_path_names_each_row_by_its_month(db: str) -> None:
+    """Invariant (issue 29, item 2): a batched claim reads each row's month (`created_at`, the partition key) and
+    every later statement on the row names it — its record is planned on that month's partition alone, where by id
+    alone it was planned on every partition (a custom plan, as through PgBouncer, plans each one it cannot prune:
+    2.5 ms against 0.36 ms at 48 months, evidence/bench.json `record_ms_partitions_*`). A row owed in an older
+    month (a replayed message) is claimed and recorded in its own partition like this month's."""
+    from domain.delivery import hot, sql
+    from domain.delivery.retry import Succeeded
+    from domain.settings import get_settings
+
+    for at in MONTHS:
+        old_message(at, f"carry-{at:%Y-%m}")
+    ensure_partitions(ahead=1)
+    july, now_ = MONTHS[1], datetime.now(UTC)
+    old, new = _owed_webhook(july), _owed_webhook(now_)
+    pool = await hot.open_pool(get_settings().database_url, "outbox-test-month-carry", max_size=1)
+    try:
+        batch = await hot.claim_batch(pool, "high", 10, 30.0, datetime.now(UTC))
+        by_id = {r.claim.id: r.claim for r in batch.ready}
+        assert set(by_id) == {old, new} and not batch.long_way, batch
+        assert by_id[old].created_at == july and month_of(by_id[new].created_at) == month_of(now_)
+        got = await hot.record_batch(pool, [hot.Attempted(c, Succeeded(False), datetime.now(UTC), 200, 1.0,
+                                                          f"ref-{c.id}") for c in by_id.values()], "month-carry")
+    finally:
+        await pool.close()
+    assert got == {old: "sent", new: "sent"}
+    with get_engine().connect() as c:
+        done = dict(c.execute(sa.text(
+            "SELECT n.id, n.status || ' ' || n.tableoid::regclass::text || ' ' || (a.notification_created_at = "
+            "n.created_at) FROM notifications n JOIN notification_attempts a ON a.notification_id = n.id "
+            "WHERE n.id = ANY(:i)"), {"i": [old, new]}).all())
+    assert done == {old: "DELIVERED notifications_2026_07 true",
+                    new: f"DELIVERED notifications_{now_:%Y_%m} true"}, done
+
+    c = by_id[old]
+    one_row = {"id": c.id, "ca": c.created_at, "final": "DELIVERED", "p": None, "key": c.dedupe_key, "no": 1,
+               "worker": "plan", "started": now_, "outcome": "sent", "code": 200, "latency": 1.0, "excerpt": None}
+    assert _partitions_planned(sql.RECORD_SENT, one_row) == {"notifications_2026_07"}
+    by_id_alone = sql.RECORD_SENT.replace(" AND created_at = CAST(:ca AS timestamptz)", "")
+    assert by_id_alone != sql.RECORD_SENT
+    assert len(_partitions_planned(by_id_alone, one_row)) >= len(MONTHS) + 2  # every month, ahead and DEFAULT
+    batch_row = {"worker": "plan", "ids": [c.id], "finals": ["DELIVERED"], "ps": [None], "keys": [c.dedupe_key],
+                 "nos": [1], "starteds": [now_], "outcomes": ["sent"], "codes": [200], "latencies": [1.0],
+                 "excerpts": [None], "cas": [c.created_at]}
+    assert _partitions_planned(sql.RECORD_SENT_BATCH, batch_row) == {"notifications_2026_07"}
+    take = {"t": 42, "r": "receiver", "day": None, "cap": 0, "c": 0, "n": c.id, "ca": c.created_at, "reason": "x",
+            "v": None}
+    assert _partitions_planned(sql.TAKE, take) == {"notifications_2026_07"}
     assert_clean()

@@ -38,12 +38,25 @@ from datetime import UTC, datetime
 
 import redis as redis_lib
 
-from jobs.drills.bench import bouncer, commit, delivery, fair, lanes, push, relays, report, scan, wake
+from jobs.drills.bench import (
+    bouncer,
+    commit,
+    delivery,
+    fair,
+    lanes,
+    partitions,
+    push,
+    relays,
+    report,
+    scan,
+    wake,
+)
 from jobs.drills.bench.common import API_PORT, BENCH_DB, BENCH_REDIS_DB, RECEIVER_PORT, RECEIVER_PROCS, say
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System
 
-STEPS = ("wake", "commit", "delivery", "pgbouncer", "recovery", "lanes", "fair", "scan", "push", "relays")
+STEPS = ("wake", "commit", "delivery", "pgbouncer", "recovery", "lanes", "fair", "scan", "partitions", "push",
+         "relays")
 
 
 def _uptime() -> str:
@@ -81,6 +94,7 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
             "lanes": f"lanes: {codes} one-time codes idle, then with a {recipients}-recipient campaign in flight",
             "fair": f"fair bulk lane: tenant 7's 50-message campaign alone, then beside tenant 42's {recipients}",
             "scan": f"relay claim draining {scan_owed} owed among {scan_done} settled rows, then among 1,000,000",
+            "partitions": "a batched claim and record of one row with the ledger's messages in 1, 16 and 48 months",
             "push": "pushes: A's click to B's render over 50 runs in one Chromium, then 50 tabs open",
             "relays": f"relays compared: {relay_samples} paced approvals and a burst of {n} through each of four "
                       f"paths, then the CDC relay down {relay_outage:g}s"}
@@ -119,6 +133,9 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
                 started = {"fair_measured_at": datetime.now(UTC).isoformat(), "fair_uptime_start": _uptime()}
                 results.update({**started, **fair.bench_fair(system, r, recipients), "fair_uptime_end": _uptime()})
                 system.stop_all()
+            elif step == "partitions":
+                system.stop_all()
+                results.update(partitions.bench_partitions(os.environ["OUTBOX_DATABASE_URL"]))
             elif step == "scan":
                 system.stop_all()
                 results["scan"] = scan.bench_scan(scan_owed, scan_done)

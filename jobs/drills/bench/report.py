@@ -53,7 +53,13 @@ _KEYS = (
     "`commit_ratio_4_clients_pgbouncer` / `e2e_events_per_s_pgbouncer`: the same two figures with every pool "
     "through PgBouncer in transaction mode (unprepared statements), beside `pgbouncer_direct_*` measured direct in "
     "the same step just before; `pgbouncer_{server,client}_connections_max`: what PgBouncer held for the bench "
-    "database during that drain (its pool size `pgbouncer_pool_size`).")
+    "database during that drain (its pool size `pgbouncer_pool_size`). "
+    "`claim_ms_partitions_K` / `record_ms_partitions_K`: a batched lane's claim (CLAIM_BATCH, one due webhook) and "
+    "record (RECORD_SENT_BATCH) through the workers' store, p50, with the ledger's messages in K months (its "
+    "partitions: `ledger_partitions_K`, the months kept ahead and DEFAULT included), beside `…_id_only` (the same "
+    "statements naming the row by id alone, as before they carried its month) and `…_unprepared` (a pool that "
+    "prepares nothing, as through PgBouncer: every statement planned afresh); `…_ratio_partitions_48_to_1`: flat "
+    "is 1.")
 
 _SECTIONS = (
     ("commit", "Commit: outbox command vs bare UPDATE"),
