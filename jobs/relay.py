@@ -46,13 +46,15 @@ def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0,
         else:
             rows = uow.execute(wakeups.SCAN_OWED_LANE, {**params, "lane": lane}).all()
         uow.commit()  # the SKIP LOCKED claim only needs to last while we read; enqueue is idempotent
-    return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id)), r.lease_expired, r.overdue, r.tenant_id,
+    return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id), created_at=r.created_at), r.lease_expired, r.overdue,
+                       r.tenant_id,
                        str(r.event_id) if r.event_id else None) for r in rows]
 
 
 def claim_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500) -> list[ScannedRow]:
     """The bulk lane's window, shared between tenants and their campaigns (domain/delivery/fair.py)."""
-    return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id), f"{r.tenant_id}:{r.campaign_id or 0}", gap),
+    return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id), f"{r.tenant_id}:{r.campaign_id or 0}", gap,
+                               created_at=r.created_at),
                        r.lease_expired, r.overdue, r.tenant_id)
             for r, gap in fair.scan_bulk_window(window, horizon_seconds, limit)]
 

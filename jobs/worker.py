@@ -225,7 +225,9 @@ async def armed_from_ops(ctx: dict[str, Any], point: str) -> None:
 log = logs.get_logger("outbox.worker")
 
 
-async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
+async def deliver(ctx: dict[str, Any], notification_id: int, created_at: datetime | None = None) -> str:
+    """One owed row by its id (and its month, `created_at`, when the wake-up carries it: the claim then reads that
+    partition of the ledger alone; a job enqueued without it claims by id)."""
     s = get_settings()
     lane: str = ctx["lane"]
     logs.bind_here(notification_id=notification_id, lane=lane)  # this job's task only
@@ -236,7 +238,7 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
         if before is not None:
             before.enter()
         try:
-            route = await hot.channel_of(ctx["db"], notification_id)
+            route = await hot.channel_of(ctx["db"], notification_id, created_at)
             if route is None:
                 return "not_owed"
             if before is not None:
@@ -254,7 +256,7 @@ async def deliver(ctx: dict[str, Any], notification_id: int) -> str:
                 before.leave()
     now = datetime.now(UTC)
     claim_started = time.monotonic()
-    claimed = await hot.claim(ctx["db"], notification_id, s.lease_seconds, now, ctx["worker_name"])
+    claimed = await hot.claim(ctx["db"], notification_id, s.lease_seconds, now, ctx["worker_name"], created_at)
     if claimed is None:
         paused, claimable = await hot.unclaimed(ctx["db"], notification_id, lane)
         if paused:

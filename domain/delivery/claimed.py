@@ -124,10 +124,12 @@ class SendContext:
         return int((self.taken_by_day or {}).get(day.isoformat(), 0))
 
 
-def claim_params(notification_id: int, lease_seconds: float, now: datetime) -> dict[str, Any]:
-    """`sql.CLAIM`'s parameters: the cap counts of the UTC days around `now` hold every local day there is."""
+def claim_params(notification_id: int, lease_seconds: float, now: datetime,
+                 created_at: datetime | None = None) -> dict[str, Any]:
+    """`sql.CLAIM`'s parameters (`sql.CLAIM_IN_MONTH`'s with the row's `created_at`): the cap counts of the UTC days
+    around `now` hold every local day there is."""
     utc_day = now.astimezone(ZoneInfo("UTC")).date()
-    return {"id": notification_id, "lease": lease_seconds, "otp_template": otp.TEMPLATE,
+    return {"id": notification_id, "ca": created_at, "lease": lease_seconds, "otp_template": otp.TEMPLATE,
             "day_from": utc_day - timedelta(days=1), "day_to": utc_day + timedelta(days=1)}
 
 

@@ -76,18 +76,22 @@ class BulkRoute:
         return cls(str(m["channel"]), int(m["tenant_id"]), None if rate is None else float(rate))
 
 
-def channel_of(notification_id: int, engine: Engine | None = None) -> BulkRoute | None:
+def channel_of(notification_id: int, engine: Engine | None = None,
+               created_at: datetime | None = None) -> BulkRoute | None:
     """The route of a row still owed (the bulk lane takes its tenant's and channel's tokens before claiming)."""
+    stmt = sql.CHANNEL_OF_STMT if created_at is None else sql.CHANNEL_OF_IN_MONTH_STMT
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sql.CHANNEL_OF_STMT, {"id": notification_id}).first()
+        row = uow.execute(stmt, {"id": notification_id, "ca": created_at}).first()
         return None if row is None else BulkRoute.from_mapping(dict(row._mapping))
 
 
 def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str = "worker",
-          engine: Engine | None = None) -> ClaimResult | None:
-    """None: not owed now (done, leased by another worker, paused or not yet due)."""
+          engine: Engine | None = None, created_at: datetime | None = None) -> ClaimResult | None:
+    """None: not owed now (done, leased by another worker, paused or not yet due). `created_at`: the row's month,
+    when its wake-up carries it (the claim then reads that partition alone)."""
+    stmt = CLAIM_NOTIFICATION if created_at is None else sql.CLAIM_NOTIFICATION_IN_MONTH
     with UnitOfWork(engine) as uow:
-        row = uow.execute(CLAIM_NOTIFICATION, claim_params(notification_id, lease_seconds, now)).first()
+        row = uow.execute(stmt, claim_params(notification_id, lease_seconds, now, created_at)).first()
         if row is None:
             return None
         m = dict(row._mapping)

@@ -39,12 +39,14 @@ from domain.delivery.retry import Retry, RetryDecision, Succeeded
 log = logging.getLogger("outbox.delivery")
 
 _CLAIM = sql.for_psycopg(sql.CLAIM)
+_CLAIM_IN_MONTH = sql.for_psycopg(sql.CLAIM_IN_MONTH)
 _TAKE = sql.for_psycopg(sql.TAKE)
 _TAKE_OR_ABORT = sql.for_psycopg(sql.TAKE_OR_ABORT)
 _RECORD_SENT = sql.for_psycopg(sql.RECORD_SENT)
 _RECORD_RETRY = sql.for_psycopg(sql.RECORD_RETRY)
 _PENDING = sql.for_psycopg(sql.PENDING_RECEIPTS)
 _CHANNEL_OF = sql.for_psycopg(sql.CHANNEL_OF)
+_CHANNEL_OF_IN_MONTH = sql.for_psycopg(sql.CHANNEL_OF_IN_MONTH)
 _UNCLAIMED = sql.for_psycopg(sql.UNCLAIMED)
 _NEXT_DUE_IN_LANE = sql.for_psycopg(sql.NEXT_DUE_IN_LANE)
 _CLAIM_BATCH = sql.for_psycopg(sql.CLAIM_BATCH)
@@ -83,22 +85,27 @@ async def open_pool(database_url: str, name: str, max_size: int = 10, niceness: 
     return pool
 
 
-async def channel_of(pool: Pool, notification_id: int) -> claims.BulkRoute | None:
+async def channel_of(pool: Pool, notification_id: int,
+                     created_at: datetime | None = None) -> claims.BulkRoute | None:
+    stmt = _CHANNEL_OF if created_at is None else _CHANNEL_OF_IN_MONTH
     try:
         async with pool.connection() as conn:
-            row = await (await conn.execute(_CHANNEL_OF, {"id": notification_id})).fetchone()
+            row = await (await conn.execute(stmt, {"id": notification_id, "ca": created_at})).fetchone()
             return None if row is None else claims.BulkRoute.from_mapping(row)
     except psycopg.OperationalError as exc:
         log.warning("fast channel_of failed (%s); the long way", type(exc).__name__)
-        return await asyncio.to_thread(claims.channel_of, notification_id)
+        return await asyncio.to_thread(claims.channel_of, notification_id, None, created_at)
 
 
 async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: datetime,
-                worker: str) -> ClaimResult | None:
-    """claims.claim, the common case in two round trips and a commit; None: not owed now."""
+                worker: str, created_at: datetime | None = None) -> ClaimResult | None:
+    """claims.claim, the common case in two round trips and a commit; None: not owed now. `created_at`: the row's
+    month, when its wake-up carries it (`sql.CLAIM_IN_MONTH`: that partition alone)."""
+    stmt = _CLAIM if created_at is None else _CLAIM_IN_MONTH
     try:
         async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-            row = await (await conn.execute(_CLAIM, claim_params(notification_id, lease_seconds, now))).fetchone()
+            row = await (await conn.execute(stmt, claim_params(notification_id, lease_seconds, now,
+                                                               created_at))).fetchone()
             if row is None:
                 return None
             c = Claim.from_mapping(row)
@@ -122,7 +129,7 @@ async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: dat
             raise
     except psycopg.OperationalError as exc:  # a dropped connection: nothing of ours committed, or it did
         log.warning("fast claim failed (%s); the long way", type(exc).__name__)
-    return await asyncio.to_thread(claims.claim, notification_id, lease_seconds, now, worker)
+    return await asyncio.to_thread(claims.claim, notification_id, lease_seconds, now, worker, None, created_at)
 
 
 async def unclaimed(pool: Pool, notification_id: int, lane: str) -> tuple[bool, bool]:

@@ -88,6 +88,16 @@ WITH c AS (
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}"""
 
+# `CLAIM` of a row whose month its wake-up carries (the relay's scan read the row's `created_at`, the ledger's
+# partition key, and the per-row job holds it): planned on that month's partition alone.
+CLAIM_IN_MONTH: Final[str] = f"""
+WITH c AS (
+  {_CLAIM_SET}
+  WHERE id = :id AND created_at = CAST(:ca AS timestamptz)
+    AND {_CLAIMABLE.format(due="next_attempt_at <= now() + interval '1 second'")}
+  {_CLAIM_RETURNING}
+){_CLAIM_JOINED}"""
+
 # `CLAIM` for up to :n due rows of one lane at once (a batched lane's drain loop, jobs/worker.py): the oldest due
 # first, each its own lease and next fence token; a row another claim (or the relay's scan) holds is skipped, not
 # waited on (SKIP LOCKED), so two loops or two workers never claim one row. The pick is a MATERIALIZED CTE: it is
@@ -385,6 +395,11 @@ SELECT extract(epoch FROM min(next_attempt_at) - now()) AS due_in_s FROM (
 CHANNEL_OF: Final[str] = (
     "SELECT n.channel, n.tenant_id, t.bulk_rate_per_second AS tenant_rate FROM notifications n "
     "LEFT JOIN tenants t ON t.id = n.tenant_id WHERE n.id = :id AND n.status = 'QUEUED'")
+# ... of a row whose month its wake-up carries (as `CLAIM_IN_MONTH`).
+CHANNEL_OF_IN_MONTH: Final[str] = (
+    "SELECT n.channel, n.tenant_id, t.bulk_rate_per_second AS tenant_rate FROM notifications n "
+    "LEFT JOIN tenants t ON t.id = n.tenant_id "
+    "WHERE n.id = :id AND n.created_at = CAST(:ca AS timestamptz) AND n.status = 'QUEUED'")
 
 _PARAM = re.compile(r"(?<![:\w]):([a-z_]+)\b")
 
@@ -397,10 +412,12 @@ def for_psycopg(sql: str) -> str:
 
 # ---- the long way of the claim (claims.py) --------------------------------------------------------------------
 CLAIM_NOTIFICATION = sa.text(CLAIM)
+CLAIM_NOTIFICATION_IN_MONTH = sa.text(CLAIM_IN_MONTH)
 TAKE_STMT = sa.text(TAKE)
 RECORD_SENT_STMT = sa.text(RECORD_SENT)
 RECORD_RETRY_STMT = sa.text(RECORD_RETRY)
 CHANNEL_OF_STMT = sa.text(CHANNEL_OF)
+CHANNEL_OF_IN_MONTH_STMT = sa.text(CHANNEL_OF_IN_MONTH)
 ATTEMPT_LINE_STMT = sa.text(ATTEMPT_LINE)
 CAP_TAKEN = sa.text("SELECT taken FROM recipient_daily_counts WHERE tenant_id = :t AND recipient = :r AND day = :d")
 OPT_OUT_CHANGE = sa.text(
@@ -545,7 +562,7 @@ OWED_STATES = sa.text(
 
 # ---- relay / recovery scan: only owed rows, through the partial index notifications_owed ------------------------
 _SCAN_OWED = (
-    "SELECT n.id, n.lane, n.tenant_id, n.campaign_id, n.event_id, n.next_attempt_at, "
+    "SELECT n.id, n.lane, n.tenant_id, n.campaign_id, n.event_id, n.next_attempt_at, n.created_at, "
     "n.leased_until IS NOT NULL AS lease_expired, "
     "(n.leased_until IS NULL AND n.next_attempt_at < now() - make_interval(secs => :lease)) AS overdue "
     "FROM notifications n "

@@ -153,7 +153,8 @@ async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
     for row in rows:
         if row.lane == "bulk" and row.flow:
             continue
-        job = await redis.enqueue_job(DELIVER_TASK, row.notification_id, _job_id=job_id(row.notification_id),
+        job = await redis.enqueue_job(DELIVER_TASK, row.notification_id, row.created_at,
+                                      _job_id=job_id(row.notification_id),
                                       _queue_name=queue_name(row.lane))
         if job is not None:
             log.debug("wake-up enqueued", extra={"notification_id": row.notification_id, "lane": row.lane})

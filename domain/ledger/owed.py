@@ -1,10 +1,11 @@
-"""What a ledger write owes: the row's id, lane and job id, and nothing else. It crosses process boundaries (the
+"""What a ledger write owes: the row's id, lane, job id and month, and nothing else. It crosses process boundaries (the
 after-commit wake-up, the relay's scan, the API's enqueue), so it carries ids only, never payloads or contact points.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 
 @dataclass(frozen=True)
@@ -18,3 +19,6 @@ class OwedRow:
     # one job of it costs. Empty: enqueued at once, in arrival order.
     flow: str = ""
     gap_ms: int = 1
+    # The row's `created_at` (the ledger's partition key), when the one handing it over read it: the per-row job
+    # carries it, and the worker's claim then reads that month's partition alone (None: the claim by id alone).
+    created_at: datetime | None = None

@@ -52,9 +52,9 @@ INSERT_MESSAGES = sa.text(
              coalesce((SELECT price_cents FROM channel_prices cp WHERE cp.tenant_id = k.t AND cp.channel = k.c), 0),
              coalesce(k.at, now()), k.e, k.o, k.i, 0, :max, 0, k.ep, now()
       FROM keyed k JOIN kept ON kept.notification_id = k.nid ORDER BY k.n
-      RETURNING id, lane, status, job_id, dedupe_key
+      RETURNING id, lane, status, job_id, dedupe_key, created_at
     )
-    SELECT i.id, i.lane, i.status, i.job_id, i.dedupe_key,
+    SELECT i.id, i.lane, i.status, i.job_id, i.dedupe_key, i.created_at,
            (SELECT count(pg_notify('{NOTIFY_CHANNEL}', x.lane)) FROM (SELECT DISTINCT lane FROM ins) x) AS notified
     FROM ins i
     """
@@ -64,7 +64,7 @@ INSERT_MESSAGES = sa.text(
 # never ledgered again.
 EXISTING = sa.text(
     "SELECT k.notification_id AS id, coalesce(n.lane, '') AS lane, coalesce(n.status, 'ARCHIVED') AS status, "
-    "coalesce(n.job_id, '') AS job_id, k.dedupe_key FROM ledger_keys k "
+    "coalesce(n.job_id, '') AS job_id, k.dedupe_key, k.created_at FROM ledger_keys k "
     "LEFT JOIN notifications n ON n.id = k.notification_id AND n.created_at = k.created_at "
     "WHERE k.dedupe_key = ANY(CAST(:k AS text[]))")
 

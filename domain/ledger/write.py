@@ -71,12 +71,13 @@ class Ledgered:
     status: str
     created: bool  # False: the key existed, nothing new is owed
     tenant_id: int = 0
+    created_at: datetime | None = None  # its month (the ledger's partition key), which its wake-up carries
 
     def owed(self) -> OwedRow:
         """What this row owes the runtime after commit: its ids, never its payload (a bulk message one by one is
         its tenant's flow 0 on the fair bulk lane)."""
         flow = f"{self.tenant_id}:0" if self.lane == "bulk" and self.tenant_id else ""
-        return OwedRow(self.notification_id, self.lane, self.job_id, flow)
+        return OwedRow(self.notification_id, self.lane, self.job_id, flow, created_at=self.created_at)
 
 
 def ledger_message(uow: UnitOfWork, m: NewMessage) -> Ledgered:
@@ -101,11 +102,13 @@ def ledger_messages(uow: UnitOfWork, ms: Sequence[NewMessage]) -> list[Ledgered]
     for m in ms:
         row = made.pop(m.dedupe_key, None)
         if row is not None:
-            out.append(Ledgered(row.id, row.lane, row.job_id, row.status, created=True, tenant_id=m.tenant_id))
+            out.append(Ledgered(row.id, row.lane, row.job_id, row.status, created=True, tenant_id=m.tenant_id,
+                                created_at=row.created_at))
             prior[m.dedupe_key] = row  # the same key again in this batch: the row just written, a skip
             continue
         p = prior[m.dedupe_key]
-        out.append(Ledgered(p.id, p.lane, p.job_id, p.status, created=False, tenant_id=m.tenant_id))
+        out.append(Ledgered(p.id, p.lane, p.job_id, p.status, created=False, tenant_id=m.tenant_id,
+                            created_at=p.created_at))
     return out
 
 

@@ -232,7 +232,8 @@ def run_async(coro):  # type: ignore[no-untyped-def]
 
 
 def test_no_contact_point_or_secret_reaches_job_args_payloads_or_logs(sys_, redis_db):
-    """Redaction: job arguments carry only the notification id; payloads carry identity and state; logs of every
+    """Redaction: job arguments carry only the notification id and its month (the row's `created_at`, the ledger's
+    partition key: the worker's claim reads that partition alone); payloads carry identity and state; logs of every
     process carry no address and no secret."""
     from arq.constants import job_key_prefix
     from arq.jobs import deserialize_job
@@ -242,9 +243,10 @@ def test_no_contact_point_or_secret_reaches_job_args_payloads_or_logs(sys_, redi
     ids = [x.notification_id for x in r.owed if not batched(x.lane)]
     keys = [f"{job_key_prefix}n-{i}".encode() for i in ids]
     wait_for(lambda: all(redis_db.exists(k) for k in keys), 10, "the relay to enqueue wake-ups")
+    months = {r.id: r.created_at for r in rows("id = ANY(:i)", i=ids)}
     for i, k in zip(ids, keys, strict=True):
         job = deserialize_job(redis_db.get(k))
-        assert job.function == "deliver" and job.args == (i,) and not job.kwargs
+        assert job.function == "deliver" and job.args == (i, months[i]) and not job.kwargs, job
     sys_.start_worker("normal")
     sys_.start_worker("high")
     wait_for(lambda: not rows("event_id = :e AND status = 'QUEUED'", e=r.event_id))

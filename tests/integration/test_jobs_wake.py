@@ -37,7 +37,7 @@ async def idle_worker(redis_db, monkeypatch, per_row_lanes):  # type: ignore[no-
     monkeypatch.setattr(wake, "IDLE_WAIT", 4.0)
     started: dict[int, float] = {}
 
-    async def mark(ctx: dict[str, Any], notification_id: int) -> None:
+    async def mark(ctx: dict[str, Any], notification_id: int, created_at: Any = None) -> None:  # deliver's args
         started[notification_id] = time.monotonic()
 
     settings = wakeups.redis_settings(TEST_REDIS_URL)

@@ -297,3 +297,41 @@ async def test_the_hot_path_names_each_row_by_its_month(db: str) -> None:
             "v": None}
     assert _partitions_planned(sql.TAKE, take) == {"notifications_2026_07"}
     assert_clean()
+
+
+async def test_a_per_row_wake_up_carries_its_month_to_the_claim(db: str) -> None:
+    """Invariant (issue 29, item 2, the per-row path): the relay's scan and the ledger's way in hand each row over
+    with its month (`OwedRow.created_at`), the per-row job carries it, and the claim by id and month is planned on
+    that month's partition alone; a wake-up naming another month claims nothing (the row stays owed, untouched)."""
+    from domain.delivery import claims, hot, sql
+    from domain.delivery.claimed import claim_params
+    from domain.settings import get_settings
+    from jobs.relay import claim_owed
+
+    for at in MONTHS:
+        old_message(at, f"per-row-{at:%Y-%m}")
+    ensure_partitions(ahead=1)
+    july = MONTHS[1]
+    old = _owed_webhook(july)
+    with UnitOfWork() as uow:
+        fresh = ledger_message(uow, digest_message("per-row-fresh"))
+        uow.commit()
+    assert fresh.created and fresh.owed().created_at is not None
+    assert fresh.owed().created_at == one("SELECT created_at FROM notifications WHERE id = :i",
+                                          i=fresh.notification_id)
+    (scanned,) = [s.row for s in claim_owed(0, 10, 1.0, "high")]
+    assert (scanned.notification_id, scanned.created_at) == (old, july)
+
+    params = claim_params(old, 30.0, datetime.now(UTC), july)
+    assert _partitions_planned(sql.CLAIM_IN_MONTH, params) == {"notifications_2026_07"}
+    pool = await hot.open_pool(get_settings().database_url, "outbox-test-per-row-month", max_size=1)
+    try:
+        assert await hot.claim(pool, old, 30.0, datetime.now(UTC), "test", MONTHS[2]) is None  # August: not it
+        assert one("SELECT claim_token FROM notifications WHERE id = :i", i=old) == 0
+        got = await hot.claim(pool, old, 30.0, datetime.now(UTC), "test", july)
+    finally:
+        await pool.close()
+    assert got is not None and got.claim.id == old and got.claim.created_at == july
+    claims.give_back(got.claim)
+    assert one("SELECT status FROM notifications WHERE id = :i", i=old) == "QUEUED"
+    assert_clean()

@@ -22,7 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from domain.delivery import hot, sql
+from domain.delivery import hot
 from domain.delivery.retry import Succeeded
 from domain.retention.partitions import ensure_partitions
 from domain.settings import reload_settings
@@ -35,10 +35,10 @@ ROWS_PER_MONTH = 2_000
 RUNS = 200
 
 # The statements as they were before they named the row's month: the same text with the month's condition taken out.
-_CLAIM_BY_ID = sql.for_psycopg(sql.CLAIM_BATCH.replace(
-    "WHERE (id, created_at) IN (SELECT id, created_at FROM picked)", "WHERE id IN (SELECT id FROM picked)"))
-_RECORD_BY_ID = sql.for_psycopg(sql.RECORD_SENT_BATCH.replace(
-    " AND notifications.created_at = v.vca\n    AND notifications.created_at = ANY(CAST(:cas AS timestamptz[]))", ""))
+_CLAIM_BY_ID = hot._CLAIM_BATCH.replace(
+    "WHERE (id, created_at) IN (SELECT id, created_at FROM picked)", "WHERE id IN (SELECT id FROM picked)")
+_RECORD_BY_ID = hot._RECORD_SENT_BATCH.replace(
+    " AND notifications.created_at = v.vca\n    AND notifications.created_at = ANY(CAST(%(cas)s AS timestamptz[]))", "")
 assert _CLAIM_BY_ID != hot._CLAIM_BATCH and _RECORD_BY_ID != hot._RECORD_SENT_BATCH
 
 
