@@ -1,7 +1,8 @@
 """Lane workers: `outbox worker --lane X` runs one arq worker for one lane's queue.
 
 The task is thin: claim (a lease in PostgreSQL), floor rules, send, classify (pure), record — each a domain call.
-Redis only carries the wake-up `deliver(notification_id)`; the row is the record of what is owed.
+Redis only carries the wake-up `deliver(notification_id, created_at)` (the row's month: its claim reads that
+partition alone); the row is the record of what is owed.
 """
 
 from __future__ import annotations

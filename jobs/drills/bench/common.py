@@ -90,7 +90,6 @@ def codes(n: int, recipient_id: int, committed: dict[int, float] | None = None) 
     gets each code's commit time (this process's wall clock, right after the ledger commit returned)."""
     from domain.delivery.wakeups import arq_pool, enqueue_after_commit
     from domain.ledger import otp
-    from domain.ledger.owed import OwedRow
 
     async def run() -> list[int]:
         pool = await arq_pool()
@@ -101,7 +100,7 @@ def codes(n: int, recipient_id: int, committed: dict[int, float] | None = None) 
                 assert row is not None
                 if committed is not None:
                     committed[row.notification_id] = time.time()
-                await enqueue_after_commit(pool, [OwedRow(row.notification_id, row.lane, row.job_id)])
+                await enqueue_after_commit(pool, [row.owed()])
                 await asyncio.to_thread(wait_until, lambda nid=row.notification_id: sent(nid), 30, "a code")
                 ids.append(row.notification_id)
         finally:
