@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,22 @@ from domain import invariants
 from domain.db import UnitOfWork, get_engine
 from domain.ledger.write import NewMessage, dedupe_key, ledger_message
 from domain.retention.archive import archive_before
-from domain.retention.months import add_months, month_of
+from domain.retention.months import PARTITIONED, add_months, month_of, partition_name
 from domain.retention.partitions import ensure_partitions
 
 MONTHS = [datetime(2026, m, 10, 12, 0, tzinfo=UTC) for m in (6, 7, 8, 9)]
+
+
+@pytest.fixture(autouse=True)
+def _old_months_dropped_after() -> Iterator[None]:
+    """Partitions outlive the per-test reset: the months these tests make (June–September 2026, of every
+    partitioned table) are dropped after each, so a later test of this worker — an archive that expects one month
+    before its cutoff, or none — does not find them (an archive before 2026-09 once exported June and July too)."""
+    yield
+    with get_engine().begin() as c:
+        for parent in PARTITIONED:
+            for at in MONTHS:
+                c.execute(sa.text(f"DROP TABLE IF EXISTS {partition_name(parent, month_of(at))}"))
 
 
 def one(sql: str, **params: Any) -> Any:
