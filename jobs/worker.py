@@ -544,6 +544,7 @@ async def drain(ctx: dict[str, Any], index: int) -> None:
     stop: asyncio.Event = ctx["batch_stop"]
     poll = s.batch_idle_poll if index == 0 and s.batch_idle_poll > 0 else None
     failures = 0
+    worked = False  # the last turns claimed something: a retry this loop recorded may come due before any ring
     while not stop.is_set():
         wake.clear()
         try:
@@ -557,25 +558,33 @@ async def drain(ctx: dict[str, Any], index: int) -> None:
             await asyncio.sleep(min(1.0, 0.05 * 2 ** min(failures, 5)))
             continue
         if got:
+            worked = True
             if got >= size:
                 wake.set()
             continue
+        timeout, worked = await _idle_wait(ctx, poll, worked), False
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(await _idle_wait(ctx, poll)):
+            async with asyncio.timeout(timeout):
                 await wake.wait()
 
 
-async def _idle_wait(ctx: dict[str, Any], poll: float | None) -> float | None:
+async def _idle_wait(ctx: dict[str, Any], poll: float | None, after_work: bool = False) -> float | None:
     """How long an idle drain loop waits for a wake-up: loop 0 (the one with a poll) until the lane's next row
-    comes due — a retry after its backoff, a lease that ran out — or its poll, whichever is first; the others
-    until woken. Nothing is published when a retry comes due, so without this it waited out a whole poll."""
-    if poll is None:
+    comes due — a retry after its backoff, a lease that ran out — or its poll, whichever is first; another loop
+    until woken, except just after it worked (`after_work`): then until the next row comes due too, once. Nothing
+    is published when a retry comes due: a retry recorded by another loop than loop 0, while loop 0 slept on a
+    wait it had computed before the retry existed, waited out loop 0's whole poll (a 30 s poll failed
+    `test_a_retry_is_claimed_when_its_backoff_ends_not_at_the_next_idle_poll`)."""
+    if poll is None and not after_work:
         return None
     try:
         due_in = await hot.next_due_in(ctx["db"], ctx["lane"])
     except psycopg.Error:
         return poll
-    return poll if due_in is None else min(poll, max(NEXT_DUE_FLOOR_S, due_in))
+    if due_in is None:
+        return poll
+    due = max(NEXT_DUE_FLOOR_S, due_in)
+    return due if poll is None else min(poll, due)
 
 
 async def _start_drains(ctx: dict[str, Any]) -> None:
