@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any, Final
 
 import psycopg
@@ -32,7 +33,7 @@ from arq.worker import Worker
 
 from domain.db import libpq_url
 from domain.delivery.queue import LANES, NOTIFY_CHANNEL, wake_channel
-from domain.delivery.wakeups import redis_db
+from domain.delivery.wakeups import named_rows, redis_db
 from domain.settings import get_settings
 
 # Bulk jobs started from one read of the queue at most (then it is read again: a fairer-scored job enqueued
@@ -46,6 +47,15 @@ IDLE_WAIT = 1.0  # seconds between polls of an idle lane whose wake-ups all got 
 # a few microseconds each, worth it where a code waits on it, not on the high and normal lanes (Redis wakes them).
 LISTEN_LANES: Final[frozenset[str]] = frozenset({"critical"})
 LISTEN_BACKOFF_CAP = 2.0  # seconds between tries to LISTEN again while PostgreSQL is away, at most
+# A Redis ring on a lane that LISTENs on PostgreSQL waits this long, then rings only if no drain loop began a claim
+# since it arrived (`Doorbell.ring_unless_claimed_since`). The commit it is about rang the lane through its NOTIFY
+# already (one hop, first), so on the common path it is the second ring of one commit: rung at once, it started a
+# second claim beside the first, an empty statement competing for the two cores with the code's own take, commit
+# and send (the wake bench: 6.7 ms commit → attempt with it, 4.0 without). The after-commit wake-up names its rows
+# (domain/delivery/wakeups.py `wake_payload`): one whose rows were all claimed here meanwhile rings nothing either.
+# A ring no NOTIFY came before (the relay's scan, a lost NOTIFY) still rings, this much later.
+SECOND_RING_DELAY_S: Final = 0.02
+CLAIMED_KEPT: Final = 4096  # ids of rows claimed lately a doorbell remembers (a few seconds of a busy critical lane)
 log = logging.getLogger("outbox.wake")
 
 
@@ -77,6 +87,8 @@ class Doorbell:
     def __init__(self) -> None:
         self._rung = False
         self._waiters: list[asyncio.Future[None]] = []
+        self.cleared_at = 0.0  # monotonic time of the last `clear`: a drain loop began a claim then
+        self._claimed: dict[int, None] = {}  # the ids this lane's loops claimed lately, oldest first
 
     def is_set(self) -> bool:
         return self._rung
@@ -98,6 +110,23 @@ class Doorbell:
 
     def clear(self) -> None:
         self._rung = False
+        self.cleared_at = time.monotonic()
+
+    def note_claimed(self, ids: Iterable[int]) -> None:
+        """Rows a loop just claimed (`ring_unless_claimed_since` drops a wake-up naming only these)."""
+        for i in ids:
+            self._claimed[i] = None
+        while len(self._claimed) > CLAIMED_KEPT:
+            del self._claimed[next(iter(self._claimed))]
+
+    def ring_unless_claimed_since(self, arrived: float, rows: frozenset[int] = frozenset()) -> bool:
+        """Ring, unless a loop cleared (began a claim) after `arrived` — a claim whose statement started after a
+        wake-up arrived sees the commit it was about, which committed before it was published — or the wake-up
+        names its rows and every one was claimed here already. False: not rung."""
+        if self.cleared_at > arrived or (rows and all(i in self._claimed for i in rows)):
+            return False
+        self.set()
+        return True
 
     async def wait(self) -> None:
         if self._rung:
@@ -128,10 +157,12 @@ class LaneWorker(Worker):
         self.ctx["before_the_bucket"] = self.before_the_bucket
         self._listener: asyncio.Task[None] | None = None
         self._pg_listener: asyncio.Task[None] | None = None
+        self._second_rings: set[asyncio.Task[None]] = set()
         self.waiting = False  # between polls, asleep until woken (what the tests and a debugger look at)
         # The drain loops' rings, by where they came from ("redis": a PUBLISH on the lane's wake channel,
-        # "postgres": a commit's NOTIFY): what the tests and a debugger look at.
-        self.rung_by = {"redis": 0, "postgres": 0}
+        # "postgres": a commit's NOTIFY; "redis_after_a_claim": of the Redis rings, those a claim begun after them
+        # made needless, `SECOND_RING_DELAY_S`): what the tests and a debugger look at.
+        self.rung_by = {"redis": 0, "postgres": 0, "redis_after_a_claim": 0}
         self.listening_pg = False  # LISTENing on PostgreSQL now (a lane of `LISTEN_LANES`, batched)
         self.pg_listens = 0  # connections it has LISTENed on so far (1 + its reconnects)
 
@@ -221,8 +252,14 @@ class LaneWorker(Worker):
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
                         self._wake.set()
-                        self.batch_wake.set()
                         self.rung_by["redis"] += 1
+                        if self.listening_pg:
+                            t = asyncio.create_task(self._second_ring(time.monotonic(),
+                                                                      named_rows(message.get("data"))))
+                            self._second_rings.add(t)
+                            t.add_done_callback(self._second_rings.discard)
+                        else:
+                            self.batch_wake.set()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -231,6 +268,11 @@ class LaneWorker(Worker):
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def _second_ring(self, arrived: float, rows: frozenset[int]) -> None:
+        await asyncio.sleep(SECOND_RING_DELAY_S)
+        if not self.batch_wake.ring_unless_claimed_since(arrived, rows):
+            self.rung_by["redis_after_a_claim"] += 1
 
     def listens_to_postgres(self) -> bool:
         """Its drain loops are rung by the commits' NOTIFYs too: a batched lane of `LISTEN_LANES`. (A per-row lane
@@ -271,7 +313,7 @@ class LaneWorker(Worker):
             delay = min(LISTEN_BACKOFF_CAP, delay * 2)
 
     async def close(self) -> None:
-        for task in (self._listener, self._pg_listener):
+        for task in (self._listener, self._pg_listener, *self._second_rings):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -412,6 +412,9 @@ async def _run_batch(ctx: dict[str, Any], batch: hot.Batch, now: datetime, claim
     lane: str = ctx["lane"]
     worker: str = ctx["worker_name"]
     not_before = not_before or {}
+    bell: Doorbell | None = ctx.get("batch_wake")
+    if bell is not None:  # a wake-up naming only these rows, arriving late, rings no claim (jobs/wake.py)
+        bell.note_claimed([r.claim.id for r in batch.ready] + [c.id for c, _, _ in batch.long_way])
     faults.hit("after_worker_claim")
     ready = list(batch.ready)
     settled: list[Claim] = []

@@ -194,12 +194,24 @@ class _Refused(Exception):
 
 
 async def claim_batch(pool: Pool, lane: str, n: int, lease_seconds: float, now: datetime) -> Batch:
-    """Up to `n` due rows of `lane` in ONE statement (`sql.CLAIM_BATCH`), then in the same transaction each row's
-    take (`sql.TAKE`) under a savepoint of its own: a refused take is rolled back alone. One COMMIT.
+    """Up to `n` due rows of `lane` in ONE statement (`sql.CLAIM_BATCH`), then in the same transaction every take
+    in one more (`sql.TAKE_BATCH`), sent with the COMMIT (`_claim_set_based_first`).
     A dropped connection: an empty batch (whatever committed is leased, and its leases run out)."""
     params = {**claim_params(0, lease_seconds, now), "lane": lane, "n": n}
     del params["id"]
-    return await _claim(pool, _CLAIM_BATCH, params, now, set_based=False)
+    return await _claim_set_based_first(pool, _CLAIM_BATCH, params, now)
+
+
+async def _claim_set_based_first(pool: Pool, stmt: str, params: dict[str, Any], now: datetime) -> Batch:
+    """Every take in ONE statement sent with the COMMIT (one round trip for both); a take it refuses (a cap slot
+    gone, a balance short) rolls the claim back whole, and the batch is claimed again with a savepoint per take
+    (the refused row alone goes the long way, where it is suppressed with its reason)."""
+    try:
+        return await _claim(pool, stmt, params, now, set_based=True)
+    except psycopg.errors.InvalidTextRepresentation as exc:  # a refused take: the whole claim rolled back
+        if sql.TAKE_REFUSED not in str(exc):
+            raise
+    return await _claim(pool, stmt, params, now, set_based=False)
 
 
 @dataclass(frozen=True)
@@ -233,12 +245,7 @@ async def claim_bulk_batch(pool: Pool, flows: list[BulkFlow], n: int, quotas: di
               "fc": [f.campaign_id for f in flows], "chs": chs, "quotas": [quotas[ch] for ch in chs],
               "capped": list(capped), "capq": list(capped.values())}
     del params["id"]
-    try:
-        return await _claim(pool, _CLAIM_BULK_BATCH, params, now, set_based=True)
-    except psycopg.errors.InvalidTextRepresentation as exc:  # a refused take: the whole claim rolled back
-        if sql.TAKE_REFUSED not in str(exc):
-            raise
-    return await _claim(pool, _CLAIM_BULK_BATCH, params, now, set_based=False)
+    return await _claim_set_based_first(pool, _CLAIM_BULK_BATCH, params, now)
 
 
 async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *, set_based: bool) -> Batch:
@@ -284,6 +291,8 @@ async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *
                     "days": [p["day"] for p in ps], "caps": [p["cap"] for p in ps], "cs": [p["c"] for p in ps],
                     "vs": [p["v"] for p in ps], "reasons": [p["reason"] for p in ps], "cas": [p["ca"] for p in ps]})
                 batch.ready += [Ready(c, t.contact, t.body) for c, t in takes]
+    except psycopg.errors.TransactionRollback:  # a deadlock, nothing kept: the drain loop claims again at once
+        raise
     except psycopg.OperationalError as exc:
         log.warning("batch claim failed (%s); its leases, if it committed, run out", type(exc).__name__)
         return Batch()

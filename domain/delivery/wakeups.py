@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable
+from typing import Final
 
 from arq import ArqRedis
 from arq.connections import RedisSettings
@@ -133,16 +134,20 @@ def batched(lane: str) -> bool:
     return lane in get_settings().batched_lanes
 
 
-async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
+async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow], *, name_rows: bool = False) -> int:
     """Idempotent by `_job_id`: a row that already has a live job is not enqueued twice. Then one wake-up per lane
     that got a job, so its idle workers start it now instead of at their next poll (jobs/wake.py).
     A row of a batched lane (`batched`) gets no job: its lane's wake-up alone (one publish per lane) brings a drain
-    loop to claim it; it counts as woken. Returns the rows enqueued or woken."""
+    loop to claim it; it counts as woken. `name_rows` (the after-commit wake-up of rows just committed): that
+    publish names the rows (`wake_payload`); the relay's never does — its wake-ups are for rows whose first one may
+    have been dropped, and must always ring. Returns the rows enqueued or woken."""
     n = 0
     woken: set[str] = set()
+    named: dict[str, list[int]] = {}
     rows = list(rows)
     for lane in {r.lane for r in rows if batched(r.lane)}:
-        n += sum(1 for r in rows if r.lane == lane)
+        named[lane] = [r.notification_id for r in rows if r.lane == lane]
+        n += len(named[lane])
         woken.add(lane)
     rows = [r for r in rows if not batched(r.lane)]
     # The bulk lane's wake-ups, scored by fair queueing over (tenant, campaign) flows (domain/delivery/fair.py).
@@ -160,7 +165,7 @@ async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow]) -> int:
             log.debug("wake-up enqueued", extra={"notification_id": row.notification_id, "lane": row.lane})
             n += 1
             woken.add(row.lane)
-    await wake_lanes(redis, woken)
+    await wake_lanes(redis, woken, named if name_rows else None)
     return n
 
 
@@ -168,11 +173,31 @@ def redis_db(redis: ArqRedis) -> int:
     return int(redis.connection_pool.connection_kwargs.get("db", 0))
 
 
-async def wake_lanes(redis: ArqRedis, lanes: Iterable[str]) -> None:
-    """Best-effort: a worker that misses the hint polls its queue within a second anyway."""
+# A batched lane's wake-up names its rows (their ids, comma-separated) when they are this few at most; more, or
+# none known, and it names none (""). The critical lane's worker drops a wake-up whose rows it already claimed
+# (jobs/wake.py `LaneWorker._second_ring`): ids only, never what a row holds.
+NAMED_ROWS_MAX: Final = 32
+
+
+def wake_payload(ids: list[int] | None) -> str:
+    return ",".join(map(str, ids)) if ids and len(ids) <= NAMED_ROWS_MAX else ""
+
+
+def named_rows(payload: bytes | str | None) -> frozenset[int]:
+    """The ids a wake-up names (empty: it names none, or what it holds is not ids)."""
+    text = payload.decode() if isinstance(payload, bytes) else (payload or "")
+    try:
+        return frozenset(int(x) for x in text.split(",")) if text else frozenset()
+    except ValueError:
+        return frozenset()
+
+
+async def wake_lanes(redis: ArqRedis, lanes: Iterable[str], named: dict[str, list[int]] | None = None) -> None:
+    """Best-effort: a worker that misses the hint polls its queue within a second anyway. `named`: the rows each
+    lane's wake-up is about (`wake_payload`)."""
     try:
         for lane in lanes:
-            await redis.publish(wake_channel(lane, redis_db(redis)), "")
+            await redis.publish(wake_channel(lane, redis_db(redis)), wake_payload((named or {}).get(lane)))
     except Exception as exc:
         log.warning("wake-up publish failed: %s", type(exc).__name__)
 
@@ -243,7 +268,7 @@ async def enqueue_after_commit(redis: ArqRedis | None, rows: Iterable[OwedRow]) 
     if redis is None or not get_settings().wake_after_commit:
         return 0
     try:
-        return await enqueue(redis, rows)
+        return await enqueue(redis, rows, name_rows=True)
     except Exception as exc:
         log.warning("wake-up enqueue failed: %s", type(exc).__name__)
         return 0

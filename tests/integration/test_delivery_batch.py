@@ -91,14 +91,15 @@ class Statements:
 
 async def test_a_batch_is_claimed_by_one_statement_and_recorded_by_one(pool, monkeypatch):
     """Five costed SMS rows: one CLAIM_BATCH statement leases all five in one transaction (one claimed_at, which
-    is the transaction's now()), each with its own new token and its take; one RECORD_SENT_BATCH statement and one
+    is the transaction's now()), each with its own new token, and one TAKE_BATCH takes for all five; one RECORD_SENT_BATCH statement and one
     receipt check settle all five SENT in one transaction (one sent_at). The per-row path runs five of each."""
     ids = sms_rows(5)
     stmts = Statements(monkeypatch)
     batch = await claim(pool)
     assert sorted(r.claim.id for r in batch.ready) == ids and not batch.long_way
     assert stmts.count(sql.CLAIM_BATCH) == 1 and stmts.count(sql.CLAIM) == 0
-    assert stmts.count(sql.TAKE) == 5  # each row's slot, version and price, each under its savepoint
+    # Every row's slot, version and price in one more statement, sent with the COMMIT (no savepoint per row).
+    assert stmts.count(sql.TAKE_BATCH) == 1 and stmts.count(sql.TAKE) == 0
     got = {r.id: r for r in rows("id = ANY(:ids)", ids=ids)}
     assert len({r.claimed_at for r in got.values()}) == 1, "claimed in more than one transaction"
     for r in batch.ready:
@@ -164,8 +165,9 @@ async def test_two_claimers_at_once_never_claim_the_same_row(pool):
 
 
 async def test_a_refused_take_in_a_batch_is_suppressed_and_the_rest_go(pool):
-    """The tenant's balance covers two of three costed rows: the third's take is refused under its savepoint (the
-    claim of all three commits), and the long way suppresses it `insufficient_balance`, charging nothing; the
+    """The tenant's balance covers two of three costed rows: the batch's one set-based take is refused and its
+    whole claim rolled back (nothing counted), then the batch is claimed again with a savepoint per take: the
+    third's take is refused under its savepoint (the claim of all three commits), and the long way suppresses it `insufficient_balance`, charging nothing; the
     first two are ready to send with their price held."""
     ids = sms_rows(3)
     price = row(ids[0]).cost_cents
@@ -177,6 +179,7 @@ async def test_a_refused_take_in_a_batch_is_suppressed_and_the_rest_go(pool):
         c.execute(sa.text("UPDATE balances SET balance_cents = :b WHERE tenant_id = 42"), {"b": 2 * price})
     batch = await claim(pool)
     assert [r.claim.id for r in batch.ready] == ids[:2]
+    assert [row(i).attempts for i in ids] == [1, 1, 1], "the rolled-back claim counted an attempt"
     assert [(c.id, refused is not None) for c, _, refused in batch.long_way] == [(ids[2], True)]
     assert row(ids[2]).reserved_cents == 0 and entries(ids[2]) == []  # the savepoint gave it all back
     c, x, refused = batch.long_way[0]

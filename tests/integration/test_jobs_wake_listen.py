@@ -6,7 +6,10 @@ Invariants protected:
   poll due for a minute is claimed and sent, and the ring that woke its claim came from PostgreSQL;
 - a wake-up lost (the NOTIFY arrives while the worker is not listening) loses nothing: the code stays owed in
   PostgreSQL, and the relay's recovery scan wakes the lane through Redis, which gets it claimed and sent;
-- a LISTEN connection that drops (its backend terminated) is listened again, and the next commit rings through it.
+- a LISTEN connection that drops (its backend terminated) is listened again, and the next commit rings through it;
+- the after-commit Redis wake-up of a code its NOTIFY already got claimed starts no second claim (it names the
+  code, which was claimed here: dropped), while a Redis ring no NOTIFY came before — a lane resumed — still rings
+  a claim, with the worker listening, and the row it was for is sent.
 
 The worker runs in this process (the real `settings_for("critical")`: its pool, drain loops and HTTP client against
 the session's receiver) so the test can read where each ring came from (`LaneWorker.rung_by`). No fixed sleeps:
@@ -30,6 +33,7 @@ from domain.delivery import wakeups
 from domain.delivery.queue import wake_channel
 from domain.ledger import otp
 from domain.ledger.recipients import find_by_ref
+from domain.ledger.write import Ledgered
 from domain.settings import get_settings, reload_settings
 from jobs import relay, wake
 from jobs.worker import settings_for
@@ -59,10 +63,14 @@ def _sent(nid: int) -> bool:
 
 
 def _code() -> int:
+    return _ledgered_code().notification_id
+
+
+def _ledgered_code() -> Ledgered:
     ((_, rid),) = find_by_ref(42, "cust-002")
     row = otp.request(42, rid, "sms", datetime.now(UTC))
     assert row is not None and row.lane == "critical"
-    return row.notification_id
+    return row
 
 
 @pytest.fixture
@@ -157,3 +165,49 @@ async def test_a_dropped_listen_connection_is_listened_again(critical) -> None: 
     nid = _code()
     await _until(lambda: _sent(nid), "the code sent through the new LISTEN connection")
     assert w.rung_by["postgres"] > before
+
+
+async def test_the_after_commit_wake_up_of_a_code_already_claimed_rings_no_second_claim(critical, wake_messages):  # type: ignore[no-untyped-def]
+    w = critical
+    before = dict(w.rung_by)
+    code = _ledgered_code()  # its NOTIFY rings the claim
+    pool = await wakeups.arq_pool()
+    try:  # the producer's after-commit wake-up, naming the code (the fixture turned the automatic one off)
+        assert await wakeups.enqueue(pool, [code.owed()], name_rows=True) == 1
+    finally:
+        await pool.aclose()
+    await _until(lambda: _sent(code.notification_id), "the code sent")
+    await _until(lambda: wake_messages() >= 1 and w.rung_by["redis"] > before["redis"], "the Redis ring arrived")
+    await _until(lambda: w.rung_by["redis_after_a_claim"] > before["redis_after_a_claim"],
+                 "the late Redis ring dropped: its code was claimed here already")
+    assert w.rung_by["postgres"] > before["postgres"], "the NOTIFY rang the claim"
+    await _until(lambda: _settled(w), "every drain loop asleep, no ring pending: no second claim was rung")
+
+
+async def test_a_redis_ring_no_notify_came_before_still_rings_a_claim_while_listening(critical):  # type: ignore[no-untyped-def]
+    w = critical
+    with get_engine().begin() as c:
+        c.execute(sa.text("INSERT INTO lane_controls (lane, paused) VALUES ('critical', true) "
+                          "ON CONFLICT (lane) DO UPDATE SET paused = true"))
+    try:
+        rung = w.rung_by["postgres"]
+        nid = _code()  # its NOTIFY rings a claim, which skips the paused lane's row
+        await _until(lambda: w.rung_by["postgres"] > rung, "the code's NOTIFY rang")
+        await _until(lambda: _settled(w), "every drain loop asleep again")
+        (r,) = rows("id = :i", i=nid)
+        assert r.status == "QUEUED" and r.claimed_at is None, "a paused lane's code is not claimed"
+        with get_engine().begin() as c:  # resumed with no NOTIFY: only the Redis ring below can bring its claim
+            c.execute(sa.text("UPDATE lane_controls SET paused = false WHERE lane = 'critical'"))
+        assert w.listening_pg
+        before = dict(w.rung_by)
+        pool = await wakeups.arq_pool()
+        try:
+            await wakeups.wake_lanes(pool, ["critical"])
+        finally:
+            await pool.aclose()
+        await _until(lambda: _sent(nid), "the code sent after the late Redis ring")
+        assert w.rung_by["redis"] > before["redis"] and w.rung_by["postgres"] == before["postgres"]
+        assert w.rung_by["redis_after_a_claim"] == before["redis_after_a_claim"], "the ring was not dropped"
+    finally:
+        with get_engine().begin() as c:
+            c.execute(sa.text("UPDATE lane_controls SET paused = false WHERE lane = 'critical'"))

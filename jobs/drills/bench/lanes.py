@@ -41,13 +41,31 @@ async def raw_provider_posts(n: int, concurrency: int) -> tuple[float, list[floa
         return n / (time.perf_counter() - t0), sorted(lat)
 
 
-def _breakdown(notification_ids: list[int]) -> tuple[list[float], list[float]]:
+def _breakdown(notification_ids: list[int], committed: dict[int, float]) -> dict[str, list[float]]:
+    """Where a code's time goes, phase by phase (ms, each list sorted): `commit` its own request's transaction
+    (its `created_at`, the transaction's start, to the commit returning in the asking process), `wake` from that
+    commit to its critical worker's claim starting (`claimed_at`), `claim` the claim's transaction until the attempt
+    starts, `provider_round_trip` the provider's round trip as the worker timed it."""
     with UnitOfWork() as uow:
         rows = uow.execute(sa.text(
-            "SELECT extract(epoch FROM a.started_at - n.created_at) * 1000 AS wait, a.latency_ms AS send "
+            "SELECT n.id, extract(epoch FROM n.created_at) AS created, extract(epoch FROM n.claimed_at) AS claimed, "
+            "extract(epoch FROM a.started_at) AS started, a.latency_ms AS send "
             "FROM notifications n JOIN notification_attempts a ON a.notification_id = n.id "
             "WHERE n.id = ANY(:i) AND a.outcome IN ('sent', 'already_processed')"), {"i": notification_ids}).all()
-    return sorted(float(r.wait) for r in rows), sorted(float(r.send) for r in rows)
+    phases: dict[str, list[float]] = {"commit": [], "wake": [], "claim": [], "provider_round_trip": [], "until_claimed": []}
+    for r in rows:
+        done = committed.get(int(r.id), float(r.created))
+        phases["commit"].append((done - float(r.created)) * 1000)
+        phases["wake"].append((float(r.claimed) - done) * 1000)
+        phases["claim"].append((float(r.started) - float(r.claimed)) * 1000)
+        phases["provider_round_trip"].append(float(r.send))
+        phases["until_claimed"].append((float(r.started) - float(r.created)) * 1000)
+    return {k: sorted(v) for k, v in phases.items()}
+
+
+def _phase_keys(phases: dict[str, list[float]], when: str) -> dict[str, float]:
+    return {f"otp_{q}_ms_{when}_{name}": f(v) for name, v in phases.items() if v
+            for q, f in (("p50", statistics.median), ("p99", lambda v: pct(v, 0.99)))}
 
 
 _RAW_INSERT = (
@@ -100,7 +118,9 @@ def bench_lanes(system: System, r: redis_lib.Redis, recipients: int, n_codes: in
     for lane in ("critical", "bulk"):  # process start-up is not part of a code's latency
         wait_worker_ready(r, lane, 60)
     codes(3, rid)  # warm connections and plans, as a running system has them
-    idle = provider_latency_ms(codes(n_codes, rid))
+    idle_committed: dict[int, float] = {}
+    idle_ids = codes(n_codes, rid, idle_committed)
+    idle = provider_latency_ms(idle_ids)
     say(f"{n_codes} codes idle: p99 {pct(idle, 0.99):.0f} ms; seeding {recipients} recipients")
     seed_recipients(recipients)
     raw_insert, raw_insert_indexed = _raw_insert_select(recipients)
@@ -122,9 +142,10 @@ def bench_lanes(system: System, r: redis_lib.Redis, recipients: int, n_codes: in
     say(f"campaign of {total} ledgered at {ledgered_per_s:.0f}/s; codes with it in flight")
     wait_until(lambda: _sent(cid) >= 200, 120, "the campaign to be sending")
     w0 = time.perf_counter()
-    busy_ids = codes(n_codes, rid)
+    busy_committed: dict[int, float] = {}
+    busy_ids = codes(n_codes, rid, busy_committed)
     busy = provider_latency_ms(busy_ids)
-    waits, sends = _breakdown(busy_ids)
+    idle_phases, busy_phases = _breakdown(idle_ids, idle_committed), _breakdown(busy_ids, busy_committed)
     sent_per_s = _rate(cid, max(1.0, window - (time.perf_counter() - w0)))
     say(f"bulk bucket {HIGH_BUCKET:.0f}/s: the campaign's sending rate against the provider's capacity")
     system.procs.pop("worker-bulk").stop()
@@ -144,9 +165,8 @@ def bench_lanes(system: System, r: redis_lib.Redis, recipients: int, n_codes: in
         "ratio_otp_p99_bulk_vs_idle": pct(busy, 0.99) / max(0.001, pct(idle, 0.99)),
         # Where a code's time goes with the campaign in flight: waiting for a critical worker to claim it (our
         # side), and the provider's round trip (the mock provider shares this machine's two cores).
-        "otp_p50_ms_bulk_until_claimed": statistics.median(waits), "otp_p99_ms_bulk_until_claimed": pct(waits, 0.99),
-        "otp_p50_ms_bulk_provider_round_trip": statistics.median(sends),
-        "otp_p99_ms_bulk_provider_round_trip": pct(sends, 0.99),
+        # By phase, idle and busy (`_breakdown`): which phase the campaign slows.
+        **_phase_keys(idle_phases, "idle"), **_phase_keys(busy_phases, "bulk"),
         "campaign_recipients": total, "campaign_ledgered_per_s": ledgered_per_s,
         "raw_insert_select_rows_per_s": raw_insert, "ratio_ledgered_vs_raw_insert": ledgered_per_s / raw_insert,
         "raw_insert_select_indexed_rows_per_s": raw_insert_indexed,
