@@ -18,7 +18,7 @@ from domain.access import peers
 
 PREFIX = "OUTBOX_"
 # The lanes that may be drained in batches (every lane: the bulk lane's batches are sized by its buckets and shared
-# fairly between its flows in the claim itself, jobs/worker.py `deliver_bulk_batch`).
+# fairly between its flows in the claim itself, jobs/batches.py `deliver_bulk_batch`).
 BATCHABLE_LANES = ("critical", "high", "normal", "bulk")
 
 
@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     # Seconds between an open view's revision checks (one small indexed read per watched order or order list): the
     # safety net that reloads a view whose hint was lost. At most the relay's default scan interval.
     view_check_interval: float = Field(2.0, gt=0, le=60)
-    # Batched delivery (jobs/worker.py `drain`): these lanes are drained by resident loops in their lane worker,
+    # Batched delivery (jobs/batches.py `drain`): these lanes are drained by resident loops in their lane worker,
     # each claiming up to a batch of due rows in one statement and recording them in one; their wake-up names the
     # lane, never a row (no per-row arq job). Empty: the per-row path (one arq job per message) for every lane. One
     # value for the whole system: the processes that enqueue and the lane workers must agree. `OUTBOX_BATCH_LANES=` (empty) goes back to

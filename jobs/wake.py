@@ -6,7 +6,7 @@ arq polls its queue every `poll_delay`. Here the worker polls once, then waits o
 - one of its own jobs finishing (a slot is free: take the next due job now);
 - the earliest job in its queue falling due (a retry deferred by arq, a paused lane's 1 s defer);
 - at most `IDLE_WAIT` seconds passing, whatever happened (a hint lost with a Redis restart costs at most that).
-The same wake-ups set `batch_wake`, which a batched lane's drain loops wait on (jobs/worker.py `drain`).
+The same wake-ups set `batch_wake`, which a batched lane's drain loops wait on (jobs/batches.py `drain`).
 While due jobs sit in the queue that it cannot start (another worker runs them) it waits `poll_delay`, as arq would.
 Nothing is lost if the hint is: the job is in the queue, and the relay's scan rebuilds any lost job from PostgreSQL.
 
@@ -150,7 +150,7 @@ class LaneWorker(Worker):
         super().__init__(**settings, poll_delay=0)  # arq's own sleep is gone: `_poll_iteration` waits instead
         self.lane = lane
         self._wake = asyncio.Event()
-        # A batched lane's drain loops (jobs/worker.py `drain`) wait on this one: rung by every wake-up of the lane.
+        # A batched lane's drain loops (jobs/batches.py `drain`) wait on this one: rung by every wake-up of the lane.
         self.batch_wake = Doorbell()
         self.ctx["batch_wake"] = self.batch_wake
         self.before_the_bucket = BeforeTheBucket(self._wake.set)

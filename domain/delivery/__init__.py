@@ -1,5 +1,24 @@
-"""Delivery, by responsibility: the queue vocabulary (`queue`), after-commit wake-ups and the relay's scan
-(`wakeups`), `claims` (claim, send-time floor rules, record), the pure retry decision (`retry`), `receipts` (provider
-delivery receipts), `review` (replay and resolve of failed rows), `lanes` (durable pause and resume), token buckets
-(`ratelimit`), webhook signatures (`signing`), operations read models (`views`), what holds an owed row (`state`). A row ends through the ledger's
-`settle_unsent` / `accept_truth` (`domain.ledger.write`)."""
+"""Delivery: from an owed ledger row to its recorded attempt. One line per module:
+
+- `queue` — the lanes' vocabulary: queue names, wake channels, job ids, the Redis keys of the buckets.
+- `wakeups` — after-commit wake-ups, the relay's scan of owed rows, the order pages' refresh messages.
+- `fair` — the bulk lane's per-row wake-ups scored by fair queueing over (tenant, campaign) flows.
+- `fairshare` — pure: a capped tenant's pace and how far ahead it may reserve its moment.
+- `ratelimit` — the token buckets in Redis (a channel's, a tenant's), one script call per take.
+- `claimed` — pure: a claim's types (`Claim`, `Ready`, `Suppressed`, …) and `plan`, the common-case decision.
+- `hot` — the workers' store: claim and record on an async psycopg pool, a row or a batch per statement.
+- `claims` — the long way of a claim and a record (sync SQLAlchemy): suppress, defer, caps, breaker, late truth.
+- `sql` — the claim path's named statements, and the rest of delivery's.
+- `retry` — pure: an attempt's outcome classified, retry or fail decided.
+- `circuit` — a tenant endpoint's breaker: its state read at claim, moved by each answer.
+- `receipts` — provider delivery receipts, applied now or kept for a row still owed.
+- `review` — failed rows replayed or resolved by an operator.
+- `lanes` — a lane paused and resumed, durably.
+- `signing` — the system receiver's webhook signature.
+- `priority` — a lane's PostgreSQL backends at its worker's CPU priority.
+- `state` — what holds an owed row, in plain words (the message page).
+- `views` — the operations read models (/ops).
+- `telemetry` — what /metrics reads from the ledger.
+
+A row ends through the ledger's `settle_unsent` / `accept_truth` (`domain.ledger.write`).
+"""

@@ -3,8 +3,8 @@
 `Claim` and `SendContext` are read from ONE row of `sql.CLAIM` (the lease, the fence token and everything the floor
 rules and the send need). `plan` answers with a `Take` — the cap slot, the template version and the price that
 `sql.TAKE` takes in one statement — or None for anything else (suppress, defer, a cap slot of another day, a
-superseded nudge, a cancelled campaign, a one-time code past its end of life): that goes the long way, claims.py's `_decide_and_take`, which settles it
-in the same transaction. Pure: no unit of work, no SQL.
+superseded nudge, a cancelled campaign, a one-time code past its end of life): that goes the long way,
+claims.py's `_decide_and_take`, which settles it in the same transaction. Pure: no unit of work, no SQL.
 """
 
 from __future__ import annotations

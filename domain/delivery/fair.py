@@ -72,7 +72,8 @@ async def enqueue_fair(redis: Any, rows: list[OwedRow]) -> int:
     args: list[Any] = [now_ms, LAG_MS, TAGS_TTL_S, redis.expires_extra_ms]
     for r in rows:
         keys += [job_key_prefix + r.job_id, result_key_prefix + r.job_id]
-        args += [r.flow, r.gap_ms, r.job_id, serialize_job(DELIVER_TASK, (r.notification_id, r.created_at), {}, None, now_ms,
+        args += [r.flow, r.gap_ms, r.job_id,
+                 serialize_job(DELIVER_TASK, (r.notification_id, r.created_at), {}, None, now_ms,
                                                          serializer=redis.job_serializer)]
     return int(await redis.eval(FAIR_ENQUEUE, len(keys), *keys, *args))
 

@@ -173,7 +173,7 @@ async def record(pool: Pool, c: Claim, decision: RetryDecision, *, worker: str, 
     return await asyncio.to_thread(claims.record, c, decision, **kw)
 
 
-# ---- batches (a batched lane's drain loop, jobs/worker.py `deliver_batch`) ---------------------------------------
+# ---- batches (a batched lane's drain loop, jobs/batches.py `deliver_batch`) ---------------------------------------
 
 
 @dataclass
@@ -301,7 +301,7 @@ async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *
 
 @dataclass(frozen=True)
 class Attempted:
-    """One row's attempt of a batch, to record under its claim's token."""
+    """One row's attempt (a batch's or the per-row job's), to record under its claim's token."""
 
     claim: Claim
     decision: RetryDecision
@@ -310,6 +310,7 @@ class Attempted:
     latency_ms: float
     provider_reference: str | None
     excerpt: str | None = None
+    error: str | None = None  # what failed when no answer came (timeout, connection, url_not_allowed): logged
 
     def kw(self, worker: str) -> dict[str, Any]:
         return {"worker": worker, "started": self.started, "status_code": self.status_code,

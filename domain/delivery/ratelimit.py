@@ -65,7 +65,7 @@ async def reserve(redis: Any, key: str, rate: float, ahead: float) -> float:
     return float(await redis.eval(RESERVE, 1, key, 1.0 / rate, ahead))
 
 
-# A bulk batch's tokens (jobs/worker.py `deliver_bulk_batch`): up to `want` whole tokens from each of several
+# A bulk batch's tokens (jobs/batches.py `deliver_bulk_batch`): up to `want` whole tokens from each of several
 # buckets at once, one call for every channel of the batch; returns, per bucket, the tokens taken and the seconds
 # until its next one (0 when some were taken). What the batch's claim did not use is put back (`REFUND`): the
 # bucket's pace counts the rows claimed, never more.

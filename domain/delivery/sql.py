@@ -24,8 +24,8 @@ as `sa.text`, the workers' async store (hot.py, psycopg's pool, prepared) runs t
   waited for the row's lock is seen): any receipt kept while the row was owed sends the record the long way.
 
 The rest of delivery's statements follow `for_psycopg`, as `sa.text` for the sync store: the long way of the claim
-(claims.py), receipts (receipts.py), lanes and review, the relay's scan (wakeups.py), what holds an owed row (state.py), /ops and /metrics (views.py,
-telemetry.py).
+(claims.py), receipts (receipts.py), lanes and review, the relay's scan (wakeups.py), what holds an owed row
+(state.py), /ops and /metrics (views.py, telemetry.py).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ _CLAIM_SET = """UPDATE notifications SET attempts = attempts + 1, leased_until =
 _CLAIMABLE = """status = 'QUEUED' AND {due}
     AND (leased_until IS NULL OR leased_until < now())
     AND NOT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = notifications.lane AND l.paused)"""
-_CLAIM_RETURNING = """RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents, attempts,
+_CLAIM_RETURNING = """RETURNING id, tenant_id, recipient, channel, lane, template, payload, dedupe_key, cost_cents,
+            attempts,
             max_attempts, event_id, order_id, intent_id, campaign_id, reserved_cents, cap_day, claim_token,
             provider_key, endpoint_id, created_at"""
 # In id order (a batch's takes go oldest first): an UPDATE's RETURNING has no order of its own, and on the
@@ -98,7 +99,7 @@ WITH c AS (
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}"""
 
-# `CLAIM` for up to :n due rows of one lane at once (a batched lane's drain loop, jobs/worker.py): the oldest due
+# `CLAIM` for up to :n due rows of one lane at once (a batched lane's drain loop, jobs/batches.py): the oldest due
 # first, each its own lease and next fence token; a row another claim (or the relay's scan) holds is skipped, not
 # waited on (SKIP LOCKED), so two loops or two workers never claim one row. The pick is a MATERIALIZED CTE: it is
 # evaluated once, whatever the plan of the UPDATE. Served by notifications_owed_by_lane_due (migration 0025).
@@ -113,7 +114,7 @@ WITH picked AS MATERIALIZED (
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}"""
 
-# The bulk lane's batch (a bulk drain loop, jobs/worker.py `deliver_bulk_batch`). First the lane's flows — every
+# The bulk lane's batch (a bulk drain loop, jobs/batches.py `deliver_bulk_batch`). First the lane's flows — every
 # (tenant, campaign) with owed bulk rows, by the skip scan of `BULK_FLOWS` over notifications_owed_bulk_flow — with
 # the tenant's own pace and the campaign's channel (NULL for a tenant's one-by-one bulk messages, campaign 0).
 BULK_DUE_FLOWS: Final[str] = """
@@ -704,7 +705,8 @@ OPS_SERIES_POINTS = sa.text(
       SELECT count(*) AS sent, coalesce(avg(extract(epoch FROM n.sent_at - n.created_at)), 0) AS mean_s,
              coalesce(max(extract(epoch FROM n.sent_at - n.created_at)), 0) AS max_s
       FROM notifications n
-      WHERE coalesce(n.sent_at, n.settled_at) >= b.t AND coalesce(n.sent_at, n.settled_at) < b.t + make_interval(mins => :s)
+      WHERE coalesce(n.sent_at, n.settled_at) >= b.t
+        AND coalesce(n.sent_at, n.settled_at) < b.t + make_interval(mins => :s)
         AND n.sent_at IS NOT NULL AND n.intent_id IS NULL AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t)) lat
     ORDER BY b.t
     """)

@@ -117,7 +117,9 @@ def _failed(f: OwedFacts) -> str:
     if not f.last_error_class:
         return ""
     why = str(f.failed_status_code) if f.failed_status_code is not None else error_text(f.last_error_class)
-    return f"attempt {f.failed_attempt_no} failed ({why})" if f.failed_attempt_no else f"the last attempt failed ({why})"
+    if f.failed_attempt_no:
+        return f"attempt {f.failed_attempt_no} failed ({why})"
+    return f"the last attempt failed ({why})"
 
 
 def _quiet_end(f: OwedFacts, at: datetime) -> datetime | None:

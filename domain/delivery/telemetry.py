@@ -1,6 +1,7 @@
 """What /metrics reads from the ledger beyond the lane gauges: latency histograms, attempts by outcome, and each
-tenant's money left, tenant endpoints disabled automatically and breakers open — computed from PostgreSQL at scrape time, so every backend reports the same truth and the
-counts only grow (attempts and sent rows are never deleted). docs/alerts.yml is written against these names.
+tenant's money left, tenant endpoints disabled automatically and breakers open — computed from PostgreSQL at
+scrape time, so every backend reports the same truth and the counts only grow (attempts and sent rows are never
+deleted). docs/alerts.yml is written against these names.
 """
 
 from __future__ import annotations

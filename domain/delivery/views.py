@@ -12,9 +12,8 @@ from domain.db import UnitOfWork, as_dicts
 from domain.delivery import sql
 from domain.delivery.sql import LANE_LATENCY, LANE_STATS, OPS_SERIES_WHOLE_LEDGER
 
-__all__ = ["LANE_LATENCY", "LANE_STATS", "OPS_SERIES_WHOLE_LEDGER", "SERIES_WINDOWS", "keep_finished_points", "lane_stats",
-           "ops_series", "refresh_stats",
-           "review_items", "tenants"]
+__all__ = ["LANE_LATENCY", "LANE_STATS", "OPS_SERIES_WHOLE_LEDGER", "SERIES_WINDOWS", "keep_finished_points",
+           "lane_stats", "ops_series", "refresh_stats", "review_items", "tenants"]
 
 def lane_stats(tenant_id: int | None = None, engine: Engine | None = None) -> list[dict[str, Any]]:
     """System-wide for on-call tooling (CLI, /metrics); tenant-scoped for the dashboard."""

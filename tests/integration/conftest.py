@@ -132,7 +132,7 @@ def relay_stopped(services):  # type: ignore[no-untyped-def]
 
 # Worker processes on the per-row path (`OUTBOX_BATCH_LANES` empty): `sys_.start_worker(lane, env=PER_ROW)`.
 PER_ROW: dict[str, str] = {"OUTBOX_BATCH_LANES": ""}
-# ... and on the batched path (jobs/worker.py `drain`): `sys_.start_worker(lane, env=BATCHED)`.
+# ... and on the batched path (jobs/batches.py `drain`): `sys_.start_worker(lane, env=BATCHED)`.
 BATCHED: dict[str, str] = {"OUTBOX_BATCH_LANES": "critical,high,normal"}
 
 

@@ -242,7 +242,7 @@ async def test_a_slow_send_never_holds_the_answered_rows_of_its_batch(pool, monk
     import random
 
     from domain.delivery.retry import Outcome
-    from jobs import worker
+    from jobs import attempt, batches
 
     ids = sms_rows(4)
     held = ids[0]
@@ -253,11 +253,11 @@ async def test_a_slow_send_never_holds_the_answered_rows_of_its_batch(pool, monk
             await release.wait()
         return Outcome(201), f"sms-{c.id}"
 
-    monkeypatch.setattr(worker, "send", provider)  # the provider's timing is ours; the database is real
+    monkeypatch.setattr(attempt, "send", provider)  # the provider's timing is ours; the database is real
     redis = await arq_pool()
     ctx = {"db": pool, "redis": redis, "lane": "normal", "worker_name": "batch-test", "rng": random.Random(7)}
     try:
-        task = asyncio.create_task(worker.deliver_batch(ctx, 32))
+        task = asyncio.create_task(batches.deliver_batch(ctx, 32))
 
         async def answered_recorded() -> list[Any]:
             deadline = asyncio.get_running_loop().time() + 20

@@ -1,4 +1,4 @@
-"""The bulk lane in batches (jobs/worker.py `deliver_bulk_batch`, domain/delivery/hot.py `claim_bulk_batch`): a batch's
+"""The bulk lane in batches (jobs/batches.py `deliver_bulk_batch`, domain/delivery/hot.py `claim_bulk_batch`): a batch's
 size is taken from the channel's token bucket, its rows shared fairly between (tenant, campaign) flows in the one
 claim statement, its takes in one set-based statement sent with the COMMIT.
 
@@ -116,7 +116,7 @@ async def test_a_bulk_batch_claims_no_more_rows_than_its_tokens_and_gives_the_re
     """Six owed e-mails. A claim given two of the channel's tokens leases exactly two (the oldest), the other four
     stay unleased. Then the worker's batch at 1 token/s (a burst of one): each batch claims one row, the second
     only once its token came (about a second later), and the bucket is left empty, not refilled by the refund."""
-    from jobs import worker
+    from jobs import attempt, batches
 
     ids = bulk_rows(6)
     batch = await claim(pool, quota=2)
@@ -124,13 +124,13 @@ async def test_a_bulk_batch_claims_no_more_rows_than_its_tokens_and_gives_the_re
     assert not rows("id = ANY(:ids) AND leased_until IS NOT NULL", ids=ids[2:])
 
     provider = Provider()
-    monkeypatch.setattr(worker, "send", provider)
+    monkeypatch.setattr(attempt, "send", provider)
     with bulk_rate(1.0):
         ctx = await _ctx(pool)
         try:
             t0 = asyncio.get_running_loop().time()
-            assert await worker.deliver_bulk_batch(ctx, 32) == 1
-            assert await worker.deliver_bulk_batch(ctx, 32) == 1
+            assert await batches.deliver_bulk_batch(ctx, 32) == 1
+            assert await batches.deliver_bulk_batch(ctx, 32) == 1
             took = asyncio.get_running_loop().time() - t0
             tokens = float(await ctx["redis"].hget(f"{RATE_KEY}:email", "tokens"))
         finally:
@@ -201,7 +201,7 @@ async def test_a_cancelled_campaigns_rows_in_a_bulk_batch_are_refused_never_sent
     """Tenant 7's campaign is cancelled while its rows are still owed (a cancel leaves the rows another transaction
     held to the claim); tenant 42 owes three e-mails. One batch claims both flows' rows: the campaign's are
     SUPPRESSED `campaign_cancelled` with their money back and never reach the provider; tenant 42's are sent."""
-    from jobs import worker
+    from jobs import attempt, batches
 
     reachable_people(7, 3)
     cid = fanned_out_campaign(7, "Cancelled")
@@ -211,10 +211,10 @@ async def test_a_cancelled_campaigns_rows_in_a_bulk_batch_are_refused_never_sent
     with get_engine().begin() as c:  # cancelled, its rows left to the claim
         c.execute(sa.text("UPDATE campaigns SET status = 'cancelled' WHERE id = :c"), {"c": cid})
     provider = Provider()
-    monkeypatch.setattr(worker, "send", provider)
+    monkeypatch.setattr(attempt, "send", provider)
     ctx = await _ctx(pool)
     try:
-        assert await worker.deliver_bulk_batch(ctx, 64) == len(theirs) + len(ours)
+        assert await batches.deliver_bulk_batch(ctx, 64) == len(theirs) + len(ours)
     finally:
         await ctx["redis"].aclose()
     assert sorted(provider.sent) == ours, "a cancelled campaign's row was sent"

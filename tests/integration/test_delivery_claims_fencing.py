@@ -222,7 +222,7 @@ async def test_delivered_receipt_after_the_row_failed_is_the_truth(client, key42
 def test_an_attempt_has_one_deadline_shorter_than_its_lease():
     """The send is bounded as a whole (httpx's timeouts are per phase), so a worker records its attempt under
     its own token before another worker may claim the row."""
-    from jobs.worker import attempt_deadline
+    from jobs.attempt import attempt_deadline
 
     for lease in (0.5, 2.0, 30.0):
         assert 0 < attempt_deadline(lease) < lease

@@ -19,7 +19,7 @@ import pytest
 from domain.delivery import claims
 from domain.endpoints import store, urls
 from domain.settings import get_settings
-from jobs import worker
+from jobs import attempt, dns
 from tests.conftest import PORT_OFFSET
 from tests.integration.conftest import rows
 from tests.support.endpoints import endpoint
@@ -105,7 +105,7 @@ def test_an_endless_answer_is_read_up_to_a_bound(db, redis_db, endless):  # type
 
     async def once() -> Any:
         async with httpx.AsyncClient(timeout=30) as http:
-            return await asyncio.wait_for(worker._post_endpoint({"http": http}, got.claim, target), 10)
+            return await asyncio.wait_for(attempt._post_endpoint({"http": http}, got.claim, target), 10)
 
     outcome, _ = asyncio.run(once())
     assert outcome.status_code == 200
@@ -122,11 +122,11 @@ def test_a_hanging_dns_lookup_neither_outlives_its_deadline_nor_starves_the_data
     hanging = Hanging()
     check = urls.addresses_for_send
     monkeypatch.setattr(urls, "addresses_for_send", lambda url, allow: check(url, allow, resolve=hanging))
-    monkeypatch.setattr(worker, "DNS_DEADLINE_S", 1.0, raising=False)
+    monkeypatch.setattr(dns, "DNS_DEADLINE_S", 1.0, raising=False)
 
     async def many() -> tuple[list[Any], float]:
         async with httpx.AsyncClient(timeout=30) as http:
-            sends = [asyncio.create_task(worker._post_endpoint({"http": http}, got.claim, target)) for _ in range(12)]
+            sends = [asyncio.create_task(attempt._post_endpoint({"http": http}, got.claim, target)) for _ in range(12)]
             await hanging.reached(2)  # the tenant's share of the DNS threads is hanging
             t0 = asyncio.get_running_loop().time()
             await asyncio.wait_for(asyncio.to_thread(lambda: None), 2)  # a database call's thread hop
@@ -156,14 +156,14 @@ def test_one_tenants_hanging_names_never_fail_another_tenants_endpoint(  # type:
     monkeypatch.setattr(urls, "addresses_for_send",
                         lambda url, allow: check(url, allow, resolve=hanging) if "hangs.example" in url
                         else check(url, allow))
-    monkeypatch.setattr(worker, "DNS_DEADLINE_S", 1.0, raising=False)
+    monkeypatch.setattr(dns, "DNS_DEADLINE_S", 1.0, raising=False)
 
     async def both() -> tuple[list[Any], Any]:
         async with httpx.AsyncClient(timeout=30) as http:
-            hung = [asyncio.create_task(worker._post_endpoint({"http": http}, got42.claim, target42))
+            hung = [asyncio.create_task(attempt._post_endpoint({"http": http}, got42.claim, target42))
                     for _ in range(12)]
             await hanging.reached(2)  # tenant 42's share of the DNS threads is hanging
-            theirs = await asyncio.wait_for(worker._post_endpoint({"http": http}, got7.claim, target7), 10)
+            theirs = await asyncio.wait_for(attempt._post_endpoint({"http": http}, got7.claim, target7), 10)
             return await asyncio.wait_for(asyncio.gather(*hung), 10), theirs
 
     try:
