@@ -19,7 +19,7 @@ from typing import Any, Final
 import httpx
 
 from domain import faults, logs
-from domain.delivery import claims, hot
+from domain.delivery import claimed, claims, hot
 from domain.delivery.claimed import Claim, Ready
 from domain.delivery.retry import Outcome, decide_retry
 from domain.delivery.signing import signed_headers
@@ -104,7 +104,7 @@ async def _post(ctx: dict[str, Any], c: Claim, contact: str | None, text: str | 
             r = await client.post(f"{s.receiver_url}/webhooks/orders", content=body, headers=headers)
             return _answered(r.status_code, r.text, "result_ref")
         r = await client.post(f"{s.receiver_url}/providers/{c.channel}/messages", json={
-            "to": contact, "template": c.template, "body": text, "idempotency_key": claims.idempotency_key(c),
+            "to": contact, "template": c.template, "body": text, "idempotency_key": claimed.idempotency_key(c),
         })
         return _answered(r.status_code, r.text, "reference")
     except httpx.TransportError as exc:

@@ -21,7 +21,7 @@ from typing import Any, Final
 import psycopg
 
 from domain import faults, logs
-from domain.delivery import claims, fairshare, hot, ratelimit
+from domain.delivery import claimed, claims, fairshare, hot, ratelimit
 from domain.delivery.claimed import Claim, Ready
 from domain.delivery.queue import RATE_KEY, TENANT_RATE_KEY
 from domain.settings import get_settings
@@ -127,7 +127,7 @@ async def _run_batch(ctx: dict[str, Any], batch: hot.Batch, now: datetime, claim
         got = await asyncio.to_thread(claims.settle_claimed, c, x, now, worker, refused)
         if isinstance(got, Ready):
             ready.append(got)
-        elif isinstance(got, claims.Suppressed):
+        elif isinstance(got, claimed.Suppressed):
             settled.append(got.claim)
         # Deferred: its next_attempt_at says when; a drain loop claims it then.
     faults.hit("before_remote_call")

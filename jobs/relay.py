@@ -1,6 +1,6 @@
 """Relay: woken by PostgreSQL LISTEN/NOTIFY, plus a periodic recovery scan.
 
-Both paths run the same claim (`wakeups.SCAN_OWED`, FOR UPDATE SKIP LOCKED over the partial index of owed rows) and
+Both paths run the same claim (`wakeups.scan_owed`, FOR UPDATE SKIP LOCKED over the partial index of owed rows) and
 enqueue each row with `_job_id` = its notification id. A row with a live job is not enqueued twice, so Redis can be
 flushed at any moment and the next scan rebuilds every wake-up from PostgreSQL.
 """
@@ -39,12 +39,9 @@ SCAN_RETRY_S = 0.5
 def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0,
                lane: str | None = None) -> list[ScannedRow]:
     """A keyset page of owed, due rows: of one lane (the relay), or of every lane in id order (the benchmark)."""
-    params = {"after": after, "limit": limit, "horizon": horizon_seconds, "lease": get_settings().lease_seconds}
     with UnitOfWork() as uow:
-        if lane is None:
-            rows = uow.execute(wakeups.SCAN_OWED, params).all()
-        else:
-            rows = uow.execute(wakeups.SCAN_OWED_LANE, {**params, "lane": lane}).all()
+        rows = wakeups.scan_owed(uow, after=after, limit=limit, horizon_seconds=horizon_seconds,
+                                 lease_seconds=get_settings().lease_seconds, lane=lane)
         uow.commit()  # the SKIP LOCKED claim only needs to last while we read; enqueue is idempotent
     return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id), created_at=r.created_at), r.lease_expired, r.overdue,
                        r.tenant_id,

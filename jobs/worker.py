@@ -23,8 +23,7 @@ from arq.worker import func
 
 from domain import faults, logs
 from domain.campaigns import fan_out as campaign_fan_out
-from domain.delivery import claims, fairshare, hot, ratelimit, retry
-from domain.delivery.claimed import ClaimResult
+from domain.delivery import claimed, claims, fairshare, hot, ratelimit, retry
 from domain.delivery.queue import (
     DELIVER_TASK,
     FAN_OUT_TASK,
@@ -61,19 +60,19 @@ async def deliver(ctx: dict[str, Any], notification_id: int, created_at: datetim
     if ctx["lane"] == "bulk" and (not_now := await _pace(ctx, notification_id, created_at)):
         return not_now
     claim_started = time.monotonic()
-    claimed = await hot.claim(ctx["db"], notification_id, get_settings().lease_seconds, datetime.now(UTC),
-                              ctx["worker_name"], created_at)
-    if claimed is None:
+    got = await hot.claim(ctx["db"], notification_id, get_settings().lease_seconds, datetime.now(UTC),
+                          ctx["worker_name"], created_at)
+    if got is None:
         return await _unclaimed(ctx, notification_id)
-    _bind(claimed)
+    _bind(got)
     faults.hit("after_worker_claim")
-    if isinstance(claimed, claims.Suppressed):  # settled at claim: suppressed, or FAILED with its attempts used up
-        await attempt.refresh_views(ctx, claimed.claim)
-        return "failed" if isinstance(claimed, claims.Exhausted) else "suppressed"
-    if isinstance(claimed, claims.Deferred):
-        raise Retry(defer=max(1.0, (claimed.until - datetime.now(UTC)).total_seconds()))
+    if isinstance(got, claimed.Suppressed):  # settled at claim: suppressed, or FAILED with its attempts used up
+        await attempt.refresh_views(ctx, got.claim)
+        return "failed" if isinstance(got, claimed.Exhausted) else "suppressed"
+    if isinstance(got, claimed.Deferred):
+        raise Retry(defer=max(1.0, (got.until - datetime.now(UTC)).total_seconds()))
     faults.hit("before_remote_call")
-    attempted = await attempt.send_ready(ctx, claimed, claim_started)
+    attempted = await attempt.send_ready(ctx, got, claim_started)
     if attempted is None:  # too little lease left, or its endpoint gone since the claim: the next claim settles it
         raise Retry(defer=0.05)
     return await _record(ctx, attempted)
@@ -118,11 +117,11 @@ async def _unclaimed(ctx: dict[str, Any], notification_id: int) -> str:
     return "not_owed"
 
 
-def _bind(claimed: ClaimResult) -> None:
-    c = claimed.claim
+def _bind(got: claimed.ClaimResult) -> None:
+    c = got.claim
     logs.bind_here(tenant=c.tenant_id, event_id=str(c.event_id) if c.event_id else None, attempt=c.attempts,
                    request_id=c.envelope.request_id if c.envelope else None, channel=c.channel)
-    log.info("claimed", result=type(claimed).__name__.lower())
+    log.info("claimed", result=type(got).__name__.lower())
 
 
 async def _record(ctx: dict[str, Any], a: hot.Attempted) -> str:

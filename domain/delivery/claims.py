@@ -5,7 +5,7 @@
 for a message that may go — its cap slot and its price taken with guarded updates (domain/ledger/metering.py). It
 settles what must not go (SUPPRESSED with its reason, or deferred to the end of quiet hours) in that same transaction.
 `record` settles the attempt: SENT keeps the money, FAILED gives it back; only contract errors go to review.
-The common case of each is one statement of domain/delivery/sql.py (`CLAIM` then `TAKE`; `RECORD_SENT` or
+The common case of each is one statement (domain/delivery/sql.py `CLAIM` then `TAKE`; sql_record.py `RECORD_SENT` or
 `RECORD_RETRY`), decided by claimed.py's `plan`; everything else goes the long way below, in the same transaction.
 The workers run the same statements through an async pool first (hot.py) and come here for the long way.
 Status machine: QUEUED -> SENT -> DELIVERED | FAILED; QUEUED -> FAILED | SUPPRESSED.
@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
-from domain.delivery import circuit, sql
+from domain.delivery import circuit, sql, sql_record
 from domain.delivery.claimed import (
     EVENT_REQUIRES_STATUS,
     Claim,
@@ -56,10 +56,6 @@ from domain.ledger.write import accept_truth, settle_receipts, settle_unsent
 __all__ = ["EVENT_REQUIRES_STATUS", "Claim", "ClaimResult", "Deferred", "Exhausted", "Ready", "Suppressed", "claim",
            "give_back", "idempotency_key", "local_day", "record", "settle_claimed", "still_eligible", "superseded"]
 
-CLAIM_NOTIFICATION = sql.CLAIM_NOTIFICATION
-_TAKE = sql.TAKE_STMT
-_RECORD_SENT = sql.RECORD_SENT_STMT
-_RECORD_RETRY = sql.RECORD_RETRY_STMT
 
 
 @dataclass(frozen=True)
@@ -79,7 +75,7 @@ class BulkRoute:
 def channel_of(notification_id: int, engine: Engine | None = None,
                created_at: datetime | None = None) -> BulkRoute | None:
     """The route of a row still owed (the bulk lane takes its tenant's and channel's tokens before claiming)."""
-    stmt = sql.CHANNEL_OF_STMT if created_at is None else sql.CHANNEL_OF_IN_MONTH_STMT
+    stmt = sql.CHANNEL_OF.sa if created_at is None else sql.CHANNEL_OF_IN_MONTH.sa
     with UnitOfWork(engine) as uow:
         row = uow.execute(stmt, {"id": notification_id, "ca": created_at}).first()
         return None if row is None else BulkRoute.from_mapping(dict(row._mapping))
@@ -89,7 +85,7 @@ def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str
           engine: Engine | None = None, created_at: datetime | None = None) -> ClaimResult | None:
     """None: not owed now (done, leased by another worker, paused or not yet due). `created_at`: the row's month,
     when its wake-up carries it (the claim then reads that partition alone)."""
-    stmt = CLAIM_NOTIFICATION if created_at is None else sql.CLAIM_NOTIFICATION_IN_MONTH
+    stmt = sql.CLAIM.sa if created_at is None else sql.CLAIM_IN_MONTH.sa
     with UnitOfWork(engine) as uow:
         row = uow.execute(stmt, claim_params(notification_id, lease_seconds, now, created_at)).first()
         if row is None:
@@ -120,7 +116,7 @@ def settle_claimed(c: Claim, x: SendContext, now: datetime, worker: str = "worke
 def take_for_send(uow: UnitOfWork, c: Claim, take: Take, worker: str, now: datetime) -> ClaimResult:
     """The common case in one statement (`sql.TAKE`): at the cap, or without the money, it is suppressed."""
     if not take.takes_nothing:
-        got = uow.execute(_TAKE, take.params(c)).one()
+        got = uow.execute(sql.TAKE.sa, take.params(c)).one()
         if not got.slot_ok:
             return _suppress(uow, c, worker, "daily_cap", now)
         if not got.paid:
@@ -232,7 +228,7 @@ def _attempt(uow: UnitOfWork, c: Claim, worker: str, started: datetime, outcome:
              status_code: int | None, error_class: str | None, latency_ms: float | None,
              excerpt: str | None = None, next_attempt_at: datetime | None = None) -> None:
     # One line per claim; a stale claim's line may meet a later claim's number (a deferral gives the count back).
-    uow.execute(sql.ATTEMPT_LINE_STMT, {
+    uow.execute(sql_record.ATTEMPT_LINE.sa, {
         "id": c.id, "ca": month_key(c), "no": c.attempts, "worker": worker, "started": started, "outcome": outcome,
         "code": status_code,
         "err": error_class, "latency": latency_ms, "excerpt": excerpt, "next": next_attempt_at})
@@ -276,7 +272,7 @@ def record(
     answer moves its circuit breaker in the same transaction (circuit.py)."""
     with UnitOfWork(engine) as uow:
         x = uow.execute
-        if isinstance(decision, Succeeded) and x(_RECORD_SENT, record_params(
+        if isinstance(decision, Succeeded) and x(sql_record.RECORD_SENT.sa, record_params(
                 c, decision, worker=worker, started=started, status_code=status_code, latency_ms=latency_ms,
                 provider_reference=provider_reference, excerpt=excerpt)).scalar_one():
             outcome = "already_processed" if decision.already_processed else "sent"  # the common case, one statement
@@ -290,7 +286,7 @@ def record(
                 outcome = "already_processed"
             _attempt(uow, c, worker, started, outcome, status_code, None, latency_ms, excerpt)
         elif isinstance(decision, Retry):
-            outcome = "retry" if x(_RECORD_RETRY, record_params(
+            outcome = "retry" if x(sql_record.RECORD_RETRY.sa, record_params(
                 c, decision, worker=worker, started=started, status_code=status_code, latency_ms=latency_ms,
                 provider_reference=provider_reference, excerpt=excerpt)).scalar_one() else "stale"
             if outcome == "stale":
@@ -314,10 +310,10 @@ def record(
 
 def _settle_outlived_code(uow: UnitOfWork, c: Claim, decision: Retry) -> str:
     """A one-time code's retry that would come due at or after the code's end of life is not scheduled
-    (`sql.RECORD_RETRY` refuses it): the row is settled SUPPRESSED `code_expired` under the claim's token and what
-    it holds is given back. "stale" when that is not why the retry matched nothing."""
+    (`sql_record.RECORD_RETRY` refuses it): the row is settled SUPPRESSED `code_expired` under the claim's token
+    and what it holds is given back. "stale" when that is not why the retry matched nothing."""
     p = {"id": c.id, "tok": c.claim_token, "delay": decision.delay_seconds}
-    expires_at = uow.execute(sql.CODE_OUTLIVED, p).scalar() if c.otp_expires_at is not None else None
+    expires_at = uow.execute(sql_record.CODE_OUTLIVED, p).scalar() if c.otp_expires_at is not None else None
     if expires_at is None or not settle_unsent(
             uow, c.id, c.claim_token, status="SUPPRESSED", reason="code_expired",
             detail=reasons.code_outlived(expires_at), refund_reason="refund: code_expired",
@@ -328,7 +324,7 @@ def _settle_outlived_code(uow: UnitOfWork, c: Claim, decision: Retry) -> str:
 
 def record_params(c: Claim, decision: RetryDecision, *, worker: str, started: datetime, status_code: int | None,
                   latency_ms: float, provider_reference: str | None, excerpt: str | None) -> dict[str, Any]:
-    """`sql.RECORD_SENT`'s and `sql.RECORD_RETRY`'s parameters (both stores)."""
+    """`sql_record.RECORD_SENT`'s and `sql_record.RECORD_RETRY`'s parameters (both stores)."""
     p: dict[str, Any] = {"id": c.id, "ca": month_key(c), "no": c.attempts, "worker": worker, "started": started,
                          "code": status_code, "latency": latency_ms, "excerpt": excerpt}
     if isinstance(decision, Succeeded):

@@ -26,7 +26,7 @@ from arq.jobs import serialize_job
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
-from domain.delivery import fairshare, sql
+from domain.delivery import fairshare, sql_reads
 from domain.delivery.fairshare import Flow
 from domain.delivery.queue import DELIVER_TASK, FAIR_TAGS_KEY, queue_name
 from domain.ledger.owed import OwedRow
@@ -93,7 +93,7 @@ def scan_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500
     s = get_settings()
     params = {"horizon": horizon_seconds, "lease": s.lease_seconds}
     with UnitOfWork(engine) as uow:
-        found = uow.execute(sql.BULK_FLOWS).all()
+        found = uow.execute(sql_reads.BULK_FLOWS).all()
         flows = [Flow(int(r.tenant_id), int(r.campaign_id)) for r in found]
         caps: dict[int, float] = {}
         for r in found:
@@ -106,7 +106,7 @@ def scan_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500
         def page(f: Flow, n: int) -> None:
             while n > 0:
                 after = got[f][-1].id if got[f] else 0
-                rows = uow.execute(sql.SCAN_OWED_FLOW, {**params, "t": f.tenant_id, "c": f.campaign_id,
+                rows = uow.execute(sql_reads.SCAN_OWED_FLOW, {**params, "t": f.tenant_id, "c": f.campaign_id,
                                                          "after": after, "limit": min(n, limit)}).all()
                 got[f] += rows
                 n = 0 if len(rows) < min(n, limit) else n - len(rows)
@@ -136,6 +136,6 @@ def set_tenant_bulk_rate(tenant_id: int, rate: float | None, engine: Engine | No
     if rate is not None and not rate > 0:
         raise ValueError("a tenant's bulk rate is a number of messages per second above 0")
     with UnitOfWork(engine) as uow:
-        found = uow.execute(sql.SET_TENANT_BULK_RATE, {"t": tenant_id, "r": rate}).first()
+        found = uow.execute(sql_reads.SET_TENANT_BULK_RATE, {"t": tenant_id, "r": rate}).first()
         uow.commit()
     return found is not None

@@ -1,5 +1,5 @@
-"""The workers' store on the hot path: the same statements as claims.py (domain/delivery/sql.py), run on an async
-psycopg 3 pool instead of synchronous SQLAlchemy behind `asyncio.to_thread`.
+"""The workers' store on the hot path: the same statements as claims.py (domain/delivery/sql.py, sql_record.py),
+run on an async psycopg 3 pool instead of synchronous SQLAlchemy behind `asyncio.to_thread`.
 
 Profiled before (issue 17, in process, load ≈3 on 2 cores): a one-time code's claim took 8.6 ms and its record
 6.3 ms, of which its 7 + 4 statements took 3.4 and 1.8 ms; the rest was Session and pool bookkeeping, the pre-ping's
@@ -32,30 +32,11 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from domain.db import libpq_url
-from domain.delivery import claims, priority, sql
+from domain.delivery import claims, priority, sql, sql_record
 from domain.delivery.claimed import Claim, ClaimResult, Ready, SendContext, Take, claim_params, plan
 from domain.delivery.retry import Retry, RetryDecision, Succeeded
 
 log = logging.getLogger("outbox.delivery")
-
-_CLAIM = sql.for_psycopg(sql.CLAIM)
-_CLAIM_IN_MONTH = sql.for_psycopg(sql.CLAIM_IN_MONTH)
-_TAKE = sql.for_psycopg(sql.TAKE)
-_TAKE_OR_ABORT = sql.for_psycopg(sql.TAKE_OR_ABORT)
-_RECORD_SENT = sql.for_psycopg(sql.RECORD_SENT)
-_RECORD_RETRY = sql.for_psycopg(sql.RECORD_RETRY)
-_PENDING = sql.for_psycopg(sql.PENDING_RECEIPTS)
-_CHANNEL_OF = sql.for_psycopg(sql.CHANNEL_OF)
-_CHANNEL_OF_IN_MONTH = sql.for_psycopg(sql.CHANNEL_OF_IN_MONTH)
-_UNCLAIMED = sql.for_psycopg(sql.UNCLAIMED)
-_NEXT_DUE_IN_LANE = sql.for_psycopg(sql.NEXT_DUE_IN_LANE)
-_CLAIM_BATCH = sql.for_psycopg(sql.CLAIM_BATCH)
-_RECORD_SENT_BATCH = sql.for_psycopg(sql.RECORD_SENT_BATCH)
-_RECORD_RETRY_BATCH = sql.for_psycopg(sql.RECORD_RETRY_BATCH)
-_PENDING_BATCH = sql.for_psycopg(sql.PENDING_RECEIPTS_BATCH)
-_BULK_DUE_FLOWS = sql.for_psycopg(sql.BULK_DUE_FLOWS)
-_CLAIM_BULK_BATCH = sql.for_psycopg(sql.CLAIM_BULK_BATCH)
-_TAKE_BATCH = sql.for_psycopg(sql.TAKE_BATCH)
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
 
@@ -87,7 +68,7 @@ async def open_pool(database_url: str, name: str, max_size: int = 10, niceness: 
 
 async def channel_of(pool: Pool, notification_id: int,
                      created_at: datetime | None = None) -> claims.BulkRoute | None:
-    stmt = _CHANNEL_OF if created_at is None else _CHANNEL_OF_IN_MONTH
+    stmt = sql.CHANNEL_OF.pg if created_at is None else sql.CHANNEL_OF_IN_MONTH.pg
     try:
         async with pool.connection() as conn:
             row = await (await conn.execute(stmt, {"id": notification_id, "ca": created_at})).fetchone()
@@ -101,7 +82,7 @@ async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: dat
                 worker: str, created_at: datetime | None = None) -> ClaimResult | None:
     """claims.claim, the common case in two round trips and a commit; None: not owed now. `created_at`: the row's
     month, when its wake-up carries it (`sql.CLAIM_IN_MONTH`: that partition alone)."""
-    stmt = _CLAIM if created_at is None else _CLAIM_IN_MONTH
+    stmt = sql.CLAIM.pg if created_at is None else sql.CLAIM_IN_MONTH.pg
     try:
         async with pool.connection() as conn, conn.pipeline(), conn.transaction():
             row = await (await conn.execute(stmt, claim_params(notification_id, lease_seconds, now,
@@ -116,9 +97,9 @@ async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: dat
                 if c.lane == "bulk":
                     # The take and the COMMIT in one round trip: the tenant's balance row (its codes take it too)
                     # is held only while the server runs them, never across a busy bulk worker's next turn.
-                    await conn.execute(_TAKE_OR_ABORT, take.params(c))
+                    await conn.execute(sql.TAKE_OR_ABORT.pg, take.params(c))
                     return Ready(c, take.contact, take.body)
-                got = await (await conn.execute(_TAKE, take.params(c))).fetchone()
+                got = await (await conn.execute(sql.TAKE.pg, take.params(c))).fetchone()
                 if got is None or not got["slot_ok"] or not got["paid"]:
                     raise _LongWay
             return Ready(c, take.contact, take.body)
@@ -135,7 +116,7 @@ async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: dat
 async def unclaimed(pool: Pool, notification_id: int, lane: str) -> tuple[bool, bool]:
     """After a claim that matched nothing: (the lane is paused, the row is claimable on a running lane)."""
     async with pool.connection() as conn:
-        row = await (await conn.execute(_UNCLAIMED, {"id": notification_id, "lane": lane})).fetchone()
+        row = await (await conn.execute(sql.UNCLAIMED.pg, {"id": notification_id, "lane": lane})).fetchone()
         assert row is not None
         return bool(row["paused"]), bool(row["claimable"])
 
@@ -143,7 +124,7 @@ async def unclaimed(pool: Pool, notification_id: int, lane: str) -> tuple[bool, 
 async def next_due_in(pool: Pool, lane: str) -> float | None:
     """Seconds until the lane's next unleased owed row is due (0: due now); None: nothing owed that is not leased."""
     async with pool.connection() as conn:
-        row = await (await conn.execute(_NEXT_DUE_IN_LANE, {"lane": lane})).fetchone()
+        row = await (await conn.execute(sql.NEXT_DUE_IN_LANE.pg, {"lane": lane})).fetchone()
         return None if row is None or row["due_in_s"] is None else max(0.0, float(row["due_in_s"]))
 
 
@@ -155,11 +136,12 @@ async def record(pool: Pool, c: Claim, decision: RetryDecision, *, worker: str, 
                           "latency_ms": latency_ms, "provider_reference": provider_reference, "excerpt": excerpt}
     # A tenant endpoint's answer also moves its circuit breaker: the long way, in the record's transaction.
     if isinstance(decision, Succeeded | Retry) and c.endpoint_id is None:
-        stmt = _RECORD_SENT if isinstance(decision, Succeeded) else _RECORD_RETRY
+        stmt = sql_record.RECORD_SENT.pg if isinstance(decision, Succeeded) else sql_record.RECORD_RETRY.pg
         try:
             async with pool.connection() as conn, conn.pipeline(), conn.transaction():
                 done = await conn.execute(stmt, claims.record_params(c, decision, **kw))
-                pending = await conn.execute(_PENDING, {"id": c.id})  # its own snapshot, after the row's lock
+                # Its own snapshot, after the row's lock.
+                pending = await conn.execute(sql_record.PENDING_RECEIPTS.pg, {"id": c.id})
                 matched, owed = await done.fetchone(), await pending.fetchone()
                 if not matched or not matched["matched"] or not owed or owed["pending"]:
                     raise _LongWay
@@ -199,7 +181,7 @@ async def claim_batch(pool: Pool, lane: str, n: int, lease_seconds: float, now: 
     A dropped connection: an empty batch (whatever committed is leased, and its leases run out)."""
     params = {**claim_params(0, lease_seconds, now), "lane": lane, "n": n}
     del params["id"]
-    return await _claim_set_based_first(pool, _CLAIM_BATCH, params, now)
+    return await _claim_set_based_first(pool, sql.CLAIM_BATCH.pg, params, now)
 
 
 async def _claim_set_based_first(pool: Pool, stmt: str, params: dict[str, Any], now: datetime) -> Batch:
@@ -228,7 +210,7 @@ class BulkFlow:
 async def bulk_flows(pool: Pool) -> list[BulkFlow]:
     """The bulk lane's flows (`sql.BULK_DUE_FLOWS`: one index probe per flow)."""
     async with pool.connection() as conn:
-        rows = await (await conn.execute(_BULK_DUE_FLOWS)).fetchall()
+        rows = await (await conn.execute(sql.BULK_DUE_FLOWS.pg)).fetchall()
     return [BulkFlow(int(r["tenant_id"]), int(r["campaign_id"]),
                      None if r["tenant_rate"] is None else float(r["tenant_rate"]), r["channel"]) for r in rows]
 
@@ -245,7 +227,7 @@ async def claim_bulk_batch(pool: Pool, flows: list[BulkFlow], n: int, quotas: di
               "fc": [f.campaign_id for f in flows], "chs": chs, "quotas": [quotas[ch] for ch in chs],
               "capped": list(capped), "capq": list(capped.values())}
     del params["id"]
-    return await _claim_set_based_first(pool, _CLAIM_BULK_BATCH, params, now)
+    return await _claim_set_based_first(pool, sql.CLAIM_BULK_BATCH.pg, params, now)
 
 
 async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *, set_based: bool) -> Batch:
@@ -277,7 +259,7 @@ async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *
                     continue
                 try:
                     async with conn.transaction():  # SAVEPOINT
-                        got = await (await conn.execute(_TAKE, take.params(c))).fetchone()
+                        got = await (await conn.execute(sql.TAKE.pg, take.params(c))).fetchone()
                         if got is None or not got["slot_ok"] or not got["paid"]:
                             raise _Refused
                 except _Refused:  # ROLLBACK TO SAVEPOINT: nothing of the take stays
@@ -286,7 +268,7 @@ async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *
                 batch.ready.append(Ready(c, take.contact, take.body))
             if takes:
                 ps = [t.params(c) for c, t in takes]
-                await conn.execute(_TAKE_BATCH, {
+                await conn.execute(sql.TAKE_BATCH.pg, {
                     "ns": [p["n"] for p in ps], "ts": [p["t"] for p in ps], "rs": [p["r"] for p in ps],
                     "days": [p["day"] for p in ps], "caps": [p["cap"] for p in ps], "cs": [p["c"] for p in ps],
                     "vs": [p["v"] for p in ps], "reasons": [p["reason"] for p in ps], "cas": [p["ca"] for p in ps]})
@@ -340,7 +322,7 @@ async def _record_clean(pool: Pool, rows: list[Attempted], worker: str) -> None:
         done_sent = done_retry = None
         if sent:
             ps = [claims.record_params(a.claim, a.decision, **a.kw(worker)) for a in sent]
-            done_sent = await conn.execute(_RECORD_SENT_BATCH, {
+            done_sent = await conn.execute(sql_record.RECORD_SENT_BATCH.pg, {
                 "worker": worker, "ids": [p["id"] for p in ps], "finals": [p["final"] for p in ps],
                 "ps": [p["p"] for p in ps], "keys": [p["key"] for p in ps], "nos": [p["no"] for p in ps],
                 "starteds": [p["started"] for p in ps], "outcomes": [p["outcome"] for p in ps],
@@ -348,14 +330,14 @@ async def _record_clean(pool: Pool, rows: list[Attempted], worker: str) -> None:
                 "excerpts": [p["excerpt"] for p in ps], "cas": [p["ca"] for p in ps]})
         if retry:
             ps = [claims.record_params(a.claim, a.decision, **a.kw(worker)) for a in retry]
-            done_retry = await conn.execute(_RECORD_RETRY_BATCH, {
+            done_retry = await conn.execute(sql_record.RECORD_RETRY_BATCH.pg, {
                 "worker": worker, "ids": [p["id"] for p in ps], "toks": [p["tok"] for p in ps],
                 "delays": [float(p["delay"]) for p in ps], "errs": [p["err"] for p in ps],
                 "nos": [p["no"] for p in ps], "starteds": [p["started"] for p in ps],
                 "codes": [p["code"] for p in ps], "latencies": [float(p["latency"]) for p in ps],
                 "excerpts": [p["excerpt"] for p in ps], "cas": [p["ca"] for p in ps]})
         # Its own snapshot, after the rows' locks: a receipt committed while the records waited is seen.
-        pending = await conn.execute(_PENDING_BATCH, {"ids": [a.claim.id for a in rows]})
+        pending = await conn.execute(sql_record.PENDING_RECEIPTS_BATCH.pg, {"ids": [a.claim.id for a in rows]})
         matched: set[int] = set()
         for cur in (done_sent, done_retry):
             if cur is not None:
@@ -368,7 +350,8 @@ async def _record_clean(pool: Pool, rows: list[Attempted], worker: str) -> None:
 
 async def record_batch(pool: Pool, attempts: list[Attempted], worker: str) -> dict[int, str]:
     """Every outcome of a batch in one transaction: the accepted sends and the retries of rows still ours, each
-    fenced by its own token (`sql.RECORD_SENT_BATCH`, `sql.RECORD_RETRY_BATCH`), then the batch's receipt check.
+    fenced by its own token (`sql_record.RECORD_SENT_BATCH`, `sql_record.RECORD_RETRY_BATCH`), then the batch's
+    receipt check.
     A row that matched nothing (stale, a late truth) or has a receipt pending rolls that transaction back; the
     clean rows are recorded again without it (a new transaction), and it goes the long way (claims.record) alone,
     as does every row that is not the common case (a failure, a tenant endpoint's answer: its breaker moves).

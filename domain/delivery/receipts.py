@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
-from domain.delivery.sql import BY_KEY, BY_REFERENCE, KEEP
+from domain.delivery.sql_record import BY_KEY, BY_REFERENCE, KEEP
 from domain.ledger.write import settle_receipts
 
 __all__ = ["BY_KEY", "BY_REFERENCE", "KEEP", "ReceiptResult", "apply_receipt"]

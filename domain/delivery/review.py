@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 
 from domain.access import actions
 from domain.db import UnitOfWork
-from domain.delivery import sql
+from domain.delivery import sql_review
 from domain.delivery.queue import NOTIFY_OWED
 from domain.ledger import reasons
 from domain.settings import get_settings
@@ -72,15 +72,16 @@ def replay(tenant_id: int | None, notification_id: int, engine: Engine | None = 
     check (the archive refuses) or after its commit, never in between."""
     refused: Refused | None = None
     with UnitOfWork(engine) as uow:
-        uow.execute(sql.REPLAY_WAITS_FOR_ARCHIVE)  # never between an archive's owed check and its commit
-        r = uow.execute(sql.REPLAY, {"id": notification_id, "t": tenant_id, "m": get_settings().max_attempts}).first()
+        uow.execute(sql_review.REPLAY_WAITS_FOR_ARCHIVE)  # never between an archive's owed check and its commit
+        r = uow.execute(sql_review.REPLAY,
+                        {"id": notification_id, "t": tenant_id, "m": get_settings().max_attempts}).first()
         if r:
             uow.execute(NOTIFY_OWED, {"lane": r.lane})
             actions.record(uow, tenant_id=r.tenant_id, actor_ref=actor_ref, action="replay",
                            target=f"notification {notification_id}", note=note)
         else:
-            refused = next(iter(_refused(uow, sql.REPLAY_REFUSED_MANY, {"ids": [notification_id], "t": tenant_id})),
-                           None)
+            refused = next(iter(_refused(uow, sql_review.REPLAY_REFUSED_MANY,
+                                         {"ids": [notification_id], "t": tenant_id})), None)
         uow.commit()
     return Replayed(r is not None, refused)
 
@@ -88,7 +89,7 @@ def replay(tenant_id: int | None, notification_id: int, engine: Engine | None = 
 def resolve(tenant_id: int | None, notification_id: int, engine: Engine | None = None, *,
             actor_ref: str = "system", note: str = "") -> bool:
     with UnitOfWork(engine) as uow:
-        r = uow.execute(sql.RESOLVE, {"id": notification_id, "t": tenant_id}).first()
+        r = uow.execute(sql_review.RESOLVE, {"id": notification_id, "t": tenant_id}).first()
         if r:
             actions.record(uow, tenant_id=r.tenant_id, actor_ref=actor_ref, action="resolve",
                            target=f"notification {notification_id}", note=note)
@@ -115,7 +116,8 @@ class Bulk:
 def _bulk(uow: UnitOfWork, statement: Any, params: dict[str, Any], action: str, actor_ref: str, note: str,
           refused: Any = None) -> Bulk:
     if action == "replay":
-        uow.execute(sql.REPLAY_WAITS_FOR_ARCHIVE)  # as one replay: never between an archive's owed check and commit
+        # As one replay: never between an archive's owed check and its commit.
+        uow.execute(sql_review.REPLAY_WAITS_FOR_ARCHIVE)
     rows = sorted(uow.execute(statement, params).all(), key=lambda r: int(r.id))  # an UPDATE's RETURNING has no
     # order (on the partitioned ledger it follows the partitions): the audit rows are written in the ids' order
     if action == "replay":
@@ -131,11 +133,11 @@ def review_many(action: str, tenant_id: int | None, ids: list[int], engine: Engi
                 actor_ref: str, note: str) -> Bulk:
     """Replay or resolve the chosen rows (at most BULK_MAX ids) in one commit; each changed row is kept in
     operator_actions with who and the note. Ids another tenant owns, or rows no longer FAILED, change nothing."""
-    statement = {"replay": sql.REPLAY_MANY, "resolve": sql.RESOLVE_MANY}[action]
+    statement = {"replay": sql_review.REPLAY_MANY, "resolve": sql_review.RESOLVE_MANY}[action]
     with UnitOfWork(engine) as uow:
         out = _bulk(uow, statement, {"ids": sorted(set(ids))[:BULK_MAX], "t": tenant_id,
                                      "m": get_settings().max_attempts}, action, actor_ref, note,
-                    sql.REPLAY_REFUSED_MANY)
+                    sql_review.REPLAY_REFUSED_MANY)
         uow.commit()
     return out
 
@@ -145,11 +147,11 @@ def review_lane(action: str, tenant_id: int | None, lane: str, since: datetime, 
     """Every FAILED row of `lane` that failed at or after `since` and that no one resolved (of one tenant, or of every
     tenant for platform on-call), oldest first, at most BULK_MAX — replayed or resolved in one commit. A replay
     leaves out the one-time codes past their end of life (named in `refused`, never counted as left to do)."""
-    statement = {"replay": sql.REPLAY_LANE_SINCE, "resolve": sql.RESOLVE_LANE_SINCE}[action]
+    statement = {"replay": sql_review.REPLAY_LANE_SINCE, "resolve": sql_review.RESOLVE_LANE_SINCE}[action]
     params = {"lane": lane, "t": tenant_id, "since": since, "l": BULK_MAX, "m": get_settings().max_attempts}
     with UnitOfWork(engine) as uow:
-        out = _bulk(uow, statement, params, action, actor_ref, note, sql.REPLAY_REFUSED_LANE)
-        counted = sql.COUNT_LANE_SINCE_REPLAYABLE if action == "replay" else sql.COUNT_LANE_SINCE
+        out = _bulk(uow, statement, params, action, actor_ref, note, sql_review.REPLAY_REFUSED_LANE)
+        counted = sql_review.COUNT_LANE_SINCE_REPLAYABLE if action == "replay" else sql_review.COUNT_LANE_SINCE
         left = int(uow.execute(counted, params).scalar_one())
         uow.commit()
     return Bulk(out.done, left, out.refused)
@@ -158,4 +160,5 @@ def review_lane(action: str, tenant_id: int | None, lane: str, since: datetime, 
 def count_lane(tenant_id: int | None, lane: str, since: datetime, engine: Engine | None = None) -> int:
     """How many rows `review_lane` would take now (shown in its confirmation)."""
     with UnitOfWork(engine) as uow:
-        return int(uow.execute(sql.COUNT_LANE_SINCE, {"lane": lane, "t": tenant_id, "since": since}).scalar_one())
+        params = {"lane": lane, "t": tenant_id, "since": since}
+        return int(uow.execute(sql_review.COUNT_LANE_SINCE, params).scalar_one())

@@ -2,7 +2,7 @@
 the message page, the recipient page, the ledger, search and `outbox why` take a queued message's answer from.
 
 One pure decision, `owed_state` (the facts about one row and `now` in, an `OwedState` out), and one read,
-`owed_states` (one statement for a whole page of rows: `sql.OWED_STATES`). When several things apply, the one that
+`owed_states` (one statement for a whole page of rows: `sql_reads.OWED_STATES`). When several things apply, the one that
 actually holds the row is said:
 
 1. a live lease: a worker holds the row — "being sent now", and only then. It comes first: a pause or a breaker
@@ -31,7 +31,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
-from domain.delivery import sql
+from domain.delivery import sql_reads
 from domain.ledger.floor import quiet_hours_end
 from domain.ledger.reasons import error_text
 
@@ -41,7 +41,7 @@ OwedKind = Literal["sending", "waiting_paused", "waiting_breaker", "waiting_bala
 
 @dataclass(frozen=True)
 class OwedFacts:
-    """Everything that may hold one owed row, as `sql.OWED_STATES` reads it."""
+    """Everything that may hold one owed row, as `sql_reads.OWED_STATES` reads it."""
 
     id: int
     lane: str
@@ -190,7 +190,7 @@ def read_states(uow: UnitOfWork, ids: Iterable[int], now: datetime,
     wanted = sorted({int(i) for i in ids})
     if not wanted:
         return {}
-    rows = uow.execute(sql.OWED_STATES, {"ids": wanted, "t": tenant_id})
+    rows = uow.execute(sql_reads.OWED_STATES, {"ids": wanted, "t": tenant_id})
     return {int(r.id): owed_state(OwedFacts.from_mapping(dict(r._mapping)), now) for r in rows}
 
 

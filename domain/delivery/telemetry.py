@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork, as_dicts
-from domain.delivery.sql import (
+from domain.delivery.sql_reads import (
     ATTEMPT_OUTCOMES,
     DELIVERY_BUCKETS,
     DELIVERY_LATENCY,

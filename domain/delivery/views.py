@@ -9,8 +9,8 @@ from typing import Any, Final
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork, as_dicts
-from domain.delivery import sql
-from domain.delivery.sql import LANE_LATENCY, LANE_STATS, OPS_SERIES_WHOLE_LEDGER
+from domain.delivery import sql_reads
+from domain.delivery.sql_reads import LANE_LATENCY, LANE_STATS, OPS_SERIES_WHOLE_LEDGER
 
 __all__ = ["LANE_LATENCY", "LANE_STATS", "OPS_SERIES_WHOLE_LEDGER", "SERIES_WINDOWS", "keep_finished_points",
            "lane_stats", "ops_series", "refresh_stats", "review_items", "tenants"]
@@ -32,7 +32,7 @@ def lane_stats(tenant_id: int | None = None, engine: Engine | None = None) -> li
 def review_items(tenant_id: int | None, engine: Engine | None = None) -> list[dict[str, Any]]:
     """Failed rows waiting for a human: one tenant's, or every tenant's (None: platform on-call)."""
     with UnitOfWork(engine) as uow:
-        return as_dicts(uow.execute(sql.REVIEW_ITEMS, {"t": tenant_id}))
+        return as_dicts(uow.execute(sql_reads.REVIEW_ITEMS, {"t": tenant_id}))
 
 
 # The ops charts' windows: (minutes back, minutes per point, label format). About 60-100 points each.
@@ -81,7 +81,7 @@ def _points(tenant_id: int | None, window: str, engine: Engine | None, moving: b
     minutes, step, _ = SERIES_WINDOWS[window]
     scope = tenant_id or 0
     with UnitOfWork(engine) as uow:
-        spans = uow.execute(sql.OPS_SERIES_STARTS, {"m": minutes, "s": step, "now": now,
+        spans = uow.execute(sql_reads.OPS_SERIES_STARTS, {"m": minutes, "s": step, "now": now,
                                                      "settle": SETTLED_AFTER.total_seconds()}).all()
         if not spans:
             return [], {}, 0
@@ -89,14 +89,14 @@ def _points(tenant_id: int | None, window: str, engine: Engine | None, moving: b
         starts: list[datetime] = [r[0] for r in spans]
         finished = [t for t in starts if t + timedelta(minutes=step) <= settled]
         points: dict[datetime, Any] = {
-            r.at: r for r in uow.execute(sql.OPS_SERIES_KEPT, {"scope": scope, "s": step, "ts": finished})}
+            r.at: r for r in uow.execute(sql_reads.OPS_SERIES_KEPT, {"scope": scope, "s": step, "ts": finished})}
         wanted = [t for t in (starts if moving else finished) if t not in points]
         computed: dict[datetime, Any] = {
-            r.at: r for r in uow.execute(sql.OPS_SERIES_POINTS, {"s": step, "t": tenant_id, "ts": wanted,
+            r.at: r for r in uow.execute(sql_reads.OPS_SERIES_POINTS, {"s": step, "t": tenant_id, "ts": wanted,
                                                                  "now": at})}
         keep = [computed[t] for t in finished if t in computed]
         if keep:
-            uow.execute(sql.OPS_SERIES_KEEP, {
+            uow.execute(sql_reads.OPS_SERIES_KEEP, {
                 "scope": scope, "s": step, "ts": [r.at for r in keep], "depth": [int(r.depth_max) for r in keep],
                 "oldest": [float(r.oldest_max_seconds) for r in keep], "sent": [int(r.sent) for r in keep],
                 "mean": [float(r.latency_mean_seconds) for r in keep],
@@ -113,10 +113,10 @@ def _label(t: datetime, fmt: str) -> str:
 
 def refresh_stats(tenant_id: int | None = None, engine: Engine | None = None) -> dict[str, Any]:
     with UnitOfWork(engine) as uow:
-        r = uow.execute(sql.REFRESH_STATS, {"t": tenant_id}).one()
+        r = uow.execute(sql_reads.REFRESH_STATS, {"t": tenant_id}).one()
     return {"pushes": int(r.pushes), "p50_ms": float(r.p50 or 0), "p99_ms": float(r.p99 or 0)}
 
 
 def tenants(engine: Engine | None = None) -> list[tuple[int, str]]:
     with UnitOfWork(engine) as uow:
-        return [(int(r.id), str(r.name)) for r in uow.execute(sql.TENANTS)]
+        return [(int(r.id), str(r.name)) for r in uow.execute(sql_reads.TENANTS)]

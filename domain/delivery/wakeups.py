@@ -9,7 +9,7 @@ Both are fast paths, and each can be switched off for a test or drill (developme
 periodic revision check (dashboard/live.py); `OUTBOX_WAKE_AFTER_COMMIT=0` enqueues no wake-up after a commit, and
 the relay's scan delivers every owed row.
 
-Also here: the relay's recovery scan (`SCAN_OWED`, `SCAN_OWED_LANE`) and the one measurement of the refresh hint,
+Also here: the relay's recovery scan (`scan_owed`) and the one measurement of the refresh hint,
 its publish-to-render latency (`record_push_latency`).
 """
 
@@ -19,8 +19,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, Protocol
 
 from arq import ArqRedis
 from arq.connections import RedisSettings
@@ -28,11 +28,12 @@ from arq.constants import in_progress_key_prefix, job_key_prefix
 from redis.asyncio.retry import Retry
 from redis.backoff import ConstantBackoff
 from redis.exceptions import RedisError
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, Result, Row
+from sqlalchemy.sql.expression import Executable
 
 from domain import faults
 from domain.db import UnitOfWork
-from domain.delivery import fair, sql
+from domain.delivery import fair, sql_reads
 from domain.delivery.queue import (
     DELIVER_TASK,
     FAN_OUT_TASK,
@@ -48,10 +49,6 @@ from domain.delivery.queue import (
 from domain.ledger.owed import OwedRow
 from domain.orders.commands import Committed
 from domain.settings import get_settings
-
-# The relay's recovery scan: only owed rows, through the partial indexes (see domain/delivery/sql.py).
-SCAN_OWED = sql.SCAN_OWED
-SCAN_OWED_LANE = sql.SCAN_OWED_LANE
 
 log = logging.getLogger("outbox.wake")
 
@@ -296,5 +293,28 @@ async def after_commit(redis: ArqRedis | None, result: Committed) -> dict[str, i
 def record_push_latency(tenant_id: int, latency_ms: float, engine: Engine | None = None) -> None:
     """One measured publish-to-render delay of a live view (shown on /ops as push p50/p99)."""
     with UnitOfWork(engine) as uow:
-        uow.execute(sql.PUSH_LATENCY, {"t": tenant_id, "l": latency_ms})
+        uow.execute(sql_reads.PUSH_LATENCY, {"t": tenant_id, "l": latency_ms})
         uow.commit()
+
+
+class Executes(Protocol):
+    """A unit of work or a connection: what runs a statement."""
+
+    def execute(self, statement: Executable, params: Mapping[str, Any] | None = None, /) -> Result[Any]: ...
+
+
+def scan_owed(on: Executes, *, after: int, limit: int, horizon_seconds: float, lease_seconds: float,
+              lane: str | None = None) -> Sequence[Row[Any]]:
+    """The relay's recovery scan: a keyset page (ids after `after`) of owed rows due within `horizon_seconds`, of
+    one lane or of every lane in id order, FOR UPDATE SKIP LOCKED through the partial indexes of owed rows
+    (`sql_reads.SCAN_OWED`); each row says whether its lease ran out or it is overdue. The caller commits."""
+    params = {"after": after, "limit": limit, "horizon": horizon_seconds, "lease": lease_seconds}
+    if lane is None:
+        return on.execute(sql_reads.SCAN_OWED, params).all()
+    return on.execute(sql_reads.SCAN_OWED_LANE, {**params, "lane": lane}).all()
+
+
+def explain_scan_owed(on: Executes, *, limit: int, horizon_seconds: float, lease_seconds: float, lane: str) -> str:
+    """The plan of one page of a lane's scan (the scan benchmark keeps it)."""
+    params = {"after": 0, "limit": limit, "horizon": horizon_seconds, "lease": lease_seconds, "lane": lane}
+    return "\n".join(r[0] for r in on.execute(sql_reads.EXPLAIN_SCAN_OWED_LANE, params))

@@ -50,7 +50,7 @@ def create_month(parent: str, name: str, lo: str, hi: str) -> list[sa.TextClause
 
 # ---- archive ----------------------------------------------------------------------------------------------------
 # The archive of a month holds this exclusively from before its owed check to its commit; a replay (the one way a
-# settled message becomes owed again: domain/delivery/sql.py `REPLAY_WAITS_FOR_ARCHIVE`) holds it shared for its
+# settled message becomes owed again: domain/delivery/sql_review.py `REPLAY_WAITS_FOR_ARCHIVE`) holds it shared for its
 # own short transaction. A replay racing an archive lands before its check (refused) or after its commit.
 ARCHIVE_EXCLUDES_REPLAY = sa.text("SELECT pg_advisory_xact_lock(hashtext('outbox archive'))")
 # Still owed in a month: a message of that month a worker must still act on, or a receipt of that month waiting to

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from domain import faults
 from domain.db import get_engine
-from domain.delivery import claims, hot, sql
+from domain.delivery import claimed, claims, hot, sql, sql_record
 from domain.delivery.queue import job_id
 from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.wakeups import arq_pool, enqueue
@@ -64,11 +64,11 @@ async def claim(pool: hot.Pool, n: int = 32) -> hot.Batch:
     return await hot.claim_batch(pool, "normal", n, LEASE, datetime.now(UTC))
 
 
-def sent(c: claims.Claim, ref: str) -> hot.Attempted:
+def sent(c: claimed.Claim, ref: str) -> hot.Attempted:
     return hot.Attempted(c, Succeeded(False), datetime.now(UTC), 201, 1.0, ref)
 
 
-def retried(c: claims.Claim) -> hot.Attempted:
+def retried(c: claimed.Claim) -> hot.Attempted:
     return hot.Attempted(c, Retry("http_503", 5.0), datetime.now(UTC), 503, 1.0, None)
 
 
@@ -85,8 +85,8 @@ class Statements:
 
         monkeypatch.setattr(psycopg.AsyncConnection, "execute", counted)
 
-    def count(self, text: str) -> int:
-        return sum(1 for q in self.run if q == sql.for_psycopg(text))
+    def count(self, statement: sql.Statement) -> int:
+        return sum(1 for q in self.run if q == statement.pg)
 
 
 async def test_a_batch_is_claimed_by_one_statement_and_recorded_by_one(pool, monkeypatch):
@@ -106,8 +106,8 @@ async def test_a_batch_is_claimed_by_one_statement_and_recorded_by_one(pool, mon
         assert got[r.claim.id].claim_token == r.claim.claim_token and got[r.claim.id].reserved_cents > 0
     out = await hot.record_batch(pool, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "batch")
     assert out == {i: "sent" for i in ids}
-    assert stmts.count(sql.RECORD_SENT_BATCH) == 1 and stmts.count(sql.PENDING_RECEIPTS_BATCH) == 1
-    assert stmts.count(sql.RECORD_SENT) == 0
+    assert stmts.count(sql_record.RECORD_SENT_BATCH) == 1 and stmts.count(sql_record.PENDING_RECEIPTS_BATCH) == 1
+    assert stmts.count(sql_record.RECORD_SENT) == 0
     done = rows("id = ANY(:ids)", ids=ids)
     assert {r.status for r in done} == {"SENT"} and len({r.sent_at for r in done}) == 1
     assert all(r.provider_reference == f"sms-{r.id}" for r in done)
@@ -124,7 +124,7 @@ async def test_a_stale_row_in_a_batch_is_refused_alone_and_the_rest_commit(pool)
     by_id = {r.claim.id: r.claim for r in batch.ready}
     lease_runs_out(b)
     second = claims.claim(b, LEASE, datetime.now(UTC), "B")
-    assert isinstance(second, claims.Ready) and second.claim.claim_token > by_id[b].claim_token
+    assert isinstance(second, claimed.Ready) and second.claim.claim_token > by_id[b].claim_token
     out = await hot.record_batch(pool, [sent(by_id[a], "sms-a"), retried(by_id[b]), retried(by_id[c])], "A")
     assert out == {a: "sent", b: "stale", c: "retry"}
     assert row(a).status == "SENT"
@@ -184,7 +184,7 @@ async def test_a_refused_take_in_a_batch_is_suppressed_and_the_rest_go(pool):
     assert row(ids[2]).reserved_cents == 0 and entries(ids[2]) == []  # the savepoint gave it all back
     c, x, refused = batch.long_way[0]
     got = claims.settle_claimed(c, x, datetime.now(UTC), "w", refused)
-    assert isinstance(got, claims.Suppressed) and got.reason == "insufficient_balance"
+    assert isinstance(got, claimed.Suppressed) and got.reason == "insufficient_balance"
     r3 = row(ids[2])
     assert (r3.status, r3.suppressed_reason) == ("SUPPRESSED", "insufficient_balance")
     out = await hot.record_batch(pool, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "w")
@@ -248,7 +248,7 @@ async def test_a_slow_send_never_holds_the_answered_rows_of_its_batch(pool, monk
     held = ids[0]
     release = asyncio.Event()
 
-    async def provider(ctx: Any, c: claims.Claim, *args: Any) -> tuple[Outcome, str]:
+    async def provider(ctx: Any, c: claimed.Claim, *args: Any) -> tuple[Outcome, str]:
         if c.id == held:
             await release.wait()
         return Outcome(201), f"sms-{c.id}"

@@ -30,7 +30,7 @@ import pytest
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claims, hot, ratelimit
+from domain.delivery import claimed, claims, hot, ratelimit
 from domain.delivery.queue import RATE_KEY
 from domain.delivery.retry import Outcome, Retry, Succeeded
 from domain.delivery.wakeups import arq_pool
@@ -101,7 +101,7 @@ class Provider:
     def __init__(self) -> None:
         self.sent: list[int] = []
 
-    async def __call__(self, ctx: Any, c: claims.Claim, *args: Any) -> tuple[Outcome, str]:
+    async def __call__(self, ctx: Any, c: claimed.Claim, *args: Any) -> tuple[Outcome, str]:
         self.sent.append(c.id)
         return Outcome(201), f"email-{c.id}"
 
@@ -182,7 +182,7 @@ async def test_a_stale_row_in_a_bulk_batch_is_refused_alone_and_the_rest_commit(
     assert sorted(by_id) == [a, b, c]
     lease_runs_out(b)
     second = claims.claim(b, LEASE, datetime.now(UTC), "B")
-    assert isinstance(second, claims.Ready) and second.claim.claim_token > by_id[b].claim_token
+    assert isinstance(second, claimed.Ready) and second.claim.claim_token > by_id[b].claim_token
     now = datetime.now(UTC)
     out = await hot.record_batch(pool, [
         hot.Attempted(by_id[a], Succeeded(False), now, 201, 1.0, "email-a"),
@@ -243,7 +243,7 @@ async def test_a_refused_take_in_a_bulk_batch_is_suppressed_alone(pool):
     ((c, x, take),) = batch.long_way
     assert c.id == theirs[1] and take is not None
     got = claims.settle_claimed(c, x, datetime.now(UTC), "test", take)
-    assert isinstance(got, claims.Suppressed) and got.reason == "insufficient_balance"
+    assert isinstance(got, claimed.Suppressed) and got.reason == "insufficient_balance"
     for r in batch.ready:
         claims.give_back(r.claim)
     assert_invariants()

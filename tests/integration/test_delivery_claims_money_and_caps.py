@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import get_engine
-from domain.delivery import claims, review
+from domain.delivery import claimed, claims, review
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Fail, Retry, Succeeded
 from domain.invariants import invariant_counts
@@ -43,7 +43,7 @@ def test_late_accept_counts_against_the_daily_cap(db):
                 "AND recipient = :r", r=ref)
     assert (row(x).status, taken) == ("SENT", 1) and row(x).cap_day is not None
     second = claim(sms(rid, "p2"), "C")
-    assert isinstance(second, claims.Suppressed) and second.reason == "daily_cap", second
+    assert isinstance(second, claimed.Suppressed) and second.reason == "daily_cap", second
     assert_invariants()
 
 
@@ -105,7 +105,7 @@ def test_stale_accept_about_the_old_identity_cannot_swallow_a_replay(db):
     assert record(a, Succeeded(True), "sms-b") == "stale"
     assert row(nid).status == "QUEUED"
     c = ready(nid, "C")
-    assert claims.idempotency_key(c) != a.dedupe_key
+    assert claimed.idempotency_key(c) != a.dedupe_key
     assert_invariants()
 
 
@@ -122,7 +122,7 @@ def test_a_replay_suppressed_after_a_bounce_is_not_a_send_the_row_forgot(db):
     assert review.replay(42, nid, actor_ref="test")
     with get_engine().begin() as c:
         c.execute(sa.text("UPDATE recipients SET opted_out_channels = ARRAY['sms'] WHERE id = :i"), {"i": rid})
-    assert isinstance(claim(nid, "C"), claims.Suppressed)
+    assert isinstance(claim(nid, "C"), claimed.Suppressed)
     r = row(nid)
     assert (r.status, r.reserved_cents, r.suppressed_reason) == ("SUPPRESSED", 0, "opted_out")
     assert_invariants()
@@ -162,13 +162,13 @@ def test_a_slot_from_yesterday_does_not_let_todays_retry_skip_todays_cap(db):
     rid, ref = person(cap=1)
     x = sms(rid, "px")
     cx = claims.claim(x, 30.0, datetime.now(UTC) - timedelta(days=1), "A")
-    assert isinstance(cx, claims.Ready)
+    assert isinstance(cx, claimed.Ready)
     assert record(cx.claim, Retry("server_error", 0.0), code=503) == "retry"
     cy = claims.claim(sms(rid, "py"), 30.0, datetime.now(UTC), "B")
-    assert isinstance(cy, claims.Ready)
+    assert isinstance(cy, claimed.Ready)
     record(cy.claim, Succeeded(False), "y")
     again = claims.claim(x, 30.0, datetime.now(UTC), "C")
-    assert isinstance(again, claims.Suppressed) and again.reason == "daily_cap", again
+    assert isinstance(again, claimed.Suppressed) and again.reason == "daily_cap", again
     assert one("SELECT coalesce(sum(taken), 0) FROM recipient_daily_counts WHERE recipient = :r", r=ref) == 1
     assert_invariants()
 

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claims, hot, review
+from domain.delivery import claimed, claims, hot, review
 from domain.delivery.retry import Fail, Retry
 from domain.ledger import otp, reasons
 from domain.settings import get_settings
@@ -78,7 +78,7 @@ def test_a_code_claimed_after_its_end_of_life_is_suppressed_code_expired_and_cha
     nid = code(rid)
     at = expires_in(nid, -120)
     got = claims.claim(nid, LEASE, datetime.now(UTC), "w")
-    assert isinstance(got, claims.Suppressed) and got.reason == "code_expired", got
+    assert isinstance(got, claimed.Suppressed) and got.reason == "code_expired", got
     r = assert_expired_unsent(nid, f"the code had expired at {at.astimezone(UTC):%H:%M} UTC")
     assert entries(nid) == []  # nothing was ever reserved
     assert attempt_outcomes(nid) == ["suppressed"]
@@ -96,7 +96,7 @@ async def test_the_pool_claim_of_an_expired_code_goes_the_long_way_and_is_suppre
     nid = code(rid)
     at = expires_in(nid, -1)
     got = await hot.claim(pool, nid, LEASE, datetime.now(UTC), "hot")
-    assert isinstance(got, claims.Suppressed) and got.reason == "code_expired", got
+    assert isinstance(got, claimed.Suppressed) and got.reason == "code_expired", got
     assert_expired_unsent(nid, reasons.code_expired(at))
     assert entries(nid) == []
     assert_invariants()
@@ -112,7 +112,7 @@ def test_a_code_holding_its_price_from_an_earlier_try_gives_it_back_when_claimed
     assert row(nid).reserved_cents == row(nid).cost_cents > 0
     at = expires_in(nid, -30)
     got = claims.claim(nid, LEASE, datetime.now(UTC), "B")
-    assert isinstance(got, claims.Suppressed) and got.reason == "code_expired", got
+    assert isinstance(got, claimed.Suppressed) and got.reason == "code_expired", got
     assert_expired_unsent(nid, reasons.code_expired(at))
     assert [k for k, _ in entries(nid)] == ["reserve", "refund"]
     assert_invariants()
@@ -125,7 +125,7 @@ async def test_a_retry_due_after_the_code_expires_is_never_scheduled(db, pool, s
     refunds it; a retry within the code's life is scheduled as before. Today: next_attempt_at 120 s on, past the
     code's end of life, and the next claim sent it."""
 
-    async def rec(c: claims.Claim, delay: float) -> str:
+    async def rec(c: claimed.Claim, delay: float) -> str:
         d = Retry("server_error", delay)
         if store == "pool":
             return await hot.record(pool, c, d, worker="t", started=datetime.now(UTC), status_code=503,
@@ -196,7 +196,7 @@ def test_outbox_replay_and_why_say_the_code_had_expired(db):
     assert row(nid).status == "FAILED" and actions([nid], "replay") == []
     owed = code(rid)
     at_owed = expires_in(owed, -60)
-    assert isinstance(claims.claim(owed, LEASE, datetime.now(UTC), "w"), claims.Suppressed)
+    assert isinstance(claims.claim(owed, LEASE, datetime.now(UTC), "w"), claimed.Suppressed)
     why = subprocess.run([OUTBOX, "why", ref, "--tenant", "42"], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "COLUMNS": "300"})  # one table row a line
     assert why.returncode == 0, why.stderr
@@ -208,7 +208,7 @@ async def test_the_api_answers_an_expired_code_in_plain_words(client, key42):
     rid, _ = person(cap=None)
     nid = code(rid)
     at = expires_in(nid, -5)
-    assert isinstance(claims.claim(nid, LEASE, datetime.now(UTC), "w"), claims.Suppressed)
+    assert isinstance(claims.claim(nid, LEASE, datetime.now(UTC), "w"), claimed.Suppressed)
     got = await client.get(f"/api/v1/messages/{nid}", headers=key42)
     assert got.status_code == 200, got.text
     body = got.text

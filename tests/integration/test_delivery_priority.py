@@ -16,7 +16,7 @@ import asyncio
 import os
 from datetime import UTC, datetime
 
-from domain.delivery import claims, hot, priority
+from domain.delivery import claimed, hot, priority
 from domain.ledger import write
 from domain.settings import get_settings
 from tests.support.claims import entries, row
@@ -67,7 +67,7 @@ def test_a_bulk_claim_takes_and_commits_at_once_and_a_refused_take_is_rolled_bac
     rid, _ = person(cap=1)
     first, second = _bulk_sms(rid, "bulk-1"), _bulk_sms(rid, "bulk-2")
 
-    async def run() -> tuple[claims.ClaimResult | None, claims.ClaimResult | None]:
+    async def run() -> tuple[claimed.ClaimResult | None, claimed.ClaimResult | None]:
         pool = await hot.open_pool(get_settings().database_url, "outbox-test-bulk-take", max_size=1)
         try:
             now = datetime.now(UTC)
@@ -76,12 +76,12 @@ def test_a_bulk_claim_takes_and_commits_at_once_and_a_refused_take_is_rolled_bac
             await pool.close()
 
     a, b = asyncio.run(run())
-    assert isinstance(a, claims.Ready), a
+    assert isinstance(a, claimed.Ready), a
     r = row(first)
     assert (r.lane, r.attempts, r.reserved_cents, r.claim_token) == ("bulk", 1, r.cost_cents, a.claim.claim_token)
     assert r.cap_day is not None and r.leased_until is not None
     assert entries(first) == [("reserve", -r.cost_cents)], "its price held once"
-    assert isinstance(b, claims.Suppressed) and b.reason == "daily_cap", b
+    assert isinstance(b, claimed.Suppressed) and b.reason == "daily_cap", b
     r = row(second)
     assert (r.status, r.suppressed_reason, r.reserved_cents, r.cap_day) == ("SUPPRESSED", "daily_cap", 0, None)
     assert entries(second) == [], "a refused take charged nothing"

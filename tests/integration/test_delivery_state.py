@@ -1,5 +1,5 @@
 """An honest state for every owed row (issue 27, item 1) — on real PostgreSQL, through the one read model every page
-and command takes a queued message's answer from (domain/delivery/state.py, `sql.OWED_STATES`).
+and command takes a queued message's answer from (domain/delivery/state.py, `sql_reads.OWED_STATES`).
 
 Invariants protected: "being sent now" is said only while a live lease holds the row; otherwise the answer names
 what actually holds it — a paused lane (since when, by whom: the first pause after the last resume), an open
@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from dashboard.format import notification
 from domain.db import get_engine
-from domain.delivery import claims
+from domain.delivery import claimed, claims
 from domain.delivery.lanes import set_lane_paused
 from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.state import owed_states, with_states
@@ -123,7 +123,7 @@ def test_an_open_breaker_says_until_when_and_the_claim_defers_to_then(db, redis_
     assert s.text.startswith(f"waiting: endpoint's breaker open until {until.astimezone(UTC):%H:%M:%S} UTC"), s.text
     assert f"endpoint {e['id']} failed 5 times in a row" in s.text
     held = claims.claim(nid, LEASE, now(), "w")
-    assert isinstance(held, claims.Deferred) and held.until == until, held
+    assert isinstance(held, claimed.Deferred) and held.until == until, held
     after = owed_states([nid], now(), 42)[nid]
     assert after.kind == "waiting_breaker" and after.until == until, "deferred: it still says what holds it"
 
@@ -145,7 +145,7 @@ def test_a_short_balance_says_since_when_it_stayed_short_and_the_claim_does_not_
     empty = owed_states([nid], now(), 42)[nid]
     assert empty.text.startswith("waiting: balance empty since") and empty.since == short_at
     got = claims.claim(nid, LEASE, now(), "w")
-    assert isinstance(got, claims.Suppressed) and got.reason == "insufficient_balance", \
+    assert isinstance(got, claimed.Suppressed) and got.reason == "insufficient_balance", \
         "the read model said it would not go without a top-up"
     assert_invariants()
 
@@ -161,7 +161,7 @@ def test_quiet_hours_say_until_when_in_the_recipients_zone_and_the_claim_defers_
     assert s.kind == "waiting_quiet_hours"
     assert s.text.startswith(f"waiting: quiet hours until {end:%H:%M} Asia/Kolkata ("), s.text
     got = claims.claim(nid, LEASE, now(), "w")
-    assert isinstance(got, claims.Deferred) and got.until == s.until, (got, s)
+    assert isinstance(got, claimed.Deferred) and got.until == s.until, (got, s)
     assert owed_states([nid], now(), 42)[nid].until == s.until, "deferred: the same end, not 'scheduled'"
 
 

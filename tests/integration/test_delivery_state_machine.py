@@ -43,7 +43,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from domain import invariants
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork, get_engine
-from domain.delivery import claims, hot, review
+from domain.delivery import claimed, claims, hot, review
 from domain.delivery.queue import LANES, queue_name
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Outcome, Succeeded, decide_retry
@@ -95,7 +95,7 @@ class Provider:
 
 @dataclass
 class InFlight:
-    claim: claims.Claim
+    claim: claimed.Claim
     worker: str
     outcome: Outcome | None = None
     reference: str | None = None
@@ -218,7 +218,7 @@ class DeliveryMachine(RuleBasedStateMachine):
     # ---- workers -------------------------------------------------------------------------------------------
     def _claim(self, nid: int, worker: str) -> None:
         got = claims.claim(nid, LEASE, datetime.now(UTC), worker)
-        if isinstance(got, claims.Ready):
+        if isinstance(got, claimed.Ready):
             self.inflight.append(InFlight(got.claim, worker))
 
     @rule(lane=st.sampled_from(LANES), worker=st.sampled_from(["w1", "w2"]))
@@ -254,7 +254,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         ready = list(batch.ready)
         for c, x, refused in batch.long_way:
             got = claims.settle_claimed(c, x, now, worker, refused)
-            if isinstance(got, claims.Ready):
+            if isinstance(got, claimed.Ready):
                 ready.append(got)
         self.inflight += [InFlight(r.claim, worker) for r in ready]
 
@@ -282,7 +282,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         ready = list(batch.ready)
         for c, x, refused in batch.long_way:
             got = claims.settle_claimed(c, x, now, worker, refused)
-            if isinstance(got, claims.Ready):
+            if isinstance(got, claimed.Ready):
                 ready.append(got)
         self.inflight += [InFlight(r.claim, worker) for r in ready]
 
@@ -320,7 +320,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         if not pending:
             return
         f = _pick(data, pending)
-        key = str(f.claim.event_id) if f.claim.channel == "webhook" else claims.idempotency_key(f.claim)
+        key = str(f.claim.event_id) if f.claim.channel == "webhook" else claimed.idempotency_key(f.claim)
         f.outcome, f.reference = self.provider.post(key, behaviour, f.claim.channel)
 
     @rule(data=PICKS)
@@ -383,7 +383,7 @@ class DeliveryMachine(RuleBasedStateMachine):
             return
         b = self.inflight.pop()
         for f, behaviour in ((a, first), (b, second)):
-            key = str(f.claim.event_id) if f.claim.channel == "webhook" else claims.idempotency_key(f.claim)
+            key = str(f.claim.event_id) if f.claim.channel == "webhook" else claimed.idempotency_key(f.claim)
             f.outcome, f.reference = self.provider.post(key, behaviour, f.claim.channel)
         for f in ((b, a) if stale_records_last else (a, b)):
             self._record(f)
@@ -437,9 +437,9 @@ class DeliveryMachine(RuleBasedStateMachine):
             assert asked is not None
             nid = asked.notification_id
         got = claims.claim(nid, LEASE, datetime.now(UTC), "w3")
-        if isinstance(got, claims.Ready):
+        if isinstance(got, claimed.Ready):
             f = InFlight(got.claim, "w3")
-            f.outcome, f.reference = self.provider.post(claims.idempotency_key(f.claim), behaviour, f.claim.channel)
+            f.outcome, f.reference = self.provider.post(claimed.idempotency_key(f.claim), behaviour, f.claim.channel)
             self._record(f)
         with get_engine().begin() as c:
             c.execute(sa.text("UPDATE otp_codes SET expires_at = least(expires_at, now()) WHERE notification_id = :n"),
@@ -447,7 +447,7 @@ class DeliveryMachine(RuleBasedStateMachine):
             status = c.execute(sa.text("SELECT status FROM notifications WHERE id = :n"), {"n": nid}).scalar_one()
         if status == "QUEUED":
             again = claims.claim(nid, LEASE, datetime.now(UTC), "w3")
-            assert not isinstance(again, claims.Ready), (SEED, nid, again)
+            assert not isinstance(again, claimed.Ready), (SEED, nid, again)
         elif status == "FAILED":
             assert not review.replay(42, nid, actor_ref="sm"), (SEED, nid)
 
@@ -491,10 +491,10 @@ class DeliveryMachine(RuleBasedStateMachine):
         last attempt); the provider's `failed` receipt then comes, while the row is still owed: kept pending.
         False: the row could not be claimed now."""
         got = claims.claim(nid, LEASE, datetime.now(UTC), "w-bounce")
-        if not isinstance(got, claims.Ready):
+        if not isinstance(got, claimed.Ready):
             return False
         f = InFlight(got.claim, "w-bounce")
-        key = claims.idempotency_key(f.claim)
+        key = claimed.idempotency_key(f.claim)
         f.outcome, f.reference = self.provider.post(key, "timeout_after", f.claim.channel)
         self._record(f)
         channel, rid, ref, _ = next(r for r in reversed(self.provider.receipts) if r[3] == key)
@@ -593,7 +593,7 @@ class DeliveryMachine(RuleBasedStateMachine):
             if poor is None:
                 return
             got = claims.claim(poor, LEASE, datetime.now(UTC), "sm-poor")
-            assert isinstance(got, claims.Suppressed) and got.reason == "insufficient_balance", (SEED, got)
+            assert isinstance(got, claimed.Suppressed) and got.reason == "insufficient_balance", (SEED, got)
             nid = self._tenant7_webhook(endpoint_id)
             if nid is None:
                 return
@@ -603,7 +603,7 @@ class DeliveryMachine(RuleBasedStateMachine):
                 return
             now = datetime.now(UTC)
             first = claims.claim(nid, LEASE, now, "sm-paced")
-            assert isinstance(first, claims.Ready), (SEED, first)
+            assert isinstance(first, claimed.Ready), (SEED, first)
             taken = self._breaker_until(endpoint_id)
             assert taken is not None and taken > now, f"seed {SEED}: a claim that will send took no probe"
             claims.give_back(first.claim)  # the worker's pacing: too little of its lease left to send
@@ -611,7 +611,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         assert until is not None and until <= datetime.now(UTC), f"seed {SEED}: the probe was spent ({spoiler})"
         now = datetime.now(UTC)
         probe = claims.claim(nid, LEASE, now, "sm-probe")
-        assert isinstance(probe, claims.Ready), (SEED, spoiler, probe)
+        assert isinstance(probe, claimed.Ready), (SEED, spoiler, probe)
         taken = self._breaker_until(endpoint_id)
         assert taken is not None and taken > now, f"seed {SEED}: the probe went to no claim"
         outcome = Outcome(200) if answer == 200 else Outcome(503)
@@ -708,9 +708,9 @@ class DeliveryMachine(RuleBasedStateMachine):
                                   "AND next_attempt_at < now() + interval '1 minute'"))
             for nid in owed:
                 got = claims.claim(nid, LEASE, datetime.now(UTC), "drain")
-                if isinstance(got, claims.Ready):
+                if isinstance(got, claimed.Ready):
                     f = InFlight(got.claim, "drain")
-                    key = str(f.claim.event_id) if f.claim.channel == "webhook" else claims.idempotency_key(f.claim)
+                    key = str(f.claim.event_id) if f.claim.channel == "webhook" else claimed.idempotency_key(f.claim)
                     f.outcome, f.reference = self.provider.post(key, "accept", f.claim.channel)
                     self._record(f)
         assert self._owed() == [], f"seed {SEED}: rows still owed after the drain"

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from domain import faults
 from domain.db import get_engine
-from domain.delivery import claims
+from domain.delivery import claimed, claims
 from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.signing import verify
 from domain.endpoints import store
@@ -244,7 +244,7 @@ def test_a_stale_claim_moves_no_breaker_and_an_open_breaker_lets_one_probe_throu
     (b,) = rows("event_id = :e AND endpoint_id = :i", e=second.event_id, i=e["id"])
 
     old = claims.claim(a.id, 0.2, datetime.now(UTC))
-    assert isinstance(old, claims.Ready)
+    assert isinstance(old, claimed.Ready)
     new = wait_for(lambda: claims.claim(a.id, 30, datetime.now(UTC)), 10, what="the lease to run out")
     stale = claims.record(old.claim, Retry("server_error", 0.01), worker="old", started=datetime.now(UTC),
                           status_code=503, latency_ms=1.0, provider_reference=None)
@@ -260,8 +260,8 @@ def test_a_stale_claim_moves_no_breaker_and_an_open_breaker_lets_one_probe_throu
     now = datetime.now(UTC)
     probe = claims.claim(a.id, 30, now)
     held = claims.claim(b.id, 30, now)
-    assert isinstance(probe, claims.Ready), probe
-    assert isinstance(held, claims.Deferred) and held.until > now + timedelta(seconds=30), held
+    assert isinstance(probe, claimed.Ready), probe
+    assert isinstance(held, claimed.Deferred) and held.until > now + timedelta(seconds=30), held
     (b_after,) = rows("id = :i", i=b.id)
     assert b_after.attempts == 0 and "circuit breaker" in b_after.reason_detail, "deferred, not attempted"
     assert claims.record(probe.claim, Succeeded(False), worker="probe", started=now, status_code=200,
@@ -280,7 +280,7 @@ def test_a_disabled_or_deleted_endpoint_settles_its_rows_with_the_reason(db, red
     store.delete(42, gone["id"], "support:dana")
     now = datetime.now(UTC)
     for row in rows("event_id = :e AND channel = 'webhook'", e=r.event_id):
-        assert isinstance(claims.claim(row.id, 30, now), claims.Suppressed)
+        assert isinstance(claims.claim(row.id, 30, now), claimed.Suppressed)
     by_endpoint = {n.endpoint_id: n for n in rows("event_id = :e AND channel = 'webhook'", e=r.event_id)}
     assert by_endpoint[e["id"]].suppressed_reason == "endpoint_disabled"
     assert by_endpoint[e["id"]].reason_detail == f"endpoint {e['id']} was disabled by support:dana"

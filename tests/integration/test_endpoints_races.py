@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claims
+from domain.delivery import claimed, claims
 from domain.delivery.retry import Retry
 from jobs.ops.procs import wait_until
 from tests.integration.conftest import rows
@@ -41,7 +41,7 @@ def test_a_stalled_workers_record_and_an_endpoints_auto_disable_never_deadlock(d
     (b,) = rows("event_id = :e AND endpoint_id = :i", e=second.event_id, i=e["id"])
     now = datetime.now(UTC)
     ca, cb = claims.claim(a.id, 30, now), claims.claim(b.id, 30, now)
-    assert isinstance(ca, claims.Ready) and isinstance(cb, claims.Ready)
+    assert isinstance(ca, claimed.Ready) and isinstance(cb, claimed.Ready)
     with get_engine().begin() as c:  # the next failure is sustained failure; b's worker has stalled past its lease
         c.execute(sa.text("UPDATE webhook_endpoints SET failure_streak = 100, failing_since = now() - interval "
                           "'1 day' WHERE id = :i"), {"i": e["id"]})
@@ -53,7 +53,7 @@ def test_a_stalled_workers_record_and_an_endpoints_auto_disable_never_deadlock(d
     blocker.execute(sa.text("SELECT 1 FROM webhook_endpoints WHERE id = :i FOR UPDATE"), {"i": e["id"]})
     out: dict[str, Any] = {}
 
-    def record(name: str, c: claims.Claim) -> None:
+    def record(name: str, c: claimed.Claim) -> None:
         try:
             out[name] = claims.record(c, Retry("server_error", 60), worker=name, started=datetime.now(UTC),
                                       status_code=503, latency_ms=1.0, provider_reference=None)
@@ -80,4 +80,4 @@ def test_a_stalled_workers_record_and_an_endpoints_auto_disable_never_deadlock(d
     with get_engine().begin() as c:
         c.execute(sa.text("UPDATE notifications SET next_attempt_at = now() WHERE id = :b"), {"b": b.id})
     settled = claims.claim(b.id, 30, datetime.now(UTC) + timedelta(seconds=1))
-    assert isinstance(settled, claims.Suppressed) and settled.reason == "endpoint_disabled", settled
+    assert isinstance(settled, claimed.Suppressed) and settled.reason == "endpoint_disabled", settled

@@ -95,7 +95,7 @@ def test_why_takes_everything_search_takes(db):
     exactly a missing one; a query that cannot be one is a clear error."""
     from datetime import UTC, datetime
 
-    from domain.delivery import claims
+    from domain.delivery import claimed, claims
     from domain.delivery.retry import Succeeded
     from domain.ledger.recipients import find_by_ref
     from domain.ledger.write import send
@@ -107,7 +107,7 @@ def test_why_takes_everything_search_takes(db):
                data={"headline": "hi"}, subject_period="why-anything")
     assert row is not None
     claim = claims.claim(row.notification_id, 30, datetime.now(UTC), "t")
-    assert isinstance(claim, claims.Ready)
+    assert isinstance(claim, claimed.Ready)
     claims.record(claim.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
                   latency_ms=9.0, provider_reference="email-why-0001", excerpt="{}")
     nid = row.notification_id

@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from domain.access.auth import create_api_key
 from domain.db import get_engine
-from domain.delivery import claims
+from domain.delivery import claimed, claims
 from domain.delivery.retry import Succeeded
 from domain.invariants import invariant_counts
 from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
@@ -119,7 +119,7 @@ class JourneyMachine(RuleBasedStateMachine):
     def worker_runs(self) -> None:
         for nid in self._due():
             c = claims.claim(nid, 30, datetime.now(UTC), "model")
-            if isinstance(c, claims.Ready):
+            if isinstance(c, claimed.Ready):
                 claims.record(c.claim, Succeeded(False), worker="model", started=datetime.now(UTC),
                               status_code=201, latency_ms=1.0, provider_reference=f"m-{nid}")
         for lead in self.leads:  # a nudge that went out is no longer live

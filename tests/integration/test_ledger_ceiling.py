@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from domain.delivery import claims
+from domain.delivery import claimed, claims
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Fail, Succeeded
 from domain.ledger import metering
@@ -33,9 +33,9 @@ def entries() -> int:
     return int(one("SELECT count(*) FROM balance_entries WHERE tenant_id = 42"))
 
 
-def claimed_sms(nid: int) -> claims.Claim:
+def claimed_sms(nid: int) -> claimed.Claim:
     r = claims.claim(nid, 30.0, datetime.now(UTC), "t")
-    assert isinstance(r, claims.Ready), r
+    assert isinstance(r, claimed.Ready), r
     assert one("SELECT reserved_cents FROM notifications WHERE id = :i", i=nid) == SMS_CENTS
     return r.claim
 

@@ -267,7 +267,7 @@ async def test_the_hot_path_names_each_row_by_its_month(db: str) -> None:
     alone it was planned on every partition (a custom plan, as through PgBouncer, plans each one it cannot prune:
     2.5 ms against 0.36 ms at 48 months, evidence/bench.json `record_ms_partitions_*`). A row owed in an older
     month (a replayed message) is claimed and recorded in its own partition like this month's."""
-    from domain.delivery import hot, sql
+    from domain.delivery import hot, sql, sql_record
     from domain.delivery.retry import Succeeded
     from domain.settings import get_settings
 
@@ -298,17 +298,17 @@ async def test_the_hot_path_names_each_row_by_its_month(db: str) -> None:
     c = by_id[old]
     one_row = {"id": c.id, "ca": c.created_at, "final": "DELIVERED", "p": None, "key": c.dedupe_key, "no": 1,
                "worker": "plan", "started": now_, "outcome": "sent", "code": 200, "latency": 1.0, "excerpt": None}
-    assert _partitions_planned(sql.RECORD_SENT, one_row) == {"notifications_2026_07"}
-    by_id_alone = sql.RECORD_SENT.replace(" AND created_at = CAST(:ca AS timestamptz)", "")
-    assert by_id_alone != sql.RECORD_SENT
+    assert _partitions_planned(sql_record.RECORD_SENT.text, one_row) == {"notifications_2026_07"}
+    by_id_alone = sql_record.RECORD_SENT.text.replace(" AND created_at = CAST(:ca AS timestamptz)", "")
+    assert by_id_alone != sql_record.RECORD_SENT.text
     assert len(_partitions_planned(by_id_alone, one_row)) >= len(MONTHS) + 2  # every month, ahead and DEFAULT
     batch_row = {"worker": "plan", "ids": [c.id], "finals": ["DELIVERED"], "ps": [None], "keys": [c.dedupe_key],
                  "nos": [1], "starteds": [now_], "outcomes": ["sent"], "codes": [200], "latencies": [1.0],
                  "excerpts": [None], "cas": [c.created_at]}
-    assert _partitions_planned(sql.RECORD_SENT_BATCH, batch_row) == {"notifications_2026_07"}
+    assert _partitions_planned(sql_record.RECORD_SENT_BATCH.text, batch_row) == {"notifications_2026_07"}
     take = {"t": 42, "r": "receiver", "day": None, "cap": 0, "c": 0, "n": c.id, "ca": c.created_at, "reason": "x",
             "v": None}
-    assert _partitions_planned(sql.TAKE, take) == {"notifications_2026_07"}
+    assert _partitions_planned(sql.TAKE.text, take) == {"notifications_2026_07"}
     assert_clean()
 
 
@@ -336,7 +336,7 @@ async def test_a_per_row_wake_up_carries_its_month_to_the_claim(db: str) -> None
     assert (scanned.notification_id, scanned.created_at) == (old, july)
 
     params = claim_params(old, 30.0, datetime.now(UTC), july)
-    assert _partitions_planned(sql.CLAIM_IN_MONTH, params) == {"notifications_2026_07"}
+    assert _partitions_planned(sql.CLAIM_IN_MONTH.text, params) == {"notifications_2026_07"}
     pool = await hot.open_pool(get_settings().database_url, "outbox-test-per-row-month", max_size=1)
     try:
         assert await hot.claim(pool, old, 30.0, datetime.now(UTC), "test", MONTHS[2]) is None  # August: not it

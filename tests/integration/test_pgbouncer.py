@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 
 from domain.db import UnitOfWork, get_engine
-from domain.delivery import claims, hot
+from domain.delivery import claimed, hot
 from domain.delivery.retry import Succeeded
 from domain.ledger import otp
 from domain.settings import SettingsError, get_settings, reload_settings
@@ -95,7 +95,7 @@ async def test_claims_and_records_through_pgbouncer_run_unprepared_on_any_server
 
         async def one(nid: int) -> str:
             got = await hot.claim(pool, nid, 30.0, datetime.now(UTC), "pgb")
-            assert isinstance(got, claims.Ready), got
+            assert isinstance(got, claimed.Ready), got
             assert await hot.claim(pool, nid, 30.0, datetime.now(UTC), "pgb") is None  # leased: nothing
             return await hot.record(pool, got.claim, Succeeded(False), worker="pgb", started=datetime.now(UTC),
                                     status_code=201, latency_ms=1.0, provider_reference=f"sms-{nid}")

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from dashboard.pages.balance import _read as balance_page
 from domain.access import auth
 from domain.db import get_engine
-from domain.delivery import claims
+from domain.delivery import claimed, claims
 from domain.delivery.retry import Succeeded
 from domain.ledger import otp, write
 from domain.orders.commands import Committed, create_order, execute_order_command
@@ -50,7 +50,7 @@ def test_a_suppressed_message_says_why_once_and_has_no_body_or_receipt(db):
                       data={"headline": "x"}, subject_period=f"p-{uuid.uuid4().hex[:6]}")
     assert sent is not None
     got = claims.claim(sent.notification_id, 30.0, datetime.now(UTC), "w")
-    assert isinstance(got, claims.Suppressed), got
+    assert isinstance(got, claimed.Suppressed), got
     m = message_page(42, sent.notification_id, datetime.now(UTC))
     assert m is not None and m["status"] == "SUPPRESSED"
     assert m["answer"].startswith("not sent: ") and m["reason"] == "", (m["answer"], m["reason"])

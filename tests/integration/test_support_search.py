@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claims
+from domain.delivery import claimed, claims
 from domain.delivery.retry import Fail, Retry, Succeeded
 
 
@@ -61,7 +61,7 @@ async def test_every_kind_of_query_finds_its_row(client, key42):
     asha, cust = _rid(42, "cust-kolkata"), _rid(42, "cust-001")  # cust-001 keeps no quiet hours: claims send
     nid = await _send(client, key42, cust, "email")
     (r,) = await asyncio.to_thread(lambda: [claims.claim(nid, 30, datetime.now(UTC), "t")])
-    assert isinstance(r, claims.Ready)
+    assert isinstance(r, claimed.Ready)
     claims.record(r.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
                   latency_ms=12.0, provider_reference="email-88753550ad4f", excerpt='{"id": "email-88753550ad4f"}')
     for q, matched in (("cust-kolkata", "ref"), ("Asha", "name"), ("asha rao", "name"), ("+919800000001", "phone"),
@@ -141,7 +141,7 @@ async def test_message_page_has_attempts_money_receipt_and_reason(client, key42)
     cust = _rid(42, "cust-001")
     nid = await _send(client, key42, cust, "email")
     (r,) = await asyncio.to_thread(lambda: [claims.claim(nid, 30, datetime.now(UTC), "t")])
-    assert isinstance(r, claims.Ready)
+    assert isinstance(r, claimed.Ready)
     assert claims.record(r.claim, Retry("server_error", 0.01), worker="w1", started=datetime.now(UTC),
                          status_code=503, latency_ms=42.5, provider_reference=None, excerpt="busy") == "retry"
     d = (await client.get(f"/api/v1/messages/{nid}", headers=key42)).json()
@@ -154,7 +154,7 @@ async def test_message_page_has_attempts_money_receipt_and_reason(client, key42)
     while datetime.now(UTC) < due:
         await asyncio.sleep(0.005)
     r2 = claims.claim(nid, 30, datetime.now(UTC), "t")
-    assert isinstance(r2, claims.Ready)
+    assert isinstance(r2, claimed.Ready)
     claims.record(r2.claim, Fail("contract", review=True), worker="w2", started=datetime.now(UTC), status_code=422,
                   latency_ms=7.0, provider_reference=None, excerpt='{"error": "bad"}')
     d = (await client.get(f"/api/v1/messages/{nid}", headers=key42)).json()

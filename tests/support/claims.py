@@ -9,18 +9,18 @@ from typing import Any
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claims
+from domain.delivery import claimed, claims
 
 LEASE = 30.0
 
 
-def claim(nid: int, worker: str = "w") -> claims.ClaimResult | None:
+def claim(nid: int, worker: str = "w") -> claimed.ClaimResult | None:
     return claims.claim(nid, LEASE, datetime.now(UTC), worker)
 
 
-def ready(nid: int, worker: str = "w") -> claims.Claim:
+def ready(nid: int, worker: str = "w") -> claimed.Claim:
     r = claim(nid, worker)
-    assert isinstance(r, claims.Ready), r
+    assert isinstance(r, claimed.Ready), r
     return r.claim
 
 
@@ -31,7 +31,7 @@ def lease_runs_out(nid: int) -> None:
                   {"i": nid})
 
 
-def record(c: claims.Claim, decision: Any, ref: str | None = None, code: int | None = 201) -> str:
+def record(c: claimed.Claim, decision: Any, ref: str | None = None, code: int | None = 201) -> str:
     return claims.record(c, decision, worker="t", started=datetime.now(UTC), status_code=code, latency_ms=1.0,
                          provider_reference=ref)
 

@@ -14,15 +14,17 @@ plans every partition). `claim_ratio_partitions_48_to_1` and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from domain.delivery import hot
+from domain.delivery import hot, sql, sql_record
 from domain.delivery.retry import Succeeded
 from domain.retention.partitions import ensure_partitions
 from domain.settings import reload_settings
@@ -34,12 +36,26 @@ MONTHS = (1, 16, 48)
 ROWS_PER_MONTH = 2_000
 RUNS = 200
 
-# The statements as they were before they named the row's month: the same text with the month's condition taken out.
-_CLAIM_BY_ID = hot._CLAIM_BATCH.replace(
+# The batch claim's and record's statements as the store runs them (psycopg's form), and as they were before they
+# named the row's month: the same text with the month's condition taken out. A round swaps the text the store's
+# statement runs (`_running`), nothing else.
+_CLAIM, _RECORD = sql.CLAIM_BATCH, sql_record.RECORD_SENT_BATCH
+_CLAIM_WITH_MONTH, _RECORD_WITH_MONTH = _CLAIM.pg, _RECORD.pg
+_CLAIM_BY_ID = _CLAIM_WITH_MONTH.replace(
     "WHERE (id, created_at) IN (SELECT id, created_at FROM picked)", "WHERE id IN (SELECT id FROM picked)")
-_RECORD_BY_ID = hot._RECORD_SENT_BATCH.replace(
+_RECORD_BY_ID = _RECORD_WITH_MONTH.replace(
     " AND notifications.created_at = v.vca\n    AND notifications.created_at = ANY(CAST(%(cas)s AS timestamptz[]))", "")
-assert _CLAIM_BY_ID != hot._CLAIM_BATCH and _RECORD_BY_ID != hot._RECORD_SENT_BATCH
+assert _CLAIM_BY_ID != _CLAIM_WITH_MONTH and _RECORD_BY_ID != _RECORD_WITH_MONTH
+
+
+@contextlib.contextmanager
+def _running(claim_stmt: str, record_stmt: str) -> Iterator[None]:
+    before = (_CLAIM.pg, _RECORD.pg)
+    _CLAIM.pg, _RECORD.pg = claim_stmt, record_stmt
+    try:
+        yield
+    finally:
+        _CLAIM.pg, _RECORD.pg = before
 
 
 def _url(base_url: str) -> str:
@@ -76,8 +92,6 @@ async def _rounds(url: str, eng: sa.Engine, claim_stmt: str, record_stmt: str,
     """p50 ms of the claim and of the record of one owed webhook, RUNS times (a fresh owed row each).
     `prepared=False`: the pool as it runs through PgBouncer (no statement prepared: each one planned afresh)."""
     pool = await hot.open_pool(url, "bench-partitions", max_size=1, prepared=prepared)
-    before = (hot._CLAIM_BATCH, hot._RECORD_SENT_BATCH)
-    hot._CLAIM_BATCH, hot._RECORD_SENT_BATCH = claim_stmt, record_stmt
     claims_ms: list[float] = []
     records_ms: list[float] = []
     try:
@@ -88,19 +102,21 @@ async def _rounds(url: str, eng: sa.Engine, claim_stmt: str, record_stmt: str,
                     "status, cost_cents, attempts, max_attempts) VALUES (42, 'receiver', 'webhook', 'high', "
                     "'order.approved', '{}', :k, 'QUEUED', 0, 0, 8)"), {"k": f"parts-run-{time.time_ns()}-{i}"})
             t0 = time.perf_counter()
-            batch = await hot.claim_batch(pool, "high", 1, 30.0, datetime.now(UTC))
+            with _running(claim_stmt, record_stmt):
+                batch = await hot.claim_batch(pool, "high", 1, 30.0, datetime.now(UTC))
             t1 = time.perf_counter()
             assert len(batch.ready) == 1, "the owed row was claimed and may go"
             (ready,) = batch.ready
-            got = await hot.record_batch(pool, [hot.Attempted(ready.claim, Succeeded(False), datetime.now(UTC), 200,
-                                                              1.0, f"bench-{ready.claim.id}")], "bench-partitions")
+            with _running(claim_stmt, record_stmt):
+                got = await hot.record_batch(pool, [hot.Attempted(
+                    ready.claim, Succeeded(False), datetime.now(UTC), 200, 1.0, f"bench-{ready.claim.id}")],
+                    "bench-partitions")
             t2 = time.perf_counter()
             assert got == {ready.claim.id: "sent"}, got
             if i >= 10:  # past psycopg's first preparations and the plan cache's first custom plans
                 claims_ms.append((t1 - t0) * 1000)
                 records_ms.append((t2 - t1) * 1000)
     finally:
-        hot._CLAIM_BATCH, hot._RECORD_SENT_BATCH = before
         await pool.close()
     return statistics.median(claims_ms), statistics.median(records_ms)
 
@@ -122,9 +138,9 @@ def bench_partitions(base_url: str) -> dict[str, Any]:
         for months in MONTHS:
             _months_back(eng, months)
             parts = _partitions(eng)
-            claim_ms, record_ms = asyncio.run(_rounds(url, eng, hot._CLAIM_BATCH, hot._RECORD_SENT_BATCH))
+            claim_ms, record_ms = asyncio.run(_rounds(url, eng, _CLAIM_WITH_MONTH, _RECORD_WITH_MONTH))
             claim_id, record_id = asyncio.run(_rounds(url, eng, _CLAIM_BY_ID, _RECORD_BY_ID))
-            claim_u, record_u = asyncio.run(_rounds(url, eng, hot._CLAIM_BATCH, hot._RECORD_SENT_BATCH, False))
+            claim_u, record_u = asyncio.run(_rounds(url, eng, _CLAIM_WITH_MONTH, _RECORD_WITH_MONTH, False))
             claim_uid, record_uid = asyncio.run(_rounds(url, eng, _CLAIM_BY_ID, _RECORD_BY_ID, False))
             out.update({f"claim_ms_partitions_{months}_unprepared": round(claim_u, 3),
                         f"claim_ms_partitions_{months}_unprepared_id_only": round(claim_uid, 3),

@@ -130,20 +130,20 @@ def _scan_db() -> sa.Engine:
 
 
 def bench_scan_1m(runs: int = 20) -> dict[str, object]:
-    """One relay scan of the lane (`SCAN_OWED_LANE`, its pages of 500 up to the 1,000 owed) timed `runs` times;
+    """One relay scan of the lane (`wakeups.scan_owed`, its pages of 500 up to the 1,000 owed) timed `runs` times;
     raw baseline: the same 1,000 owed ids read without a lock, through the same partial index. The plan is kept."""
     eng = _scan_db()
     page = 500
-    params: dict[str, object] = {"after": 0, "limit": page, "horizon": 1.0, "lease": 30.0, "lane": "high"}
     times, raw = [], []
     try:
         with eng.connect() as c:
-            plan = "\n".join(r[0] for r in c.execute(sa.text("EXPLAIN " + str(wakeups.SCAN_OWED_LANE)), params))
+            plan = wakeups.explain_scan_owed(c, limit=page, horizon_seconds=1.0, lease_seconds=30.0, lane="high")
             for _ in range(runs):
                 t0 = time.perf_counter()
                 after, seen = 0, 0
                 while True:
-                    rows = c.execute(wakeups.SCAN_OWED_LANE, {**params, "after": after}).all()
+                    rows = wakeups.scan_owed(c, after=after, limit=page, horizon_seconds=1.0, lease_seconds=30.0,
+                                             lane="high")
                     seen += len(rows)
                     if len(rows) < page:
                         break

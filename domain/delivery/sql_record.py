@@ -1,0 +1,170 @@
+"""Delivery's named SQL for the record of an attempt, and the provider receipts that settle a sent message.
+
+- `RECORD_SENT`: an accepted send of a row still owed under the identity we sent, where nothing else is owed to
+  the ledger (its cap slot held or not needed, its price held or free): SENT (DELIVERED for a webhook), the next
+  token (fencing out any later claim), the nudge marked sent, the attempt line. Anything else (a late truth, a
+  stale identity) matches nothing and goes the long way (domain/ledger/write.py's `accept_truth`).
+- `RECORD_RETRY`: the guarded retry and its attempt line (with the retry's time); a stale token matches nothing,
+  and so does a one-time code's retry that would come due at or after the code's end of life: the long way settles
+  that row `code_expired` instead (`CODE_OUTLIVED`), so a code's retries never outlive it.
+- `PENDING_RECEIPTS`: run AFTER a record statement, in its own snapshot (a receipt committed while the record
+  waited for the row's lock is seen): any receipt kept while the row was owed sends the record the long way.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import sqlalchemy as sa
+
+from domain.delivery.sql import Statement
+
+# The record's pieces, shared by the one-row statements and their batch forms (`{x}`: where a row's value comes
+# from: a parameter `:x` for one row, the batch's unnested column `v.x` for many).
+_SENT_SET = """status = CAST({final} AS text), provider_reference = coalesce(CAST({p} AS text), provider_reference),
+         sent_at = coalesce(sent_at, now()),
+         settled_at = CASE WHEN CAST({final} AS text) = 'DELIVERED' THEN now() END,
+         leased_until = NULL, last_error_class = NULL, suppressed_reason = NULL, review = NULL,
+         reason_detail = NULL, claim_token = claim_token + 1"""
+_SENT_GUARD = """status = 'QUEUED' AND coalesce(provider_key, dedupe_key) = {key}
+    AND (reserved_cents > 0 OR cost_cents <= 0)
+    AND (cap_day IS NOT NULL OR channel = 'webhook' OR lane = 'critical'
+         OR NOT EXISTS (SELECT 1 FROM recipients r WHERE r.tenant_id = notifications.tenant_id
+                        AND r.ref = notifications.recipient AND r.daily_cap IS NOT NULL))"""
+_INTENT_SENT = """UPDATE lead_notification_intents SET status = 'sent', updated_at = now(),
+         final_reason = 'sent at ' || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC'"""
+_ATTEMPT_COLUMNS = """notification_attempts (notification_id, attempt_no, worker, started_at, finished_at, outcome,
+                                     status_code, error_class, latency_ms, response_excerpt, next_attempt_at,
+                                     notification_created_at)"""
+_RETRY_SET = """next_attempt_at = now() + make_interval(secs => {delay}), leased_until = NULL,
+         last_error_class = {err}"""
+_RETRY_GUARD = """status = 'QUEUED' AND claim_token = {tok}
+    AND NOT EXISTS (SELECT 1 FROM otp_codes oc WHERE oc.notification_id = notifications.id
+                    AND oc.expires_at <= now() + make_interval(secs => {delay}))"""
+
+RECORD_SENT: Final = Statement(f"""
+WITH n AS (
+  UPDATE notifications SET {_SENT_SET.format(final=":final", p=":p")}
+  WHERE id = :id AND created_at = CAST(:ca AS timestamptz) AND {_SENT_GUARD.format(key=":key")}
+  RETURNING id, intent_id, created_at
+), i AS (
+  {_INTENT_SENT}
+  WHERE id = (SELECT intent_id FROM n) AND status IN ('pending', 'scheduled')
+), a AS (
+  INSERT INTO {_ATTEMPT_COLUMNS}
+  SELECT id, CAST(:no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(),
+         CAST(:outcome AS text), CAST(:code AS int), NULL, CAST(:latency AS float8), CAST(:excerpt AS text), NULL,
+         created_at FROM n
+  ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
+)
+SELECT count(*) AS matched FROM n
+""")
+
+RECORD_RETRY: Final = Statement(f"""
+WITH n AS (
+  UPDATE notifications SET {_RETRY_SET.format(delay=":delay", err=":err")}
+  WHERE id = :id AND created_at = CAST(:ca AS timestamptz) AND {_RETRY_GUARD.format(tok=":tok", delay=":delay")}
+  RETURNING id, next_attempt_at, created_at
+), a AS (
+  INSERT INTO {_ATTEMPT_COLUMNS}
+  SELECT id, CAST(:no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(), 'retry',
+         CAST(:code AS int), CAST(:err AS text), CAST(:latency AS float8), CAST(:excerpt AS text),
+         next_attempt_at, created_at FROM n
+  ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
+)
+SELECT count(*) AS matched FROM n
+""")
+
+# The batch forms (a batched lane's drain loop, domain/delivery/hot.py `record_batch`): one statement for every
+# accepted send of a batch, one for every retry, each row under exactly the guards of its one-row statement
+# above, its values unnested from arrays (one element per row, in the same order). RETURNING the ids matched:
+# a row that matched nothing (a stale token, a late truth) goes the long way, alone.
+RECORD_SENT_BATCH: Final = Statement(f"""
+WITH v AS (
+  SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:finals AS text[]), CAST(:ps AS text[]), CAST(:keys AS text[]),
+                       CAST(:nos AS int[]), CAST(:starteds AS timestamptz[]), CAST(:outcomes AS text[]),
+                       CAST(:codes AS int[]), CAST(:latencies AS float8[]), CAST(:excerpts AS text[]),
+                       CAST(:cas AS timestamptz[]))
+    AS v(vid, vfinal, vp, vkey, vno, vstarted, voutcome, vcode, vlatency, vexcerpt, vca)
+), n AS (
+  UPDATE notifications SET {_SENT_SET.format(final="v.vfinal", p="v.vp")}
+  FROM v WHERE notifications.id = v.vid AND notifications.created_at = v.vca
+    AND notifications.created_at = ANY(CAST(:cas AS timestamptz[])) AND {_SENT_GUARD.format(key="v.vkey")}
+  RETURNING notifications.id, notifications.intent_id, notifications.created_at
+), i AS (
+  {_INTENT_SENT}
+  WHERE id IN (SELECT intent_id FROM n WHERE intent_id IS NOT NULL) AND status IN ('pending', 'scheduled')
+), a AS (
+  INSERT INTO {_ATTEMPT_COLUMNS}
+  SELECT n.id, v.vno, CAST(:worker AS text), v.vstarted, now(), v.voutcome, v.vcode, NULL, v.vlatency, v.vexcerpt,
+         NULL, n.created_at
+  FROM n JOIN v ON v.vid = n.id
+  ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
+)
+SELECT id FROM n
+""")
+
+RECORD_RETRY_BATCH: Final = Statement(f"""
+WITH v AS (
+  SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:toks AS bigint[]), CAST(:delays AS float8[]),
+                       CAST(:errs AS text[]), CAST(:nos AS int[]), CAST(:starteds AS timestamptz[]),
+                       CAST(:codes AS int[]), CAST(:latencies AS float8[]), CAST(:excerpts AS text[]),
+                       CAST(:cas AS timestamptz[]))
+    AS v(vid, vtok, vdelay, verr, vno, vstarted, vcode, vlatency, vexcerpt, vca)
+), n AS (
+  UPDATE notifications SET {_RETRY_SET.format(delay="v.vdelay", err="v.verr")}
+  FROM v WHERE notifications.id = v.vid AND notifications.created_at = v.vca
+    AND notifications.created_at = ANY(CAST(:cas AS timestamptz[]))
+    AND {_RETRY_GUARD.format(tok="v.vtok", delay="v.vdelay")}
+  RETURNING notifications.id, notifications.next_attempt_at, notifications.created_at
+), a AS (
+  INSERT INTO {_ATTEMPT_COLUMNS}
+  SELECT n.id, v.vno, CAST(:worker AS text), v.vstarted, now(), 'retry', v.vcode, v.verr, v.vlatency, v.vexcerpt,
+         n.next_attempt_at, n.created_at
+  FROM n JOIN v ON v.vid = n.id
+  ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
+)
+SELECT id FROM n
+""")
+
+PENDING_RECEIPTS: Final = Statement(
+    "SELECT EXISTS (SELECT 1 FROM delivery_receipts WHERE notification_id = :id AND applied_at IS NULL) AS pending")
+# The batch form: the ids among :ids with a receipt kept while they were owed (run after the batch's records).
+PENDING_RECEIPTS_BATCH: Final = Statement(
+    "SELECT DISTINCT notification_id AS id FROM delivery_receipts "
+    "WHERE notification_id = ANY(CAST(:ids AS bigint[])) AND applied_at IS NULL")
+
+# The long way's attempt line (claims.py): the same row as the records above, its partition key (the message's
+# `created_at`) read from the message in the same statement.
+ATTEMPT_LINE: Final = Statement("""
+INSERT INTO notification_attempts (notification_id, attempt_no, worker, started_at, finished_at, outcome, status_code,
+                                   error_class, latency_ms, response_excerpt, next_attempt_at, notification_created_at)
+SELECT n.id, CAST(:no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(), CAST(:outcome AS text),
+       CAST(:code AS int), CAST(:err AS text), CAST(:latency AS float8), CAST(:excerpt AS text),
+       CAST(:next AS timestamptz), n.created_at
+FROM notifications n WHERE n.id = :id AND n.created_at = CAST(:ca AS timestamptz)
+ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
+""")
+
+# A retry `RECORD_RETRY` refused because the code's life ends before it would come due, under the claim's token.
+CODE_OUTLIVED = sa.text(
+    "SELECT oc.expires_at FROM otp_codes oc JOIN notifications n ON n.id = oc.notification_id "
+    "WHERE oc.notification_id = :id AND n.status = 'QUEUED' AND n.claim_token = :tok "
+    "AND oc.expires_at <= now() + make_interval(secs => :delay)")
+
+# ---- receipts (receipts.py) -------------------------------------------------------------------------------------
+_ROW = ("SELECT id, status, tenant_id, order_id, channel FROM notifications WHERE {where} AND channel = :p "
+        "FOR UPDATE")
+BY_REFERENCE = sa.text(_ROW.format(where="provider_reference = :r"))
+# The key we sent: the replay's own key when there is one (an old receipt never lands on a replayed message).
+# The dedupe key is found through `ledger_keys` (the ledger is partitioned; its key kept once there).
+BY_KEY = sa.text(_ROW.format(
+    where="((provider_key IS NULL AND id = ANY(ARRAY(SELECT notification_id FROM ledger_keys WHERE dedupe_key = :k)))"
+          " OR provider_key = :k)"))
+# A receipt id once, in any month: its key first (unpartitioned), the receipt only if the key is new.
+KEEP = sa.text(
+    "WITH k AS (INSERT INTO delivery_receipt_keys (receipt_id, received_at) VALUES (:i, now()) "
+    "ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id, received_at) "
+    "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome, notification_id, received_at) "
+    "SELECT receipt_id, CAST(:p AS text), CAST(:r AS text), CAST(:o AS text), CAST(:n AS bigint), received_at FROM k "
+    "RETURNING id")

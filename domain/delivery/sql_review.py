@@ -1,0 +1,51 @@
+"""Delivery's named SQL for what operators do to it: a lane paused and resumed, failed rows replayed or resolved."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+# ---- lanes (lanes.py) and review (review.py) --------------------------------------------------------------------
+LANE_PAUSED = sa.text("SELECT paused FROM lane_controls WHERE lane = :l")
+SET_LANE_PAUSED = sa.text(
+    "INSERT INTO lane_controls (lane, paused) VALUES (:l, :p) "
+    "ON CONFLICT (lane) DO UPDATE SET paused = :p, updated_at = now()")
+# `tenant_id` None = platform on-call, whose scope is every tenant; the action is recorded under the row's tenant.
+_IN_SCOPE = "id = :id AND (CAST(:t AS integer) IS NULL OR tenant_id = :t) AND status = 'FAILED'"
+_REPLAY_SET = (
+    "UPDATE notifications SET status = 'QUEUED', review = NULL, next_attempt_at = now(), "
+    "max_attempts = attempts + :m, settled_at = NULL, leased_until = NULL, replayed_at = now(), "
+    "provider_key = CASE WHEN last_error_class = 'undeliverable' "
+    "  THEN dedupe_key || '~replay-' || (claim_token + 1) ELSE provider_key END, "
+    "provider_reference = CASE WHEN last_error_class = 'undeliverable' THEN NULL ELSE provider_reference END, "
+    "claim_token = claim_token + 1 ")
+# A one-time code past its end of life is never owed again: every replay leaves it as it is (`code_expired`), and
+# `REPLAY_REFUSED_*` name those rows with their end of life for the answer.
+_CODE_ALIVE = ("NOT EXISTS (SELECT 1 FROM otp_codes oc WHERE oc.notification_id = notifications.id "
+               "AND oc.expires_at <= now())")
+_EXPIRED_CODES = (
+    "SELECT n.id, oc.expires_at FROM notifications n JOIN otp_codes oc ON oc.notification_id = n.id "
+    "WHERE oc.expires_at <= now() AND n.status = 'FAILED' AND (CAST(:t AS integer) IS NULL OR n.tenant_id = :t) ")
+REPLAY = sa.text(f"{_REPLAY_SET} WHERE {_IN_SCOPE} AND {_CODE_ALIVE} RETURNING lane, tenant_id")
+# Shared with every replay, exclusive to an archive of a month (domain/retention/sql.py `ARCHIVE_EXCLUDES_REPLAY`).
+REPLAY_WAITS_FOR_ARCHIVE = sa.text("SELECT pg_advisory_xact_lock_shared(hashtext('outbox archive'))")
+RESOLVE = sa.text(f"UPDATE notifications SET review = 'resolved' WHERE {_IN_SCOPE} RETURNING id, tenant_id")
+# Bulk review: the rows chosen by id, or every FAILED row of a lane that failed since :since and no human resolved.
+# The status guard is the fence: a row replayed already (QUEUED again) or settled meanwhile matches nothing.
+# FOR UPDATE SKIP LOCKED is not wanted here: a row locked by a concurrent replay is waited for, then re-checked.
+_MANY = "id = ANY(:ids) AND (CAST(:t AS integer) IS NULL OR tenant_id = :t) AND status = 'FAILED'"
+_LANE_FILTER = ("lane = :lane AND (CAST(:t AS integer) IS NULL OR tenant_id = :t) AND status = 'FAILED' "
+                "AND coalesce(review, 'needs_review') <> 'resolved' AND coalesce(settled_at, created_at) >= :since")
+_LANE_SINCE = f"status = 'FAILED' AND id IN (SELECT id FROM notifications WHERE {_LANE_FILTER} ORDER BY id LIMIT :l)"
+_LANE_SINCE_ALIVE = (f"status = 'FAILED' AND id IN (SELECT id FROM notifications WHERE {_LANE_FILTER} "
+                     f"AND {_CODE_ALIVE} ORDER BY id LIMIT :l)")
+REPLAY_MANY = sa.text(f"{_REPLAY_SET} WHERE {_MANY} AND {_CODE_ALIVE} RETURNING id, lane, tenant_id")
+REPLAY_REFUSED_MANY = sa.text(f"{_EXPIRED_CODES} AND n.id = ANY(:ids) ORDER BY n.id")
+RESOLVE_MANY = sa.text(f"UPDATE notifications SET review = 'resolved' WHERE {_MANY} "
+                       "AND coalesce(review, 'needs_review') <> 'resolved' RETURNING id, lane, tenant_id")
+REPLAY_LANE_SINCE = sa.text(f"{_REPLAY_SET} WHERE {_LANE_SINCE_ALIVE} RETURNING id, lane, tenant_id")
+REPLAY_REFUSED_LANE = sa.text(
+    f"{_EXPIRED_CODES} AND n.id IN (SELECT id FROM notifications WHERE {_LANE_FILTER}) ORDER BY n.id LIMIT :l")
+RESOLVE_LANE_SINCE = sa.text(
+    f"UPDATE notifications SET review = 'resolved' WHERE {_LANE_SINCE} RETURNING id, lane, tenant_id")
+COUNT_LANE_SINCE = sa.text(f"SELECT count(*) FROM notifications WHERE {_LANE_FILTER}")
+COUNT_LANE_SINCE_REPLAYABLE = sa.text(f"SELECT count(*) FROM notifications WHERE {_LANE_FILTER} AND {_CODE_ALIVE}")
