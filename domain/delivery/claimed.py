@@ -17,7 +17,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from domain.ledger import otp
-from domain.ledger.floor import Send, floor_decision
+from domain.ledger.floor import FloorDecision, Send, floor_decision
 from domain.ledger.render import render
 from domain.orders.envelope import Envelope
 
@@ -231,31 +231,55 @@ def price_to_hold(c: Claim) -> int:
     return 0 if c.reserved_cents > 0 or c.cost_cents <= 0 else c.cost_cents
 
 
+def final_status(c: Claim) -> str:
+    """What an accepted send makes the row: a webhook's 2xx IS its delivery; a provider confirms later (a receipt)."""
+    return "DELIVERED" if c.channel == "webhook" else "SENT"
+
+
+def holds_slot(c: Claim, day: date) -> bool:
+    """The row holds its cap slot for `day` (a slot of an earlier day does not count for today's send)."""
+    return c.cap_day == day
+
+
+def takes_slot(c: Claim, x: SendContext, day: date) -> bool:
+    """The send must take a cap slot first: the recipient has a daily cap, it is not a one-time code, and the row
+    holds none for `day`."""
+    return x.daily_cap is not None and c.lane != "critical" and not holds_slot(c, day)
+
+
+def webhook_decision(c: Claim, now: datetime) -> FloorDecision:
+    """The floor rules for a webhook: a system, not a person (no quiet hours, cap or contact point)."""
+    return floor_decision(now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),
+                          opted_out_channels=(), sent_today=0, daily_cap=None, tz="UTC",
+                          quiet_start=None, quiet_end=None)
+
+
+def person_decision(c: Claim, x: SendContext, now: datetime, day: date, sent_today: int) -> FloorDecision:
+    """The floor rules for a message to a person, on their local `day` with `sent_today` counted against their cap
+    (0 when the row holds its slot already)."""
+    return floor_decision(
+        now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c), opted_out_channels=x.opted_out,
+        sent_today=0 if holds_slot(c, day) else sent_today, daily_cap=x.daily_cap, tz=x.timezone,
+        quiet_start=x.quiet_start, quiet_end=x.quiet_end, code_expires_at=c.otp_expires_at)
+
+
 def plan(c: Claim, x: SendContext, now: datetime) -> Take | None:
     """A `Take` when the row may go now and only needs its slot, version and price; None: the long way decides."""
     if attempts_used_up(c):
         return None
     if superseded(c) or c.campaign_status == "cancelled" or not endpoint_closed(c):
         return None
-    if c.channel == "webhook":  # a system, not a person: no quiet hours, cap or contact point
-        decision = floor_decision(now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),
-                                  opted_out_channels=(), sent_today=0, daily_cap=None, tz="UTC",
-                                  quiet_start=None, quiet_end=None)
-        return Take(None, 0, price_to_hold(c), None) if isinstance(decision, Send) else None
+    if c.channel == "webhook":
+        return Take(None, 0, price_to_hold(c), None) if isinstance(webhook_decision(c, now), Send) else None
     contact = x.contact(c.channel)
     if not x.found or not contact:
         return None
     day = local_day(now, x.timezone)
-    holds_slot = c.cap_day == day
-    if c.cap_day is not None and not holds_slot:
+    if c.cap_day is not None and not holds_slot(c, day):
         return None  # a slot of an earlier day is given back first: the long way
-    decision = floor_decision(
-        now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c), opted_out_channels=x.opted_out,
-        sent_today=0 if holds_slot else x.taken_on(day), daily_cap=x.daily_cap, tz=x.timezone,
-        quiet_start=x.quiet_start, quiet_end=x.quiet_end, code_expires_at=c.otp_expires_at)
-    if not isinstance(decision, Send):
+    if not isinstance(person_decision(c, x, now, day, x.taken_on(day)), Send):
         return None
-    take_slot = x.daily_cap is not None and c.lane != "critical" and not holds_slot
+    take_slot = takes_slot(c, x, day)
     if take_slot and (x.daily_cap or 0) <= 0:
         return None
     body = None

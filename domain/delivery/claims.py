@@ -29,7 +29,6 @@ from sqlalchemy.engine import Engine
 from domain.db import UnitOfWork
 from domain.delivery import circuit, sql, sql_record
 from domain.delivery.claimed import (
-    EVENT_REQUIRES_STATUS,
     Claim,
     ClaimResult,
     Deferred,
@@ -40,21 +39,25 @@ from domain.delivery.claimed import (
     Take,
     attempts_used_up,
     claim_params,
+    final_status,
+    holds_slot,
     idempotency_key,
     local_day,
     month_key,
+    person_decision,
     plan,
-    still_eligible,
     superseded,
+    takes_slot,
+    webhook_decision,
 )
 from domain.delivery.retry import Fail, Retry, RetryDecision, Succeeded
 from domain.ledger import metering, reasons
-from domain.ledger.floor import Defer, Send, Suppress, floor_decision
+from domain.ledger.floor import Defer, Send, Suppress
 from domain.ledger.templates import render_for_send
 from domain.ledger.write import accept_truth, settle_receipts, settle_unsent
 
-__all__ = ["EVENT_REQUIRES_STATUS", "Claim", "ClaimResult", "Deferred", "Exhausted", "Ready", "Suppressed", "claim",
-           "give_back", "idempotency_key", "local_day", "record", "settle_claimed", "still_eligible", "superseded"]
+__all__ = ["BulkRoute", "channel_of", "claim", "give_back", "record", "record_params", "settle_claimed",
+           "take_for_send"]
 
 
 
@@ -132,10 +135,8 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, x: SendContext, now: datetime, w
         return _suppress(uow, c, worker, "superseded", now)
     if c.campaign_status == "cancelled":  # a row left to a worker at cancel comes back here after a retry
         return _suppress(uow, c, worker, "campaign_cancelled", now)
-    if c.channel == "webhook":  # a system, not a person: no quiet hours, cap or contact point
-        decision = floor_decision(now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),
-                                  opted_out_channels=(), sent_today=0, daily_cap=None, tz="UTC",
-                                  quiet_start=None, quiet_end=None)
+    if c.channel == "webhook":
+        decision = webhook_decision(c, now)
         if isinstance(decision, Suppress):
             return _suppress(uow, c, worker, decision.reason, now)
         if c.endpoint_id is not None:  # a tenant's own endpoint: still there, enabled, its breaker closed?
@@ -159,15 +160,9 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, x: SendContext, now: datetime, w
         return _suppress(uow, c, worker, "no_contact_point", now)
     day = local_day(now, x.timezone)
     taken = uow.execute(sql.CAP_TAKEN, {"t": c.tenant_id, "r": c.recipient, "d": day}).scalar() or 0
-    holds_slot = c.cap_day == day  # a slot of an earlier day does not count for today's send
-    if c.cap_day is not None and not holds_slot:
+    if c.cap_day is not None and not holds_slot(c, day):
         metering.release_stale_slot(uow, c.id)
-    decision = floor_decision(
-        now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),
-        opted_out_channels=x.opted_out, sent_today=0 if holds_slot else int(taken),
-        daily_cap=x.daily_cap, tz=x.timezone, quiet_start=x.quiet_start, quiet_end=x.quiet_end,
-        code_expires_at=c.otp_expires_at,
-    )
+    decision = person_decision(c, x, now, day, int(taken))
     if isinstance(decision, Suppress):
         detail = _opt_out_detail(uow, c) if decision.reason == "opted_out" else None
         if decision.reason == "code_expired" and c.otp_expires_at is not None:
@@ -179,11 +174,11 @@ def _decide_and_take(uow: UnitOfWork, c: Claim, x: SendContext, now: datetime, w
     assert isinstance(decision, Send)
     # The cap slot and the money, each once per row, each a guarded update: the pure rule above is the fast
     # answer, these are what hold under concurrency.
-    if x.daily_cap is not None and c.lane != "critical" and not holds_slot and not metering.take_cap_slot(
-            uow, tenant_id=c.tenant_id, recipient=c.recipient, day=day, cap=x.daily_cap, notification_id=c.id):
+    if takes_slot(c, x, day) and not metering.take_cap_slot(
+            uow, tenant_id=c.tenant_id, recipient=c.recipient, day=day, cap=x.daily_cap or 0, notification_id=c.id):
         return _suppress(uow, c, worker, "daily_cap", now)
     body = render_for_send(uow, notification_id=c.id, template=c.template, channel=c.channel, payload=c.payload)
-    if not _take_money(uow, c):  # last: see metering._RESERVE
+    if not _take_money(uow, c):  # last: the balance row is locked last and held shortest (metering.reserve)
         return _suppress(uow, c, worker, "insufficient_balance", now)
     return Ready(c, contact, body)
 
@@ -279,7 +274,7 @@ def record(
             settle_receipts(uow, [c.id])  # receipts kept before this record (the ways below settle their own)
         elif isinstance(decision, Succeeded):
             # A webhook's 2xx IS its delivery; providers confirm later with a receipt.
-            accepted = accept_truth(uow, c.id, final="DELIVERED" if c.channel == "webhook" else "SENT",
+            accepted = accept_truth(uow, c.id, final=final_status(c),
                                     provider_reference=provider_reference, sent_key=idempotency_key(c))
             outcome = accepted.outcome
             if outcome == "sent" and decision.already_processed:
@@ -328,7 +323,7 @@ def record_params(c: Claim, decision: RetryDecision, *, worker: str, started: da
     p: dict[str, Any] = {"id": c.id, "ca": month_key(c), "no": c.attempts, "worker": worker, "started": started,
                          "code": status_code, "latency": latency_ms, "excerpt": excerpt}
     if isinstance(decision, Succeeded):
-        p.update(final="DELIVERED" if c.channel == "webhook" else "SENT", p=provider_reference,
+        p.update(final=final_status(c), p=provider_reference,
                  key=idempotency_key(c), outcome="already_processed" if decision.already_processed else "sent")
     elif isinstance(decision, Retry):
         p.update(delay=decision.delay_seconds, err=decision.error_class, tok=c.claim_token)
