@@ -1,4 +1,4 @@
-"""Sessions that outlive their backend (issue 19): with several dashboard backends, Reflex keeps each tab's state in
+"""Sessions that outlive their backend: with several dashboard backends, Reflex keeps each tab's state in
 Redis and, to catch a duplicated tab, treats a tab's token as taken while Redis holds a socket record for it. A
 backend that dies outright (SIGKILL, OOM, its machine gone) never deletes its records, so they stay for
 `redis_token_expiration` (an hour): the tab reconnecting to another backend would be handed a NEW token — an empty

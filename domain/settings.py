@@ -53,7 +53,7 @@ class Settings(BaseSettings):
     # Wake-ups the relay keeps in Redis per lane (its oldest owed rows); the rest wait in PostgreSQL, in order.
     relay_window: int = Field(2000, ge=10, validation_alias="OUTBOX_RELAY_WINDOW")
     # Messages per second through the bulk lane per provider channel, shared by every bulk worker (token bucket).
-    # Default measured (evidence/bench.md): the mock provider takes ~150 posts/s on 2 cores; leave it headroom.
+    # The default leaves the mock provider headroom on a 2-core machine (its capacity: evidence/bench.md, lanes).
     bulk_rate_per_second: float = Field(100.0, gt=0, validation_alias="OUTBOX_BULK_RATE")
     # Every tenant's bulk pace capped at this (messages per second, all channels; a tenant's own
     # `tenants.bulk_rate_per_second` wins). Unset: a tenant may take the whole lane when it is alone on it.

@@ -50,8 +50,8 @@ LISTEN_BACKOFF_CAP = 2.0  # seconds between tries to LISTEN again while PostgreS
 # A Redis ring on a lane that LISTENs on PostgreSQL waits this long, then rings only if no drain loop began a claim
 # since it arrived (`Doorbell.ring_unless_claimed_since`). The commit it is about rang the lane through its NOTIFY
 # already (one hop, first), so on the common path it is the second ring of one commit: rung at once, it started a
-# second claim beside the first, an empty statement competing for the two cores with the code's own take, commit
-# and send (the wake bench: 6.7 ms commit → attempt with it, 4.0 without). The after-commit wake-up names its rows
+# second claim beside the first, an empty statement competing for the cores with the code's own take, commit and
+# send (evidence/bench.md, wake-ups). The after-commit wake-up names its rows
 # (domain/delivery/wakeups.py `wake_payload`): one whose rows were all claimed here meanwhile rings nothing either.
 # A ring no NOTIFY came before (the relay's scan, a lost NOTIFY) still rings, this much later.
 SECOND_RING_DELAY_S: Final = 0.02
@@ -80,8 +80,8 @@ class BeforeTheBucket:
 
 class Doorbell:
     """A batched lane's wake-up for its K drain loops: each ring wakes ONE waiting loop (or, none waiting, stays rung
-    for the next loop that goes idle), not all K — an event woke every loop for one row, and K claims raced for it
-    (K - 1 of them empty statements on a 2-core machine). A loop that fills its batch rings again for another.
+    for the next loop that goes idle), not all K — woken all at once, K claims would race for one row, K - 1 of them
+    empty statements competing for the cores. A loop that fills its batch rings again for another.
     `clear` takes a pending ring: the loop is about to claim anyway. `ring_all` is for stopping."""
 
     def __init__(self) -> None:
@@ -191,10 +191,10 @@ class LaneWorker(Worker):
         if self.lane == "bulk":
             # Fair order (domain/delivery/fair.py): start only what free slots take now, and at most
             # `BULK_STARTS_PER_READ` jobs of one read of the queue, then read it again. arq would wait for a slot on
-            # each id of its poll's snapshot (160 of them), starting them all ahead of any fairer-scored job
-            # enqueued meanwhile; and with slots free (jobs starting no faster than they end, as on a loaded
-            # machine) walking the whole snapshot took seconds, each start four Redis round trips — a small
-            # tenant's first jobs, scored ahead, waited 3-5 s behind 42's already read (bench, 2026-11-30).
+            # each id of its poll's snapshot, starting them all ahead of any fairer-scored job enqueued meanwhile;
+            # and with slots free (jobs starting no faster than they end, as on a loaded machine) walking a whole
+            # snapshot takes seconds, each start four Redis round trips — a small tenant's first jobs, scored
+            # ahead, would wait behind a big tenant's already read.
             started = 0
             for job_id in job_ids:
                 if self.sem.locked() or self.before_the_bucket.n >= BULK_BEFORE_THE_BUCKET:

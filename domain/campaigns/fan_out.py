@@ -35,7 +35,7 @@ BATCH: Final[int] = 5_000
 
 
 # Templates whose messages the system sends on its own, each at its moment: a campaign of them would tell people of
-# an order change that never happened, or send a code nobody asked for (issue 27: the page offered order_update).
+# an order change that never happened, or send a code nobody asked for (so the campaign form never offers them).
 SYSTEM_TEMPLATES: dict[str, str] = {"order_update": "when an order changes", "otp_code": "when a code is asked for"}
 
 

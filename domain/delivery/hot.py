@@ -1,12 +1,10 @@
 """The workers' store on the hot path: the same statements as claims.py (domain/delivery/sql.py, sql_record.py),
 run on an async psycopg 3 pool instead of synchronous SQLAlchemy behind `asyncio.to_thread`.
 
-Profiled before (issue 17, in process, load ≈3 on 2 cores): a one-time code's claim took 8.6 ms and its record
-6.3 ms, of which its 7 + 4 statements took 3.4 and 1.8 ms; the rest was Session and pool bookkeeping, the pre-ping's
-round trip, BEGIN and COMMIT (the commit's WAL flush alone 0.2-4 ms on this shared disk), plus one thread hop per call
-in the worker. Here a claim is BEGIN + `CLAIM` in one pipelined round
-trip, then `TAKE`, then COMMIT; a record is BEGIN + `RECORD_*` + `PENDING_RECEIPTS` in one, then COMMIT; every
-statement is prepared on its connection.
+Why a second store: through SQLAlchemy most of a claim's time was not its statements but Session and pool
+bookkeeping, the pre-ping's round trip and a thread hop per call (the profile is in evidence/bench.md). Here a
+claim is BEGIN + `CLAIM` in one pipelined round trip, then `TAKE`, then COMMIT; a record is BEGIN + `RECORD_*` +
+`PENDING_RECEIPTS` in one, then COMMIT; every statement is prepared on its connection.
 
 Only the common case is done here. Anything else — `plan` says no, the cap or the balance refuses, the record
 matches nothing (a stale token, a late truth), a receipt is pending — rolls this transaction back whole and goes

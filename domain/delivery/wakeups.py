@@ -60,7 +60,7 @@ log = logging.getLogger("outbox.wake")
 # silent held the caller for ever) and 3 more tries with jittered exponential backoff of up to 2, 4 and 8 s around
 # its 1 s connect timeout, so a call that had to connect while Redis took no connections raised
 # `TimeoutError: Timeout connecting to server` after up to 4 x 1 + 14 = 18 s — the relay's "scan failed:
-# TimeoutError" and its 18 s stall (issue 25 item 6; docs/operations-runbook.md).
+# TimeoutError" and its stall (docs/operations-runbook.md).
 REDIS_CONNECT_TIMEOUT = 1.0
 REDIS_REPLY_TIMEOUT = 5.0  # above any command we send (pipelined pages of EXISTS, one Lua call per page: ms)
 REDIS_RETRIES, REDIS_RETRY_BACKOFF = 1, 0.1
