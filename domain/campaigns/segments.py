@@ -1,5 +1,6 @@
 """Campaign audiences are code: each segment is a named, tested function returning the SQL condition over
-`recipients r` (and the tenant) that selects who gets it."""
+`recipients r` (and the tenant) that selects who gets it; the conditions themselves are named in the room's
+`sql.py` (`SEGMENT_CONDITIONS`)."""
 
 from __future__ import annotations
 
@@ -11,20 +12,16 @@ from sqlalchemy.engine import Engine
 from domain.campaigns import sql
 from domain.db import UnitOfWork
 
-CONTACT_COLUMN: Final[dict[str, str]] = {"email": "r.email", "sms": "r.phone", "whatsapp": "r.phone"}
-
 
 def all_reachable(channel: str) -> str:
     """Everyone with a contact point for the channel who has not opted out of it."""
-    return f"{CONTACT_COLUMN[channel]} IS NOT NULL AND NOT (:channel = ANY(r.opted_out_channels))"
+    return sql.segment_condition("all_reachable", channel)
 
 
 def abandoned_after_credit_check(channel: str) -> str:
     """Reachable people whose loan journey stopped at the credit check: a lead of theirs is at `credit_check_done`
     and has no live nudge left (it was sent or ended)."""
-    return (all_reachable(channel) + " AND EXISTS (SELECT 1 FROM leads l WHERE l.tenant_id = r.tenant_id "
-            "AND l.recipient_ref = r.ref AND l.current_step = 'credit_check_done' AND NOT EXISTS ("
-            "SELECT 1 FROM lead_notification_intents i WHERE i.lead_id = l.id AND i.status IN ('pending', 'scheduled')))")
+    return sql.segment_condition("abandoned_after_credit_check", channel)
 
 
 SEGMENTS: Final[dict[str, Callable[[str], str]]] = {

@@ -5,7 +5,29 @@ written by `domain.ledger.write` (`ledger_audience_batch` in, `settle_unsent_whe
 
 from __future__ import annotations
 
+from typing import Final
+
 import sqlalchemy as sa
+
+# The column of `recipients r` that holds a channel's contact point.
+CONTACT_COLUMN: Final[dict[str, str]] = {"email": "r.email", "sms": "r.phone", "whatsapp": "r.phone"}
+# The segments' conditions over `recipients r` (`{contact}`: the channel's contact column; `:channel` its name).
+# Reachable: a contact point for the channel, and not opted out of it.
+_REACHABLE = "{contact} IS NOT NULL AND NOT (:channel = ANY(r.opted_out_channels))"
+# Stopped at the credit check: a lead of theirs is at `credit_check_done` with no live nudge left (sent or ended).
+_STOPPED_AT_CREDIT_CHECK = (
+    " AND EXISTS (SELECT 1 FROM leads l WHERE l.tenant_id = r.tenant_id "
+    "AND l.recipient_ref = r.ref AND l.current_step = 'credit_check_done' AND NOT EXISTS ("
+    "SELECT 1 FROM lead_notification_intents i WHERE i.lead_id = l.id AND i.status IN ('pending', 'scheduled')))")
+SEGMENT_CONDITIONS: Final[dict[str, str]] = {
+    "all_reachable": _REACHABLE,
+    "abandoned_after_credit_check": _REACHABLE + _STOPPED_AT_CREDIT_CHECK,
+}
+
+
+def segment_condition(segment: str, channel: str) -> str:
+    """A segment's condition for one channel (a KeyError for a channel without a contact column)."""
+    return SEGMENT_CONDITIONS[segment].format(contact=CONTACT_COLUMN[channel])
 
 
 def count_audience(audience: str) -> sa.TextClause:

@@ -12,7 +12,7 @@ row settled by a campaign cancel or a journey supersede), an operator replaying 
 expiring while owed (and an operator replaying one after), and Redis being flushed. The provider is simulated
 in-process so that a run is reproducible from its seed; PostgreSQL and Redis are real.
 
-Invariants checked after EVERY step: all of `outbox check` (domain/invariants.py INVARIANTS: money matches, no sent row
+Invariants checked after EVERY step: all of `outbox check` (domain/invariants/sql.py INVARIANTS: money matches, no sent row
 refunded, no unsent row charged, every accepted attempt reflected in its row, no phantom nudge, no receipt pending
 on a settled row, ...), and no expired code claimed to be sent, charged or owed again. At the end, after
 everything is drained by scans and healthy workers: nothing due is left owed, every send the provider accepted is

@@ -11,13 +11,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # Every package of domain/ that runs SQL (test_every_package_that_runs_sql_is_checked keeps this list whole).
 NAMED_SQL_PACKAGES = ("access", "orders", "ledger", "journeys", "campaigns", "support", "delivery", "endpoints",
-                      "retention", "cdc")
+                      "retention", "cdc", "invariants")
 # The modules a package names its statements in: its `sql.py`, and for delivery its statements by concern besides
 # (the record's, the operators' review, the read models'). Every name here must exist
 # (test_the_named_sql_modules_exist).
 SQL_MODULES = {"delivery": ("sql.py", "sql_record.py", "sql_review.py", "sql_reads.py")}
 # A statement: raw text, or a Core statement built on the spot.
 INLINE_SQL = re.compile(r"\bsa\.(text|insert|update|delete|select)\(|\btext\(\s*[\"f]")
+# SQL built from plain strings (a condition or a statement in a string literal, to be joined into one later).
+STRING_SQL = re.compile(r"""["'][^"'\n]*\b(SELECT\s+(1|count|\*|\w+\.\w+|DISTINCT)|INSERT\s+INTO|DELETE\s+FROM"""
+                        r"""|UPDATE\s+\w+\s+SET|IS\s+(NOT\s+)?NULL\s+AND|=\s*ANY\(|\bAND\s+EXISTS\s*\()""")
 INSERTS_MESSAGES = re.compile(r"INSERT\s+INTO\s+notifications\b|insert\(\s*(table_of\(Notification\)|NOTIFICATIONS)")
 
 
@@ -30,7 +33,8 @@ def test_a_capability_names_every_statement_in_its_sql_module(package: str) -> N
     assert (folder / "sql.py").is_file(), f"domain/{package}/ has no sql.py"
     named = SQL_MODULES.get(package, ("sql.py",))
     inline = [f"domain/{package}/{f.name}:{n}" for f in sorted(folder.glob("*.py")) if f.name not in named
-              for n, line in enumerate(f.read_text().splitlines(), 1) if INLINE_SQL.search(line)]
+              for n, line in enumerate(f.read_text().splitlines(), 1)
+              if INLINE_SQL.search(line) or STRING_SQL.search(line)]
     assert inline == [], f"SQL written outside sql.py: {inline}"
 
 
@@ -70,5 +74,8 @@ def test_the_checks_see_what_they_are_meant_to_see() -> None:
     assert INLINE_SQL.search('row = uow.execute(sa.text("SELECT 1"))')
     assert INLINE_SQL.search("q = sa.update(t).where(t.c.id == 1)")
     assert not INLINE_SQL.search("uow.execute(sql.READ_ORDER, {})")
+    assert STRING_SQL.search('return f"{col} IS NOT NULL AND NOT (:channel = ANY(r.opted_out_channels))"')
+    assert STRING_SQL.search('cond + " AND EXISTS (SELECT 1 FROM leads l WHERE l.tenant_id = r.tenant_id "')
+    assert not STRING_SQL.search('"""Who a segment selects right now (for tests and previews)."""')
     assert INSERTS_MESSAGES.search('"INSERT INTO notifications (tenant_id) VALUES (1)"')
     assert not INSERTS_MESSAGES.search('"INSERT INTO notification_attempts (id) VALUES (1)"')

@@ -1,14 +1,11 @@
-"""The invariants of ARCHITECTURE.md as SQL, each returning 0 when it holds, and how often the fence worked. Read by
-`outbox check`, the tests and the ops screen. (Each capability names its own SQL beside its code.)"""
+"""The invariants' named SQL: each of ARCHITECTURE.md's invariants as one statement returning 0 when it holds, and
+how often the fence worked."""
 
 from __future__ import annotations
 
 from typing import Final
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
-
-from domain.db import UnitOfWork
 
 # ---- invariants (ARCHITECTURE.md): each must return 0 -----------------------------------------------------------
 # Invariant 4 (one effect per event id and effect type) lives at the receiver: we never read its tables; `outbox
@@ -125,18 +122,9 @@ INVARIANTS: Final[dict[str, str]] = {
     """,
 }
 
-
-def invariant_counts(engine: Engine | None = None, only: tuple[str, ...] | None = None) -> dict[str, int]:
-    """Every invariant's count of offending rows (`only`: just these, by name)."""
-    names = INVARIANTS if only is None else only
-    with UnitOfWork(engine) as uow:
-        return {name: int(uow.execute(sa.text(INVARIANTS[name])).scalar_one()) for name in names}
-
-
-def fence_counts(engine: Engine | None = None) -> dict[str, int]:
-    """How often the fence worked: late truths recorded (`late_accept`) and stale writes refused (`stale`)."""
-    with UnitOfWork(engine) as uow:
-        got = {str(r.outcome): int(r.n) for r in uow.execute(sa.text(
-            "SELECT outcome, count(*) AS n FROM notification_attempts WHERE outcome IN ('late_accept', 'stale') "
-            "GROUP BY outcome"))}
-    return {"late_accept": got.get("late_accept", 0), "stale": got.get("stale", 0)}
+# How often the fence worked: late truths recorded (`late_accept`) and stale writes refused (`stale`), by outcome.
+FENCE_OUTCOMES = sa.text(
+    "SELECT outcome, count(*) AS n FROM notification_attempts WHERE outcome IN ('late_accept', 'stale') "
+    "GROUP BY outcome")
+# Each invariant's statement, ready to run (by its name).
+INVARIANT_STATEMENTS: Final[dict[str, sa.TextClause]] = {name: sa.text(q) for name, q in INVARIANTS.items()}
