@@ -26,7 +26,7 @@ from arq.jobs import serialize_job
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
-from domain.delivery import fairshare, sql_reads
+from domain.delivery import fairshare, sql, sql_reads
 from domain.delivery.fairshare import Flow
 from domain.delivery.queue import DELIVER_TASK, FAIR_TAGS_KEY, queue_name
 from domain.ledger.owed import OwedRow
@@ -93,7 +93,7 @@ def scan_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500
     s = get_settings()
     params = {"horizon": horizon_seconds, "lease": s.lease_seconds}
     with UnitOfWork(engine) as uow:
-        found = uow.execute(sql_reads.BULK_FLOWS).all()
+        found = uow.execute(sql.BULK_DUE_FLOWS.sa).all()
         flows = [Flow(int(r.tenant_id), int(r.campaign_id)) for r in found]
         caps: dict[int, float] = {}
         for r in found:

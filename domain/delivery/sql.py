@@ -121,9 +121,10 @@ WITH picked AS MATERIALIZED (
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}""")
 
-# The bulk lane's batch (a bulk drain loop, jobs/batches.py `deliver_bulk_batch`). First the lane's flows — every
-# (tenant, campaign) with owed bulk rows, by the skip scan of `BULK_FLOWS` over notifications_owed_bulk_flow — with
-# the tenant's own pace and the campaign's channel (NULL for a tenant's one-by-one bulk messages, campaign 0).
+# The bulk lane's flows, for its batch (jobs/batches.py `deliver_bulk_batch`) and for the relay's fair window
+# (fair.py): every (tenant, campaign) with owed bulk rows, by a skip scan over notifications_owed_bulk_flow (one index
+# probe per flow, however many rows each owes), with the tenant's own pace and the campaign's channel (NULL for a
+# tenant's one-by-one bulk messages, campaign 0).
 BULK_DUE_FLOWS: Final = Statement("""
 WITH RECURSIVE f AS (
   (SELECT tenant_id AS t, coalesce(campaign_id, 0) AS c FROM notifications

@@ -88,24 +88,8 @@ SCAN_OWED_LANE = sa.text(_SCAN_OWED.format(lane="AND n.lane = :lane "))
 # Its plan, as the scan benchmark keeps it.
 EXPLAIN_SCAN_OWED_LANE = sa.text("EXPLAIN " + _SCAN_OWED.format(lane="AND n.lane = :lane "))
 
-# The bulk lane's fair window (fair.py): every (tenant, campaign) flow with owed bulk rows, by a skip scan over the
-# partial index notifications_owed_bulk_flow — one index probe per flow, however many rows each owes — with the
-# tenant's own bulk pace if it has one; then each flow's oldest owed rows (`SCAN_OWED_FLOW`), by the same index.
-BULK_FLOWS = sa.text(
-    """
-    WITH RECURSIVE f AS (
-      (SELECT tenant_id AS t, coalesce(campaign_id, 0) AS c FROM notifications
-       WHERE status = 'QUEUED' AND lane = 'bulk' ORDER BY tenant_id, coalesce(campaign_id, 0) LIMIT 1)
-      UNION ALL
-      SELECT nx.t, nx.c FROM f CROSS JOIN LATERAL (
-        SELECT tenant_id AS t, coalesce(campaign_id, 0) AS c FROM notifications
-        WHERE status = 'QUEUED' AND lane = 'bulk' AND (tenant_id, coalesce(campaign_id, 0)) > (f.t, f.c)
-        ORDER BY tenant_id, coalesce(campaign_id, 0) LIMIT 1) nx
-    )
-    SELECT f.t AS tenant_id, f.c AS campaign_id, tn.bulk_rate_per_second AS tenant_rate
-    FROM f LEFT JOIN tenants tn ON tn.id = f.t ORDER BY f.t, f.c
-    """
-)
+# The bulk lane's fair window (fair.py): the lane's flows (`sql.BULK_DUE_FLOWS`, the skip scan one index probe per
+# flow), then each flow's oldest owed rows by the same index.
 SCAN_OWED_FLOW = sa.text(_SCAN_OWED.format(
     lane="AND n.lane = 'bulk' AND n.tenant_id = :t AND coalesce(n.campaign_id, 0) = :c "))
 SET_TENANT_BULK_RATE = sa.text(
