@@ -241,7 +241,8 @@ def sideways_culprits(page) -> list[str]:  # type: ignore[no-untyped-def]
         for (let a = e.parentElement; a && a !== document.body; a = a.parentElement)
           if (getComputedStyle(a).overflowX !== 'visible') return false;
         return true;
-      }).slice(0, 6).map(e => (e.dataset.testid || e.tagName) + ' right=' + Math.round(e.getBoundingClientRect().right))"""))
+      }).slice(0, 6).map(e => (e.dataset.testid || e.tagName) + ' right='
+        + Math.round(e.getBoundingClientRect().right))"""))
 
 
 def test_layout_holds_from_a_phone_to_a_wide_screen(new_operator):

@@ -282,7 +282,8 @@ async def effects(event_id: uuid.UUID) -> dict[str, Any]:
             "SELECT result_ref FROM webhook_effects WHERE event_id = %s", (event_id,))).fetchall()]
         calls = await (await c.execute(
             "SELECT count(*) FROM webhook_deliveries WHERE event_id = %s", (event_id,))).fetchone()
-        return {"event_id": str(event_id), "effects": len(fx), "result_refs": fx, "deliveries": calls[0] if calls else 0}
+        return {"event_id": str(event_id), "effects": len(fx), "result_refs": fx,
+                "deliveries": calls[0] if calls else 0}
 
     return await db.run(read)
 

@@ -43,9 +43,11 @@ async def _snapshot(tenant_id: int | None, window: str) -> dict[str, Any]:
     """One tenant's view, or every tenant's (tenant_id None: platform on-call)."""
     s = get_settings()
     stats, review, series, refresh, done = await asyncio.gather(
-        asyncio.to_thread(delivery_views.lane_stats, tenant_id), asyncio.to_thread(delivery_views.review_items, tenant_id),
+        asyncio.to_thread(delivery_views.lane_stats, tenant_id),
+        asyncio.to_thread(delivery_views.review_items, tenant_id),
         asyncio.to_thread(delivery_views.ops_series, tenant_id, window),
-        asyncio.to_thread(delivery_views.refresh_stats, tenant_id), asyncio.to_thread(operator_actions.recent, tenant_id, 20))
+        asyncio.to_thread(delivery_views.refresh_stats, tenant_id),
+        asyncio.to_thread(operator_actions.recent, tenant_id, 20))
     # The CDC stream carries every tenant's events: its card is platform on-call's, and only with OUTBOX_CDC on.
     cdc = await asyncio.to_thread(cdc_card) if s.cdc and tenant_id is None else {"cdc_on": False}
     level, banner = ops_banner(stats, s.oldest_owed_slo_seconds, len(review))
@@ -83,7 +85,8 @@ def cdc_card() -> dict[str, Any]:
     try:
         c = cdc_views.stream_card(r, s.cdc_slot, s.cdc_stream)
     except redis_lib.RedisError as e:
-        return {"cdc_on": True, "cdc_state": f"Redis does not answer ({type(e).__name__}): the stream's lag is unknown.",
+        return {"cdc_on": True,
+                "cdc_state": f"Redis does not answer ({type(e).__name__}): the stream's lag is unknown.",
                 **{f"cdc_{k}": "—" for k in ("behind", "pending", "oldest", "retained")}}
     finally:
         r.close()
@@ -205,8 +208,9 @@ class OpsState(AuthState):
             scope, lane = self._scope(), self.bulk_lane
             n = await asyncio.to_thread(review_actions.count_lane, scope, lane, since)
             self._bulk_from, target = since.isoformat(), lane
+            at_most = f" (at most {review_actions.BULK_MAX} a pass)" if n > review_actions.BULK_MAX else ""
             self.confirm_title = (f"{verb} every failed row on lane {lane} since {since:%Y-%m-%d %H:%M} UTC: {n} "
-                                  f"message(s){' (at most ' + str(review_actions.BULK_MAX) + ' a pass)' if n > review_actions.BULK_MAX else ''}")
+                                  f"message(s){at_most}")
         else:
             what = f"lane {target}" if action in ("pause", "resume") else f"#{target}"
             self.confirm_title = f"{verb} {what}"

@@ -109,11 +109,11 @@ def pushed_head(msg: dict[str, Any]) -> tuple[int, str] | None:
 
 
 class OrderState(AuthState):
-    """The page's handlers and what a push seldom changes. What a push does change lives in substates
-    (OrderHeadState, OrderNotesState, and OrderSeenState, which no component reads): the browser keeps one store per state and re-renders only the components
-    that read a state whose values changed, so a delta re-renders the order's head and its notifications table,
-    not every component of the page. The substates have no event handlers: every entry point is here and asks
-    for the login, tenant and role itself."""
+    """The page's handlers and what a push seldom changes. What a push does change lives in substates (OrderHeadState,
+    OrderNotesState, and OrderSeenState, which no component reads): the browser keeps one store per state and re-renders
+    only the components that read a state whose values changed, so a delta re-renders the order's head and its
+    notifications table, not every component of the page. The substates have no event handlers: every entry point is
+    here and asks for the login, tenant and role itself."""
 
     order_id: rx.Field[int] = rx.field(0)
     found: rx.Field[bool] = rx.field(True)
@@ -209,7 +209,8 @@ class OrderState(AuthState):
         # server state last delivered.
         expected = head.revision if seen_revision is None else seen_revision
         if isinstance(expected, bool) or not isinstance(expected, int) or not 1 <= expected <= MAX_ID:
-            self.busy, self.error = False, "That action did not say which revision of the order it was for: nothing was changed."
+            self.busy, self.error = False, ("That action did not say which revision of the order it was for: "
+                                            "nothing was changed.")
             return
         result = await asyncio.to_thread(
             execute_order_command, tenant_id=self._tenant_id, order_id=self.order_id, command=command,
@@ -227,7 +228,8 @@ class OrderState(AuthState):
         if isinstance(result, Reject):
             change = order["last_change"] if order else ""  # who moved it, e.g. "approved by alice at …"
             self.error = ERROR_TEXT[result.error].format(rev=result.current_revision, status=result.current_status,
-                                                         requested=PAST[command], change=f" ({change})" if change else "")
+                                                         requested=PAST[command],
+                                                         change=f" ({change})" if change else "")
         # The answer first (status, revision, the buttons), the notifications table in a delta of its own after it.
         await self._apply_head(order, version)
         self.busy = False
@@ -469,9 +471,9 @@ def order_page() -> rx.Component:
                 rx.cond(OrderState.notice != "", rx.callout(OrderState.notice, icon="circle_check",
                                                             color_scheme="green", data_testid="command-notice",
                                                             width="100%")),
-                rx.cond(OrderHeadState.pushed != "", rx.callout(rx.text("Changed while you watched: ", OrderHeadState.pushed),
-                                                            icon="bell", color_scheme="blue", width="100%",
-                                                            data_testid="pushed-change")),
+                rx.cond(OrderHeadState.pushed != "",
+                        rx.callout(rx.text("Changed while you watched: ", OrderHeadState.pushed), icon="bell",
+                                   color_scheme="blue", width="100%", data_testid="pushed-change")),
                 card(
                     rx.flex(
                         rx.vstack(rx.text("Status", size="1", color=rx.color("gray", 11)),
@@ -481,7 +483,8 @@ def order_page() -> rx.Component:
                                   rx.heading(OrderHeadState.revision, size="7", data_testid="order-revision"),
                                   spacing="1"),
                         rx.vstack(rx.text("Customer", size="1", color=rx.color("gray", 11)),
-                                  rx.text(OrderState.customer, weight="medium", data_testid="order-customer"), spacing="1"),
+                                  rx.text(OrderState.customer, weight="medium", data_testid="order-customer"),
+                                  spacing="1"),
                         rx.vstack(rx.text("Amount", size="1", color=rx.color("gray", 11)),
                                   rx.text(OrderState.amount, weight="medium", data_testid="order-amount"), spacing="1"),
                         rx.vstack(rx.text("Updated (UTC)", size="1", color=rx.color("gray", 11)),
@@ -503,8 +506,9 @@ def order_page() -> rx.Component:
                                 on_click=OrderState.fulfill(OrderHeadState.revision),
                                 loading=OrderState.busy, data_testid="fulfill", color_scheme="blue")),
                             rx.cond(OrderHeadState.can_cancel, action_button(
-                                icon("x", size=16), "Cancel order", on_click=OrderState.ask_cancel(OrderHeadState.revision),
-                                loading=OrderState.busy, data_testid="cancel", color_scheme="red", variant="soft")),
+                                icon("x", size=16), "Cancel order",
+                                on_click=OrderState.ask_cancel(OrderHeadState.revision), loading=OrderState.busy,
+                                data_testid="cancel", color_scheme="red", variant="soft")),
                             gap="8px", wrap="wrap", data_testid="order-actions",
                         )),
                         gap="24px", wrap="wrap", align="center", width="100%",

@@ -24,7 +24,8 @@ def abandoned_after_credit_check(channel: str) -> str:
     and has no live nudge left (it was sent or ended)."""
     return (all_reachable(channel) + " AND EXISTS (SELECT 1 FROM leads l WHERE l.tenant_id = r.tenant_id "
             "AND l.recipient_ref = r.ref AND l.current_step = 'credit_check_done' AND NOT EXISTS ("
-            "SELECT 1 FROM lead_notification_intents i WHERE i.lead_id = l.id AND i.status IN ('pending', 'scheduled')))")
+            "SELECT 1 FROM lead_notification_intents i WHERE i.lead_id = l.id "
+            "AND i.status IN ('pending', 'scheduled')))")
 
 
 SEGMENTS: Final[dict[str, Callable[[str], str]]] = {

@@ -1,1 +1,9 @@
-"""The ledger: the one way in and the ways out (`write`), exact metering (`metering`), recipients and their change log (`recipients`), one-time codes (`otp`), the floor rules no template or campaign can break (`floor`), plain-words reasons (`reasons`), read models (`views`)."""
+"""The ledger, one module a line:
+- `write`: the one way in and the ways out;
+- `metering`: exact metering;
+- `recipients`: recipients and their change log;
+- `otp`: one-time codes;
+- `floor`: the floor rules no template or campaign can break;
+- `reasons`: plain-words reasons;
+- `views`: read models.
+"""

@@ -133,8 +133,8 @@ def top_up(tenant_id: int, amount_cents: int, reference: str, actor_ref: str,
                 raise BalanceLimit(
                     f"the balance would pass its ceiling of {_money(MAX_BALANCE_CENTS)} once the {_money(held)} "
                     f"held for messages still owed is given back; at most {_money(room)} can be credited now")
-        inserted = uow.execute(sql.INSERT_TOP_UP, {"t": tenant_id, "a": amount_cents, "r": f"top-up {reference}", "ref": reference,
-             "who": actor_ref}).first()
+        inserted = uow.execute(sql.INSERT_TOP_UP, {"t": tenant_id, "a": amount_cents, "r": f"top-up {reference}",
+                                                   "ref": reference, "who": actor_ref}).first()
         if inserted is not None:
             actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="top-up",
                            target=f"balance +{amount_cents / 100:.2f}",

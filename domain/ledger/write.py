@@ -203,13 +203,13 @@ def settle_unsent_where(uow: UnitOfWork, *, reason: str, campaign_id: int | None
                         endpoint: tuple[int, int] | None = None, detail: str | None = None,
                         refund_reason: str = "refund: not sent", close_intents: bool = True,
                         skip_locked: bool = False) -> list[int]:
-    """Settle SUPPRESSED (`reason`, with `detail` in plain words) every row of one campaign, of the given intents
-    (ids, or a SELECT of them) or of one (tenant, endpoint),
-    that is still owed and that no live lease holds: a row handed to a worker is that worker's to record (sent or
-    not), and a later claim refuses it. An endpoint's rows locked by another transaction (a stalled worker's record)
-    are skipped too: the disabling record holds the endpoint row that record waits for. What each settled row holds is given back. With `close_intents`, a nudge
-    left with nothing owed is closed (as `settle_unsent` does); a caller that ends the intents itself (supersede)
-    passes False. Returns the ids settled, in no particular order."""
+    """Settle SUPPRESSED (`reason`, with `detail` in plain words) every row of one campaign, of the given intents (ids,
+    or a SELECT of them) or of one (tenant, endpoint), that is still owed and that no live lease holds: a row handed to
+    a worker is that worker's to record (sent or not), and a later claim refuses it. An endpoint's rows locked by
+    another transaction (a stalled worker's record) are skipped too: the disabling record holds the endpoint row that
+    record waits for. What each settled row holds is given back. With `close_intents`, a nudge left with nothing owed is
+    closed (as `settle_unsent` does); a caller that ends the intents itself (supersede) passes False. Returns the ids
+    settled, in no particular order."""
     if sum(x is not None for x in (campaign_id, intent_ids, endpoint)) != 1:
         raise ValueError("settle_unsent_where: give exactly one of campaign_id, intent_ids, endpoint")
     if intent_ids is not None and not isinstance(intent_ids, sa.Select) and not intent_ids:
@@ -336,7 +336,8 @@ def _accept(uow: UnitOfWork, notification_id: int, *, final: str, provider_refer
             reason=f"{row.channel} {row.template} (accepted late)"):
         # The balance was spent while the row stood unsent: the truth stays (it was sent); `outbox check` shows
         # the uncharged message and the detail says why.
-        uow.execute(sql.SET_REASON_DETAIL, {"d": "accepted late; the balance could not cover it", "id": notification_id})
+        uow.execute(sql.SET_REASON_DETAIL, {"d": "accepted late; the balance could not cover it",
+                                            "id": notification_id})
     if row.intent_id is not None:
         uow.execute(sql.INTENT_SENT, {"i": row.intent_id})
     return Accepted("late_accept" if late else "sent", to)

@@ -426,9 +426,9 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     @rule(data=PICKS, behaviour=st.sampled_from(BEHAVIOURS))
     def code_tried_then_expired(self, data: Picks, behaviour: str) -> None:
-        """A worker tries an owed code (or one just asked for; the provider answers any way), then its life ends before anyone
-        looks again: a retry is never claimed to be sent (the next claim settles it `code_expired`, giving back
-        its price), and an operator's replay of a FAILED one is refused."""
+        """A worker tries an owed code (or one just asked for; the provider answers any way), then its life ends
+        before anyone looks again: a retry is never claimed to be sent (the next claim settles it `code_expired`,
+        giving back its price), and an operator's replay of a FAILED one is refused."""
         owed = self._owed("template = 'otp_code'")
         if owed:
             nid = _pick(data, owed)

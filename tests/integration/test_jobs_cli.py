@@ -65,7 +65,8 @@ def test_pause_and_resume_from_a_terminal_need_a_note_and_are_audited_as_the_os_
         kept = c.execute(sa.text("SELECT actor_ref, action, note FROM operator_actions "
                                  "WHERE action IN ('pause', 'resume') ORDER BY id")).all()
     who = f"cli:{getpass.getuser()}"
-    assert [tuple(k) for k in kept] == [(who, "pause", "provider incident INC-7"), (who, "resume", "provider recovered")]
+    assert [tuple(k) for k in kept] == [(who, "pause", "provider incident INC-7"),
+                                        (who, "resume", "provider recovered")]
     assert "unknown" not in who
 
 

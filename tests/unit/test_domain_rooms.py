@@ -20,7 +20,8 @@ INSERTS_MESSAGES = re.compile(r"INSERT\s+INTO\s+notifications\b|insert\(\s*(tabl
 @pytest.mark.parametrize("package", NAMED_SQL_PACKAGES)
 def test_a_capability_names_every_statement_in_its_sql_module(package: str) -> None:
     """Invariant: in every package of domain/ that runs SQL (access, orders, ledger, journeys, campaigns, support,
-    delivery, endpoints, retention, cdc), every statement lives in the package's `sql.py`; no other module of the package builds SQL inline (there is one place to read what it asks)."""
+    delivery, endpoints, retention, cdc), every statement lives in the package's `sql.py`; no other module of the
+    package builds SQL inline (there is one place to read what it asks)."""
     folder = ROOT / "domain" / package
     assert (folder / "sql.py").is_file(), f"domain/{package}/ has no sql.py"
     inline = [f"domain/{package}/{f.name}:{n}" for f in sorted(folder.glob("*.py")) if f.name != "sql.py"
