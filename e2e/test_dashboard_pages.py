@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
 from domain.ledger import recipients
-from domain.ledger.write import send
+from domain.ledger.send import send
 from e2e.conftest import APP, shot
 from jobs.ops.procs import wait_until
 from tests.support.browser import fresh_order, open_order, page_scrolls_sideways, right_edge, wait_text

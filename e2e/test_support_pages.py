@@ -19,7 +19,7 @@ import pytest
 from domain.delivery.lanes import set_lane_paused
 from domain.ledger import otp
 from domain.ledger.recipients import find_by_ref
-from domain.ledger.write import send
+from domain.ledger.send import send
 from e2e.conftest import APP, shot
 from jobs.ops.procs import wait_until
 

@@ -24,7 +24,7 @@ from domain.campaigns import views as campaign_views
 from domain.delivery.wakeups import wake_fan_out
 from domain.ledger.reasons import suppressed_counts
 from domain.ledger.recipients import PEOPLE_CHANNELS
-from domain.ledger.write import SendRefused
+from domain.ledger.send import SendRefused
 from domain.support import pages
 
 REFRESH_SECONDS = 2.0

@@ -22,9 +22,8 @@ from domain.campaigns import sql
 from domain.campaigns.segments import SEGMENTS
 from domain.db import UnitOfWork, is_deadlock
 from domain.ledger.recipients import PEOPLE_CHANNELS
+from domain.ledger.send import SendRefused, check_template
 from domain.ledger.write import (
-    SendRefused,
-    check_template,
     ledger_audience_batch,
     settle_unsent_where,
     unleased_of_campaign,

@@ -32,7 +32,7 @@ from domain.delivery import claims, hot, sql
 from domain.delivery.queue import job_id
 from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.wakeups import arq_pool, enqueue
-from domain.ledger import write
+from domain.ledger.send import send
 from domain.settings import get_settings
 from tests.integration.conftest import BATCHED, PER_ROW, effects, rows, wait_for
 from tests.support.claims import entries, lease_runs_out, row
@@ -56,7 +56,7 @@ def sms_rows(n: int, cap: int | None = None) -> list[int]:
     """`n` owed normal-lane SMS rows of one new person (costed, templated: each needs its take)."""
     rid, _ = person(cap=cap)
     tag = uuid.uuid4().hex[:6]
-    return [write.send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="normal",
+    return [send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="normal",
                        data={"headline": "x"}, subject_period=f"b-{tag}-{i}").notification_id for i in range(n)]
 
 

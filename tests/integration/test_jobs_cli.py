@@ -75,7 +75,7 @@ def test_why_answers_for_a_recipient_and_refuses_an_unknown_one(db):
     from datetime import UTC, datetime
 
     from domain.ledger.recipients import find_by_ref, update
-    from domain.ledger.write import send
+    from domain.ledger.send import send
 
     ((tenant, rid),) = find_by_ref(42, "cust-001")
     update(tenant, rid, {"opted_out_channels": ["sms"]}, "support:dana")
@@ -99,7 +99,7 @@ def test_why_takes_everything_search_takes(db):
     from domain.delivery import claims
     from domain.delivery.retry import Succeeded
     from domain.ledger.recipients import find_by_ref
-    from domain.ledger.write import send
+    from domain.ledger.send import send
 
     ((tenant, rid),) = find_by_ref(42, "cust-001")  # no quiet hours: the claim sends whatever the hour
     with get_engine().connect() as c:
@@ -150,7 +150,7 @@ def test_messages_lists_the_ledger_as_a_table_or_json_with_filters(db, monkeypat
     from datetime import UTC, datetime
 
     from domain.ledger.recipients import find_by_ref
-    from domain.ledger.write import send
+    from domain.ledger.send import send
 
     monkeypatch.setenv("COLUMNS", "250")  # rich wraps a table to the terminal; a pipe counts as 80 columns
     ((tenant, rid),) = find_by_ref(42, "cust-002")
