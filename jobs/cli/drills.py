@@ -73,8 +73,8 @@ def chaos(duration: float = typer.Option(120.0, help="seconds of load while faul
     stop_on_sigterm()
     chosen = seed if seed is not None else random.randrange(2**31)
     if profile == "cdc":
-        from jobs.drills.chaos.cdc import EVIDENCE as CDC_EVIDENCE
         from jobs.drills.chaos.cdc import run_cdc_chaos
+        from jobs.drills.chaos.cdc_report import EVIDENCE as CDC_EVIDENCE
 
         ran = run_cdc_chaos(duration, chosen, rate, drain_timeout, CDC_EVIDENCE if evidence else None)
         raise typer.Exit(0 if ran.ok else 1)

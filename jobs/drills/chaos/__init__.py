@@ -24,7 +24,9 @@ restart_recovery_s=X`. Everything started is stopped at the end (process groups)
 
 Rooms: `owned.py` (the cluster, Redis and processes it owns, its knobs), `plan.py` (the seeded fault plan and
 the injector), `load.py` (the API load and the delivery sampler), `drill.py` (the run and its counts), `report.py`
-(the record, the result line, the evidence file).
+(the record, the result line, the evidence file). The CDC profile (`outbox chaos --profile cdc`): `cdc.py` (the
+system it owns, the order load, the run and its counts), `cdc_plan.py` (its seeded fault plan and injector),
+`cdc_probes.py` (where its pieces are and what they say), `cdc_report.py` (its record and evidence).
 """
 
 from __future__ import annotations
