@@ -684,7 +684,7 @@ def test_ops_cdc_card_reads_the_groups_lag_and_the_slots_wal(path: Path_, monkey
     """Invariant (/ops, "CDC stream"): the card's figures are the consumer group's real lag — events behind,
     pending (delivered, not acknowledged), the oldest unconsumed one's age — and the WAL the slot keeps; all owed
     drop to 0 once the projection has every event."""
-    from dashboard.pages.ops_state import cdc_card
+    from dashboard.pages.ops_snapshot import cdc_card
 
     c = producer(path.cluster)
     agg = uuid.uuid4().hex[:6]

@@ -15,7 +15,7 @@ import reflex as rx
 from reflex.event import EventChain, EventSpec
 
 from dashboard.pages import all_pages
-from dashboard.pages.order_detail import missed_text
+from dashboard.pages.order_detail_data import missed_text
 
 # Handlers that only read, open or close something on the page, or move the browser: a click of one made offline and
 # sent on reconnect changes nothing anyone else sees. Anything else a page fires must be an action.
