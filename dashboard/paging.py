@@ -32,7 +32,8 @@ def replace_url(path: str, params: Mapping[str, Any]) -> EventSpec:
     return rx.call_script(f"window.history.replaceState(null, '', {json.dumps(url(path, params))})")
 
 
-def pager(older: Any, newer: Any, has_older: rx.Var[bool], has_newer: rx.Var[bool], testid: str = "pager") -> rx.Component:
+def pager(older: Any, newer: Any, has_older: rx.Var[bool], has_newer: rx.Var[bool],
+          testid: str = "pager") -> rx.Component:
     return rx.hstack(
         rx.button(icon("chevron-left", size=14), "Newer", on_click=newer, disabled=~has_newer, variant="soft",
                   size="1", data_testid=f"{testid}-newer"),

@@ -56,7 +56,8 @@ async def keep_sessions_portable(app: Any) -> None:
 
 async def _connected_instances(tm: RedisTokenManager) -> set[str]:
     clients = await tm.redis.client_list()
-    return {str(c.get("name", ""))[len(NAME_PREFIX):] for c in clients if str(c.get("name", "")).startswith(NAME_PREFIX)}
+    return {str(c.get("name", ""))[len(NAME_PREFIX):] for c in clients
+            if str(c.get("name", "")).startswith(NAME_PREFIX)}
 
 
 def _adopt_orphaned_tokens(tm: RedisTokenManager) -> None:

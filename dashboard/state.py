@@ -29,7 +29,8 @@ class AuthState(rx.State):
     _ticket_hash: str = ""  # the login ticket this tab minted, until the page spent it
     display_name: rx.Field[str] = rx.field("")
     tenant_label: rx.Field[str] = rx.field("")
-    role: rx.Field[str] = rx.field("")  # display only (which buttons to show); every handler asks `_allowed`, which re-reads the role
+    # Display only (which buttons to show); every handler asks `_allowed`, which re-reads the role.
+    role: rx.Field[str] = rx.field("")
     login_error: rx.Field[str] = rx.field("")
     logging_in: rx.Field[bool] = rx.field(False)
     session_gone: rx.Field[bool] = rx.field(False)  # this tab was logged in and its session ended: to /login

@@ -110,8 +110,9 @@ class Settings(BaseSettings):
     # Batched delivery (jobs/batches.py `drain`): these lanes are drained by resident loops in their lane worker,
     # each claiming up to a batch of due rows in one statement and recording them in one; their wake-up names the
     # lane, never a row (no per-row arq job). Empty: the per-row path (one arq job per message) for every lane. One
-    # value for the whole system: the processes that enqueue and the lane workers must agree. `OUTBOX_BATCH_LANES=` (empty) goes back to
-    # one arq job per message on every lane (tests/integration/test_delivery_batch.py covers both). The bulk lane's
+    # value for the whole system: the processes that enqueue and the lane workers must agree.
+    # `OUTBOX_BATCH_LANES=` (empty) goes back to one arq job per message on every lane
+    # (tests/integration/test_delivery_batch.py covers both). The bulk lane's
     # batch takes its size from the channel's bucket and the capped tenants' moments (up to OUTBOX_BATCH_SIZE_BULK
     # tokens at once) and shares itself fairly between the lane's (tenant, campaign) flows in its claim. In the
     # default since 2026-12-04 (the whole suite and `outbox chaos --duration 120` with it; a quiet bench: the

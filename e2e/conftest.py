@@ -136,7 +136,8 @@ def nothing_published_on(channel: str, timeout: float = 10) -> Iterator[None]:
 @contextmanager
 def switched_off(name: str) -> Iterator[None]:
     """Switch a fast path (or the views' periodic check) off in every process of the e2e system while the block
-    runs: the development-only runtime switch `SWITCHED_OFF` (see domain/delivery/wakeups.py), always switched back on."""
+    runs: the development-only runtime switch `SWITCHED_OFF` (see domain/delivery/wakeups.py), always switched back
+    on."""
     from domain.delivery.queue import SWITCHED_OFF
 
     r = redis_client()

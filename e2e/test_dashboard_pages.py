@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
 from domain.ledger import recipients
-from domain.ledger.write import send
+from domain.ledger.send import send
 from e2e.conftest import APP, shot
 from jobs.ops.procs import wait_until
 from tests.support.browser import fresh_order, open_order, page_scrolls_sideways, right_edge, wait_text
@@ -241,7 +241,8 @@ def sideways_culprits(page) -> list[str]:  # type: ignore[no-untyped-def]
         for (let a = e.parentElement; a && a !== document.body; a = a.parentElement)
           if (getComputedStyle(a).overflowX !== 'visible') return false;
         return true;
-      }).slice(0, 6).map(e => (e.dataset.testid || e.tagName) + ' right=' + Math.round(e.getBoundingClientRect().right))"""))
+      }).slice(0, 6).map(e => (e.dataset.testid || e.tagName) + ' right='
+        + Math.round(e.getBoundingClientRect().right))"""))
 
 
 def test_layout_holds_from_a_phone_to_a_wide_screen(new_operator):

@@ -2,9 +2,9 @@
 
 Invariants: /campaigns/{id} shows the campaign's progress and its messages, each a link to its message page;
 /journeys/{lead} shows the lead's furthest step, every nudge with why it ended and the events with their decisions;
-another tenant's campaign or lead looks exactly like a missing one; a campaign's cancel (it cannot be undone) asks
-for a note, refuses without one, and leaves one audit row that the campaign's own page shows (who, when, why); a list pages older / newer by keyset with its
-search and position in the URL, so a reload (or a shared link) shows the same page.
+another tenant's campaign or lead looks exactly like a missing one; a campaign's cancel (it cannot be undone) asks for a
+note, refuses without one, and leaves one audit row that the campaign's own page shows (who, when, why); a list pages
+older / newer by keyset with its search and position in the URL, so a reload (or a shared link) shows the same page.
 """
 
 from __future__ import annotations

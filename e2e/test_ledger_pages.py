@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from domain.db import get_engine
 from domain.invariants import invariant_counts
 from domain.ledger.recipients import find_by_ref
-from domain.ledger.write import send
+from domain.ledger.send import send
 from e2e.conftest import APP, shot
 from jobs.ops.procs import wait_until
 

@@ -112,7 +112,8 @@ def wait_link(page, state: str, timeout: float = 30_000) -> None:  # type: ignor
 
 def wait_text(page, testid: str, text: str, timeout: float = 30_000) -> None:  # type: ignore[no-untyped-def]
     page.wait_for_function(
-        "([id, t]) => { const e = document.querySelector(`[data-testid=\"${id}\"]`); return e && e.innerText.trim() === t }",
+        "([id, t]) => { const e = document.querySelector(`[data-testid=\"${id}\"]`); "
+        "return e && e.innerText.trim() === t }",
         arg=[testid, text], timeout=timeout)
 
 

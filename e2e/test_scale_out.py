@@ -45,7 +45,8 @@ from jobs.ops.procs import ROOT, System, wait_until
 pytestmark = pytest.mark.e2e
 _SLOT = int(os.environ.get("OUTBOX_TEST_SLOT", "0") or 0)
 _SUFFIX = f"_s{_SLOT}" if _SLOT else ""
-PROXY_PORT, BACKEND_PORTS, RECEIVER_PORT = 3140 + 100 * _SLOT, (3141 + 100 * _SLOT, 3142 + 100 * _SLOT), 8140 + 100 * _SLOT
+PROXY_PORT, BACKEND_PORTS, RECEIVER_PORT = (3140 + 100 * _SLOT, (3141 + 100 * _SLOT, 3142 + 100 * _SLOT),
+                                           8140 + 100 * _SLOT)
 DB_NAME, REDIS_DB, STATE_REDIS_DB = f"outbox_scale{_SUFFIX}", 11, 12
 PGBOUNCER_PORT, PGBOUNCER_POOL = 3143 + 100 * _SLOT, 20
 APP = f"http://127.0.0.1:{PROXY_PORT}"

@@ -151,7 +151,8 @@ def actions_since(start: datetime) -> list[tuple[str, str]]:
 
 def refused(tap: Tap, words: str) -> None:
     tap.page.wait_for_function(
-        "([w]) => { const e = document.querySelector('[data-testid=ops-message]'); return e && e.innerText.includes(w) }",
+        "([w]) => { const e = document.querySelector('[data-testid=ops-message]'); "
+        "return e && e.innerText.includes(w) }",
         arg=[words])
 
 
@@ -258,10 +259,10 @@ def test_a_forged_cancel_of_an_approved_order_gets_the_policy_answer_and_changes
 
 
 def test_a_tab_whose_session_ended_elsewhere_pages_nothing(browser):
-    """Invariant: a list page's reads (paging, dashboard/paging.py, and a new search) read the session again: a tab whose session ended
-    elsewhere — a logout in another tab, an expiry, an operator removed — still holds its tenant in its backend state,
-    and a page or search event sent on it (a click, or forged) must read nothing of that tenant. A forged `older` on the same
-    tab works while the session lives (the forge is real)."""
+    """Invariant: a list page's reads (paging, dashboard/paging.py, and a new search) read the session again: a tab
+    whose session ended elsewhere — a logout in another tab, an expiry, an operator removed — still holds its tenant
+    in its backend state, and a page or search event sent on it (a click, or forged) must read nothing of that
+    tenant. A forged `older` on the same tab works while the session lives (the forge is real)."""
     from dashboard.pages.recipients import RecipientsState
     from dashboard.state import AuthState
 

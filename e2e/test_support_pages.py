@@ -19,7 +19,7 @@ import pytest
 from domain.delivery.lanes import set_lane_paused
 from domain.ledger import otp
 from domain.ledger.recipients import find_by_ref
-from domain.ledger.write import send
+from domain.ledger.send import send
 from e2e.conftest import APP, shot
 from jobs.ops.procs import wait_until
 
@@ -151,7 +151,8 @@ def test_the_ledger_pages_by_keyset_keeps_filters_in_the_url_and_exports_them(ne
     older = s.evaluate("() => location.search")
     older_first = s.get_by_test_id("message-link").first.inner_text()
     s.reload()  # the page position is a link
-    s.wait_for_function(f"() => (document.querySelector('[data-testid=message-link]') || {{}}).innerText === '{older_first}'")
+    s.wait_for_function("() => (document.querySelector('[data-testid=message-link]') || {}).innerText === "
+                        f"'{older_first}'")
     assert s.evaluate("() => location.search") == older and older_first != first
     s.get_by_test_id("ledger-pager-newer").click()
     s.wait_for_function(f"() => (document.querySelector('[data-testid=message-link]') || {{}}).innerText === '{first}'")

@@ -63,7 +63,8 @@ gaps = sa.Table(
     sa.Column("seen_revision", sa.Integer, nullable=False),
     sa.Column("noticed_at", sa.DateTime(timezone=True), nullable=False, server_default=NOW),
     sa.Column("closed_at", sa.DateTime(timezone=True), nullable=True),
-    sa.UniqueConstraint("tenant_id", "aggregate_type", "aggregate_id", "missing_revision", name="gaps_one_per_revision"),
+    sa.UniqueConstraint("tenant_id", "aggregate_type", "aggregate_id", "missing_revision",
+                        name="gaps_one_per_revision"),
 )
 
 # Identity conflicts refused: the same event id with another digest (counted; the first body stays).

@@ -15,37 +15,35 @@ It imports nothing of ours (an import-linter contract says so): `python -m recei
   secret is never logged nor answered back.
 - GET /effects/{event_id} and GET /invariants: what it applied, read through its HTTP API (never by a join).
 - Every answer carries the security headers the dashboard sets (`SecurityHeaders`; a preflight grants no origin).
+
+This module is the app: its routes, its security headers and the pure-ASGI path of the two hot POSTs (`_lean`). What
+a webhook does is `webhooks.py`'s, what a provider does (and its receipts) `providers.py`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import json
 import logging
 import os
-import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 from fastapi import BackgroundTasks, FastAPI, Request
 from fastapi import Path as FastApiPath
 from fastapi.responses import JSONResponse, Response
 from psycopg import AsyncConnection
 from pydantic import BaseModel, Field
 
-from receiver import batch, db, faults, logs
+from receiver import db, faults, logs
 from receiver.faults import FaultRequest
+from receiver.providers import ProviderMessageIn, close_receipt_client, handle_provider_message, send_receipt
 from receiver.settings import get_settings
-from receiver.signing import WebhookVerificationError, digest, signed_headers, verify
+from receiver.signing import WebhookVerificationError, verify
+from receiver.webhooks import DROP, DroppedResponse, handle_webhook
 
 log = logging.getLogger("outbox.receiver")
-PROVIDERS = ("whatsapp", "sms", "email")
-EFFECT_TYPE = "customer_webhook"
-SUPPORTED_SCHEMAS = (1,)
 
 
 @asynccontextmanager
@@ -55,8 +53,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
     await db.open_pool()
     yield
     await db.close_pool()
-    if _client is not None:
-        await _client[1].aclose()
+    await close_receipt_client()
 
 
 # The security headers the dashboard's `guard.RequestContext` sets, on every answer (written again here: the receiver
@@ -170,47 +167,9 @@ async def forget_secret(name: str = FastApiPath(pattern=NAME)) -> Response:
     return Response(status_code=204)
 
 
-async def _registered_secrets() -> list[str]:
-    async def read(c: AsyncConnection) -> list[str]:
-        return [str(r[0]) for r in await (await c.execute(
-            "SELECT secret FROM endpoint_secrets ORDER BY registered_at DESC LIMIT 100")).fetchall()]
-
-    return await db.run(read)
-
-
-async def _verified(body: bytes, headers: dict[str, str]) -> Any:
-    """The parsed body of a webhook signed with the sender's system-wide secret or, when the secrets API is on,
-    with a registered endpoint's (read only after the first check failed: the system's own webhooks cost nothing
-    more). Raises WebhookVerificationError when none verifies."""
-    try:
-        return verify(get_settings().webhook_secret, body, headers)
-    except (WebhookVerificationError, ValueError):
-        if not get_settings().secrets_api:
-            raise
-    for secret in await _registered_secrets():
-        try:
-            return verify(secret, body, headers)
-        except (WebhookVerificationError, ValueError):
-            continue
-    raise WebhookVerificationError("no registered secret verifies")
-
-
 @app.get("/healthz")
 def healthz() -> dict[str, Any]:
     return {"status": "ok", "pid": os.getpid()}  # which server process answered
-
-
-async def _record_delivery(event_id: uuid.UUID, outcome: str) -> None:
-    async def insert(c: AsyncConnection) -> None:
-        await c.execute("INSERT INTO webhook_deliveries (event_id, outcome) VALUES (%s, %s)", (event_id, outcome))
-
-    await db.run(insert)
-
-
-async def apply_effect(event_id: uuid.UUID, request_digest: str) -> tuple[str, str]:
-    """Returns (outcome, result_ref): outcome is accepted | already_processed | identity_conflict. Concurrent calls
-    of this process share one statement (receiver/batch.py: APPLY_EFFECT for many rows), each answered after it."""
-    return await batch.batcher(EFFECT_TYPE).apply(event_id, request_digest, "fx-" + secrets.token_hex(8))
 
 
 @app.post("/webhooks/orders")
@@ -222,59 +181,6 @@ async def webhook(request: Request) -> Response:
     return JSONResponse(answer, status_code=status)
 
 
-DROP: dict[str, Any] = {}  # handle_webhook's answer when the connection is to die mid-response
-
-
-async def handle_webhook(body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-    """(status, JSON answer) of one webhook POST; `headers` with lower-case names."""
-    try:
-        data = await _verified(body, headers)
-    except (WebhookVerificationError, ValueError):
-        return 401, {"error": "bad_signature"}
-    try:
-        event_id = uuid.UUID(str(data["event_id"]))
-    except (KeyError, ValueError, TypeError):
-        return 422, {"error": "malformed_event"}
-    if headers.get("webhook-id") != str(event_id) or headers.get("idempotency-key") != str(event_id):
-        return 422, {"error": "identity_mismatch"}
-    armed = faults.armed()  # read once: nothing armed (the common case) costs no query and no further check
-    if armed:
-        switches = await faults.current()
-        if switches is not None and switches.slow_seconds:
-            await asyncio.sleep(switches.slow_seconds)
-        if await faults.take("fail_503"):
-            await _record_delivery(event_id, "503")
-            return 503, {"error": "unavailable"}
-    if (armed and await faults.take("fail_422")) or data.get("schema_version") not in SUPPORTED_SCHEMAS:
-        await _record_delivery(event_id, "422")
-        return 422, {"error": "unsupported_schema"}
-    outcome, result_ref = await apply_effect(event_id, digest(data))
-    logs.info(log, "webhook", event_id=str(event_id), outcome=outcome, result_ref=result_ref,
-              tenant=data.get("tenant_id"))
-    if outcome == "identity_conflict":
-        log.warning("identity conflict event_id=%s", event_id)
-        return 409, {"error": "identity_conflict", "result_ref": result_ref}
-    if armed and outcome == "accepted" and await faults.take("accept_then_hang"):
-        await asyncio.sleep(3600)  # the effect is applied; the caller will time out and must retry
-    if armed and outcome == "accepted" and await faults.take("accept_then_drop"):
-        return 200, DROP  # the effect is applied; the connection dies mid-response
-    return 200, {"status": outcome, "result_ref": result_ref, "event_id": str(event_id)}
-
-
-class DroppedResponse(Response):
-    """Promise a body, send half of it, then fail: the server closes the connection mid-response and the caller
-    sees a transport error, not an answer — exactly the uncertain window after a remote effect."""
-
-    def __init__(self) -> None:
-        super().__init__()
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"100")]})
-        await send({"type": "http.response.body", "body": b'{"status": "acc', "more_body": True})
-        raise ConnectionAbortedError("fault: accept_then_drop")
-
-
 @app.get("/effects/{event_id}")
 async def effects(event_id: uuid.UUID) -> dict[str, Any]:
     async def read(c: AsyncConnection) -> dict[str, Any]:
@@ -282,7 +188,8 @@ async def effects(event_id: uuid.UUID) -> dict[str, Any]:
             "SELECT result_ref FROM webhook_effects WHERE event_id = %s", (event_id,))).fetchall()]
         calls = await (await c.execute(
             "SELECT count(*) FROM webhook_deliveries WHERE event_id = %s", (event_id,))).fetchone()
-        return {"event_id": str(event_id), "effects": len(fx), "result_refs": fx, "deliveries": calls[0] if calls else 0}
+        return {"event_id": str(event_id), "effects": len(fx), "result_refs": fx,
+                "deliveries": calls[0] if calls else 0}
 
     return await db.run(read)
 
@@ -300,112 +207,12 @@ async def invariants() -> dict[str, int]:
     return await db.run(read)
 
 
-class ProviderMessageIn(BaseModel):
-    to: str
-    template: str
-    body: str | None = None  # the rendered text; a real provider would deliver it (never stored here)
-    vars: dict[str, Any] = {}
-    idempotency_key: str
-    # Ignored: receipts go only to the configured app URL, never to an address a caller names.
-    callback_url: str | None = None
-
-
-# As the effect above: one statement; the caller's fresh reference coming back means this call stored the message.
-STORE_MESSAGE = """
-INSERT INTO provider_messages (provider, reference, idempotency_key, to_address_hash)
-VALUES (%(provider)s, %(ref)s, %(key)s, %(to_hash)s)
-ON CONFLICT (idempotency_key) DO UPDATE SET reference = provider_messages.reference
-RETURNING reference
-"""
-
-
-async def _store_message(provider: str, m: ProviderMessageIn) -> tuple[str, bool]:
-    ref = f"{provider}-{uuid.uuid4().hex[:12]}"
-    params = {"provider": provider, "ref": ref, "key": m.idempotency_key,
-              "to_hash": hashlib.sha256(m.to.encode()).hexdigest()[:16]}
-
-    async def store(c: AsyncConnection) -> str:
-        row = await (await c.execute(STORE_MESSAGE, params)).fetchone()
-        assert row is not None
-        return str(row[0])
-
-    stored = await db.run(store, retry=True)
-    return stored, stored == ref
-
-
-async def send_receipt(provider: str, reference: str, outcome: str, client_reference: str) -> None:
-    """Signed like any Standard Webhook, posted to the configured app only; retried while the app has not yet
-    recorded the send. `client_reference` echoes the sender's idempotency key, as real providers echo metadata."""
-    switches = await faults.current()
-    delay = switches.receipt_delay if switches and switches.receipt_delay is not None else get_settings().receipt_delay
-    await asyncio.sleep(delay)
-    if not await _still_held(reference):  # the provider forgot the message meanwhile (the mock was reset): no receipt
-        return
-    receipt_id = f"rcpt-{reference}"
-    callback_url = f"{get_settings().app_url}/api/v1/receipts/{provider}"
-    body = json.dumps({"receipt_id": receipt_id, "provider_reference": reference, "outcome": outcome,
-                       "client_reference": client_reference})
-    client = _receipt_client()
-    for attempt in range(20):
-        try:
-            r = await client.post(callback_url, content=body,
-                                  headers=signed_headers(get_settings().receipt_secret, receipt_id, body))
-            if r.status_code < 300 or r.status_code in (400, 401, 404):
-                return
-        except httpx.HTTPError:
-            pass
-        await asyncio.sleep(min(0.25 * (attempt + 1), 2.0))
-
-
-HELD_MESSAGE = "SELECT 1 FROM provider_messages WHERE reference = %(ref)s"
-
-
-async def _still_held(reference: str) -> bool:
-    """The provider still holds the message it is about to post a receipt for. A reset of this mock (each test's
-    start: `tests/conftest.py reset_receiver`) empties its messages; a receipt of one sent before it, still waiting
-    out its delay, would otherwise land in the next test and match that test's message of the same idempotency key
-    (a journey's nudge for the same lead and step) — DELIVERED before any worker ran."""
-
-    async def read(c: AsyncConnection) -> bool:
-        return await (await c.execute(HELD_MESSAGE, {"ref": reference})).fetchone() is not None
-
-    return await db.run(read)
-
-
-_client: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
-
-
-def _receipt_client() -> httpx.AsyncClient:
-    """One pooled client for every receipt of this process (a client per receipt costs a connection each); one per
-    event loop, as the database pool."""
-    global _client
-    loop = asyncio.get_running_loop()
-    if _client is None or _client[0] is not loop:
-        _client = (loop, httpx.AsyncClient(timeout=5, limits=httpx.Limits(max_connections=20)))
-    return _client[1]
-
-
 @app.post("/providers/{provider}/messages")
 async def provider_message(provider: str, m: ProviderMessageIn, tasks: BackgroundTasks) -> JSONResponse:
     status, answer, receipt = await handle_provider_message(provider, m)
     if receipt is not None:
         tasks.add_task(send_receipt, *receipt)  # after the response: the receipt never holds up this answer
     return JSONResponse(answer, status_code=status)
-
-
-async def handle_provider_message(provider: str, m: ProviderMessageIn) -> tuple[
-        int, dict[str, Any], tuple[str, str, str, str] | None]:
-    """(status, JSON answer, the receipt to post after answering or None)."""
-    if provider not in PROVIDERS:
-        return 404, {"error": "unknown_provider"}, None
-    if await faults.take("fail_503"):
-        return 503, {"error": "unavailable"}, None
-    ref, fresh = await _store_message(provider, m)
-    logs.info(log, "provider message", provider=provider, reference=ref, fresh=fresh)
-    if not fresh:
-        return 200, {"status": "already_processed", "reference": ref}, None
-    outcome = "failed" if "bounce" in m.to else "delivered"
-    return 201, {"status": "accepted", "reference": ref}, (provider, ref, outcome, m.idempotency_key)
 
 
 # The lean path's answers carry the headers SecurityHeaders would add (an API answer's).

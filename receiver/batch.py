@@ -90,7 +90,8 @@ class EffectBatcher:
                 params = {"ids": [i.event_id for i in batch], "digests": [i.digest for i in batch],
                           "refs": [i.ref for i in batch], "effect_type": self.effect_type}
 
-                async def write(c: AsyncConnection, params: dict[str, object] = params) -> dict[uuid.UUID, tuple[str, str]]:
+                async def write(c: AsyncConnection,
+                                params: dict[str, object] = params) -> dict[uuid.UUID, tuple[str, str]]:
                     rows = await (await c.execute(APPLY_EFFECTS, params)).fetchall()
                     return {r[0]: (str(r[1]), str(r[2])) for r in rows}
 

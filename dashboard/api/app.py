@@ -40,9 +40,9 @@ from dashboard.api.idempotency import publish as publish_idempotency
 from dashboard.limits import BodyLimit
 from domain.settings import get_settings
 
-ROUTERS: tuple[APIRouter, ...] = (endpoints.router, orders.router, events.router, leads.router, recipients.router, notifications.router,
-                                  otp.router, campaigns.router, balance.router, receipts.router, health.router,
-                                  search.router, messages.router, session.router)
+ROUTERS: tuple[APIRouter, ...] = (endpoints.router, orders.router, events.router, leads.router, recipients.router,
+                                  notifications.router, otp.router, campaigns.router, balance.router, receipts.router,
+                                  health.router, search.router, messages.router, session.router)
 
 OPENAPI_URL = "/api/openapi.json"
 

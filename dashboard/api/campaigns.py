@@ -18,7 +18,7 @@ from domain.campaigns import segments
 from domain.campaigns import views as campaign_views
 from domain.delivery.wakeups import wake_fan_out
 from domain.ledger.recipients import PEOPLE_CHANNELS
-from domain.ledger.write import SendRefused
+from domain.ledger.send import SendRefused
 from domain.support import pages
 
 router = APIRouter(prefix="/api/v1/campaigns", tags=["campaigns"])

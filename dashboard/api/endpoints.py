@@ -1,7 +1,7 @@
-"""Webhook endpoints per tenant (Svix's model): create (201, the `whsec_…` secret answered once), list, read,
-disable, enable, delete, rotate (both secrets sign for 24 h), and send a test event (a signed `outbox.test` through the
-real delivery path; one owed at a time). In development, an endpoint pointed at the mock receiver has its secret
-handed to the mock (domain/endpoints/mock.py), so its events verify there. A URL to a loopback, private, link-local or metadata
+"""Webhook endpoints per tenant (Svix's model): create (201, the `whsec_…` secret answered once), list, read, disable,
+enable, delete, rotate (both secrets sign for 24 h), and send a test event (a signed `outbox.test` through the real
+delivery path; one owed at a time). In development, an endpoint pointed at the mock receiver has its secret handed to
+the mock (domain/endpoints/mock.py), so its events verify there. A URL to a loopback, private, link-local or metadata
 address is refused (422 `url_not_allowed`), and checked again after DNS at send time (domain/endpoints/urls.py)."""
 
 from __future__ import annotations

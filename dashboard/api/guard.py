@@ -2,7 +2,8 @@
 
 1. `RequestContext` — a request id for every request (`X-Request-Id`, and `request_id` in every JSON error body),
    the security headers on every response (API and dashboard pages alike: the Reflex app is mounted inside the API
-   app, so its pages cross this layer too; JSON answers also `Cache-Control: no-store`), and a JSON 500 with the request id instead of a plain-text traceback.
+   app, so its pages cross this layer too; JSON answers also `Cache-Control: no-store`), and a JSON 500 with the
+   request id instead of a plain-text traceback.
 2. `ApiKeyGate` — the API key of a route that needs one is checked from the headers alone, before the body is read
    or parsed; unknown keys are throttled per client address (`client_of`: the peer, or behind a trusted proxy the
    address it forwarded).

@@ -43,7 +43,8 @@ async def healthz() -> JSONResponse:
         pass
     try:
         pool = await redis_pool()
-        checks["redis"] = bool(await asyncio.wait_for(cast(Awaitable[bool], pool.ping()), 2))  # redis-py types sync|async
+        # redis-py types ping() as sync|async: the pool is async.
+        checks["redis"] = bool(await asyncio.wait_for(cast(Awaitable[bool], pool.ping()), 2))
     except Exception:
         pass
     ok = all(checks.values())

@@ -15,7 +15,7 @@ from dashboard.api.deps import Auth, Id, maybe_pool, tenant_row
 from dashboard.api.errors import ApiError
 from dashboard.api.fields import JsonInt, Scalar
 from domain.delivery.wakeups import enqueue_after_commit
-from domain.ledger import write as ledger_write
+from domain.ledger import send as ledger_send
 from domain.support import ledger as support_ledger
 
 router = APIRouter(prefix="/api/v1/notifications", tags=["notifications"])
@@ -36,10 +36,10 @@ class NotificationIn(BaseModel):
 async def send(body: NotificationIn, p: Auth) -> JSONResponse:
     try:
         row = await asyncio.to_thread(
-            lambda: ledger_write.send(tenant_id=p.tenant_id, recipient_id=body.recipient_id, channel=body.channel,
+            lambda: ledger_send.send(tenant_id=p.tenant_id, recipient_id=body.recipient_id, channel=body.channel,
                                 template=body.template, lane=body.lane, data=body.data,
                                 subject_period=body.subject_period))
-    except ledger_write.SendRefused as exc:
+    except ledger_send.SendRefused as exc:
         raise ApiError(422, exc.code, detail=str(exc)) from None
     if row is None:
         raise ApiError(404, "not_found", detail="no such recipient")

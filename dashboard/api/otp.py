@@ -16,7 +16,7 @@ from dashboard.api.errors import ApiError
 from dashboard.api.fields import JsonInt
 from domain.delivery.wakeups import enqueue_after_commit
 from domain.ledger import otp
-from domain.ledger.write import SendRefused
+from domain.ledger.send import SendRefused
 
 router = APIRouter(prefix="/api/v1/otp", tags=["one-time codes"])
 

@@ -161,8 +161,8 @@ async def messages(recipient_id: Id, p: Auth, limit: Annotated[int, Query(ge=1, 
                    ) -> dict[str, Any]:
     """Newest first, each with its answer in plain words. `next_cursor` (null on the last page) fetches the next,
     older page."""
-    out = await asyncio.to_thread(support_ledger.recipient_messages, p.tenant_id, recipient_id, datetime.now(UTC), limit,
-                                  cursor or before_id)
+    out = await asyncio.to_thread(support_ledger.recipient_messages, p.tenant_id, recipient_id, datetime.now(UTC),
+                                  limit, cursor or before_id)
     if out is None:
         raise ApiError(404, "not_found")
     return out

@@ -32,13 +32,13 @@ def all_pages() -> list[Page]:
         login,
         message_detail,
         ops,
-        order_detail,
+        order_detail_view,
         orders,
         recipient_detail,
         recipients,
         search,
     )
 
-    return [login.PAGE, order_detail.PAGE, orders.PAGE, ledger.PAGE, recipients.PAGE, recipient_detail.PAGE,
+    return [login.PAGE, order_detail_view.PAGE, orders.PAGE, ledger.PAGE, recipients.PAGE, recipient_detail.PAGE,
             audit.PAGE, journeys.PAGE, campaigns.PAGE, balance.PAGE, api_keys.PAGE, endpoints.PAGE, ops.PAGE,
             search.PAGE, message_detail.PAGE, campaign_detail.PAGE, journey_detail.PAGE]

@@ -24,7 +24,7 @@ from domain.campaigns import views as campaign_views
 from domain.delivery.wakeups import wake_fan_out
 from domain.ledger.reasons import suppressed_counts
 from domain.ledger.recipients import PEOPLE_CHANNELS
-from domain.ledger.write import SendRefused
+from domain.ledger.send import SendRefused
 from domain.support import pages
 
 REFRESH_SECONDS = 2.0
@@ -34,7 +34,8 @@ ALL, PAGE_SIZE = "all", 50
 def _row(s: dict[str, Any]) -> dict[str, Any]:
     total = max(1, int(s["total"]))
     settled = int(s["sent"]) + int(s["failed"]) + sum(s["suppressed"].values())
-    return {"id": str(s["campaign_id"]), "name": s["name"], "what": f"{s['segment']} × {s['template']} by {s['channel']}",
+    return {"id": str(s["campaign_id"]), "name": s["name"],
+            "what": f"{s['segment']} × {s['template']} by {s['channel']}",
             "status": s["status"], "total": str(s["total"]), "ledgered": str(s["ledgered"]),
             "ledgered_pct": round(100 * int(s["ledgered"]) / total), "settled_pct": round(100 * settled / total),
             "sent": str(s["sent"]), "delivered": str(s["delivered"]), "deferred": str(s["deferred"]),
@@ -134,7 +135,8 @@ class CampaignsState(paging.KeysetPaged, AuthState):
                          "template": str(form.get("template", ""))}
         self.pending_name = name
         self.pending_summary = (f"“{form.get('template', '')}” by {channel} to {p['audience']:,} people "
-                                f"({segment}: {segments.DESCRIPTIONS.get(segment, '').rstrip('.').lower()}), estimated cost up to {money(p['cost_cents'])} "
+                                f"({segment}: {segments.DESCRIPTIONS.get(segment, '').rstrip('.').lower()}), "
+                                f"estimated cost up to {money(p['cost_cents'])} "
                                 f"({money(p['price_cents'])} each; suppressed messages are refunded).")
 
     @event
@@ -225,9 +227,10 @@ def _campaign_row(c: ObjectVar[dict[str, Any]]) -> rx.Component:
         rx.table.cell(c["delivered"]), rx.table.cell(c["deferred"]),
         rx.table.cell(rx.text(c["suppressed"], size="1")), rx.table.cell(c["failed"]),
         rx.table.cell(rx.text(c["started"], size="1")),
-        rx.table.cell(rx.cond((c["active"] == "yes") & CampaignsState.may_change, action_button("Cancel", size="1", color_scheme="red",
-                                                              variant="soft", on_click=CampaignsState.ask_cancel(c["id"]),
-                                                              data_testid="campaign-cancel"))),
+        rx.table.cell(rx.cond((c["active"] == "yes") & CampaignsState.may_change,
+                              action_button("Cancel", size="1", color_scheme="red", variant="soft",
+                                            on_click=CampaignsState.ask_cancel(c["id"]),
+                                            data_testid="campaign-cancel"))),
         data_testid="campaign-row")
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import reflex as rx
 
@@ -34,99 +33,20 @@ from dashboard.components import (
     shell,
 )
 from dashboard.events import Followup, event
-from dashboard.format import done_line, parse_id, when
+from dashboard.format import parse_id
 from dashboard.link import action_button, action_form
 from dashboard.pages import Page
+from dashboard.pages.endpoints_words import CONFIRM, LABEL, read_rows
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
 from domain.delivery.wakeups import enqueue_after_commit
 from domain.endpoints import mock, store, urls
-from domain.ledger.reasons import attempt_text
 from domain.orders import trial
-from domain.support import pages
 
-PAGE_SIZE = 50
-ATTEMPTS_SHOWN = 3
 # After "Send test event", the page follows the test until its first answer (or this long).
 WATCH_SECONDS, WATCH_EVERY_S = 60.0, 0.5
 # The endpoints section of the API docs page the dashboard serves.
 DOCS_LINK = f"{DOCS_URL}#/webhook%20endpoints"
-# Each action asked before it happens: its question and, in plain words, what follows.
-CONFIRM = {
-    "disable": ("Disable {name}?", "It receives no more events until someone enables it again: events already owed "
-                                   "to it are not sent, and the receiver's system stops hearing about orders."),
-    "enable": ("Enable {name}?", "It receives this tenant's events again from now on, signed with its current "
-                                 "secret."),
-    "rotate": ("Rotate the signing secret of {name}?",
-               "A new secret is made and shown once. The old one keeps signing beside it for 24 hours; after that, "
-               "a receiver that still checks only the old secret rejects every event. Copy the new one to the "
-               "receiver before then."),
-    "delete": ("Delete {name}?", "It is gone for good and receives nothing more; events owed to it are not sent. "
-                                 "This cannot be undone: to receive events again, add a new endpoint (with a new "
-                                 "secret)."),
-}
-LABEL = {"disable": "Disable", "enable": "Enable", "rotate": "Rotate secret", "delete": "Delete"}
-# The audit log's words, as the row says them.
-DONE = {"create webhook endpoint": "Added", "disable webhook endpoint": "Disabled",
-        "enable webhook endpoint": "Enabled", "rotate webhook endpoint secret": "Secret rotated",
-        trial.ACTION: "Test event sent"}
-TEST_STATE = {"DELIVERED": "delivered", "SENT": "delivered", "FAILED": "failed", "SUPPRESSED": "not sent"}
-
-
-def _health(h: dict[str, Any]) -> tuple[str, str]:
-    """("97% of 120 attempts in 24 h", "last success … · last error: the receiver had a server error at …")."""
-    rate = "no attempts in 24 h" if h["success_rate_24h"] is None else \
-        f"{h['success_rate_24h']:.0%} of {h['attempts_24h']} attempts in 24 h"
-    last = [f"last success {when(h['last_success_at'])}" if h["last_success_at"] else "no success yet"]
-    if h["last_error"]:
-        words = attempt_text(h.get("last_error_status"), h["last_error"], h.get("last_error_excerpt"))
-        last.append(f"last error: {words} at {when(h['last_error_at'])}")
-    return rate, " · ".join(last)
-
-
-def attempt_line(a: dict[str, Any]) -> str:
-    """"outbox.test at 20:31:02: HTTP 401 — the endpoint refused our signature …" (an accepted one: "accepted")."""
-    code = f"HTTP {a['status_code']}" if a["status_code"] is not None else "no answer"
-    words = attempt_text(a["status_code"], a["error_class"], a["response_excerpt"])
-    return f"{a['template']} at {when(a['started_at'])}: {code} — {words or 'accepted'}"
-
-
-def test_line(t: dict[str, Any] | None) -> str:
-    """The latest test event's state: on its way, retrying after an error, delivered, failed."""
-    if not t:
-        return ""
-    if t["status"] == "QUEUED":
-        if t["last_error_class"]:
-            return f"Test event (message {t['id']}): retrying at {when(t['next_attempt_at'])}"
-        return f"Test event (message {t['id']}): on its way"
-    return f"Test event (message {t['id']}): {TEST_STATE.get(str(t['status']), str(t['status']).lower())}"
-
-
-def _row(e: dict[str, Any], done: dict[str, Any] | None = None, attempts: list[dict[str, Any]] | None = None,
-         test: dict[str, Any] | None = None) -> dict[str, str]:
-    rate, last = _health(e["health"])
-    return {"id": str(e["id"]), "url": str(e["url"]), "description": str(e["description"] or ""),
-            "types": ", ".join(e["event_types"]) if e["event_types"] else "every event",
-            "state": "enabled" if e["enabled"] else "disabled",
-            "rotating": f"old secret signs until {when(e['rotating_until'])}" if e["rotating_until"] else "",
-            "why": "" if e["enabled"] else str(e["disabled_reason"] or ""),
-            "breaker": f"failing: sends held until {when(e['breaker_open_until'])} (circuit breaker)"
-                       if e["breaker_open_until"] else "",
-            "rate": rate, "last": last,
-            "attempts": "\n".join(attempt_line(a) for a in attempts or []),
-            "test": test_line(test), "test_message": str(test["id"]) if test else "",
-            "done": done_line(DONE.get(str(done["action"]), str(done["action"])), done) if done else ""}
-
-
-def _rows(tenant_id: int, before: int, after: int) -> tuple[list[dict[str, str]], bool, bool]:
-    """The page's rows at a position (blocking: run it on a thread, never under the state lock)."""
-    page = pages.endpoints(tenant_id, PAGE_SIZE, before or None, after or None)
-    ids = [int(e["id"]) for e in page.rows]
-    last = store.last_actions(tenant_id, ids)
-    attempts = store.latest_attempts(tenant_id, ids, ATTEMPTS_SHOWN)
-    tests = store.latest_tests(tenant_id, ids)
-    return ([_row(e, last.get(int(e["id"])), attempts.get(int(e["id"])), tests.get(int(e["id"])))
-             for e in page.rows], page.has_older, page.has_newer)
 
 
 class EndpointsState(paging.KeysetPaged, AuthState):
@@ -154,7 +74,7 @@ class EndpointsState(paging.KeysetPaged, AuthState):
         if not await self._fresh() or not self._tenant_id:
             return
         self.endpoints, self.has_older, self.has_newer = await asyncio.to_thread(
-            _rows, self._tenant_id, self._before, self._after)
+            read_rows, self._tenant_id, self._before, self._after)
 
     def _page_rows(self) -> list[dict[str, str]]:
         return self.endpoints
@@ -320,7 +240,7 @@ class EndpointsState(paging.KeysetPaged, AuthState):
                     if self._tenant_id != tenant or self._watching != eid:
                         return
                     before, after = self._before, self._after
-                rows = await asyncio.to_thread(_rows, tenant, before, after)
+                rows = await asyncio.to_thread(read_rows, tenant, before, after)
                 async with self:
                     if self._tenant_id != tenant or (self._before, self._after) != (before, after):
                         return
@@ -345,8 +265,8 @@ def _endpoint_row(e: Row) -> rx.Component:
                           data_testid="enable-endpoint")),
         action_button("Rotate secret", size="1", variant="soft", on_click=EndpointsState.ask("rotate", e["id"]),
                   data_testid="rotate-endpoint"),
-        action_button("Delete", size="1", variant="soft", color_scheme="red", on_click=EndpointsState.ask("delete", e["id"]),
-                  data_testid="delete-endpoint"),
+        action_button("Delete", size="1", variant="soft", color_scheme="red",
+                      on_click=EndpointsState.ask("delete", e["id"]), data_testid="delete-endpoint"),
         rx.cond(e["state"] == "enabled",
                 action_button("Send test event", size="1", variant="soft", color_scheme="blue",
                               on_click=EndpointsState.send_test(e["id"]), data_testid="test-endpoint")),
@@ -389,8 +309,8 @@ def endpoints_page() -> rx.Component:
         rx.cond(EndpointsState.oncall, card(action_form(rx.flex(
             rx.vstack(rx.text("URL", size="1"), rx.input(name="url", placeholder="https://hooks.example.com/outbox",
                                                          width="360px", data_testid="endpoint-url"), spacing="1"),
-            rx.vstack(rx.text("Description", size="1"), rx.input(name="description", data_testid="endpoint-description"),
-                      spacing="1"),
+            rx.vstack(rx.text("Description", size="1"),
+                      rx.input(name="description", data_testid="endpoint-description"), spacing="1"),
             rx.vstack(rx.text("Events (none ticked: every event)", size="1"),
                       rx.hstack(*[rx.checkbox(t, name=f"type:{t}", value=t, size="1",
                                               data_testid=f"endpoint-type-{t}") for t in EVENTS], spacing="3",

@@ -69,7 +69,8 @@ class JourneysState(paging.KeysetPaged, AuthState):
         await self.refresh()
 
     def _url(self) -> Followup:
-        return paging.replace_url(routes.JOURNEYS, {"q": self.query.strip(), "step": "" if self.step == ALL else self.step,
+        return paging.replace_url(routes.JOURNEYS, {"q": self.query.strip(),
+                                                    "step": "" if self.step == ALL else self.step,
                                                     "before": self._before, "after": self._after})
 
     @handler
@@ -197,8 +198,9 @@ def journeys_page() -> rx.Component:
                   "the lead's step changes nothing; lifecycle messages never cancel a reminder.",
                   margin_bottom="12px"),
         rx.flex(
-            rx.form(rx.hstack(rx.input(name="q", placeholder="lead or advisor ref (cust-003)", default_value=JourneysState.query,
-                                       key=JourneysState.query, data_testid="lead-query"),
+            rx.form(rx.hstack(rx.input(name="q", placeholder="lead or advisor ref (cust-003)",
+                                       default_value=JourneysState.query, key=JourneysState.query,
+                                       data_testid="lead-query"),
                               rx.button("Find", type="submit"), spacing="2"), on_submit=JourneysState.search),
             rx.select([ALL, *STEPS], value=JourneysState.step, on_change=JourneysState.set_step, size="2"),
             gap="12px", wrap="wrap", align="center", margin_bottom="8px",

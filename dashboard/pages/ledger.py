@@ -193,8 +193,8 @@ def ledger_page() -> rx.Component:
                   paging.pager(LedgerState.older, LedgerState.newer, LedgerState.has_older, LedgerState.has_newer,
                                "ledger-pager"), width="100%", align="center"),
         loading(LedgerState.is_loading,
-                data_table(["Message", "Created (UTC)", "Channel", "Lane", "Recipient", "Template", "Status", "Attempts",
-                            "Cost", "Event"], LedgerState.rows, _row, "No messages match these filters.",
+                data_table(["Message", "Created (UTC)", "Channel", "Lane", "Recipient", "Template", "Status",
+                            "Attempts", "Cost", "Event"], LedgerState.rows, _row, "No messages match these filters.",
                            "ledger-table")),
     )
 

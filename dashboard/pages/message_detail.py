@@ -70,7 +70,8 @@ def _facts(m: dict[str, Any]) -> list[dict[str, str]]:
         ("Event", str(m["event_id"]) if m["event_id"] else "—", f"/audit?q={m['event_id']}" if m["event_id"] else ""),
         ("Campaign", f"{m['campaign_name']} (#{m['campaign_id']})" if m["campaign_id"] else "—",
          f"/campaigns/{m['campaign_id']}" if m["campaign_id"] else ""),
-        ("Journey", f"lead {m['lead_id']}" if m["lead_id"] else "—", f"/journeys/{m['lead_id']}" if m["lead_id"] else ""),
+        ("Journey", f"lead {m['lead_id']}" if m["lead_id"] else "—",
+         f"/journeys/{m['lead_id']}" if m["lead_id"] else ""),
     ]
     return [{"label": k, "value": v, "href": h} for k, v, h in rows]
 
@@ -117,7 +118,8 @@ class MessageState(AuthState):
         self.attempts = [_attempt(a) for a in m["attempt_log"]]
         mo = m["money"]
         self.money_rows = [{"at": when(e["created_at"]), "what": MONEY_KIND.get(e["kind"], e["kind"]),
-                            "amount": money(abs(e["amount_cents"])), "why": entry_reason(e["reason"])} for e in mo["entries"]]
+                            "amount": money(abs(e["amount_cents"])), "why": entry_reason(e["reason"])}
+                           for e in mo["entries"]]
         self.money_summary = (f"charged {money(mo['charged_cents'])} · refunded {money(mo['refunded_cents'])} · "
                               f"held now {money(mo['held_cents'])}") if mo["entries"] else "nothing charged"
         self.receipt = receipt_text(m)

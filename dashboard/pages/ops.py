@@ -143,9 +143,10 @@ def _charts() -> rx.Component:
         _chart("Oldest owed age (oldest in each point)", "oldest",
                [("oldest", "oldest owed", "#ffb224")], OpsState.ticks_oldest, OpsState.top_oldest, " s", slo=True),
         _chart("Commit-to-send latency", "latency",
-               [("latency_max", "slowest", "#30a46c"), ("latency_mean", "mean", "#8e4ec6")], OpsState.ticks_latency, OpsState.top_latency,
-               " s", slo=True),
-        _chart("Sent (messages in each point)", "sent", [("sent", "sent", "#12a594")], OpsState.ticks_sent, OpsState.top_sent, ""),
+               [("latency_max", "slowest", "#30a46c"), ("latency_mean", "mean", "#8e4ec6")], OpsState.ticks_latency,
+               OpsState.top_latency, " s", slo=True),
+        _chart("Sent (messages in each point)", "sent", [("sent", "sent", "#12a594")], OpsState.ticks_sent,
+               OpsState.top_sent, ""),
         gap="12px", wrap="wrap", width="100%", margin_y="12px")
 
 
@@ -179,7 +180,8 @@ def _fault_switches() -> rx.Component:
             rx.heading("Receiver fault switches (development only)", size="4", margin_top="20px",
                        margin_bottom="8px"),
             rx.hstack(*[action_button(name, size="1", variant="outline", color_scheme="red",
-                                  on_click=OpsState.fault(name)) for name in faults.RECEIVER_SWITCHES], wrap="wrap", spacing="2"),
+                                  on_click=OpsState.fault(name)) for name in faults.RECEIVER_SWITCHES],
+                      wrap="wrap", spacing="2"),
             rx.heading("Worker crash after the remote effect (the dangerous window)", size="3", margin_top="12px",
                        margin_bottom="8px"),
             rx.hstack(*[action_button(f"crash next {lane} worker", size="1", variant="soft", color_scheme="red",

@@ -5,6 +5,9 @@ the order's channel and, per hint, reloads from PostgreSQL outside the state loc
 `order_views.order_version` reloads it too if a hint was lost. `seen` lives in the browser's
 sessionStorage, so after a reconnect the page knows which revision the browser last displayed — any change since,
 one or many, shows the missed-refresh note with what changed.
+
+This module is the page's state; its components (and its `PAGE`) are `order_detail_view.py`'s, what it reads and
+how it words it `order_detail_data.py`'s.
 """
 
 from __future__ import annotations
@@ -19,26 +22,12 @@ from typing import Any
 
 import reflex as rx
 
-from dashboard import live, paging, routes
-from dashboard.components import (
-    NOTE_MAX,
-    Row,
-    card,
-    data_table,
-    empty_state,
-    error_callout,
-    icon,
-    note_dialog,
-    pick,
-    shell,
-    status_badge,
-)
+from dashboard import live
+from dashboard.components import NOTE_MAX
 from dashboard.events import Followup, event
-from dashboard.format import MAX_ID, change_line, done_line, money, notification, parse_id, when
-from dashboard.link import action_button
-from dashboard.pages import Page
+from dashboard.format import MAX_ID, money, parse_id, when
+from dashboard.pages.order_detail_data import PAST, history_page, load_order, missed_text, pushed_head, refused_text
 from dashboard.state import AuthState
-from domain.access import actions as operator_actions
 from domain.access.roles import Act, refusal
 from domain.delivery import wakeups as telemetry
 from domain.delivery.queue import order_channel
@@ -46,74 +35,14 @@ from domain.delivery.wakeups import after_commit
 from domain.orders import views as order_views
 from domain.orders.commands import Committed, NotFound, execute_order_command
 from domain.orders.policy import Reject, allowed_commands
-from domain.orders.views import ORDER_CANCEL, order_target
-from domain.support import pages
-from domain.support.pages import keyset
-from domain.vocabulary import ORDER_STATUSES
-
-PAST = {"approve": "approved", "cancel": "cancelled", "fulfill": "fulfilled"}
-
-ERROR_TEXT = {
-    "optimistic_conflict": "Someone changed this order first{change}: it is now at revision {rev}. "
-                           "The page shows the latest state; check it and try again.",
-    "policy_denied": "Not allowed: an order that is {status} cannot be {requested}. Nothing was changed.",
-    "unknown_command": "Unknown action.",
-}
-
-
-def _load(tenant: int, order_id: int) -> tuple[dict[str, Any] | None, list[dict[str, str]], str | None]:
-    """The version first, then the data: what is shown is at least as new as the version kept with it."""
-    version, order, change, notes = order_views.order_page(tenant, order_id)
-    if order is None:
-        return None, [], version
-    order["last_change"] = change_line(change)
-    first = keyset(order.pop("history"), HISTORY_PAGE, None, None)
-    order["history"] = ([history_row(h) for h in first.rows], first.has_older)
-    # Who cancelled it, when and why, from the audit log: read only for a cancelled order (a push reloads this).
-    order["cancelled_by"] = ""
-    if order["status"] == "cancelled":
-        done = [a for a in operator_actions.on_target(tenant, order_target(order_id)) if a["action"] == ORDER_CANCEL]
-        order["cancelled_by"] = done_line("Cancelled", done[-1] if done else None)
-    return order, [notification(n) for n in notes], version
-
-
-HISTORY_PAGE = 20  # changes per page of the order's history (order_views.order_page reads one more)
-
-
-def history_row(h: dict[str, Any]) -> dict[str, str]:
-    """One change of the order, for its history table: revision, what, who, when (UTC), the note. Pure."""
-    who = str(h["actor_ref"] or "")
-    return {"id": str(h["id"]), "what": str(h["event_type"]).removeprefix("order."),
-            "who": who.removeprefix("operator:") or "—", "at": when(h["occurred_at"]), "note": h.get("note") or ""}
-
-
-def missed_text(shown: int, now: int, last_change: str) -> str:
-    """What changed while the page could not show it: the order went from revision `shown` (what this tab last showed)
-    to `now` — one change or many — or nothing to say ("")."""
-    if now <= shown:
-        return ""
-    changes = "1 change" if now - shown == 1 else f"{now - shown} changes"
-    last = f" ({last_change})" if now - shown == 1 else f" (the last: {last_change})"
-    return (f"refresh missed — reloaded at revision {now}: {changes} since this page showed revision {shown}"
-            f"{last if last_change else ''}")
-
-
-def pushed_head(msg: dict[str, Any]) -> tuple[int, str] | None:
-    """The revision and status an order's own hint says it committed (`wakeups.refresh_message`), or None: a hint
-    of another kind, or one whose values are not a plain revision and a known status, shows nothing before the
-    reload. Pure."""
-    rev, status = msg.get("revision"), msg.get("status")
-    if msg.get("kind") != "order" or isinstance(rev, bool) or not isinstance(rev, int) or not 1 <= rev <= MAX_ID:
-        return None
-    return (rev, status) if isinstance(status, str) and status in ORDER_STATUSES else None
 
 
 class OrderState(AuthState):
-    """The page's handlers and what a push seldom changes. What a push does change lives in substates
-    (OrderHeadState, OrderNotesState, and OrderSeenState, which no component reads): the browser keeps one store per state and re-renders only the components
-    that read a state whose values changed, so a delta re-renders the order's head and its notifications table,
-    not every component of the page. The substates have no event handlers: every entry point is here and asks
-    for the login, tenant and role itself."""
+    """The page's handlers and what a push seldom changes. What a push does change lives in substates (OrderHeadState,
+    OrderNotesState, and OrderSeenState, which no component reads): the browser keeps one store per state and re-renders
+    only the components that read a state whose values changed, so a delta re-renders the order's head and its
+    notifications table, not every component of the page. The substates have no event handlers: every entry point is
+    here and asks for the login, tenant and role itself."""
 
     order_id: rx.Field[int] = rx.field(0)
     found: rx.Field[bool] = rx.field(True)
@@ -188,7 +117,7 @@ class OrderState(AuthState):
         history = await self.get_state(OrderHistoryState)
         history._before = history._after = 0  # a load shows the newest changes
         self.order_id = oid
-        order, notes, version = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
+        order, notes, version = await asyncio.to_thread(load_order, self._tenant_id, self.order_id)
         # What this browser tab last showed whole (its sessionStorage, sent with the reconnect): any revision since
         # is a change the operator has not seen — one as much as many.
         shown_order, _, shown_rev = (await self.get_state(OrderSeenState)).seen.partition(":")
@@ -209,7 +138,8 @@ class OrderState(AuthState):
         # server state last delivered.
         expected = head.revision if seen_revision is None else seen_revision
         if isinstance(expected, bool) or not isinstance(expected, int) or not 1 <= expected <= MAX_ID:
-            self.busy, self.error = False, "That action did not say which revision of the order it was for: nothing was changed."
+            self.busy, self.error = False, ("That action did not say which revision of the order it was for: "
+                                            "nothing was changed.")
             return
         result = await asyncio.to_thread(
             execute_order_command, tenant_id=self._tenant_id, order_id=self.order_id, command=command,
@@ -223,11 +153,10 @@ class OrderState(AuthState):
             yield None
         elif isinstance(result, NotFound):
             self.error = "This order no longer exists for your tenant."
-        order, notes, version = await asyncio.to_thread(_load, self._tenant_id, self.order_id)
+        order, notes, version = await asyncio.to_thread(load_order, self._tenant_id, self.order_id)
         if isinstance(result, Reject):
             change = order["last_change"] if order else ""  # who moved it, e.g. "approved by alice at …"
-            self.error = ERROR_TEXT[result.error].format(rev=result.current_revision, status=result.current_status,
-                                                         requested=PAST[command], change=f" ({change})" if change else "")
+            self.error = refused_text(result, command, change)
         # The answer first (status, revision, the buttons), the notifications table in a delta of its own after it.
         await self._apply_head(order, version)
         self.busy = False
@@ -278,12 +207,10 @@ class OrderState(AuthState):
         """A page of the order's history (keyset on the revision), for an operator of its tenant with a live session."""
         if not self.order_id or not await self._fresh() or not self._tenant_id:
             return
-        page = await asyncio.to_thread(pages.order_history, self._tenant_id, self.order_id, HISTORY_PAGE,
-                                       before or None, after or None)
+        rows, older, newer = await asyncio.to_thread(history_page, self._tenant_id, self.order_id, before, after)
         history = await self.get_state(OrderHistoryState)
         history._before, history._after = before, after
-        history._assign_changed(rows=[history_row(h) for h in page.rows], has_older=page.has_older,
-                                has_newer=page.has_newer)
+        history._assign_changed(rows=rows, has_older=older, has_newer=newer)
 
     @event
     async def history_older(self) -> None:
@@ -317,7 +244,7 @@ class OrderState(AuthState):
                 # check (one small read) and the reload start together; an order's own hint says the revision and
                 # status it committed, shown as soon as the session check allows, ahead of the reload.
                 ended_t = asyncio.ensure_future(self._session_ended(hashed))
-                load_t = asyncio.ensure_future(asyncio.to_thread(_load, tenant, order_id))
+                load_t = asyncio.ensure_future(asyncio.to_thread(load_order, tenant, order_id))
                 try:
                     mine, shown = await self._show_hint(pushed_head(msg), ended_t, session, order_id)
                     if not mine:
@@ -408,12 +335,6 @@ class OrderHistoryState(OrderState):
     _after: int = 0
 
 
-def _history_row(h: Row) -> rx.Component:
-    return rx.table.row(rx.table.cell(h["id"]), rx.table.cell(rx.badge(h["what"], variant="soft")),
-                        rx.table.cell(h["who"]), rx.table.cell(rx.text(h["at"], size="1")),
-                        rx.table.cell(rx.text(h["note"], size="1")), data_testid="history-row")
-
-
 class OrderSeenState(OrderState):
     """`seen`, "<order_id>:<revision>" last delivered whole to this browser tab, in its sessionStorage: after a
     reconnect the page knows which revision the browser last displayed. No component reads it (a change re-renders
@@ -421,120 +342,3 @@ class OrderSeenState(OrderState):
     call to its browser process that would otherwise hold up rendering the head."""
 
     seen: str = rx.SessionStorage("", name="outbox_seen_revision")
-
-
-def _note_row(n: Row) -> rx.Component:
-    return rx.table.row(
-        rx.table.cell(rx.vstack(rx.text(n["channel"], weight="medium"), rx.text(n["recipient"], size="1",
-                                color=rx.color("gray", 11)), spacing="0")),
-        rx.table.cell(rx.badge(n["lane"], variant="outline")),
-        rx.table.cell(rx.link(rx.code(n["event_short"], title=n["event_id"], data_testid="notification-event"),
-                              href="/audit?q=" + n["event_id"])),
-        rx.table.cell(rx.link(rx.code(n["job_id"], data_testid="notification-job"), href="/messages/" + n["id"])),
-        rx.table.cell(rx.text("r", n["revision"])),
-        rx.table.cell(rx.vstack(
-            rx.hstack(status_badge(n["status"], data_testid="notification-status"),
-                      rx.text(n["display_status"], size="1", color=rx.color("gray", 11),
-                              data_testid="notification-state"), spacing="2", align="center"),
-            rx.cond(n["reason"] != "", rx.text(n["reason"], size="1", color=rx.color("red", 11))), spacing="1")),
-        rx.table.cell(rx.text(n["attempts"], data_testid="notification-attempts")),
-        rx.table.cell(rx.code(n["effect"], data_testid="notification-effect")),
-        rx.table.cell(rx.text(n["receiver_said"], data_testid="notification-receiver-said")),
-        data_testid="notification-row",
-    )
-
-
-def _confirm_cancel() -> rx.Component:
-    return note_dialog(
-        f"Cancel order #{OrderState.order_id}?",
-        "The customer is told their order is cancelled, and it cannot be undone: a cancelled order is never "
-        "approved or fulfilled again. Your name, the time and your note are kept in the audit log.",
-        open_=OrderState.asking_cancel, on_submit=OrderState.cancel, on_keep=OrderState.close_cancel,
-        keep="Keep the order", act="Cancel order", act_colour="red", error=OrderState.cancel_error,
-        ids={"summary": "order-cancel-summary", "note": "order-cancel-note", "error": "order-cancel-error",
-             "keep": "order-cancel-keep", "act": "order-cancel-confirm", "dialog": "order-cancel-dialog"})
-
-
-def order_page() -> rx.Component:
-    return shell(
-        pick(OrderState.found, f"Order #{OrderState.order_id}", "Order not found"),
-        rx.cond(
-            OrderState.found,
-            rx.vstack(
-                rx.cond(OrderState.missed != "", rx.callout(
-                    rx.hstack(rx.text(OrderState.missed), rx.spacer(),
-                              rx.button("Dismiss", size="1", variant="ghost", on_click=OrderState.dismiss_missed)),
-                    icon="refresh_cw", color_scheme="amber", data_testid="missed-refresh", width="100%")),
-                error_callout(OrderState.error, "command-error"),
-                rx.cond(OrderState.notice != "", rx.callout(OrderState.notice, icon="circle_check",
-                                                            color_scheme="green", data_testid="command-notice",
-                                                            width="100%")),
-                rx.cond(OrderHeadState.pushed != "", rx.callout(rx.text("Changed while you watched: ", OrderHeadState.pushed),
-                                                            icon="bell", color_scheme="blue", width="100%",
-                                                            data_testid="pushed-change")),
-                card(
-                    rx.flex(
-                        rx.vstack(rx.text("Status", size="1", color=rx.color("gray", 11)),
-                                  rx.box(status_badge(OrderHeadState.status, size="3"), data_testid="order-status",
-                                         data_status=OrderHeadState.status), spacing="1"),
-                        rx.vstack(rx.text("Revision", size="1", color=rx.color("gray", 11)),
-                                  rx.heading(OrderHeadState.revision, size="7", data_testid="order-revision"),
-                                  spacing="1"),
-                        rx.vstack(rx.text("Customer", size="1", color=rx.color("gray", 11)),
-                                  rx.text(OrderState.customer, weight="medium", data_testid="order-customer"), spacing="1"),
-                        rx.vstack(rx.text("Amount", size="1", color=rx.color("gray", 11)),
-                                  rx.text(OrderState.amount, weight="medium", data_testid="order-amount"), spacing="1"),
-                        rx.vstack(rx.text("Updated (UTC)", size="1", color=rx.color("gray", 11)),
-                                  rx.text(OrderHeadState.updated, size="2"), spacing="1"),
-                        rx.cond(OrderHeadState.last_change != "", rx.vstack(
-                            rx.text("Last change (UTC)", size="1", color=rx.color("gray", 11)),
-                            rx.text(OrderHeadState.last_change, size="2", data_testid="last-change"), spacing="1")),
-                        rx.spacer(),
-                        rx.cond(~OrderState.may_change, rx.badge("read-only (support)", variant="soft",
-                                                                  color_scheme="gray", data_testid="read-only")),
-                        rx.cond(OrderState.may_change, rx.flex(
-                            # Each action carries the revision on screen: the server acts only on the order the
-                            # operator saw (a push or a reconnect may have moved it since).
-                            rx.cond(OrderHeadState.can_approve, action_button(
-                                icon("check", size=16), "Approve", on_click=OrderState.approve(OrderHeadState.revision),
-                                loading=OrderState.busy, data_testid="approve", color_scheme="green")),
-                            rx.cond(OrderHeadState.can_fulfill, action_button(
-                                icon("truck", size=16), "Mark fulfilled",
-                                on_click=OrderState.fulfill(OrderHeadState.revision),
-                                loading=OrderState.busy, data_testid="fulfill", color_scheme="blue")),
-                            rx.cond(OrderHeadState.can_cancel, action_button(
-                                icon("x", size=16), "Cancel order", on_click=OrderState.ask_cancel(OrderHeadState.revision),
-                                loading=OrderState.busy, data_testid="cancel", color_scheme="red", variant="soft")),
-                            gap="8px", wrap="wrap", data_testid="order-actions",
-                        )),
-                        gap="24px", wrap="wrap", align="center", width="100%",
-                    ),
-                ),
-                rx.cond(OrderHeadState.cancelled_by != "", rx.callout(
-                    OrderHeadState.cancelled_by, icon="ban", color_scheme="gray", width="100%",
-                    data_testid="order-cancelled-by")),
-                _confirm_cancel(),
-                rx.heading("Notifications", size="4", margin_top="8px"),
-                rx.text("Every message this order owes: written in the same transaction as the revision, "
-                        "delivered at least once, applied once by the receiver.", size="2",
-                        color=rx.color("gray", 11)),
-                data_table(["Channel", "Lane", "Event", "Job", "Rev", "Status", "Attempts", "Effect",
-                            "Receiver said"], OrderNotesState.notifications, _note_row,
-                           "No notifications yet: approving this order creates them.", "notifications"),
-                rx.heading("History", size="4", margin_top="8px"),
-                rx.text("Every change of this order, newest first: who made it, when, and the note it was given.",
-                        size="2", color=rx.color("gray", 11)),
-                rx.cond(OrderHistoryState.has_older | OrderHistoryState.has_newer,
-                        paging.pager(OrderState.history_older, OrderState.history_newer, OrderHistoryState.has_older,
-                                     OrderHistoryState.has_newer, "history-pager")),
-                data_table(["Rev", "What", "Who", "When (UTC)", "Note"], OrderHistoryState.rows, _history_row,
-                           "No change yet: the order is as it entered the system.", "order-history"),
-                spacing="3", width="100%",
-            ),
-            empty_state("No such order for your tenant."),
-        ),
-        actions=rx.link(rx.button("All orders", variant="soft", size="2"), href=routes.ORDERS),
-    )
-
-
-PAGE = Page(routes.ORDER_DETAIL, order_page, "Order · Outbox", [AuthState.require_login, OrderState.load])

@@ -2,10 +2,10 @@
 (only its SHA-256 is stored, in `operator_sessions`).
 
 A login never puts the token in a websocket message: the login handler mints a one-time *ticket* (valid
-`TICKET_SECONDS`, usable once), the page posts it to `POST /api/session`, and that HTTP answer sets the cookie — a
-new token at every login (the old session, if the browser had one, ends there: rotation). The session row keeps the
-ticket's hash, by which the tab that logged in adopts it; every other tab reads the cookie off its websocket. Logout ends the session
-in the database, so every other tab of that browser loses it at its next step, and clears the cookie.
+`TICKET_SECONDS`, usable once), the page posts it to `POST /api/session`, and that HTTP answer sets the cookie — a new
+token at every login (the old session, if the browser had one, ends there: rotation). The session row keeps the ticket's
+hash, by which the tab that logged in adopts it; every other tab reads the cookie off its websocket. Logout ends the
+session in the database, so every other tab of that browser loses it at its next step, and clears the cookie.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""What access asks of the database, named in one place: API keys, operators, the login throttle, the
-privileged-action log, Idempotency-Key claims and the dashboard's sessions. Plain CRUD is Core over the one schema; `text()` for the throttle's leaky bucket (one
-`INSERT … ON CONFLICT` that forgives and counts in the same statement).
+"""What access asks of the database, named in one place: API keys, operators, the login throttle, the privileged-action
+log, Idempotency-Key claims and the dashboard's sessions. Plain CRUD is Core over the one schema; `text()` for the
+throttle's leaky bucket (one `INSERT … ON CONFLICT` that forgives and counts in the same statement).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ OPERATOR_BY_LOGIN = sa.text(
     "SELECT o.id, o.tenant_id, o.login, o.display_name, o.password_hash, o.role, "
     "(SELECT t.name FROM tenants t WHERE t.id = o.tenant_id) AS tenant_name FROM operators o WHERE o.login = :l")
 OPERATOR_NOW = sa.text("SELECT o.id, o.tenant_id, o.login, o.display_name, o.role, "
-                       "(SELECT t.name FROM tenants t WHERE t.id = o.tenant_id) AS tenant_name FROM operators o WHERE o.id = :i")
+                       "(SELECT t.name FROM tenants t WHERE t.id = o.tenant_id) AS tenant_name "
+                       "FROM operators o WHERE o.id = :i")
 
 # ---- the login throttle --------------------------------------------------------------------------------------
 LOCKED_UNTIL = sa.text("SELECT max(locked_until) FROM login_throttle WHERE key = ANY(:k) AND locked_until > :now")
@@ -72,10 +73,12 @@ FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
 -- own timestamp (the prefix alone could name two keys).
 LEFT JOIN LATERAL (SELECT a.actor_ref FROM operator_actions a WHERE a.tenant_id = k.tenant_id
                    AND a.action = 'create API key' AND a.at = k.created_at
-                   AND a.target = 'key ' || k.prefix || '… acting as ' || k.actor_ref ORDER BY a.id LIMIT 1) made ON true
+                   AND a.target = 'key ' || k.prefix || '… acting as ' || k.actor_ref
+                   ORDER BY a.id LIMIT 1) made ON true
 LEFT JOIN LATERAL (SELECT a.actor_ref, a.note FROM operator_actions a WHERE a.tenant_id = k.tenant_id
                    AND a.action = 'revoke API key' AND a.at = k.revoked_at
-                   AND a.target = 'key ' || k.prefix || '… acting as ' || k.actor_ref ORDER BY a.id LIMIT 1) gone ON true
+                   AND a.target = 'key ' || k.prefix || '… acting as ' || k.actor_ref
+                   ORDER BY a.id LIMIT 1) gone ON true
 WHERE CAST(:t AS integer) IS NULL OR k.tenant_id = :t
 ORDER BY k.revoked_at IS NOT NULL, k.id DESC
 LIMIT :l""")
@@ -118,7 +121,8 @@ SPEND_TICKET = sa.text(
 END_PREVIOUS_SESSION = sa.text("UPDATE operator_sessions SET ended_at = :now WHERE token_hash = :h "
                                "AND kind = 'session' AND ended_at IS NULL")
 LIVE_SESSION = sa.text(
-    "SELECT o.id, o.tenant_id, o.login, o.display_name, o.role, (SELECT t.name FROM tenants t WHERE t.id = o.tenant_id) AS tenant_name FROM operator_sessions s "
+    "SELECT o.id, o.tenant_id, o.login, o.display_name, o.role, "
+    "(SELECT t.name FROM tenants t WHERE t.id = o.tenant_id) AS tenant_name FROM operator_sessions s "
     "JOIN operators o ON o.id = s.operator_id WHERE s.token_hash = :h AND s.kind = 'session' "
     "AND s.ended_at IS NULL AND s.expires_at > :now")
 SESSION_BOUGHT_WITH = sa.text(

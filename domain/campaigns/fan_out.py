@@ -1,10 +1,10 @@
 """Campaigns on the bulk lane: a named segment (code, never a template) × one template × one channel.
 
-The audience is code: each segment is a named, tested function returning the SQL condition over `recipients r`
-(and the tenant) that selects who gets it. Fan-out writes the ledger through its bulk way in (`ledger_audience_batch`:
-one multi-row `INSERT … SELECT` per batch), each row with its dedupe key (campaign + recipient + channel) through the ledger's "existing key means skip" rule, and
-records its keyset position after each batch: a crash mid-fan-out resumes after the last batch and any overlap is
-skipped, never duplicated. Progress is counted from the campaign's ledger rows.
+The audience is code: each segment is a named, tested function returning the SQL condition over `recipients r` (and the
+tenant) that selects who gets it. Fan-out writes the ledger through its bulk way in (`ledger_audience_batch`: one
+multi-row `INSERT … SELECT` per batch), each row with its dedupe key (campaign + recipient + channel) through the
+ledger's "existing key means skip" rule, and records its keyset position after each batch: a crash mid-fan-out resumes
+after the last batch and any overlap is skipped, never duplicated. Progress is counted from the campaign's ledger rows.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from domain.campaigns import sql
 from domain.campaigns.segments import SEGMENTS
 from domain.db import UnitOfWork, is_deadlock
 from domain.ledger.recipients import PEOPLE_CHANNELS
+from domain.ledger.send import SendRefused, check_template
 from domain.ledger.write import (
-    SendRefused,
-    check_template,
     ledger_audience_batch,
     settle_unsent_where,
     unleased_of_campaign,
@@ -47,7 +46,8 @@ def create(*, tenant_id: int, name: str, segment: str, template: str, channel: s
         raise SendRefused("unknown_channel", f"campaigns go by {', '.join(PEOPLE_CHANNELS)}, not {channel!r}")
     if template in SYSTEM_TEMPLATES:
         raise SendRefused("not_a_campaign_template",
-                          f"{template!r} is sent by the system itself ({SYSTEM_TEMPLATES[template]}), never by a campaign")
+                          f"{template!r} is sent by the system itself ({SYSTEM_TEMPLATES[template]}), "
+                          "never by a campaign")
     with UnitOfWork(engine) as uow:
         check_template(uow, template, channel)
         total = uow.execute(sql.count_audience(SEGMENTS[segment](channel)),

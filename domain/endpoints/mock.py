@@ -3,7 +3,8 @@ to the mock through the mock's own API (`PUT /endpoint-secrets/{name}`, which th
 RECEIVER_SECRETS_API on), so signed events to it — a test event first — verify there. The mock keeps it in its own
 database: it still shares no table or code with us. Called after an endpoint is created or rotated, and again
 before a test event to it (`hand_over_current`: an endpoint made before, or a mock restarted empty since);
-best-effort (the endpoint is made, the test sent, whatever the mock says). The secret goes in the request body only: never in a URL or a log.
+best-effort (the endpoint is made, the test sent, whatever the mock says). The secret goes in the request body
+only: never in a URL or a log.
 """
 
 from __future__ import annotations

@@ -77,7 +77,8 @@ def create(tenant_id: int, url: str, description: str, event_types: list[str] | 
     """The new endpoint with its secret: the only answer that ever carries it whole."""
     secret = new_secret()
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sql.CREATE, {"t": tenant_id, "u": url, "d": description, "e": _json(event_types), "s": secret}).one()
+        row = uow.execute(sql.CREATE, {"t": tenant_id, "u": url, "d": description, "e": _json(event_types),
+                                       "s": secret}).one()
         actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="create webhook endpoint",
                        target=f"{target(row.id)} → {url}")
         uow.commit()
@@ -139,7 +140,8 @@ def rotate(tenant_id: int, endpoint_id: int, actor_ref: str, now: datetime | Non
     now = now or datetime.now(UTC)
     secret = new_secret()
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sql.ROTATE, {"t": tenant_id, "i": endpoint_id, "s": secret, "until": now + ROTATION_OVERLAP, "now": now}).first()
+        row = uow.execute(sql.ROTATE, {"t": tenant_id, "i": endpoint_id, "s": secret,
+                                       "until": now + ROTATION_OVERLAP, "now": now}).first()
         if row is None:
             return None
         actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="rotate webhook endpoint secret",

@@ -48,7 +48,8 @@ LIST_LEADS = sa.text(
     "FROM leads l LEFT JOIN lead_notification_intents i ON i.lead_id = l.id "
     "AND i.status IN ('pending', 'scheduled') WHERE l.tenant_id = :t "
     "AND (CAST(:q AS text) IS NULL OR l.recipient_ref ILIKE :q OR l.advisor_ref ILIKE :q) "
-    "AND (CAST(:step AS text) IS NULL OR l.current_step = :step OR (CAST(:step AS text) = 'none' AND l.current_step IS NULL)) "
+    "AND (CAST(:step AS text) IS NULL OR l.current_step = :step "
+    "OR (CAST(:step AS text) = 'none' AND l.current_step IS NULL)) "
     "AND (CAST(:b AS bigint) IS NULL OR l.id < :b) AND (CAST(:a AS bigint) IS NULL OR l.id > :a) "
     "ORDER BY CASE WHEN CAST(:a AS bigint) IS NULL THEN -l.id ELSE l.id END LIMIT :lim")
 LEAD_INTENTS = sa.text(

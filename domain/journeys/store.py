@@ -82,7 +82,8 @@ def _apply(tenant_id: int, lead_id: int, event: str, event_id: str, occurred_at:
         if event not in JOURNEY_STEPS and event not in LIFECYCLE_EVENTS:
             return LeadEventResult("unknown_event", lead_id, current_step=lead.current_step)
         # The event is recorded first: a concurrent duplicate waits on this row and then reads our answer.
-        fresh = uow.execute(sql.RECORD_EVENT, {"t": tenant_id, "l": lead_id, "e": event_id, "ev": event, "o": occurred_at or now}).first()
+        fresh = uow.execute(sql.RECORD_EVENT, {"t": tenant_id, "l": lead_id, "e": event_id, "ev": event,
+                                               "o": occurred_at or now}).first()
         if fresh is None:
             prior = uow.execute(sql.PRIOR_ANSWER, {"t": tenant_id, "e": event_id}).one()
             if prior.lead_id != lead_id or prior.answer is None:
@@ -110,7 +111,8 @@ def _decide_and_write(uow: UnitOfWork, tenant_id: int, lead: sa.Row[Any], event:
                         lane="high", at=now, intent_id=None)
         return LeadEventResult("lifecycle", lead_id, notification_ids=ids, current_step=lead.current_step)
     # Forward step. Move the lead only if nobody moved it since we read it (optimistic guard) ...
-    moved = uow.execute(sql.MOVE_LEAD, {"new": decision.step, "at": occurred_at, "l": lead_id, "old": lead.current_step}).first()  # NULL: kept
+    moved = uow.execute(sql.MOVE_LEAD, {"new": decision.step, "at": occurred_at, "l": lead_id,
+                                        "old": lead.current_step}).first()  # NULL: kept
     if moved is None:
         raise _LostRace()
     # ... tear down the live nudge and its owed messages. The messages first, then the intent: the same order
@@ -120,7 +122,8 @@ def _decide_and_write(uow: UnitOfWork, tenant_id: int, lead: sa.Row[Any], event:
     # settled here; if it was accepted after all, the worker records the late truth (write.accept_truth).
     # The intents are ended just below ("superseded by …"), so the ledger does not close them itself.
     settle_unsent_where(uow, intent_ids=sql.live_intents(lead_id), reason="superseded", close_intents=False)
-    cancelled = uow.execute(sql.CANCEL_LIVE_INTENTS, {"l": lead_id, "why": f"superseded by {decision.step} at {now:%Y-%m-%d %H:%M:%S} UTC"}).scalar()
+    cancelled = uow.execute(sql.CANCEL_LIVE_INTENTS, {
+        "l": lead_id, "why": f"superseded by {decision.step} at {now:%Y-%m-%d %H:%M:%S} UTC"}).scalar()
     # ... and put the new one in place (the partial unique index is the backstop if we still raced).
     at = now + decision.delay if decision.delay is not None else now
     intent_id = uow.execute(sql.INSERT_INTENT.values(

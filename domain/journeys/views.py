@@ -29,7 +29,8 @@ def lead_detail(tenant_id: int, lead_id: int, engine: Engine | None = None) -> d
         if lead is None:
             return None
         intents = as_dicts(uow.execute(sql.LEAD_INTENTS, {"l": lead_id}))
-        notes = as_dicts(uow.execute(sql.LEAD_MESSAGES, {"t": tenant_id, "l": lead_id, "lifecycle": f"%:lead-{lead_id}-%"}))
+        notes = as_dicts(uow.execute(sql.LEAD_MESSAGES, {"t": tenant_id, "l": lead_id,
+                                                         "lifecycle": f"%:lead-{lead_id}-%"}))
         events = as_dicts(uow.execute(sql.LEAD_EVENTS, {"l": lead_id}))
     out = dict(lead._mapping)
     for i in intents:

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from domain.access import actions
 from domain.db import UnitOfWork
-from domain.ledger import sql
+from domain.ledger import sql_metering
 
 # Default price per message per channel, seeded into each tenant's `channel_prices` (the table is what is charged).
 DEFAULT_PRICE_CENTS: Final[dict[str, int]] = {"webhook": 0, "email": 1, "whatsapp": 3, "sms": 5}
@@ -32,7 +32,8 @@ def reserve(uow: UnitOfWork, *, tenant_id: int, notification_id: int, cost_cents
     """Hold the price of one message. False: the balance cannot cover it (nothing changed)."""
     if cost_cents <= 0:
         return True
-    return bool(uow.execute(sql.RESERVE, {"c": cost_cents, "t": tenant_id, "n": notification_id, "r": reason}).scalar())
+    return bool(uow.execute(sql_metering.RESERVE, {"c": cost_cents, "t": tenant_id, "n": notification_id,
+                                                   "r": reason}).scalar())
 
 
 def take_cap_slot(uow: UnitOfWork, *, tenant_id: int, recipient: str, day: date, cap: int,
@@ -40,10 +41,10 @@ def take_cap_slot(uow: UnitOfWork, *, tenant_id: int, recipient: str, day: date,
     """Count this message against the recipient's cap for `day`. False: the cap is reached (nothing changed)."""
     if cap <= 0:
         return False
-    taken = uow.execute(sql.TAKE_CAP_SLOT, {"t": tenant_id, "r": recipient, "d": day, "cap": cap}).first()
+    taken = uow.execute(sql_metering.TAKE_CAP_SLOT, {"t": tenant_id, "r": recipient, "d": day, "cap": cap}).first()
     if taken is None:
         return False
-    uow.execute(sql.SET_CAP_DAY, {"d": day, "n": notification_id})
+    uow.execute(sql_metering.SET_CAP_DAY, {"d": day, "n": notification_id})
     return True
 
 
@@ -52,26 +53,27 @@ def release(uow: UnitOfWork, notification_id: int, reason: str = "refund: not se
 
     Lock order: the row, its cap counter, then the balance — the claim's order (cap slot, money last): a refund
     and a claim of the same person's other message never wait on each other in a cycle."""
-    row = uow.execute(sql.READ_HOLD, {"n": notification_id}).first()
+    row = uow.execute(sql_metering.READ_HOLD, {"n": notification_id}).first()
     if row is None or (row.held == 0 and row.day is None):
         return 0
-    uow.execute(sql.CLEAR_HOLD, {"n": notification_id})
+    uow.execute(sql_metering.CLEAR_HOLD, {"n": notification_id})
     if row.day is not None:
         _give_back_slot(uow, row.tenant_id, row.recipient, row.day)
     if row.held > 0:
-        uow.execute(sql.CREDIT, {"c": row.held, "t": row.tenant_id})
-        uow.execute(sql.ENTRY, {"t": row.tenant_id, "n": notification_id, "k": "refund", "a": row.held, "r": reason})
+        uow.execute(sql_metering.CREDIT, {"c": row.held, "t": row.tenant_id})
+        uow.execute(sql_metering.ENTRY, {"t": row.tenant_id, "n": notification_id, "k": "refund", "a": row.held,
+                                         "r": reason})
     return int(row.held)
 
 
 def _give_back_slot(uow: UnitOfWork, tenant_id: int, recipient: str, day: date) -> None:
-    uow.execute(sql.GIVE_BACK_SLOT, {"t": tenant_id, "r": recipient, "d": day})
+    uow.execute(sql_metering.GIVE_BACK_SLOT, {"t": tenant_id, "r": recipient, "d": day})
 
 
 def release_stale_slot(uow: UnitOfWork, notification_id: int) -> None:
     """A row that took a cap slot on an earlier local day and is sent today counts against today: give the old
     day's slot back (the claim then takes today's)."""
-    row = uow.execute(sql.CLEAR_STALE_CAP_DAY, {"n": notification_id}).first()
+    row = uow.execute(sql_metering.CLEAR_STALE_CAP_DAY, {"n": notification_id}).first()
     if row is not None:
         _give_back_slot(uow, row.tenant_id, row.recipient, row.day)
 
@@ -80,8 +82,8 @@ def count_sent_against_cap(uow: UnitOfWork, *, tenant_id: int, recipient: str, d
                            notification_id: int) -> None:
     """A message that went out (a late truth) counts against the person's cap whether or not the cap had room:
     it was sent. Takes the slot without the cap check; the row holds it from now on."""
-    uow.execute(sql.COUNT_SENT_SLOT, {"t": tenant_id, "r": recipient, "d": day})
-    uow.execute(sql.SET_CAP_DAY, {"d": day, "n": notification_id})
+    uow.execute(sql_metering.COUNT_SENT_SLOT, {"t": tenant_id, "r": recipient, "d": day})
+    uow.execute(sql_metering.SET_CAP_DAY, {"d": day, "n": notification_id})
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ def _money(cents: int) -> str:
 def lock_balance(uow: UnitOfWork, tenant_id: int) -> None:
     """Hold the tenant's balance row until the transaction ends: taken before any other row a transaction that may
     move money locks after it (the lock order every claim keeps: the balance, then an endpoint's row)."""
-    uow.execute(sql.LOCK_BALANCE, {"t": tenant_id})
+    uow.execute(sql_metering.LOCK_BALANCE, {"t": tenant_id})
 
 
 def top_up(tenant_id: int, amount_cents: int, reference: str, actor_ref: str,
@@ -124,23 +126,24 @@ def top_up(tenant_id: int, amount_cents: int, reference: str, actor_ref: str,
     if amount_cents <= 0:
         raise ValueError("amount_cents must be positive")
     with UnitOfWork(engine) as uow:
-        current = uow.execute(sql.LOCK_BALANCE, {"t": tenant_id}).scalar() or 0
-        known = uow.execute(sql.KNOWN_REFERENCE, {"t": tenant_id, "ref": reference}).first()
+        current = uow.execute(sql_metering.LOCK_BALANCE, {"t": tenant_id}).scalar() or 0
+        known = uow.execute(sql_metering.KNOWN_REFERENCE, {"t": tenant_id, "ref": reference}).first()
         if known is None:
-            held = int(uow.execute(sql.HELD_BY_OWED, {"t": tenant_id}).scalar() or 0)
+            held = int(uow.execute(sql_metering.HELD_BY_OWED, {"t": tenant_id}).scalar() or 0)
             if current + held + amount_cents > MAX_BALANCE_CENTS:
                 room = max(0, MAX_BALANCE_CENTS - current - held)
                 raise BalanceLimit(
                     f"the balance would pass its ceiling of {_money(MAX_BALANCE_CENTS)} once the {_money(held)} "
                     f"held for messages still owed is given back; at most {_money(room)} can be credited now")
-        inserted = uow.execute(sql.INSERT_TOP_UP, {"t": tenant_id, "a": amount_cents, "r": f"top-up {reference}", "ref": reference,
-             "who": actor_ref}).first()
+        inserted = uow.execute(sql_metering.INSERT_TOP_UP, {"t": tenant_id, "a": amount_cents,
+                                                            "r": f"top-up {reference}", "ref": reference,
+                                                            "who": actor_ref}).first()
         if inserted is not None:
             actions.record(uow, tenant_id=tenant_id, actor_ref=actor_ref, action="top-up",
                            target=f"balance +{amount_cents / 100:.2f}",
                            note=f"reference {reference}" + (f": {note}" if note else ""))
-            uow.execute(sql.ADD_TO_BALANCE, {"t": tenant_id, "a": amount_cents})
-        balance = uow.execute(sql.BALANCE, {"t": tenant_id}).scalar_one()
+            uow.execute(sql_metering.ADD_TO_BALANCE, {"t": tenant_id, "a": amount_cents})
+        balance = uow.execute(sql_metering.BALANCE, {"t": tenant_id}).scalar_one()
         uow.commit()
     return TopUp(inserted is not None, int(balance))
 
@@ -154,7 +157,7 @@ def run_out_at(balance_cents: int, spent_last_hour_cents: int, now: datetime) ->
 
 def balance_view(tenant_id: int, now: datetime, engine: Engine | None = None) -> dict[str, Any]:
     with UnitOfWork(engine) as uow:
-        r = uow.execute(sql.BALANCE_VIEW, {"t": tenant_id, "now": now}).one()
+        r = uow.execute(sql_metering.BALANCE_VIEW, {"t": tenant_id, "now": now}).one()
     balance, spent = int(r.balance_cents), max(0, int(r.spent_last_hour_cents))
     out = run_out_at(balance, spent, now)
     return {"balance_cents": balance, "spent_last_hour_cents": spent,
@@ -167,9 +170,9 @@ def balance_hours(tenant_id: int, limit: int, before: int | None = None, after: 
     first, or just newer than hour `after`, oldest first (a keyset read, domain/support/pages.py makes it a page)."""
     with UnitOfWork(engine) as uow:
         if after is not None:
-            rows = uow.execute(sql.BALANCE_HOURS_AFTER, {"t": tenant_id, "a": after, "l": limit})
+            rows = uow.execute(sql_metering.BALANCE_HOURS_AFTER, {"t": tenant_id, "a": after, "l": limit})
         else:
-            rows = uow.execute(sql.BALANCE_HOURS_BEFORE, {"t": tenant_id, "b": before, "l": limit})
+            rows = uow.execute(sql_metering.BALANCE_HOURS_BEFORE, {"t": tenant_id, "b": before, "l": limit})
         return [int(h) for h in rows.scalars()]
 
 
@@ -178,8 +181,8 @@ def hour_sums(tenant_id: int, first: int, last: int, engine: Engine | None = Non
     ("312 charges, -3.12 EUR"), every other entry (a top-up, an opening, an adjustment) a row of its own. Their
     amounts sum to the hours' entries exactly."""
     with UnitOfWork(engine) as uow:
-        return [dict(r._mapping) for r in uow.execute(sql.BALANCE_HOUR_SUMS, {"t": tenant_id, "lo": first,
-                                                                               "hi": last})]
+        return [dict(r._mapping) for r in uow.execute(sql_metering.BALANCE_HOUR_SUMS,
+                                                      {"t": tenant_id, "lo": first, "hi": last})]
 
 
 def hour_entries(tenant_id: int, hour: int, limit: int, before: int | None = None, after: int | None = None,
@@ -187,12 +190,13 @@ def hour_entries(tenant_id: int, hour: int, limit: int, before: int | None = Non
     """One hour's entries (hour since the epoch, UTC), a keyset page by id: `limit` rows older than `before`, or
     just newer than `after` (those oldest first)."""
     with UnitOfWork(engine) as uow:
-        return [dict(r._mapping) for r in uow.execute(sql.HOUR_ENTRIES, {"t": tenant_id, "h": hour, "b": before,
-                                                                          "a": after, "l": limit})]
+        return [dict(r._mapping) for r in uow.execute(sql_metering.HOUR_ENTRIES,
+                                                      {"t": tenant_id, "h": hour, "b": before, "a": after, "l": limit})]
 
 
 def entries(tenant_id: int, limit: int = 50, before_id: int | None = None,
             engine: Engine | None = None) -> list[dict[str, Any]]:
     """Newest first, a page at a time (keyset on id)."""
     with UnitOfWork(engine) as uow:
-        return [dict(r._mapping) for r in uow.execute(sql.ENTRIES, {"t": tenant_id, "b": before_id, "l": limit})]
+        return [dict(r._mapping) for r in uow.execute(sql_metering.ENTRIES,
+                                                      {"t": tenant_id, "b": before_id, "l": limit})]

@@ -20,7 +20,8 @@ from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
 from domain.ledger import sql
-from domain.ledger.write import Ledgered, NewMessage, SendRefused, ledger_message, recipient_ref
+from domain.ledger.send import SendRefused, recipient_ref
+from domain.ledger.write import Ledgered, NewMessage, ledger_message
 from domain.settings import get_settings
 
 TEMPLATE: Final[str] = "otp_code"

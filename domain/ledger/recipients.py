@@ -76,8 +76,9 @@ def create(tenant_id: int, values: dict[str, Any], actor_ref: str,
     check_quiet_hours(values.get("quiet_start"), values.get("quiet_end"))
     values = {**values, "opted_out_channels": check_channels(values.get("opted_out_channels") or [])}
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sql.INSERT_RECIPIENT, {"t": tenant_id, "email": None, "phone": None, "timezone": "UTC", "quiet_start": None,
-             "quiet_end": None, "daily_cap": None, **values}).first()
+        row = uow.execute(sql.INSERT_RECIPIENT, {"t": tenant_id, "email": None, "phone": None, "timezone": "UTC",
+                                                 "quiet_start": None, "quiet_end": None, "daily_cap": None,
+                                                 **values}).first()
         if row is None:
             prior = uow.execute(sql.RECIPIENT_ID_BY_REF, {"t": tenant_id, "r": values["ref"]}).scalar_one()
             raise DuplicateRecipient(int(prior))

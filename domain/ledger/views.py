@@ -14,11 +14,11 @@ from zoneinfo import ZoneInfo
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork, as_dicts, like_escape
-from domain.ledger import sql
+from domain.ledger import sql_reads
 from domain.ledger.reasons import effect_text, ledger_reason, message_answer
 
 # The ledger's read shape of a row: public, so every capability's views read rows the same way.
-from domain.ledger.sql import NOTIFICATION_COLUMNS as NOTIFICATION_COLUMNS
+from domain.ledger.sql_reads import NOTIFICATION_COLUMNS as NOTIFICATION_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -43,14 +43,15 @@ def _ledger_params(tenant_id: int, f: LedgerFilter) -> dict[str, Any]:
 def ledger_rows(tenant_id: int, f: LedgerFilter, engine: Engine | None = None, *,
                 money: bool = False) -> tuple[list[dict[str, Any]], bool]:
     """One keyset page of the filtered ledger, newest first, and whether there is more beyond it (older rows for a
-    `before_id` or first page, newer rows for an `after_id` page). `money`: with sql.MONEY_COLUMNS (the ledger page)."""
+    `before_id` or first page, newer rows for an `after_id` page). `money`: with sql_reads.MONEY_COLUMNS (the ledger
+    page)."""
     p = {**_ledger_params(tenant_id, f), "lim": f.limit + 1}
     newer = f.after_id is not None
     with UnitOfWork(engine) as uow:
         if money:
-            page = sql.LEDGER_MONEY_PAGE_NEWER if newer else sql.LEDGER_MONEY_PAGE_OLDER
+            page = sql_reads.LEDGER_MONEY_PAGE_NEWER if newer else sql_reads.LEDGER_MONEY_PAGE_OLDER
         else:
-            page = sql.LEDGER_PAGE_NEWER if newer else sql.LEDGER_PAGE_OLDER
+            page = sql_reads.LEDGER_PAGE_NEWER if newer else sql_reads.LEDGER_PAGE_OLDER
         rows = as_dicts(uow.execute(page, p))
     more = len(rows) > f.limit
     rows = rows[:f.limit]
@@ -64,8 +65,8 @@ def ledger(tenant_id: int, f: LedgerFilter, engine: Engine | None = None) -> dic
     p = _ledger_params(tenant_id, f)
     rows, more = ledger_rows(tenant_id, f, engine, money=True)
     with UnitOfWork(engine) as uow:
-        totals = uow.execute(sql.LEDGER_TOTALS, p).one()
-        per_channel = as_dicts(uow.execute(sql.LEDGER_BY_CHANNEL, p))
+        totals = uow.execute(sql_reads.LEDGER_TOTALS, p).one()
+        per_channel = as_dicts(uow.execute(sql_reads.LEDGER_BY_CHANNEL, p))
     t = dict(totals._mapping)
     t["delivery_rate"] = (t["delivered"] / t["attempted_final"]) if t["attempted_final"] else None
     for ch in per_channel:
@@ -83,15 +84,15 @@ def audit_timeline(tenant_id: int, *, refs: Sequence[str] = (), message_ids: Seq
     params: dict[str, Any] = {"t": tenant_id, "refs": list(refs), "ids": list(message_ids), "ev": event_id,
                               "oid": order_id}
     with UnitOfWork(engine) as uow:
-        notes = as_dicts(uow.execute(sql.AUDIT_NOTIFICATIONS, params))
+        notes = as_dicts(uow.execute(sql_reads.AUDIT_NOTIFICATIONS, params))
         ids = [n["id"] for n in notes]
         events = {n["event_id"] for n in notes if n["event_id"]} | ({event_id} if event_id else set())
         if order_id is not None:
-            events |= {r.event_id for r in uow.execute(sql.AUDIT_ORDER_EVENTS, params)}
-        attempts = as_dicts(uow.execute(sql.AUDIT_ATTEMPTS, {"ids": ids})) if ids else []
-        evs = as_dicts(uow.execute(sql.AUDIT_EVENTS, {"t": tenant_id, "e": list(events)})) if events else []
+            events |= {r.event_id for r in uow.execute(sql_reads.AUDIT_ORDER_EVENTS, params)}
+        attempts = as_dicts(uow.execute(sql_reads.AUDIT_ATTEMPTS, {"ids": ids})) if ids else []
+        evs = as_dicts(uow.execute(sql_reads.AUDIT_EVENTS, {"t": tenant_id, "e": list(events)})) if events else []
         provider_refs = [n["provider_reference"] for n in notes if n["provider_reference"]]
-        receipts = as_dicts(uow.execute(sql.AUDIT_RECEIPTS, {"r": provider_refs})) if provider_refs else []
+        receipts = as_dicts(uow.execute(sql_reads.AUDIT_RECEIPTS, {"r": provider_refs})) if provider_refs else []
     timeline: list[dict[str, Any]] = []
     for e in evs:
         timeline.append({"at": e["occurred_at"], "kind": "event", "ref": str(e["event_id"]),
@@ -128,11 +129,11 @@ def notification_detail(tenant_id: int, notification_id: int, now: datetime,
     """One message: the row, every attempt (time, outcome, HTTP status, latency, response excerpt), the next retry,
     provider reference, receipt and cost."""
     with UnitOfWork(engine) as uow:
-        n = uow.execute(sql.MESSAGE, {"t": tenant_id, "i": notification_id}).first()
+        n = uow.execute(sql_reads.MESSAGE, {"t": tenant_id, "i": notification_id}).first()
         if n is None:
             return None
-        attempts = as_dicts(uow.execute(sql.MESSAGE_ATTEMPTS, {"i": notification_id}))
-        receipt = uow.execute(sql.MESSAGE_RECEIPT, {"r": n.provider_reference, "c": n.channel}).first() \
+        attempts = as_dicts(uow.execute(sql_reads.MESSAGE_ATTEMPTS, {"i": notification_id}))
+        receipt = uow.execute(sql_reads.MESSAGE_RECEIPT, {"r": n.provider_reference, "c": n.channel}).first() \
             if n.provider_reference else None
     out = dict(n._mapping)
     out["notification_id"] = out["id"]
@@ -149,14 +150,14 @@ def recipient_messages(tenant_id: int, recipient_id: int, now: datetime, limit: 
     """"Why didn't they get it?": every message to one recipient with its answer in plain words, and on top the
     cross-channel answers — heard from us today at all, how many this week, which channel actually reached them."""
     with UnitOfWork(engine) as uow:
-        r = uow.execute(sql.RECIPIENT_HEADER, {"t": tenant_id, "i": recipient_id}).first()
+        r = uow.execute(sql_reads.RECIPIENT_HEADER, {"t": tenant_id, "i": recipient_id}).first()
         if r is None:
             return None
-        rows = as_dicts(uow.execute(sql.RECIPIENT_MESSAGES, {"t": tenant_id, "ref": r.ref, "b": before_id,
+        rows = as_dicts(uow.execute(sql_reads.RECIPIENT_MESSAGES, {"t": tenant_id, "ref": r.ref, "b": before_id,
                                                               "l": limit + 1}))
         more, rows = len(rows) > limit, rows[:limit]
         day_start = now.astimezone(ZoneInfo(r.timezone)).replace(hour=0, minute=0, second=0, microsecond=0)
-        s = uow.execute(sql.RECIPIENT_REACH, {"t": tenant_id, "ref": r.ref, "day": day_start, "now": now}).one()
+        s = uow.execute(sql_reads.RECIPIENT_REACH, {"t": tenant_id, "ref": r.ref, "day": day_start, "now": now}).one()
     for m in rows:
         m["answer"] = message_answer(m, now)
     return {"recipient_id": r.id, "ref": r.ref, "display_name": r.display_name, "timezone": r.timezone,

@@ -34,13 +34,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
 from domain.ledger import metering, sql
 from domain.ledger.owed import OwedRow
 from domain.settings import get_settings
-from domain.vocabulary import LANES, is_lane
 
 
 @dataclass(frozen=True)
@@ -136,47 +134,6 @@ def ledger_audience_batch(uow: UnitOfWork, *, tenant_id: int, campaign_id: int, 
     return AudienceBatch(int(b.picked), int(b.inserted), b.last_id)
 
 
-class SendRefused(ValueError):
-    """The request cannot become a message: `code` for the API, the message in plain words."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def recipient_ref(uow: UnitOfWork, tenant_id: int, recipient_id: int) -> str | None:
-    """The ledger names people by ref; None when the id is not this tenant's (or does not exist)."""
-    ref = uow.execute(sql.RECIPIENT_REF, {"t": tenant_id, "i": recipient_id}).scalar()
-    return str(ref) if ref is not None else None
-
-
-def check_template(uow: UnitOfWork, template: str, channel: str) -> None:
-    """The template exists and has a version for this channel (its newest version decides)."""
-    channels = uow.execute(sql.TEMPLATE_CHANNELS, {"n": template}).scalar()
-    if channels is None:
-        raise SendRefused("unknown_template", f"no template named {template!r}")
-    if channel not in channels:
-        raise SendRefused("channel_not_in_template",
-                          f"template {template!r} has no {channel} version; it has {', '.join(channels)}")
-
-
-def send(*, tenant_id: int, recipient_id: int, channel: str, template: str, lane: str, data: dict[str, Any],
-         subject_period: str, engine: Engine | None = None) -> Ledgered | None:
-    """The send API's one transaction: validate, then ledger (existing key means skip). None: no such recipient
-    for this tenant (another tenant's id looks exactly the same)."""
-    if not is_lane(lane):
-        raise SendRefused("unknown_lane", f"unknown lane {lane!r}; lanes are {', '.join(LANES)}")
-    with UnitOfWork(engine) as uow:
-        ref = recipient_ref(uow, tenant_id, recipient_id)
-        if ref is None:
-            return None
-        check_template(uow, template, channel)
-        row = ledger_message(uow, NewMessage(tenant_id=tenant_id, recipient=ref, channel=channel, lane=lane,
-                                             template=template, subject=subject_period, payload=data))
-        uow.commit()
-    return row
-
-
 def dedupe_key(tenant_id: int, channel: str, recipient: str, template: str, subject: str) -> str:
     """Deterministic: recipient + template + the subject/period the message is about."""
     return f"t{tenant_id}:{channel}:{recipient}:{template}:{subject}"
@@ -203,13 +160,13 @@ def settle_unsent_where(uow: UnitOfWork, *, reason: str, campaign_id: int | None
                         endpoint: tuple[int, int] | None = None, detail: str | None = None,
                         refund_reason: str = "refund: not sent", close_intents: bool = True,
                         skip_locked: bool = False) -> list[int]:
-    """Settle SUPPRESSED (`reason`, with `detail` in plain words) every row of one campaign, of the given intents
-    (ids, or a SELECT of them) or of one (tenant, endpoint),
-    that is still owed and that no live lease holds: a row handed to a worker is that worker's to record (sent or
-    not), and a later claim refuses it. An endpoint's rows locked by another transaction (a stalled worker's record)
-    are skipped too: the disabling record holds the endpoint row that record waits for. What each settled row holds is given back. With `close_intents`, a nudge
-    left with nothing owed is closed (as `settle_unsent` does); a caller that ends the intents itself (supersede)
-    passes False. Returns the ids settled, in no particular order."""
+    """Settle SUPPRESSED (`reason`, with `detail` in plain words) every row of one campaign, of the given intents (ids,
+    or a SELECT of them) or of one (tenant, endpoint), that is still owed and that no live lease holds: a row handed to
+    a worker is that worker's to record (sent or not), and a later claim refuses it. An endpoint's rows locked by
+    another transaction (a stalled worker's record) are skipped too: the disabling record holds the endpoint row that
+    record waits for. What each settled row holds is given back. With `close_intents`, a nudge left with nothing owed is
+    closed (as `settle_unsent` does); a caller that ends the intents itself (supersede) passes False. Returns the ids
+    settled, in no particular order."""
     if sum(x is not None for x in (campaign_id, intent_ids, endpoint)) != 1:
         raise ValueError("settle_unsent_where: give exactly one of campaign_id, intent_ids, endpoint")
     if intent_ids is not None and not isinstance(intent_ids, sa.Select) and not intent_ids:
@@ -336,7 +293,8 @@ def _accept(uow: UnitOfWork, notification_id: int, *, final: str, provider_refer
             reason=f"{row.channel} {row.template} (accepted late)"):
         # The balance was spent while the row stood unsent: the truth stays (it was sent); `outbox check` shows
         # the uncharged message and the detail says why.
-        uow.execute(sql.SET_REASON_DETAIL, {"d": "accepted late; the balance could not cover it", "id": notification_id})
+        uow.execute(sql.SET_REASON_DETAIL, {"d": "accepted late; the balance could not cover it",
+                                            "id": notification_id})
     if row.intent_id is not None:
         uow.execute(sql.INTENT_SENT, {"i": row.intent_id})
     return Accepted("late_accept" if late else "sent", to)

@@ -100,7 +100,8 @@ RECORD_ARCHIVE = sa.text(
 ARCHIVED_MESSAGE = sa.text(
     "SELECT k.created_at, a.month, a.file, a.archived_at FROM ledger_keys k "
     "JOIN ledger_archives a ON a.month = date_trunc('month', k.created_at AT TIME ZONE 'UTC')::date "
-    "WHERE k.notification_id = :id AND k.tenant_id = :t AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.id = k.notification_id "
+    "WHERE k.notification_id = :id AND k.tenant_id = :t "
+    "AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.id = k.notification_id "
     "AND n.created_at = k.created_at) ORDER BY a.archived_at LIMIT 1")
 FORGET_RECEIPT_KEYS = sa.text(
     "DELETE FROM delivery_receipt_keys "

@@ -20,7 +20,7 @@ def create(tenant: int = typer.Option(42, help="tenant the campaign sends for"),
     """Start a campaign (its fan-out runs on the bulk lane) and follow it with a live progress bar."""
     from domain.campaigns.fan_out import create
     from domain.delivery.wakeups import arq_pool, enqueue_fan_out
-    from domain.ledger.write import SendRefused
+    from domain.ledger.send import SendRefused
 
     why = require_note(note, "campaign create")
     try:

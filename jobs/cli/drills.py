@@ -28,8 +28,8 @@ def bench(n: int = typer.Option(300, help="commands / deliveries per measurement
           recipients: int = typer.Option(40_000, help="campaign size for the lane-isolation measurement"),
           codes: int = typer.Option(30, help="one-time codes measured idle and with the campaign in flight"),
           only: str = typer.Option("", help="comma-separated steps to run (wake, commit, delivery, recovery, lanes, "
-                                            "fair, scan, partitions, pgbouncer, push, relays); their figures replace the last run's in the "
-                                            "evidence"),
+                                            "fair, scan, partitions, pgbouncer, push, relays); their figures "
+                                            "replace the last run's in the evidence"),
           relay_outage: float = typer.Option(60.0, help="relays: seconds the CDC relay stays down under load"),
           relay_samples: int = typer.Option(100, help="relays: paced approvals per path for the latency")) -> None:
     """Benchmarks (own database and Redis db) → evidence/bench.md, as ratios against raw baselines."""
@@ -73,8 +73,8 @@ def chaos(duration: float = typer.Option(120.0, help="seconds of load while faul
     stop_on_sigterm()
     chosen = seed if seed is not None else random.randrange(2**31)
     if profile == "cdc":
-        from jobs.drills.chaos.cdc import EVIDENCE as CDC_EVIDENCE
         from jobs.drills.chaos.cdc import run_cdc_chaos
+        from jobs.drills.chaos.cdc_report import EVIDENCE as CDC_EVIDENCE
 
         ran = run_cdc_chaos(duration, chosen, rate, drain_timeout, CDC_EVIDENCE if evidence else None)
         raise typer.Exit(0 if ran.ok else 1)
@@ -86,7 +86,8 @@ def chaos(duration: float = typer.Option(120.0, help="seconds of load while faul
 
 def vacuum_drill(hold: float = typer.Option(180.0, help="seconds the one transaction stays open"),
                  window: float = typer.Option(60.0, help="seconds measured before and after it"),
-                 evidence: bool = typer.Option(False, help="merge the figures into evidence/bench.json and .md")) -> None:
+                 evidence: bool = typer.Option(False, help="merge the figures into evidence/bench.json and .md"),
+                 ) -> None:
     """Delivery saturated, then one transaction holding its snapshot: the throughput drop and dead tuples."""
     from jobs.drills.vacuum import run_vacuum_drill
 
@@ -97,7 +98,8 @@ def replica_drill(load: float = typer.Option(20.0, help="seconds of steady appro
                   after: float = typer.Option(5.0, help="seconds of load through the promoted standby"),
                   rate: float = typer.Option(20.0, help="approvals per second"),
                   sync: bool = typer.Option(True, help="a second pass with a synchronous standby"),
-                  evidence: bool = typer.Option(False, help="merge the figures into evidence/bench.json and .md")) -> None:
+                  evidence: bool = typer.Option(False, help="merge the figures into evidence/bench.json and .md"),
+                  ) -> None:
     """A primary and its streaming standby under .run/: load, the primary stopped hard, the standby promoted;
     recovery time and point, invariants afterwards. Exit 1 if an invariant broke or an effect was doubled."""
     from jobs.drills.replica import run_replica_drill

@@ -110,7 +110,8 @@ def _review(action: str, ids: list[int], tenant: int, note: str) -> None:
 def replay(ids: list[int] = typer.Argument(..., help="message ids (`outbox messages --status FAILED`)"),
            note: str = typer.Option("", help="why (required: the customer hears from us again; kept in the audit "
                                              "log with your name)"),
-           tenant: int = typer.Option(0, min=0, max=MAX_TENANT, help="refuse rows of any other tenant (0: any tenant)")) -> None:
+           tenant: int = typer.Option(0, min=0, max=MAX_TENANT,
+                                      help="refuse rows of any other tenant (0: any tenant)")) -> None:
     """Queue FAILED messages again with the same row and event id (the receiver recognises them). A message that
     is not FAILED (already replayed, delivered meanwhile), or a one-time code past its end of life, is left as it
     is, and the answer says why. As on /ops, a replay says why (`--note`)."""
@@ -119,7 +120,8 @@ def replay(ids: list[int] = typer.Argument(..., help="message ids (`outbox messa
 
 def resolve(ids: list[int] = typer.Argument(..., help="message ids"),
             note: str = typer.Option(..., help="why a human settled it outside the system (kept in the audit log)"),
-            tenant: int = typer.Option(0, min=0, max=MAX_TENANT, help="refuse rows of any other tenant (0: any tenant)")) -> None:
+            tenant: int = typer.Option(0, min=0, max=MAX_TENANT,
+                                       help="refuse rows of any other tenant (0: any tenant)")) -> None:
     """Mark FAILED messages as resolved by hand: they leave the review list; nothing is sent."""
     _review("resolve", ids, tenant, require_note(note, "resolve"))
 

@@ -155,7 +155,8 @@ def pause(lane: str, note: str = typer.Option("", help="why (required; kept in t
     err.print(f"lane {lane} paused by {cli_actor()}: {why}")
 
 
-def resume(lane: str, note: str = typer.Option("", help="why (required; kept in the audit log with your name)")) -> None:
+def resume(lane: str,
+           note: str = typer.Option("", help="why (required; kept in the audit log with your name)")) -> None:
     """Resume a paused lane; audited as cli:<os user> with the note."""
     from domain.delivery.lanes import set_lane_paused
 

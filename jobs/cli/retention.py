@@ -34,7 +34,8 @@ def list_partitions() -> None:
 
 def archive(before: str = typer.Option(..., "--before", help="the first month to KEEP, YYYY-MM: every month "
                                                             "before it is archived"),
-            out_dir: Path = typer.Option(None, "--out", help="directory for the files (default .run/archive/)")) -> None:
+            out_dir: Path = typer.Option(None, "--out",
+                                         help="directory for the files (default .run/archive/)")) -> None:
     """Write each settled month before --before to a redacted file, then detach and drop its partitions.
     Refused (exit 1, nothing changed) while any of those months still owes a message or a receipt."""
     from domain.retention.archive import ArchiveRefused, archive_before

@@ -94,7 +94,8 @@ def owned_clusters(slot: int, sync: bool) -> Iterator[Clusters]:
     cluster is stopped and its home removed afterwards (server logs kept in `.run/replica-drill-logs/`)."""
     home = cluster_home(HOME)  # what a run killed outright left behind is stopped and removed first
     cs = Clusters(Cluster(port_near(55440 + slot), home / "primary"),
-                  Cluster(port_near(55450 + slot), home / "standby"), Cluster(port_near(55460 + slot), home / "outside"))
+                  Cluster(port_near(55450 + slot), home / "standby"),
+                  Cluster(port_near(55460 + slot), home / "outside"))
     try:
         t = time.monotonic()
         for c in (cs.primary, cs.outside):

@@ -30,8 +30,8 @@ def section(res: dict[str, Any]) -> str:
     return "\n".join([
         HEAD, "",
         f"`outbox replica-drill --evidence`, {res['measured_at']}: a primary and its streaming standby (physical slot, "
-        "`pg_basebackup -R`) in a temporary directory of its own, the system (receiver, API, relay, a high and a normal worker) "
-        "on ONE URL naming both hosts with `target_session_attrs=read-write`; "
+        "`pg_basebackup -R`) in a temporary directory of its own, the system (receiver, API, relay, a high and a "
+        "normal worker) on ONE URL naming both hosts with `target_session_attrs=read-write`; "
         f"{res['rate_per_s']:g} approvals/s (each a webhook and an email) for {res['load_s']:g} s, then "
         "`pg_ctl stop -m immediate` on the primary and `pg_ctl promote` on the standby at once, load going on. "
         "`replica_rto_s`: the primary's stop to the first webhook approved after it delivered and marked sent "

@@ -301,8 +301,9 @@ def _section(res: dict[str, Any], head: str) -> str:
             for k, v in res.get(when, {}).items()]
     return "\n".join([
         head, "",
-        f"`outbox vacuum-drill --evidence`, {res['measured_at']}: the delivery path kept saturated ({res['backlog']} rows "
-        f"owed at all times; approvals → webhook + email, 2 workers per lane, relay, receiver, API), settled rows per "
+        f"`outbox vacuum-drill --evidence`, {res['measured_at']}: the delivery path kept saturated "
+        f"({res['backlog']} rows owed at all times; approvals → webhook + email, 2 workers per lane, relay, receiver, "
+        f"API), settled rows per "
         f"second measured for {res['window_s']:g} s, then with ONE transaction holding its snapshot for "
         f"{res['hold_s']:g} s, then {res['window_s']:g} s after it ended. `vacuum_held_drop_pct` compares the held "
         "window with the mean of the two around it (target <= 10). Load average (1 min) "

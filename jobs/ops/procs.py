@@ -227,7 +227,8 @@ def receiver_env(env: dict[str, str]) -> dict[str, str]:
            "RECEIVER_RECEIPT_SECRET": env.get("OUTBOX_RECEIPT_SECRET", s.receipt_secret),
            # The receiver's fault switch board exists only when we run in development.
            "RECEIVER_FAULTS": "1" if s.dev_mode else "0",
-           # ... and so does its endpoint-secrets API (the demo hands it an endpoint's secret: domain/endpoints/mock.py).
+           # ... and so does its endpoint-secrets API (the demo hands it an endpoint's secret:
+           # domain/endpoints/mock.py).
            "RECEIVER_SECRETS_API": "1" if s.dev_mode else "0"}
     return {k: env.get(k, v) for k, v in out.items()}
 

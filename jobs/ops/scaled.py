@@ -5,8 +5,9 @@ Redis.
 The frontend is built once, for the proxy's address (Reflex bakes the backend URL into the bundle), into a web
 directory of its own (`<run_dir>/web`, as every build but the demo's: jobs/ops/procs.py AppDir), so it never disturbs
 a single-backend build in `.web/`. nginx serves that bundle and proxies the backend paths (the `/_event` websocket,
-`/ping`, the HTTP API, `/healthz`, `/metrics`) round-robin to the backends, each started `--backend-only`. A backend that dies is skipped (nginx passes a request
-it could not send to the next one); a tab on it reconnects to another, which loads the session from Redis.
+`/ping`, the HTTP API, `/healthz`, `/metrics`) round-robin to the backends, each started `--backend-only`. A backend
+that dies is skipped (nginx passes a request it could not send to the next one); a tab on it reconnects to another,
+which loads the session from Redis.
 
 With a PgBouncer port (`outbox up --scale N --pgbouncer`), a PgBouncer in transaction mode (jobs/ops/pgbouncer.py)
 starts first and every relay, worker and backend gets OUTBOX_PGBOUNCER_URL: their pools go through it, unprepared;
@@ -180,8 +181,9 @@ def build_frontend(t: Topology, env: dict[str, str], log: Path, timeout: float =
 
 def dashboard_backend(system: System, t: Topology, i: int, timeout: float = 180) -> Proc:
     name = f"dashboard-{i + 1}"
-    p = system._proc(name, [str(BIN / "reflex"), "run", "--env", "prod", "--backend-only", "--backend-host", "127.0.0.1", "--backend-port",
-                            str(t.backend_ports[i]), "--loglevel", "warning"], dashboard_env(t, system.env))
+    p = system._proc(name, [str(BIN / "reflex"), "run", "--env", "prod", "--backend-only", "--backend-host",
+                            "127.0.0.1", "--backend-port", str(t.backend_ports[i]), "--loglevel", "warning"],
+                     dashboard_env(t, system.env))
     wait_http(f"{t.backend_url(i)}/ping", timeout, proc=p)
     return p
 

@@ -116,8 +116,9 @@ def seed(engine: Engine | None = None, *, seed_value: int = 42) -> dict[str, int
             vals = ":t, :s, :r, :r, :c, :a, 'EUR'"
             if oid is not None:
                 cols, vals = "id, " + cols, ":id, " + vals
-            created["orders"] += _inserted(x(sa.text(f"INSERT INTO orders ({cols}) VALUES ({vals}) ON CONFLICT DO NOTHING"),
-                                   {"id": oid, "t": tid, "s": status, "r": rev, "c": ref, "a": amount}))
+            created["orders"] += _inserted(x(sa.text(f"INSERT INTO orders ({cols}) VALUES ({vals}) "
+                                                     "ON CONFLICT DO NOTHING"),
+                                             {"id": oid, "t": tid, "s": status, "r": rev, "c": ref, "a": amount}))
 
         order(42, 913, 17, "cust-001", 12_900)
         for i in range(24):
@@ -125,7 +126,8 @@ def seed(engine: Engine | None = None, *, seed_value: int = 42) -> dict[str, int
                   rng.choice(("authorized",) * 4 + ("approved", "cancelled")))
         for i in range(6):
             order(7, 700 + i, rng.randrange(1, 9), rng.choice(customers[7]), rng.randrange(500, 20_000))
-        x(sa.text("SELECT setval(pg_get_serial_sequence('orders', 'id'), greatest(10000, (SELECT max(id) FROM orders)))"))
+        x(sa.text("SELECT setval(pg_get_serial_sequence('orders', 'id'), "
+                  "greatest(10000, (SELECT max(id) FROM orders)))"))
         uow.commit()
     return created
 

@@ -1,9 +1,10 @@
-"""Schemathesis hooks for tests/integration/test_dashboard_api_conformance.py (loaded by file path via SCHEMATHESIS_HOOKS).
+"""Schemathesis hooks for tests/integration/test_dashboard_api_conformance.py (loaded by file path via
+SCHEMATHESIS_HOOKS).
 
 Idempotency-Key: schemathesis generates header values independently per case, so two cases often share a key
 ("0") with different bodies, which the API rightly answers 422 `idempotency_key_reused` — a stateful contract
-the generator cannot know about (tests/integration/test_dashboard_api_idempotency.py proves it). So every *valid* generated key
-gets a fresh suffix (still valid); an invalid one (negative testing) is sent as generated.
+the generator cannot know about (tests/integration/test_dashboard_api_idempotency.py proves it). So every *valid*
+generated key gets a fresh suffix (still valid); an invalid one (negative testing) is sent as generated.
 
 Unknown keys: the auth check sends an invalid key to every operation, and the API rightly throttles a flood of
 unknown keys from one address (a burst of 20, then one every 3 s: 429 before any lookup, proven in

@@ -410,7 +410,8 @@ def test_lag_counts_what_the_group_has_not_acknowledged_and_the_slot_keeps(path:
 def test_postgresql_restart_keeps_the_slot_and_loses_no_event(path: Path_) -> None:
     """Invariant: the slot is durable — PostgreSQL restarted under a running CDC relay and consumer, the relay
     resumes from the slot's confirmed position: every event committed before and after the restart reaches the
-    projection once, in order, with no gap. (It restarts the module's cluster; the other tests open their connections per test, so any order holds.)"""
+    projection once, in order, with no gap. (It restarts the module's cluster; the other tests open their connections
+    per test, so any order holds.)"""
     port = path.r.connection_pool.connection_kwargs["port"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("FULFILMENT_")}
     env.update({"OUTBOX_ENV": "development", "OUTBOX_DATABASE_URL": path.cluster.url,
@@ -683,7 +684,7 @@ def test_ops_cdc_card_reads_the_groups_lag_and_the_slots_wal(path: Path_, monkey
     """Invariant (/ops, "CDC stream"): the card's figures are the consumer group's real lag — events behind,
     pending (delivered, not acknowledged), the oldest unconsumed one's age — and the WAL the slot keeps; all owed
     drop to 0 once the projection has every event."""
-    from dashboard.pages.ops_state import cdc_card
+    from dashboard.pages.ops_snapshot import cdc_card
 
     c = producer(path.cluster)
     agg = uuid.uuid4().hex[:6]

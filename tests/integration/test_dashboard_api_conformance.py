@@ -71,7 +71,8 @@ def _run_schemathesis(live_api: str, key42: dict[str, str], tmp_path: Path,
                       seed: int) -> tuple[subprocess.CompletedProcess[str], Path]:
     argv = [str(Path(sys.executable).parent / "schemathesis"), "--config-file", str(CONFIG), "run",
             f"{live_api}/api/openapi.json", "--checks", "all",
-            "--exclude-checks", "ensure_resource_availability,missing_required_header", "--max-examples", "8", "--seed", str(seed),
+            "--exclude-checks", "ensure_resource_availability,missing_required_header", "--max-examples", "8",
+            "--seed", str(seed),
             "--header", f"Authorization: {key42['Authorization']}", "--no-color", "--workers", "2",
             "--max-time", "55"]
     # missing_required_header is off: `--header Authorization` puts the key on every request, the "missing

@@ -2,10 +2,10 @@
 
 Invariants: every error — 400, 401, 404, 405, 413, 422, 429 and a 500 — is JSON carrying the request id that is
 also the X-Request-Id header, and a 405 names the allowed methods; every 401 names the scheme its door takes in
-WWW-Authenticate (RFC 9110 11.6.1), and no 401 is built anywhere but `errors.unauthorized`; every response (API and pages) carries
-nosniff, a Referrer-Policy and a CSP with frame-ancestors; the API key is checked from the headers before the body
-is read; unknown keys are throttled per client address before any database lookup; the login failure counter of an
-address is a window that decays, and a success from that address does not reset it.
+WWW-Authenticate (RFC 9110 11.6.1), and no 401 is built anywhere but `errors.unauthorized`; every response (API and
+pages) carries nosniff, a Referrer-Policy and a CSP with frame-ancestors; the API key is checked from the headers
+before the body is read; unknown keys are throttled per client address before any database lookup; the login failure
+counter of an address is a window that decays, and a success from that address does not reset it.
 """
 
 from __future__ import annotations

@@ -30,5 +30,6 @@ def test_a_hostile_search_term_is_a_harmless_search(db: str, raw: str) -> None:
                         audit_named(42, search_text(raw, 200) or "x")["timeline"],
                         ledger_recipients.find_by_ref(42, q or "x")]
     rows, _ = reads[2]
-    assert all(r["tenant_id"] == 42 for r in rows) and all(r["tenant_id"] == 42 for r in reads[1].rows if "tenant_id" in r)
+    assert all(r["tenant_id"] == 42 for r in rows)
+    assert all(r["tenant_id"] == 42 for r in reads[1].rows if "tenant_id" in r)
     assert search_text("cust\x00-001", 64) == "cust-001"

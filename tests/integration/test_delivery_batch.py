@@ -32,7 +32,7 @@ from domain.delivery import claimed, claims, hot, sql, sql_record
 from domain.delivery.queue import job_id
 from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.wakeups import arq_pool, enqueue
-from domain.ledger import write
+from domain.ledger.send import send
 from domain.settings import get_settings
 from tests.integration.conftest import BATCHED, PER_ROW, effects, rows, wait_for
 from tests.support.claims import entries, lease_runs_out, row
@@ -56,7 +56,7 @@ def sms_rows(n: int, cap: int | None = None) -> list[int]:
     """`n` owed normal-lane SMS rows of one new person (costed, templated: each needs its take)."""
     rid, _ = person(cap=cap)
     tag = uuid.uuid4().hex[:6]
-    return [write.send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="normal",
+    return [send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="normal",
                        data={"headline": "x"}, subject_period=f"b-{tag}-{i}").notification_id for i in range(n)]
 
 
@@ -91,8 +91,9 @@ class Statements:
 
 async def test_a_batch_is_claimed_by_one_statement_and_recorded_by_one(pool, monkeypatch):
     """Five costed SMS rows: one CLAIM_BATCH statement leases all five in one transaction (one claimed_at, which
-    is the transaction's now()), each with its own new token, and one TAKE_BATCH takes for all five; one RECORD_SENT_BATCH statement and one
-    receipt check settle all five SENT in one transaction (one sent_at). The per-row path runs five of each."""
+    is the transaction's now()), each with its own new token, and one TAKE_BATCH takes for all five; one
+    RECORD_SENT_BATCH statement and one receipt check settle all five SENT in one transaction (one sent_at). The
+    per-row path runs five of each."""
     ids = sms_rows(5)
     stmts = Statements(monkeypatch)
     batch = await claim(pool)
@@ -167,8 +168,8 @@ async def test_two_claimers_at_once_never_claim_the_same_row(pool):
 async def test_a_refused_take_in_a_batch_is_suppressed_and_the_rest_go(pool):
     """The tenant's balance covers two of three costed rows: the batch's one set-based take is refused and its
     whole claim rolled back (nothing counted), then the batch is claimed again with a savepoint per take: the
-    third's take is refused under its savepoint (the claim of all three commits), and the long way suppresses it `insufficient_balance`, charging nothing; the
-    first two are ready to send with their price held."""
+    third's take is refused under its savepoint (the claim of all three commits), and the long way suppresses it
+    `insufficient_balance`, charging nothing; the first two are ready to send with their price held."""
     ids = sms_rows(3)
     price = row(ids[0]).cost_cents
     assert price > 0

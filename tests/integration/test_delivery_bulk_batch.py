@@ -34,7 +34,7 @@ from domain.delivery import claimed, claims, hot, ratelimit
 from domain.delivery.queue import RATE_KEY
 from domain.delivery.retry import Outcome, Retry, Succeeded
 from domain.delivery.wakeups import arq_pool
-from domain.ledger import write
+from domain.ledger.send import send
 from domain.settings import get_settings, reload_settings
 from tests.integration.conftest import rows, wait_for
 from tests.support.campaigns import fanned_out_campaign, reachable_people
@@ -79,7 +79,7 @@ def bulk_rows(n: int, tenant_id: int = 42) -> list[int]:
                 "INSERT INTO recipients (tenant_id, ref, display_name, email, timezone, daily_cap) "
                 "VALUES (:t, :r, 'Bulk', :e, 'UTC', 10) RETURNING id"),
                 {"t": tenant_id, "r": ref, "e": f"{ref}@example.test"}).scalar_one()
-        got = write.send(tenant_id=tenant_id, recipient_id=int(rid), channel="email", template="offer", lane="bulk",
+        got = send(tenant_id=tenant_id, recipient_id=int(rid), channel="email", template="offer", lane="bulk",
                          data={"headline": "x"}, subject_period=f"bb-{ref}")
         assert got is not None
         out.append(got.notification_id)

@@ -150,8 +150,8 @@ def test_segments_select_exactly_who_they_say(db):
 
 def test_fan_out_resumes_after_a_crash_without_duplicates_and_cancel_suppresses_what_is_owed(db):
     seed_recipients(2_000)
-    cid = campaign_fan_out.create(tenant_id=42, name="Winter", segment="all_reachable", template="offer", channel="email",
-                           actor_ref="test")
+    cid = campaign_fan_out.create(tenant_id=42, name="Winter", segment="all_reachable", template="offer",
+                                  channel="email", actor_ref="test")
     total = one("SELECT total FROM campaigns WHERE id = :c", c=cid)
     assert campaign_fan_out.fan_out_batch(cid, batch=700).inserted == 700
     # The worker died after that batch committed but "before" recording its position: replay from the start.

@@ -17,7 +17,7 @@ import os
 from datetime import UTC, datetime
 
 from domain.delivery import claimed, hot, priority
-from domain.ledger import write
+from domain.ledger.send import send
 from domain.settings import get_settings
 from tests.support.claims import entries, row
 from tests.support.db import assert_invariants
@@ -57,7 +57,7 @@ def test_a_lanes_pool_is_served_by_backends_at_its_niceness_and_no_other_process
 
 
 def _bulk_sms(rid: int, period: str) -> int:
-    sent = write.send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="bulk",
+    sent = send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="bulk",
                       data={"headline": "x"}, subject_period=period)
     assert sent is not None
     return sent.notification_id

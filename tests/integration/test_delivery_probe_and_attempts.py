@@ -175,7 +175,8 @@ def test_a_record_that_disables_an_endpoint_takes_the_balance_before_the_endpoin
     assert record(held.claim, Retry("server_error", 0.01), code=503) == "retry"  # owed again, its price held
     with get_engine().begin() as c:  # one failure short of the automatic disable, for long enough
         c.execute(sa.text("UPDATE webhook_endpoints SET failure_streak = :n, failing_since = now() - interval '1 day',"
-                          " breaker_open_until = NULL WHERE id = :i"), {"i": e["id"], "n": s.endpoint_disable_failures - 1})
+                          " breaker_open_until = NULL WHERE id = :i"),
+                  {"i": e["id"], "n": s.endpoint_disable_failures - 1})
     got = claims.claim(failing.id, LEASE, now)
     assert isinstance(got, claimed.Ready), got
     outcome: list[str] = []
@@ -187,8 +188,8 @@ def test_a_record_that_disables_an_endpoint_takes_the_balance_before_the_endpoin
         t.start()
         deadline = datetime.now(UTC) + timedelta(seconds=20)
         with get_engine().connect() as watch:
-            while not watch.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE :me = ANY(pg_blocking_pids(pid))"),
-                                    {"me": me}).scalar_one():
+            while not watch.execute(sa.text("SELECT count(*) FROM pg_stat_activity "
+                                            "WHERE :me = ANY(pg_blocking_pids(pid))"), {"me": me}).scalar_one():
                 assert datetime.now(UTC) < deadline, "the disabling record never waited for the balance"
                 watch.rollback()
         probe_side.execute(sa.text("SET LOCAL lock_timeout = '2s'"))

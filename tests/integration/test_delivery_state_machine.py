@@ -12,9 +12,9 @@ row settled by a campaign cancel or a journey supersede), an operator replaying 
 expiring while owed (and an operator replaying one after), and Redis being flushed. The provider is simulated
 in-process so that a run is reproducible from its seed; PostgreSQL and Redis are real.
 
-Invariants checked after EVERY step: all of `outbox check` (domain/invariants/sql.py INVARIANTS: money matches, no sent row
-refunded, no unsent row charged, every accepted attempt reflected in its row, no phantom nudge, no receipt pending
-on a settled row, ...), and no expired code claimed to be sent, charged or owed again. At the end, after
+Invariants checked after EVERY step: all of `outbox check` (domain/invariants/sql.py INVARIANTS: money matches, no
+sent row refunded, no unsent row charged, every accepted attempt reflected in its row, no phantom nudge, no receipt
+pending on a settled row, ...), and no expired code claimed to be sent, charged or owed again. At the end, after
 everything is drained by scans and healthy workers: nothing due is left owed, every send the provider accepted is
 reflected in its row, no receipt is left pending on a settled row (invariant 14), and the provider applied at most
 one effect per message identity.
@@ -426,9 +426,9 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     @rule(data=PICKS, behaviour=st.sampled_from(BEHAVIOURS))
     def code_tried_then_expired(self, data: Picks, behaviour: str) -> None:
-        """A worker tries an owed code (or one just asked for; the provider answers any way), then its life ends before anyone
-        looks again: a retry is never claimed to be sent (the next claim settles it `code_expired`, giving back
-        its price), and an operator's replay of a FAILED one is refused."""
+        """A worker tries an owed code (or one just asked for; the provider answers any way), then its life ends
+        before anyone looks again: a retry is never claimed to be sent (the next claim settles it `code_expired`,
+        giving back its price), and an operator's replay of a FAILED one is refused."""
         owed = self._owed("template = 'otp_code'")
         if owed:
             nid = _pick(data, owed)

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from dashboard.pages.endpoints import _rows
+from dashboard.pages.endpoints_words import read_rows
 from domain.db import get_engine
 from domain.delivery.wakeups import arq_pool, enqueue_after_commit
 from domain.endpoints import mock, store
@@ -85,7 +85,7 @@ async def test_a_test_event_to_the_mock_is_refused_401_until_its_secret_is_hande
     first = await _send(42, e["id"])
     wait_for(lambda: rows("id = :i AND status <> 'QUEUED'", i=first.notification_id), 30, "the first test answered")
     assert effects(first.event_id)["effects"] == 0, "an unverified event applies nothing"
-    shown, _, _ = _rows(42, 0, 0)
+    shown, _, _ = read_rows(42, 0, 0)
     [row] = [r for r in shown if r["id"] == str(e["id"])]
     assert "outbox.test" in row["attempts"] and "HTTP 401" in row["attempts"]
     assert "refused our signature" in row["attempts"] and "secret" in row["attempts"], row["attempts"]
@@ -96,7 +96,7 @@ async def test_a_test_event_to_the_mock_is_refused_401_until_its_secret_is_hande
     second = await _send(42, e["id"])
     wait_for(lambda: rows("id = :i AND status = 'DELIVERED'", i=second.notification_id), 30, "the second delivered")
     assert effects(second.event_id)["effects"] == 1, "the mock verified the signature and applied it once"
-    shown, _, _ = _rows(42, 0, 0)
+    shown, _, _ = read_rows(42, 0, 0)
     [row] = [r for r in shown if r["id"] == str(e["id"])]
     assert row["attempts"].splitlines()[0].startswith("outbox.test at ")
     assert "HTTP 200 — accepted" in row["attempts"].splitlines()[0], row["attempts"]

@@ -65,7 +65,8 @@ def test_pause_and_resume_from_a_terminal_need_a_note_and_are_audited_as_the_os_
         kept = c.execute(sa.text("SELECT actor_ref, action, note FROM operator_actions "
                                  "WHERE action IN ('pause', 'resume') ORDER BY id")).all()
     who = f"cli:{getpass.getuser()}"
-    assert [tuple(k) for k in kept] == [(who, "pause", "provider incident INC-7"), (who, "resume", "provider recovered")]
+    assert [tuple(k) for k in kept] == [(who, "pause", "provider incident INC-7"),
+                                        (who, "resume", "provider recovered")]
     assert "unknown" not in who
 
 
@@ -74,7 +75,7 @@ def test_why_answers_for_a_recipient_and_refuses_an_unknown_one(db):
     from datetime import UTC, datetime
 
     from domain.ledger.recipients import find_by_ref, update
-    from domain.ledger.write import send
+    from domain.ledger.send import send
 
     ((tenant, rid),) = find_by_ref(42, "cust-001")
     update(tenant, rid, {"opted_out_channels": ["sms"]}, "support:dana")
@@ -98,7 +99,7 @@ def test_why_takes_everything_search_takes(db):
     from domain.delivery import claimed, claims
     from domain.delivery.retry import Succeeded
     from domain.ledger.recipients import find_by_ref
-    from domain.ledger.write import send
+    from domain.ledger.send import send
 
     ((tenant, rid),) = find_by_ref(42, "cust-001")  # no quiet hours: the claim sends whatever the hour
     with get_engine().connect() as c:
@@ -149,7 +150,7 @@ def test_messages_lists_the_ledger_as_a_table_or_json_with_filters(db, monkeypat
     from datetime import UTC, datetime
 
     from domain.ledger.recipients import find_by_ref
-    from domain.ledger.write import send
+    from domain.ledger.send import send
 
     monkeypatch.setenv("COLUMNS", "250")  # rich wraps a table to the terminal; a pipe counts as 80 columns
     ((tenant, rid),) = find_by_ref(42, "cust-002")

@@ -131,7 +131,8 @@ async def test_a_dead_redis_connection_never_stalls_the_relay(relay_stopped: Non
     try:
         await _until(lambda: partition.accepted >= 1, "the relay's Redis pool to connect")
         partition.cut()
-        committed = await asyncio.to_thread(authorize_and_approve)  # owed rows and their NOTIFY: the relay scans, calls Redis
+        # Owed rows and their NOTIFY: the relay scans, calls Redis.
+        committed = await asyncio.to_thread(authorize_and_approve)
         await _until(lambda: partition.swallowed > 0, "the relay to call Redis over the dead connection")
         partition.heal()
         owed = [o.job_id for o in committed.owed]

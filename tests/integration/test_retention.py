@@ -130,7 +130,8 @@ def test_archive_writes_a_redacted_month_then_drops_it_and_every_invariant_holds
     assert message_page(42, ids[0], datetime.now(UTC)) is None
     gone = archived(42, ids[0])
     assert gone is not None and gone["month"] == "2026-08" and gone["file"] == aug.path.name
-    assert gone["answer"].startswith(f"Message #{ids[0]} was archived on ") and aug.path.name in gone["answer"] and str(aug.path.parent) not in gone["answer"]
+    assert gone["answer"].startswith(f"Message #{ids[0]} was archived on ") and aug.path.name in gone["answer"] \
+        and str(aug.path.parent) not in gone["answer"]
     assert archived(7, ids[0]) is None and archived(42, now_id) is None
     assert one("SELECT count(*) FROM operator_actions WHERE action = 'archive' AND target = 'ledger 2026-08' "
                "AND actor_ref = 'test:oncall'") == 1

@@ -23,7 +23,8 @@ from domain.access import auth
 from domain.db import get_engine
 from domain.delivery import claimed, claims
 from domain.delivery.retry import Succeeded
-from domain.ledger import otp, write
+from domain.ledger import otp
+from domain.ledger.send import send
 from domain.orders.commands import Committed, create_order, execute_order_command
 from domain.support import pages
 from domain.support.message import CODE_MASK, message_page
@@ -46,7 +47,7 @@ def test_a_suppressed_message_says_why_once_and_has_no_body_or_receipt(db):
     rid, _ = person(cap=None)
     with get_engine().begin() as c:
         c.execute(sa.text("UPDATE recipients SET opted_out_channels = '{sms}' WHERE id = :i"), {"i": rid})
-    sent = write.send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="normal",
+    sent = send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="normal",
                       data={"headline": "x"}, subject_period=f"p-{uuid.uuid4().hex[:6]}")
     assert sent is not None
     got = claims.claim(sent.notification_id, 30.0, datetime.now(UTC), "w")

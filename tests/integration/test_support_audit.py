@@ -18,7 +18,7 @@ from domain.db import get_engine
 from domain.delivery import claimed, claims
 from domain.delivery.retry import Succeeded
 from domain.ledger.recipients import find_by_ref
-from domain.ledger.write import send
+from domain.ledger.send import send
 from domain.orders.commands import Committed, execute_order_command
 from domain.support.query import QueryRefused
 from domain.support.search import audit_named

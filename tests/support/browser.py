@@ -21,7 +21,8 @@ def fresh_order(customer: str = "cust-002") -> int:
 
 def wait_text(page, testid: str, text: str, timeout: float = 20_000) -> None:  # type: ignore[no-untyped-def]
     page.wait_for_function(
-        "([id, t]) => { const e = document.querySelector(`[data-testid=\"${id}\"]`); return e && e.innerText.trim() === t }",
+        "([id, t]) => { const e = document.querySelector(`[data-testid=\"${id}\"]`); "
+        "return e && e.innerText.trim() === t }",
         arg=[testid, text], timeout=timeout, polling="raf")
 
 

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import get_engine
-from domain.ledger import write
+from domain.ledger.send import send
 from tests.support.db import one
 
 
@@ -24,7 +24,7 @@ def person(cap: int | None = 10) -> tuple[int, str]:
 
 
 def sms(rid: int, period: str) -> int:
-    return write.send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="normal",
+    return send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="normal",
                       data={"headline": "x"}, subject_period=period).notification_id
 
 

@@ -8,13 +8,13 @@ import sqlalchemy as sa
 
 from domain.db import get_engine
 from domain.delivery.retry import Fail
-from domain.ledger import write
+from domain.ledger.send import send
 from tests.support.claims import ready, record
 
 
 def failed(rid: int, lane: str = "normal") -> int:
     """A message that really failed: ledgered, claimed, and answered with a permanent error."""
-    nid = write.send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane=lane,
+    nid = send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane=lane,
                      data={"headline": "x"}, subject_period=uuid.uuid4().hex).notification_id
     assert record(ready(nid), Fail("contract", review=True), code=400) == "failed"
     return nid

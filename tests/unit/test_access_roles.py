@@ -1,7 +1,8 @@
 """Who may do what (domain/access/roles.py): the table every privileged dashboard handler asks, every time.
 
 Invariants: only platform on-call (no tenant) may pause lanes or flip fault switches — they act on every tenant;
-support may change nothing; a tenant's on-call may top up and manage API keys, a plain operator may not; every refusal says why in words.
+support may change nothing; a tenant's on-call may top up and manage API keys, a plain operator may not; every
+refusal says why in words.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The CDC chaos profile's fault plan (jobs/drills/chaos/cdc.py, pure: a seed and a duration in, a plan out).
+"""The CDC chaos profile's fault plan (jobs/drills/chaos/cdc_plan.py, pure: a seed and a duration in, a plan out).
 
 Invariants: every kind of fault is in every plan; faults come one at a time (each one's hold and a restore
 allowance end before the next begins), inside the run's load window (a run too short for them all has them back
@@ -12,7 +12,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.drills.chaos.cdc import CDC_FAULT_KINDS, RESTORE_ALLOWANCE_S, plan_cdc_faults
+from jobs.drills.chaos.cdc_plan import CDC_FAULT_KINDS, RESTORE_ALLOWANCE_S, plan_cdc_faults
 
 
 @settings(max_examples=200, deadline=None)

@@ -86,7 +86,8 @@ def test_every_name_a_comment_cites_exists() -> None:
 
 
 @pytest.mark.parametrize(("path", "name", "expected"), [
-    ("wakeups.", "scan_owed", True), ("metering.", "_RESERVE", False), ("domain.delivery.wakeups.", "after_commit", True),
-    ("domain.wakeups.", "after_commit", False), ("psycopg.", "AsyncConnection", None)])
+    ("wakeups.", "scan_owed", True), ("metering.", "_RESERVE", False),
+    ("domain.delivery.wakeups.", "after_commit", True), ("domain.wakeups.", "after_commit", False),
+    ("psycopg.", "AsyncConnection", None)])
 def test_the_check_sees_what_it_is_meant_to_see(path: str, name: str, expected: bool | None) -> None:
     assert _resolves(path, name, _modules()) is expected

@@ -15,7 +15,7 @@ import reflex as rx
 from reflex.event import EventChain, EventSpec
 
 from dashboard.pages import all_pages
-from dashboard.pages.order_detail import missed_text
+from dashboard.pages.order_detail_data import missed_text
 
 # Handlers that only read, open or close something on the page, or move the browser: a click of one made offline and
 # sent on reconnect changes nothing anyone else sees. Anything else a page fires must be an action.
@@ -98,7 +98,8 @@ def test_every_control_that_fires_an_action_is_disabled_while_the_link_is_down()
         actions = [s for _, s in _events(form) if s.event_actions.get("temporal")]
         if not actions:
             continue
-        buttons = [b for b in _tree(form) if type(b).__name__ == "Button" and str(getattr(b, "type", "")).strip('"') == "submit"]
+        buttons = [b for b in _tree(form)
+                   if type(b).__name__ == "Button" and str(getattr(b, "type", "")).strip('"') == "submit"]
         assert buttons, f"{route}: a form of {actions[0].handler.fn.__qualname__} with no submit button"
         assert all("outboxLink" in str(getattr(b, "disabled", "")) for b in buttons), \
             f"{route}: the submit button of {actions[0].handler.fn.__qualname__} stays enabled while offline"
@@ -112,4 +113,5 @@ def test_the_missed_note_speaks_for_exactly_one_missed_change():
     assert many == ("refresh missed — reloaded at revision 3: 2 changes since this page showed revision 1 "
                     "(the last: fulfilled by bob at 07:47:00)")
     assert missed_text(2, 2, "x") == "" and missed_text(3, 2, "x") == "", "nothing missed, nothing said"
-    assert missed_text(1, 2, "") == "refresh missed — reloaded at revision 2: 1 change since this page showed revision 1"
+    assert missed_text(1, 2, "") == ("refresh missed — reloaded at revision 2: 1 change since this page showed "
+                                     "revision 1")

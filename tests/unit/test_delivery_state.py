@@ -86,7 +86,8 @@ def test_a_retry_that_comes_due_in_quiet_hours_says_so():
     s = owed_state(replace(ROW, next_attempt_at=NOW + timedelta(hours=2), **{**FAILED, **QUIET,
                                                                              "quiet_start": time(16),
                                                                              "quiet_end": time(17)}), NOW)
-    assert s.kind == "retrying" and "comes due in quiet hours, which hold it until 17:00 Asia/Kolkata (11:30 UTC)" in s.text, s.text
+    assert s.kind == "retrying", s.text
+    assert "comes due in quiet hours, which hold it until 17:00 Asia/Kolkata (11:30 UTC)" in s.text, s.text
 
 
 def test_a_later_message_is_scheduled_with_its_time():

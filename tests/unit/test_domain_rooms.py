@@ -12,10 +12,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # Every package of domain/ that runs SQL (test_every_package_that_runs_sql_is_checked keeps this list whole).
 NAMED_SQL_PACKAGES = ("access", "orders", "ledger", "journeys", "campaigns", "support", "delivery", "endpoints",
                       "retention", "cdc", "invariants")
-# The modules a package names its statements in: its `sql.py`, and for delivery its statements by concern besides
-# (the record's, the operators' review, the read models'). Every name here must exist
-# (test_the_named_sql_modules_exist).
-SQL_MODULES = {"delivery": ("sql.py", "sql_record.py", "sql_review.py", "sql_reads.py")}
+# The modules a package names its statements in: its `sql.py`, and for the ledger and delivery their statements by
+# concern besides (the ledger's metering and read models; delivery's record, operators' review and read models).
+# Every name here must exist (test_the_named_sql_modules_exist).
+SQL_MODULES = {"ledger": ("sql.py", "sql_metering.py", "sql_reads.py"),
+               "delivery": ("sql.py", "sql_record.py", "sql_review.py", "sql_reads.py")}
 # A statement: raw text, or a Core statement built on the spot.
 INLINE_SQL = re.compile(r"\bsa\.(text|insert|update|delete|select)\(|\btext\(\s*[\"f]")
 # SQL built from plain strings (a condition or a statement in a string literal, to be joined into one later).
@@ -27,8 +28,9 @@ INSERTS_MESSAGES = re.compile(r"INSERT\s+INTO\s+notifications\b|insert\(\s*(tabl
 @pytest.mark.parametrize("package", NAMED_SQL_PACKAGES)
 def test_a_capability_names_every_statement_in_its_sql_module(package: str) -> None:
     """Invariant: in every package of domain/ that runs SQL (access, orders, ledger, journeys, campaigns, support,
-    delivery, endpoints, retention, cdc), every statement lives in the package's `sql.py` (delivery's in its
-    SQL_MODULES); no other module of the package builds SQL inline (there is one place to read what it asks)."""
+    delivery, endpoints, retention, cdc, invariants), every statement lives in the package's `sql.py` (the
+    ledger's and delivery's in their SQL_MODULES); no other module of the package builds SQL inline (there is one
+    place to read what it asks)."""
     folder = ROOT / "domain" / package
     assert (folder / "sql.py").is_file(), f"domain/{package}/ has no sql.py"
     named = SQL_MODULES.get(package, ("sql.py",))

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from dashboard.format import MAX_ID
-from dashboard.pages.order_detail import pushed_head
+from dashboard.pages.order_detail_data import pushed_head
 from domain.delivery.wakeups import refresh_message
 
 

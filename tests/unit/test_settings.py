@@ -78,8 +78,9 @@ def test_readme_defaults_are_the_models_defaults():
 
 def test_readme_layout_names_every_runtime_and_tool_module():
     layout = README.split("## Layout", 1)[1].split("\n## ", 1)[0]
-    for folder in ("jobs", "jobs/cli", "jobs/ops", "jobs/drills", "jobs/drills/chaos", "domain", "domain/access", "domain/orders",
-                   "domain/ledger", "domain/delivery", "domain/journeys", "domain/campaigns", "domain/support", "dashboard/api"):
+    for folder in ("jobs", "jobs/cli", "jobs/ops", "jobs/drills", "jobs/drills/chaos", "domain", "domain/access",
+                   "domain/orders", "domain/ledger", "domain/delivery", "domain/journeys", "domain/campaigns",
+                   "domain/support", "dashboard/api"):
         for f in (ROOT / folder).glob("*.py"):
             if f.name != "__init__.py":
                 assert f"`{f.name}`" in layout or f"`{f.stem}`" in layout, f"{folder}/{f.name} not in README"

@@ -3,9 +3,10 @@ direct, measured back to back in this step (the machine's load moves between ste
 measure that).
 
 `commit_ratio_4_clients_pgbouncer`: the order command at 4 clients with the engine through PgBouncer (unprepared),
-over the same statements by raw psycopg straight to PostgreSQL (the direct step's baseline, measured beside it). `e2e_events_per_s_pgbouncer`:
-a committed webhook backlog drained by 2 workers whose pools go through PgBouncer (the relay's LISTEN direct).
-The server and client connections PgBouncer held for the bench database during that drain come with them.
+over the same statements by raw psycopg straight to PostgreSQL (the direct step's baseline, measured beside it).
+`e2e_events_per_s_pgbouncer`: a committed webhook backlog drained by 2 workers whose pools go through PgBouncer (the
+relay's LISTEN direct). The server and client connections PgBouncer held for the bench database during that drain come
+with them.
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ def _breakdown(notification_ids: list[int], committed: dict[int, float]) -> dict
             "extract(epoch FROM a.started_at) AS started, a.latency_ms AS send "
             "FROM notifications n JOIN notification_attempts a ON a.notification_id = n.id "
             "WHERE n.id = ANY(:i) AND a.outcome IN ('sent', 'already_processed')"), {"i": notification_ids}).all()
-    phases: dict[str, list[float]] = {"commit": [], "wake": [], "claim": [], "provider_round_trip": [], "until_claimed": []}
+    phases: dict[str, list[float]] = {name: [] for name in (
+        "commit", "wake", "claim", "provider_round_trip", "until_claimed")}
     for r in rows:
         done = committed.get(int(r.id), float(r.created))
         phases["commit"].append((done - float(r.created)) * 1000)

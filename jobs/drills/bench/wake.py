@@ -50,7 +50,8 @@ def _wake_ms(committed: dict[int, float]) -> tuple[list[float], list[float]]:
     with UnitOfWork() as uow:
         rows = uow.execute(sa.text(
             "SELECT n.id, n.claimed_at, min(a.started_at) AS started FROM notifications n "
-            "JOIN notification_attempts a ON a.notification_id = n.id WHERE n.id = ANY(:i) GROUP BY n.id, n.claimed_at"),
+            "JOIN notification_attempts a ON a.notification_id = n.id WHERE n.id = ANY(:i) "
+            "GROUP BY n.id, n.claimed_at"),
             {"i": list(committed)}).all()
     return (sorted((r.claimed_at.timestamp() - committed[r.id]) * 1000 for r in rows),
             sorted((r.started.timestamp() - committed[r.id]) * 1000 for r in rows))

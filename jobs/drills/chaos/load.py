@@ -182,7 +182,8 @@ def steady_at(samples: list[Sample], t: float) -> int:
     return before[-1] if before else (samples[0].steady_sent if samples else 0)
 
 
-def recovery_seconds(samples: list[Sample], down_at: float, up_at: float, load_end: float) -> tuple[float, float | None]:
+def recovery_seconds(samples: list[Sample], down_at: float, up_at: float,
+                     load_end: float) -> tuple[float, float | None]:
     """(rate before the restart, seconds from PostgreSQL accepting connections until the first window of
     RATE_WINDOW_S starting then delivers at RECOVERED_SHARE of that rate, and not before the first row sent after
     the restart — None if it never did before the load stopped). Resolution: the sampling period."""

@@ -146,7 +146,8 @@ class OwnedPostgres:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}"
 
     def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        p = subprocess.run(pg_command(*argv), capture_output=True, text=True, timeout=120, cwd="/")  # it may not enter ours
+        # cwd "/": the postgres user may not enter our checkout.
+        p = subprocess.run(pg_command(*argv), capture_output=True, text=True, timeout=120, cwd="/")
         if check and p.returncode != 0:
             raise RuntimeError(f"{argv[0]} exited {p.returncode}: {(p.stderr or p.stdout).strip()[-500:]}")
         return p

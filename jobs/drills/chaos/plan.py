@@ -193,7 +193,8 @@ class Injector:
             self.pg.start()
             wait_until(self.pg.accepts, 60, "PostgreSQL to accept connections")
             self.run.pg_up_at = now_s(self.t0)
-            self._log(f"PostgreSQL accepting connections again (down {self.run.pg_up_at - (self.run.pg_down_at or 0):.1f}s)")
+            down = self.run.pg_up_at - (self.run.pg_down_at or 0)
+            self._log(f"PostgreSQL accepting connections again (down {down:.1f}s)")
         elif f.kind == "stop_worker":
             p = self.system.procs[f.target]
             assert p.popen is not None

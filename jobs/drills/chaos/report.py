@@ -97,9 +97,9 @@ def write_evidence(run: Run, path: Path) -> None:
     lines = [
         f"# Chaos while it runs — {datetime.now(UTC):%Y-%m-%d %H:%M} UTC", "",
         f"`outbox chaos --duration {run.duration:g} --seed {run.seed} --evidence` (replay with the same seed: the "
-        "fault plan is the same; the load's timing is not). Its own PostgreSQL cluster (a temporary directory), its own "
-        "Redis server, receiver, the HTTP API (`dashboard.standalone`: the dashboard's /api/v1 backend — the Reflex "
-        "build is too slow to restart inside a run, so this process is the dashboard backend that is killed), "
+        "fault plan is the same; the load's timing is not). Its own PostgreSQL cluster (a temporary directory), its "
+        "own Redis server, receiver, the HTTP API (`dashboard.standalone`: the dashboard's /api/v1 backend — the "
+        "Reflex build is too slow to restart inside a run, so this process is the dashboard backend that is killed), "
         f"relay and {len(worker_names())} lane workers (two per lane, one critical). Tenant {TENANT}; lease "
         f"{LEASE_SECONDS:g} s; scan 0.5 s; load ≈ {run.rate:g} API calls/s (approvals, sends, one-time codes, lead "
         f"events) plus one campaign. Code: {_code_version()}.", "",
