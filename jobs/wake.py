@@ -164,6 +164,12 @@ class LaneWorker(Worker):
         # made needless, `SECOND_RING_DELAY_S`): what the tests and a debugger look at.
         self.rung_by = {"redis": 0, "postgres": 0, "redis_after_a_claim": 0}
         self.listening_pg = False  # LISTENing on PostgreSQL now (a lane of `LISTEN_LANES`, batched)
+        # A wake-up reads arq's queue at once only where it may hold this lane's jobs: a lane delivered row by row,
+        # or the bulk lane (its campaigns' fan-outs). A batched lane's wake-up names the lane, never a job: its
+        # drain loops answer it, and a poll of the empty queue beside their claim (four Redis round trips and
+        # arq's bookkeeping on the same event loop) only delayed the claim. A job left from before the lane was
+        # batched is read by the next idle poll (`IDLE_WAIT`).
+        self.polls_on_rings = lane == "bulk" or lane not in get_settings().batched_lanes
         self.pg_listens = 0  # connections it has LISTENed on so far (1 + its reconnects)
 
     async def _poll_iteration(self) -> None:
@@ -251,7 +257,8 @@ class LaneWorker(Worker):
                 self.batch_wake.set()  # what was published while we were not subscribed: claim once more
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
-                        self._wake.set()
+                        if self.polls_on_rings:
+                            self._wake.set()
                         self.rung_by["redis"] += 1
                         if self.listening_pg:
                             t = asyncio.create_task(self._second_ring(time.monotonic(),
