@@ -19,7 +19,7 @@ from typing import Any, Final
 import httpx
 
 from domain import faults, logs
-from domain.delivery import claimed, claims, hot
+from domain.delivery import claimed, claims, hot_batch
 from domain.delivery.claimed import Claim, Ready
 from domain.delivery.retry import Outcome, decide_retry
 from domain.delivery.signing import signed_headers
@@ -51,7 +51,7 @@ def attempt_deadline(lease_seconds: float) -> float:
 
 
 async def send_ready(ctx: dict[str, Any], r: Ready, claim_started: float,
-                     gate: asyncio.Semaphore | None = None) -> hot.Attempted | None:
+                     gate: asyncio.Semaphore | None = None) -> hot_batch.Attempted | None:
     """Send one claimed row within what is left of its attempt's deadline (counted from its claim, `claim_started`
     a monotonic time) and decide what comes next; None: not sent, its attempt given back (owed again at once) —
     too little of the lease was left, or its tenant endpoint was disabled or deleted since the claim. `gate`: the
@@ -71,7 +71,7 @@ async def send_ready(ctx: dict[str, Any], r: Ready, claim_started: float,
                 latency_ms = (time.perf_counter() - t0) * 1000
                 decision = decide_retry(outcome, c.attempts, c.max_attempts, s.backoff_base, s.backoff_cap,
                                         ctx["rng"])
-                return hot.Attempted(c, decision, started, outcome.status_code, latency_ms, ref, outcome.excerpt,
+                return hot_batch.Attempted(c, decision, started, outcome.status_code, latency_ms, ref, outcome.excerpt,
                                      outcome.error)
     await asyncio.to_thread(claims.give_back, c)
     return None

@@ -23,7 +23,7 @@ from arq.worker import func
 
 from domain import faults, logs
 from domain.campaigns import fan_out as campaign_fan_out
-from domain.delivery import claimed, claims, fairshare, hot, ratelimit, retry
+from domain.delivery import claimed, claims, fairshare, hot, hot_batch, ratelimit, retry
 from domain.delivery.queue import (
     DELIVER_TASK,
     FAN_OUT_TASK,
@@ -124,7 +124,7 @@ def _bind(got: claimed.ClaimResult) -> None:
     log.info("claimed", result=type(got).__name__.lower())
 
 
-async def _record(ctx: dict[str, Any], a: hot.Attempted) -> str:
+async def _record(ctx: dict[str, Any], a: hot_batch.Attempted) -> str:
     """The attempt's outcome recorded under its claim's token; a retry goes back to arq with its backoff."""
     if a.status_code is not None and 200 <= a.status_code < 300:
         await attempt.armed_from_ops(ctx, "after_remote_accept_before_local_ack")

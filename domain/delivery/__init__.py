@@ -6,7 +6,8 @@
 - `fairshare` — pure: a capped tenant's pace and how far ahead it may reserve its moment.
 - `ratelimit` — the token buckets in Redis (a channel's, a tenant's), one script call per take.
 - `claimed` — pure: a claim's types (`Claim`, `Ready`, `Suppressed`, …) and `plan`, the common-case decision.
-- `hot` — the workers' store: claim and record on an async psycopg pool, a row or a batch per statement.
+- `hot` — the workers' store: claim and record on an async psycopg pool, one row at a time.
+- `hot_batch` — the same store a batch at a time: N rows claimed in one statement, their answers in one record.
 - `claims` — the long way of a claim and a record (sync SQLAlchemy): suppress, defer, caps, breaker, late truth.
 - `sql` — the claim path's named statements, and the rest of delivery's.
 - `retry` — pure: an attempt's outcome classified, retry or fail decided.

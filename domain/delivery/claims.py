@@ -103,7 +103,7 @@ def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str
 
 def settle_claimed(c: Claim, x: SendContext, now: datetime, worker: str = "worker", refused: Take | None = None,
                    engine: Engine | None = None) -> ClaimResult:
-    """The long way for a row a batch claim already holds (hot.claim_batch committed its lease and token): what
+    """The long way for a row a batch claim already holds (hot_batch.claim_batch committed its lease and token): what
     `plan` left out is decided and settled here (`_decide_and_take`), or, `refused` given, the take the batch's
     savepoint rolled back is tried again (`take_for_send`: at the cap or without the money it is suppressed with
     its reason). One transaction; every write in it is fenced by the claim's token."""

@@ -75,7 +75,7 @@ WITH n AS (
 SELECT count(*) AS matched FROM n
 """)
 
-# The batch forms (a batched lane's drain loop, domain/delivery/hot.py `record_batch`): one statement for every
+# The batch forms (a batched lane's drain loop, domain/delivery/hot_batch.py `record_batch`): one statement for every
 # accepted send of a batch, one for every retry, each row under exactly the guards of its one-row statement
 # above, its values unnested from arrays (one element per row, in the same order). RETURNING the ids matched:
 # a row that matched nothing (a stale token, a late truth) goes the long way, alone.

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from domain import faults
 from domain.db import get_engine
-from domain.delivery import claimed, claims, hot, sql, sql_record
+from domain.delivery import claimed, claims, hot, hot_batch, sql, sql_record
 from domain.delivery.queue import job_id
 from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.wakeups import arq_pool, enqueue
@@ -60,16 +60,16 @@ def sms_rows(n: int, cap: int | None = None) -> list[int]:
                        data={"headline": "x"}, subject_period=f"b-{tag}-{i}").notification_id for i in range(n)]
 
 
-async def claim(pool: hot.Pool, n: int = 32) -> hot.Batch:
-    return await hot.claim_batch(pool, "normal", n, LEASE, datetime.now(UTC))
+async def claim(pool: hot.Pool, n: int = 32) -> hot_batch.Batch:
+    return await hot_batch.claim_batch(pool, "normal", n, LEASE, datetime.now(UTC))
 
 
-def sent(c: claimed.Claim, ref: str) -> hot.Attempted:
-    return hot.Attempted(c, Succeeded(False), datetime.now(UTC), 201, 1.0, ref)
+def sent(c: claimed.Claim, ref: str) -> hot_batch.Attempted:
+    return hot_batch.Attempted(c, Succeeded(False), datetime.now(UTC), 201, 1.0, ref)
 
 
-def retried(c: claimed.Claim) -> hot.Attempted:
-    return hot.Attempted(c, Retry("http_503", 5.0), datetime.now(UTC), 503, 1.0, None)
+def retried(c: claimed.Claim) -> hot_batch.Attempted:
+    return hot_batch.Attempted(c, Retry("http_503", 5.0), datetime.now(UTC), 503, 1.0, None)
 
 
 class Statements:
@@ -105,14 +105,14 @@ async def test_a_batch_is_claimed_by_one_statement_and_recorded_by_one(pool, mon
     assert len({r.claimed_at for r in got.values()}) == 1, "claimed in more than one transaction"
     for r in batch.ready:
         assert got[r.claim.id].claim_token == r.claim.claim_token and got[r.claim.id].reserved_cents > 0
-    out = await hot.record_batch(pool, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "batch")
+    out = await hot_batch.record_batch(pool, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "batch")
     assert out == {i: "sent" for i in ids}
     assert stmts.count(sql_record.RECORD_SENT_BATCH) == 1 and stmts.count(sql_record.PENDING_RECEIPTS_BATCH) == 1
     assert stmts.count(sql_record.RECORD_SENT) == 0
     done = rows("id = ANY(:ids)", ids=ids)
     assert {r.status for r in done} == {"SENT"} and len({r.sent_at for r in done}) == 1
     assert all(r.provider_reference == f"sms-{r.id}" for r in done)
-    assert await claim(pool) == hot.Batch()  # nothing owed is left
+    assert await claim(pool) == hot_batch.Batch()  # nothing owed is left
     assert_invariants()
 
 
@@ -126,7 +126,7 @@ async def test_a_stale_row_in_a_batch_is_refused_alone_and_the_rest_commit(pool)
     lease_runs_out(b)
     second = claims.claim(b, LEASE, datetime.now(UTC), "B")
     assert isinstance(second, claimed.Ready) and second.claim.claim_token > by_id[b].claim_token
-    out = await hot.record_batch(pool, [sent(by_id[a], "sms-a"), retried(by_id[b]), retried(by_id[c])], "A")
+    out = await hot_batch.record_batch(pool, [sent(by_id[a], "sms-a"), retried(by_id[b]), retried(by_id[c])], "A")
     assert out == {a: "sent", b: "stale", c: "retry"}
     assert row(a).status == "SENT"
     rb, rc = row(b), row(c)
@@ -146,11 +146,11 @@ async def test_two_claimers_at_once_never_claim_the_same_row(pool):
     try:
         async def loop(p: hot.Pool) -> None:
             while True:
-                batch = await hot.claim_batch(p, "normal", 7, LEASE, datetime.now(UTC))
+                batch = await hot_batch.claim_batch(p, "normal", 7, LEASE, datetime.now(UTC))
                 if not len(batch):
                     return
                 claimed.extend(r.claim.id for r in batch.ready)
-                await hot.record_batch(p, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "w")
+                await hot_batch.record_batch(p, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "w")
 
         await asyncio.gather(loop(pool), loop(other), loop(pool), loop(other))
     finally:
@@ -188,7 +188,7 @@ async def test_a_refused_take_in_a_batch_is_suppressed_and_the_rest_go(pool):
     assert isinstance(got, claimed.Suppressed) and got.reason == "insufficient_balance"
     r3 = row(ids[2])
     assert (r3.status, r3.suppressed_reason) == ("SUPPRESSED", "insufficient_balance")
-    out = await hot.record_batch(pool, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "w")
+    out = await hot_batch.record_batch(pool, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "w")
     assert out == {ids[0]: "sent", ids[1]: "sent"}
     assert [entries(i) for i in ids[:2]] == [[("reserve", -price)]] * 2
     assert_invariants()

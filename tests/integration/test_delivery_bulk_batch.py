@@ -1,6 +1,6 @@
-"""The bulk lane in batches (jobs/batches.py `deliver_bulk_batch`, domain/delivery/hot.py `claim_bulk_batch`): a batch's
-size is taken from the channel's token bucket, its rows shared fairly between (tenant, campaign) flows in the one
-claim statement, its takes in one set-based statement sent with the COMMIT.
+"""The bulk lane in batches (jobs/batches.py `deliver_bulk_batch`, domain/delivery/hot_batch.py
+`claim_bulk_batch`): a batch's size is taken from the channel's token bucket, its rows shared fairly between
+(tenant, campaign) flows in the one claim statement, its takes in one set-based statement sent with the COMMIT.
 
 Invariants protected:
 - a bulk batch claims no more rows of a channel than the tokens it took from that channel's bucket, and gives back
@@ -30,7 +30,7 @@ import pytest
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claimed, claims, hot, ratelimit
+from domain.delivery import claimed, claims, hot, hot_batch, ratelimit
 from domain.delivery.queue import RATE_KEY
 from domain.delivery.retry import Outcome, Retry, Succeeded
 from domain.delivery.wakeups import arq_pool
@@ -86,12 +86,12 @@ def bulk_rows(n: int, tenant_id: int = 42) -> list[int]:
     return out
 
 
-async def claim(pool: hot.Pool, quota: int, n: int = 32) -> hot.Batch:
-    flows = await hot.bulk_flows(pool)
-    return await hot.claim_bulk_batch(pool, flows, n, {"email": quota}, {}, LEASE, datetime.now(UTC))
+async def claim(pool: hot.Pool, quota: int, n: int = 32) -> hot_batch.Batch:
+    flows = await hot_batch.bulk_flows(pool)
+    return await hot_batch.claim_bulk_batch(pool, flows, n, {"email": quota}, {}, LEASE, datetime.now(UTC))
 
 
-def claimed_ids(batch: hot.Batch) -> list[int]:
+def claimed_ids(batch: hot_batch.Batch) -> list[int]:
     return sorted([r.claim.id for r in batch.ready] + [c.id for c, _, _ in batch.long_way])
 
 
@@ -184,10 +184,10 @@ async def test_a_stale_row_in_a_bulk_batch_is_refused_alone_and_the_rest_commit(
     second = claims.claim(b, LEASE, datetime.now(UTC), "B")
     assert isinstance(second, claimed.Ready) and second.claim.claim_token > by_id[b].claim_token
     now = datetime.now(UTC)
-    out = await hot.record_batch(pool, [
-        hot.Attempted(by_id[a], Succeeded(False), now, 201, 1.0, "email-a"),
-        hot.Attempted(by_id[b], Retry("http_503", 5.0), now, 503, 1.0, None),
-        hot.Attempted(by_id[c], Retry("http_503", 5.0), now, 503, 1.0, None)], "A")
+    out = await hot_batch.record_batch(pool, [
+        hot_batch.Attempted(by_id[a], Succeeded(False), now, 201, 1.0, "email-a"),
+        hot_batch.Attempted(by_id[b], Retry("http_503", 5.0), now, 503, 1.0, None),
+        hot_batch.Attempted(by_id[c], Retry("http_503", 5.0), now, 503, 1.0, None)], "A")
     assert out == {a: "sent", b: "stale", c: "retry"}
     assert row(a).status == "SENT"
     rb = row(b)

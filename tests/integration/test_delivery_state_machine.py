@@ -43,7 +43,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from domain import invariants
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork, get_engine
-from domain.delivery import claimed, claims, hot, review
+from domain.delivery import claimed, claims, hot, hot_batch, review
 from domain.delivery.queue import LANES, queue_name
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Outcome, Succeeded, decide_retry
@@ -239,14 +239,15 @@ class DeliveryMachine(RuleBasedStateMachine):
     @rule(lane=st.sampled_from([lane for lane in LANES if lane != "bulk"]), size=st.integers(1, 6),
           worker=st.sampled_from(["w1", "w2"]))
     def claim_a_batch(self, lane: str, size: int, worker: str) -> None:
-        """A batched lane's drain loop claims up to `size` due rows in one statement (hot.claim_batch); what `plan`
-        leaves out, or whose take was refused, is settled the long way (claims.settle_claimed) after the commit."""
+        """A batched lane's drain loop claims up to `size` due rows in one statement (hot_batch.claim_batch); what
+        `plan` leaves out, or whose take was refused, is settled the long way (claims.settle_claimed) after the
+        commit."""
         now = datetime.now(UTC)
 
-        async def go() -> hot.Batch:
+        async def go() -> hot_batch.Batch:
             pool = await hot.open_pool(get_settings().database_url, "sm-batch", max_size=1)
             try:
-                return await hot.claim_batch(pool, lane, size, LEASE, now)
+                return await hot_batch.claim_batch(pool, lane, size, LEASE, now)
             finally:
                 await pool.close()
 
@@ -261,16 +262,16 @@ class DeliveryMachine(RuleBasedStateMachine):
     @rule(size=st.integers(1, 6), tokens=st.integers(0, 4), worker=st.sampled_from(["w1", "w2"]))
     def claim_a_bulk_batch(self, size: int, tokens: int, worker: str) -> None:
         """The bulk lane's drain loop: up to `size` rows, never more of a channel than its `tokens`, shared between
-        the lane's flows (hot.claim_bulk_batch, its takes in one set-based statement with the COMMIT)."""
+        the lane's flows (hot_batch.claim_bulk_batch, its takes in one set-based statement with the COMMIT)."""
         now = datetime.now(UTC)
 
-        async def go() -> hot.Batch:
+        async def go() -> hot_batch.Batch:
             pool = await hot.open_pool(get_settings().database_url, "sm-bulk-batch", max_size=1)
             try:
-                flows = await hot.bulk_flows(pool)
+                flows = await hot_batch.bulk_flows(pool)
                 if not flows:
-                    return hot.Batch()
-                return await hot.claim_bulk_batch(pool, flows, size, dict.fromkeys(("sms", "email", "whatsapp"),
+                    return hot_batch.Batch()
+                return await hot_batch.claim_bulk_batch(pool, flows, size, dict.fromkeys(("sms", "email", "whatsapp"),
                                                                                    tokens), {}, LEASE, now)
             finally:
                 await pool.close()
@@ -288,21 +289,21 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     @rule(worker=st.sampled_from(["w1", "w2"]))
     def record_a_batch(self, worker: str) -> None:
-        """Every answered attempt of one worker recorded together (hot.record_batch: one statement per kind, each
+        """Every answered attempt of one worker recorded together (hot_batch.record_batch: one statement per kind, each
         row under its own token; a stale row or a pending receipt goes the long way alone)."""
         done = [f for f in self.inflight if f.outcome is not None and f.worker == worker]
         if not done:
             return
         for f in done:
             self.inflight.remove(f)
-        attempts = [hot.Attempted(f.claim, decide_retry(f.outcome, f.claim.attempts, f.claim.max_attempts, 0.0,
+        attempts = [hot_batch.Attempted(f.claim, decide_retry(f.outcome, f.claim.attempts, f.claim.max_attempts, 0.0,
                                                         0.0, self.rng), datetime.now(UTC), f.outcome.status_code,
                                   1.0, f.reference) for f in done if f.outcome is not None]
 
         async def go() -> None:
             pool = await hot.open_pool(get_settings().database_url, "sm-batch", max_size=1)
             try:
-                await hot.record_batch(pool, attempts, worker)
+                await hot_batch.record_batch(pool, attempts, worker)
             finally:
                 await pool.close()
 

@@ -267,7 +267,7 @@ async def test_the_hot_path_names_each_row_by_its_month(db: str) -> None:
     alone it was planned on every partition (a custom plan, as through PgBouncer, plans each one it cannot prune:
     2.5 ms against 0.36 ms at 48 months, evidence/bench.json `record_ms_partitions_*`). A row owed in an older
     month (a replayed message) is claimed and recorded in its own partition like this month's."""
-    from domain.delivery import hot, sql, sql_record
+    from domain.delivery import hot, hot_batch, sql, sql_record
     from domain.delivery.retry import Succeeded
     from domain.settings import get_settings
 
@@ -278,11 +278,11 @@ async def test_the_hot_path_names_each_row_by_its_month(db: str) -> None:
     old, new = _owed_webhook(july), _owed_webhook(now_)
     pool = await hot.open_pool(get_settings().database_url, "outbox-test-month-carry", max_size=1)
     try:
-        batch = await hot.claim_batch(pool, "high", 10, 30.0, datetime.now(UTC))
+        batch = await hot_batch.claim_batch(pool, "high", 10, 30.0, datetime.now(UTC))
         by_id = {r.claim.id: r.claim for r in batch.ready}
         assert set(by_id) == {old, new} and not batch.long_way, batch
         assert by_id[old].created_at == july and month_of(by_id[new].created_at) == month_of(now_)
-        got = await hot.record_batch(pool, [hot.Attempted(c, Succeeded(False), datetime.now(UTC), 200, 1.0,
+        got = await hot_batch.record_batch(pool, [hot_batch.Attempted(c, Succeeded(False), datetime.now(UTC), 200, 1.0,
                                                           f"ref-{c.id}") for c in by_id.values()], "month-carry")
     finally:
         await pool.close()

@@ -24,7 +24,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from domain.delivery import hot, sql, sql_record
+from domain.delivery import hot, hot_batch, sql, sql_record
 from domain.delivery.retry import Succeeded
 from domain.retention.partitions import ensure_partitions
 from domain.settings import reload_settings
@@ -103,12 +103,12 @@ async def _rounds(url: str, eng: sa.Engine, claim_stmt: str, record_stmt: str,
                     "'order.approved', '{}', :k, 'QUEUED', 0, 0, 8)"), {"k": f"parts-run-{time.time_ns()}-{i}"})
             t0 = time.perf_counter()
             with _running(claim_stmt, record_stmt):
-                batch = await hot.claim_batch(pool, "high", 1, 30.0, datetime.now(UTC))
+                batch = await hot_batch.claim_batch(pool, "high", 1, 30.0, datetime.now(UTC))
             t1 = time.perf_counter()
             assert len(batch.ready) == 1, "the owed row was claimed and may go"
             (ready,) = batch.ready
             with _running(claim_stmt, record_stmt):
-                got = await hot.record_batch(pool, [hot.Attempted(
+                got = await hot_batch.record_batch(pool, [hot_batch.Attempted(
                     ready.claim, Succeeded(False), datetime.now(UTC), 200, 1.0, f"bench-{ready.claim.id}")],
                     "bench-partitions")
             t2 = time.perf_counter()

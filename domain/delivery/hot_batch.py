@@ -1,0 +1,242 @@
+"""The workers' store, a batch at a time (a batched lane's drain loop, jobs/batches.py): up to N rows claimed in one
+statement and every take in one more sent with the COMMIT; a batch's answers recorded in one transaction, each row
+under its own claim token. Like hot.py (the same pool, the same statements' psycopg forms): only the common case is
+done here, and any row that is not goes the long way alone (claims.py in a thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from domain.delivery import claims, sql, sql_record
+from domain.delivery.claimed import Claim, Ready, SendContext, Take, claim_params, plan
+from domain.delivery.hot import Pool
+from domain.delivery.retry import Retry, RetryDecision, Succeeded
+
+log = logging.getLogger("outbox.delivery")
+
+
+@dataclass
+class Batch:
+    """One batch claim, committed: `ready` may be sent now (their takes held); `long_way` are claimed too (leased,
+    their tokens moved) but need claims.settle_claimed — `plan` said no (None), or their take was refused under its
+    savepoint (the Take, tried again there)."""
+
+    ready: list[Ready] = field(default_factory=list)
+    long_way: list[tuple[Claim, SendContext, Take | None]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ready) + len(self.long_way)
+
+
+class _Refused(Exception):
+    """Roll the take back to its savepoint: the row stays claimed, the long way takes again."""
+
+
+async def claim_batch(pool: Pool, lane: str, n: int, lease_seconds: float, now: datetime) -> Batch:
+    """Up to `n` due rows of `lane` in ONE statement (`sql.CLAIM_BATCH`), then in the same transaction every take
+    in one more (`sql.TAKE_BATCH`), sent with the COMMIT (`_claim_set_based_first`).
+    A dropped connection: an empty batch (whatever committed is leased, and its leases run out)."""
+    params = {**claim_params(0, lease_seconds, now), "lane": lane, "n": n}
+    del params["id"]
+    return await _claim_set_based_first(pool, sql.CLAIM_BATCH.pg, params, now)
+
+
+async def _claim_set_based_first(pool: Pool, stmt: str, params: dict[str, Any], now: datetime) -> Batch:
+    """Every take in ONE statement sent with the COMMIT (one round trip for both); a take it refuses (a cap slot
+    gone, a balance short) rolls the claim back whole, and the batch is claimed again with a savepoint per take
+    (the refused row alone goes the long way, where it is suppressed with its reason)."""
+    try:
+        return await _claim(pool, stmt, params, now, set_based=True)
+    except psycopg.errors.InvalidTextRepresentation as exc:  # a refused take: the whole claim rolled back
+        if sql.TAKE_REFUSED not in str(exc):
+            raise
+    return await _claim(pool, stmt, params, now, set_based=False)
+
+
+@dataclass(frozen=True)
+class BulkFlow:
+    """One (tenant, campaign) flow owing bulk rows: the tenant's own pace (None: the lane's), the campaign's channel
+    (None: campaign 0, a tenant's one-by-one bulk messages, on any channel)."""
+
+    tenant_id: int
+    campaign_id: int
+    tenant_rate: float | None
+    channel: str | None
+
+
+async def bulk_flows(pool: Pool) -> list[BulkFlow]:
+    """The bulk lane's flows (`sql.BULK_DUE_FLOWS`: one index probe per flow)."""
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(sql.BULK_DUE_FLOWS.pg)).fetchall()
+    return [BulkFlow(int(r["tenant_id"]), int(r["campaign_id"]),
+                     None if r["tenant_rate"] is None else float(r["tenant_rate"]), r["channel"]) for r in rows]
+
+
+async def claim_bulk_batch(pool: Pool, flows: list[BulkFlow], n: int, quotas: dict[str, int],
+                           capped: dict[int, int], lease_seconds: float, now: datetime) -> Batch:
+    """Up to `n` due bulk rows in ONE statement (`sql.CLAIM_BULK_BATCH`), shared fairly between `flows`, never more
+    of a channel than `quotas[channel]` (its bucket's tokens taken) nor of a capped tenant than `capped[tenant]`
+    (its moments reserved); then every take in ONE statement sent with the COMMIT (`sql.TAKE_BATCH`). A take the
+    set-based statement refuses (a cap slot gone, a balance short) rolls the claim back whole and the batch is
+    claimed again the row-by-row way (a savepoint per take: the refused row alone is suppressed)."""
+    chs = [ch for ch, q in quotas.items() if q > 0]
+    params = {**claim_params(0, lease_seconds, now), "n": n, "ft": [f.tenant_id for f in flows],
+              "fc": [f.campaign_id for f in flows], "chs": chs, "quotas": [quotas[ch] for ch in chs],
+              "capped": list(capped), "capq": list(capped.values())}
+    del params["id"]
+    return await _claim_set_based_first(pool, sql.CLAIM_BULK_BATCH.pg, params, now)
+
+
+async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *, set_based: bool) -> Batch:
+    """A batch claim's one transaction. `set_based`: every take in one `TAKE_BATCH` pipelined with the COMMIT
+    (refused: `InvalidTextRepresentation` at the commit, nothing kept); else each take under its own savepoint."""
+    batch = Batch()
+    try:
+        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+            rows = await (await conn.execute(stmt, params)).fetchall()
+            takes: list[tuple[Claim, Take]] = []
+            seen: set[tuple[int, str, Any]] = set()
+            for row in rows:
+                c, x = Claim.from_mapping(row), SendContext.from_mapping(row)
+                take = plan(c, x, now)
+                if take is None:
+                    batch.long_way.append((c, x, None))
+                    continue
+                if take.takes_nothing:
+                    batch.ready.append(Ready(c, take.contact, take.body))
+                    continue
+                if set_based:
+                    # One row per (tenant, recipient, day) in the statement; another goes the long way (its take
+                    # tried again in a transaction of its own, after this one's).
+                    if take.day is not None and (c.tenant_id, c.recipient, take.day) in seen:
+                        batch.long_way.append((c, x, take))
+                        continue
+                    seen.add((c.tenant_id, c.recipient, take.day))
+                    takes.append((c, take))
+                    continue
+                try:
+                    async with conn.transaction():  # SAVEPOINT
+                        got = await (await conn.execute(sql.TAKE.pg, take.params(c))).fetchone()
+                        if got is None or not got["slot_ok"] or not got["paid"]:
+                            raise _Refused
+                except _Refused:  # ROLLBACK TO SAVEPOINT: nothing of the take stays
+                    batch.long_way.append((c, x, take))
+                    continue
+                batch.ready.append(Ready(c, take.contact, take.body))
+            if takes:
+                ps = [t.params(c) for c, t in takes]
+                await conn.execute(sql.TAKE_BATCH.pg, {
+                    "ns": [p["n"] for p in ps], "ts": [p["t"] for p in ps], "rs": [p["r"] for p in ps],
+                    "days": [p["day"] for p in ps], "caps": [p["cap"] for p in ps], "cs": [p["c"] for p in ps],
+                    "vs": [p["v"] for p in ps], "reasons": [p["reason"] for p in ps], "cas": [p["ca"] for p in ps]})
+                batch.ready += [Ready(c, t.contact, t.body) for c, t in takes]
+    except psycopg.errors.TransactionRollback:  # a deadlock, nothing kept: the drain loop claims again at once
+        raise
+    except psycopg.OperationalError as exc:
+        log.warning("batch claim failed (%s); its leases, if it committed, run out", type(exc).__name__)
+        return Batch()
+    return batch
+
+
+@dataclass(frozen=True)
+class Attempted:
+    """One row's attempt (a batch's or the per-row job's), to record under its claim's token."""
+
+    claim: Claim
+    decision: RetryDecision
+    started: datetime
+    status_code: int | None
+    latency_ms: float
+    provider_reference: str | None
+    excerpt: str | None = None
+    error: str | None = None  # what failed when no answer came (timeout, connection, url_not_allowed): logged
+
+    def kw(self, worker: str) -> dict[str, Any]:
+        return {"worker": worker, "started": self.started, "status_code": self.status_code,
+                "latency_ms": self.latency_ms, "provider_reference": self.provider_reference,
+                "excerpt": self.excerpt}
+
+
+class _NotClean(Exception):
+    def __init__(self, ids: set[int]) -> None:
+        super().__init__(f"{len(ids)} rows go the long way")
+        self.ids = ids
+
+
+def _fast_outcome(a: Attempted) -> str:
+    if isinstance(a.decision, Retry):
+        return "retry"
+    assert isinstance(a.decision, Succeeded)
+    return "already_processed" if a.decision.already_processed else "sent"
+
+
+async def _record_clean(pool: Pool, rows: list[Attempted], worker: str) -> None:
+    """`RECORD_SENT_BATCH` + `RECORD_RETRY_BATCH` + `PENDING_RECEIPTS_BATCH` in one transaction; rolled back whole
+    (`_NotClean`, naming the rows) when any row matched nothing or has a receipt pending."""
+    sent = [a for a in rows if isinstance(a.decision, Succeeded)]
+    retry = [a for a in rows if isinstance(a.decision, Retry)]
+    async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+        done_sent = done_retry = None
+        if sent:
+            ps = [claims.record_params(a.claim, a.decision, **a.kw(worker)) for a in sent]
+            done_sent = await conn.execute(sql_record.RECORD_SENT_BATCH.pg, {
+                "worker": worker, "ids": [p["id"] for p in ps], "finals": [p["final"] for p in ps],
+                "ps": [p["p"] for p in ps], "keys": [p["key"] for p in ps], "nos": [p["no"] for p in ps],
+                "starteds": [p["started"] for p in ps], "outcomes": [p["outcome"] for p in ps],
+                "codes": [p["code"] for p in ps], "latencies": [float(p["latency"]) for p in ps],
+                "excerpts": [p["excerpt"] for p in ps], "cas": [p["ca"] for p in ps]})
+        if retry:
+            ps = [claims.record_params(a.claim, a.decision, **a.kw(worker)) for a in retry]
+            done_retry = await conn.execute(sql_record.RECORD_RETRY_BATCH.pg, {
+                "worker": worker, "ids": [p["id"] for p in ps], "toks": [p["tok"] for p in ps],
+                "delays": [float(p["delay"]) for p in ps], "errs": [p["err"] for p in ps],
+                "nos": [p["no"] for p in ps], "starteds": [p["started"] for p in ps],
+                "codes": [p["code"] for p in ps], "latencies": [float(p["latency"]) for p in ps],
+                "excerpts": [p["excerpt"] for p in ps], "cas": [p["ca"] for p in ps]})
+        # Its own snapshot, after the rows' locks: a receipt committed while the records waited is seen.
+        pending = await conn.execute(sql_record.PENDING_RECEIPTS_BATCH.pg, {"ids": [a.claim.id for a in rows]})
+        matched: set[int] = set()
+        for cur in (done_sent, done_retry):
+            if cur is not None:
+                matched.update(int(r["id"]) for r in await cur.fetchall())
+        odd = {a.claim.id for a in rows if a.claim.id not in matched}
+        odd.update(int(r["id"]) for r in await pending.fetchall())
+        if odd:
+            raise _NotClean(odd)
+
+
+async def record_batch(pool: Pool, attempts: list[Attempted], worker: str) -> dict[int, str]:
+    """Every outcome of a batch in one transaction: the accepted sends and the retries of rows still ours, each
+    fenced by its own token (`sql_record.RECORD_SENT_BATCH`, `sql_record.RECORD_RETRY_BATCH`), then the batch's
+    receipt check.
+    A row that matched nothing (stale, a late truth) or has a receipt pending rolls that transaction back; the
+    clean rows are recorded again without it (a new transaction), and it goes the long way (claims.record) alone,
+    as does every row that is not the common case (a failure, a tenant endpoint's answer: its breaker moves).
+    Returns each row's outcome by id."""
+    out: dict[int, str] = {}
+    fast = [a for a in attempts if isinstance(a.decision, Succeeded | Retry) and a.claim.endpoint_id is None]
+    fast_ids = {a.claim.id for a in fast}
+    slow = [a for a in attempts if a.claim.id not in fast_ids]
+    while fast:
+        try:
+            await _record_clean(pool, fast, worker)
+        except _NotClean as odd:
+            slow += [a for a in fast if a.claim.id in odd.ids]
+            fast = [a for a in fast if a.claim.id not in odd.ids]
+            continue
+        except psycopg.OperationalError as exc:  # a dropped connection, a deadlock: row by row, the long way
+            log.warning("fast batch record failed (%s); the long way", type(exc).__name__)
+            slow += fast
+            break
+        out.update((a.claim.id, _fast_outcome(a)) for a in fast)
+        break
+    for a in slow:
+        out[a.claim.id] = await asyncio.to_thread(claims.record, a.claim, a.decision, **a.kw(worker))
+    return out
