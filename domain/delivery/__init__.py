@@ -9,7 +9,10 @@
 - `hot` — the workers' store: claim and record on an async psycopg pool, one row at a time.
 - `hot_batch` — the same store a batch at a time: N rows claimed in one statement, their answers in one record.
 - `claims` — the long way of a claim and a record (sync SQLAlchemy): suppress, defer, caps, breaker, late truth.
-- `sql` — the claim path's named statements, and the rest of delivery's.
+- `sql` — the claim's named statements: the lease, the take, the long way's settlements before a send.
+- `sql_record` — the record's statements, and the receipts'.
+- `sql_review` — the operators' statements: lanes paused and resumed, rows replayed or resolved.
+- `sql_reads` — the read models' statements: what holds an owed row, the relay's scan, /ops, /metrics.
 - `retry` — pure: an attempt's outcome classified, retry or fail decided.
 - `circuit` — a tenant endpoint's breaker: its state read at claim, moved by each answer.
 - `receipts` — provider delivery receipts, applied now or kept for a row still owed.

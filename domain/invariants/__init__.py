@@ -1,6 +1,9 @@
 """The invariants of ARCHITECTURE.md, checked: each counts its offending rows (0 when it holds), and how often the
-fence worked. Read by `outbox check`, the tests, the drills and the ops screen. Their statements are this package's
-`sql.py`, as every capability's are."""
+fence worked (`invariant_counts`, `fence_counts` below). Read by `outbox check`, the tests, the drills and the ops
+screen. One line per module:
+
+- `sql` — each invariant as one statement returning 0 when it holds, and the fence's outcomes.
+"""
 
 from __future__ import annotations
 
