@@ -271,9 +271,8 @@ SELECT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = :lane AND l.paused) 
 # out): a batched lane's idle loop sleeps until then instead of a whole idle poll. Served by
 # notifications_owed_by_lane_due; the rows leased now (at most the lane's batches in flight) are stepped over, and
 # a paused lane has nothing due (its loop waits out its poll).
-# NULL when nothing is owed: `greatest(min(...), now())` ignored the NULL min of an empty lane and said "due now",
-# so every idle batched worker's loop 0 claimed every NEXT_DUE_FLOOR_S (≈ 9 % of a core each, at rest). The
-# caller takes a past due time as 0.
+# NULL when nothing is owed (so `min(...)` alone, never `greatest(min(...), now())`, which would say "due now" for
+# an empty lane and wake an idle loop every NEXT_DUE_FLOOR_S). The caller takes a past due time as 0.
 NEXT_DUE_IN_LANE: Final = Statement(f"""
 SELECT extract(epoch FROM min(next_attempt_at) - now()) AS due_in_s FROM (
   SELECT next_attempt_at FROM notifications

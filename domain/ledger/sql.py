@@ -27,8 +27,8 @@ _PRICE = "coalesce((SELECT price_cents FROM channel_prices WHERE tenant_id = :t 
 # table's unique keys must hold the month): the key first, `ON CONFLICT DO NOTHING` — a concurrent writer of the
 # same key waits for ours and then skips, as `ON CONFLICT (dedupe_key)` on the ledger did — and the row only for a
 # key that was new, in the same statement.
-# `:rows` is one JSON array: twelve typed arrays (one per column) spent ~17% of the order command's CPU in psycopg's
-# dumpers.
+# `:rows` is one JSON array, not a typed array per column: psycopg dumping a dozen arrays was a large share of the
+# order command's CPU (the profile: evidence/bench.md).
 # The relay hears of every lane that got a row (`pg_notify` is transactional: only if the caller commits; one per
 # lane, as PostgreSQL folds equal notifications of a transaction into one anyway). Before, a message was three
 # statements (insert, set job id, notify): the order command's two rows were six round trips.
