@@ -127,7 +127,7 @@ class Settings(BaseSettings):
     batch_size_critical: int = Field(4, ge=1, le=500, validation_alias="OUTBOX_BATCH_SIZE_CRITICAL")
     batch_loops_critical: int = Field(4, ge=1, le=32, validation_alias="OUTBOX_BATCH_LOOPS_CRITICAL")
     batch_size_bulk: int = Field(32, ge=1, le=500, validation_alias="OUTBOX_BATCH_SIZE_BULK")
-    batch_loops_bulk: int = Field(4, ge=1, le=32, validation_alias="OUTBOX_BATCH_LOOPS_BULK")
+    batch_loops_bulk: int = Field(2, ge=1, le=32, validation_alias="OUTBOX_BATCH_LOOPS_BULK")
     # Seconds one drain loop per worker waits for a wake-up before it claims anyway (a lost wake-up, a retry come
     # due). 0: none polls; only wake-ups bring a claim (the relay's scan wakes a lane that owes a due row).
     batch_idle_poll: float = Field(1.0, ge=0, le=60, validation_alias="OUTBOX_BATCH_IDLE_POLL")

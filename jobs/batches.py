@@ -67,6 +67,8 @@ RECORD_WINDOW_S: Final = 0.005
 # An idle loop's shortest sleep before it claims a row that came due (a due row a claim skipped, locked by
 # another, must not make it spin).
 NEXT_DUE_FLOOR_S: Final = 0.01
+# A loop that just worked and could not read when the lane's next row comes due reads again this soon.
+NEXT_DUE_RETRY_S: Final = 0.1
 
 
 # The bulk lane's window is wider: its commits are what a one-time code's commit queues behind (WAL flushes), and a
@@ -210,15 +212,15 @@ async def deliver_bulk_batch(ctx: dict[str, Any], size: int) -> int:
             batch = await hot_batch.claim_bulk_batch(pool, flows, size, quotas, {t: len(m) for t, m in moments.items()},
                                                s.lease_seconds, now)
         finally:  # what the claim did not use goes back (all of it when the claim failed: its leases run out)
-            claimed = [r.claim for r in batch.ready] + [c for c, _, _ in batch.long_way]
+            claimed_rows = [r.claim for r in batch.ready] + [c for c, _, _ in batch.long_way]
             used: dict[str, int] = {}
-            for c in claimed:
+            for c in claimed_rows:
                 used[c.channel] = used.get(c.channel, 0) + 1
             await ratelimit.refund(redis, {keys[ch]: n - used.get(ch, 0) for ch, n in quotas.items()},
                                    bulk_burst(rate))
             not_before: dict[int, float] = {}
             for t, waits in moments.items():
-                mine = sorted(c.id for c in claimed if c.tenant_id == t)
+                mine = sorted(c.id for c in claimed_rows if c.tenant_id == t)
                 not_before.update((i, claim_started + w) for i, w in zip(mine, waits, strict=False))
                 await ratelimit.unreserve(redis, f"{TENANT_RATE_KEY}{t}", rates[t], len(waits) - len(mine))
         if not len(batch):
@@ -242,7 +244,9 @@ async def drain(ctx: dict[str, Any], index: int) -> None:
     clear — then the claim that follows the clear starts after the commit and sees the row (or another loop's claim
     took it) — or it comes after the clear, and the bell stays rung, so the wait below returns at once and the loop
     claims again. A Redis ring the critical lane drops (`Doorbell.ring_unless_claimed_since`) is one a claim begun
-    after it arrived answered, or whose rows were all claimed. A publish lost altogether (Redis away) costs loop
+    after it arrived answered, or whose rows were all claimed — a claim that FAILED answered nothing, so it raises
+    (domain/delivery/hot_batch.py `_claim`, never an empty batch) and this loop claims again after its backoff instead
+    of sleeping on the ring it took. A publish lost altogether (Redis away) costs loop
     0's idle poll (`OUTBOX_BATCH_IDLE_POLL`) or the relay's next scan, which publishes again.
     A full batch sets the event itself: the lane's other loops join in while more may be due.
     Retries need no wake-up: RECORD_RETRY sets next_attempt_at, and loop 0's poll claims the row once it is due.
@@ -271,7 +275,10 @@ async def drain(ctx: dict[str, Any], index: int) -> None:
             if got >= size:
                 wake.set()
             continue
-        timeout, worked = await _idle_wait(ctx, poll, worked), False
+        try:
+            timeout, worked = await _idle_wait(ctx, poll, worked), False
+        except psycopg.Error:  # the next due row unknown: after work, a retry just recorded may be it; look again
+            timeout = NEXT_DUE_RETRY_S if worked else poll  # soon, still as a loop that worked (it must not forget)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await wake.wait()
@@ -283,13 +290,12 @@ async def _idle_wait(ctx: dict[str, Any], poll: float | None, after_work: bool =
     until woken, except just after it worked (`after_work`): then until the next row comes due too, once. Nothing
     is published when a retry comes due: a retry recorded by another loop than loop 0, while loop 0 slept on a
     wait it had computed before the retry existed, waited out loop 0's whole poll (a 30 s poll failed
-    `test_a_retry_is_claimed_when_its_backoff_ends_not_at_the_next_idle_poll`)."""
+    `test_a_retry_is_claimed_when_its_backoff_ends_not_at_the_next_idle_poll`). The read failing raises
+    (`drain` looks again soon after work: a loop that forgot it worked slept through the retry it had just
+    recorded)."""
     if poll is None and not after_work:
         return None
-    try:
-        due_in = await hot.next_due_in(ctx["db"], ctx["lane"])
-    except psycopg.Error:
-        return poll
+    due_in = await hot.next_due_in(ctx["db"], ctx["lane"])
     if due_in is None:
         return poll
     due = max(NEXT_DUE_FLOOR_S, due_in)

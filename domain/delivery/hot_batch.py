@@ -42,7 +42,7 @@ class _Refused(Exception):
 async def claim_batch(pool: Pool, lane: str, n: int, lease_seconds: float, now: datetime) -> Batch:
     """Up to `n` due rows of `lane` in ONE statement (`sql.CLAIM_BATCH`), then in the same transaction every take
     in one more (`sql.TAKE_BATCH`), sent with the COMMIT (`_claim_set_based_first`).
-    A dropped connection: an empty batch (whatever committed is leased, and its leases run out)."""
+    A dropped connection or a deadlock raises (`_claim`): never an empty batch."""
     params = {**claim_params(0, lease_seconds, now), "lane": lane, "n": n}
     del params["id"]
     return await _claim_set_based_first(pool, sql.CLAIM_BATCH.pg, params, now)
@@ -96,52 +96,52 @@ async def claim_bulk_batch(pool: Pool, flows: list[BulkFlow], n: int, quotas: di
 
 async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *, set_based: bool) -> Batch:
     """A batch claim's one transaction. `set_based`: every take in one `TAKE_BATCH` pipelined with the COMMIT
-    (refused: `InvalidTextRepresentation` at the commit, nothing kept); else each take under its own savepoint."""
+    (refused: `InvalidTextRepresentation` at the commit, nothing kept); else each take under its own savepoint.
+
+    A claim that failed (a dropped connection, a deadlock: `OperationalError`) raises to the drain loop, which
+    claims again after its backoff (jobs/batches.py `drain`; whatever committed is leased, and its leases run out).
+    Never an empty batch: an empty batch says "nothing was due when this claim began", and the critical lane's
+    worker drops a Redis ring that arrived before a claim began on that word (jobs/wake.py
+    `Doorbell.ring_unless_claimed_since`) — a failed claim taken for an empty one slept through the code it rang."""
     batch = Batch()
-    try:
-        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-            rows = await (await conn.execute(stmt, params)).fetchall()
-            takes: list[tuple[Claim, Take]] = []
-            seen: set[tuple[int, str, Any]] = set()
-            for row in rows:
-                c, x = Claim.from_mapping(row), SendContext.from_mapping(row)
-                take = plan(c, x, now)
-                if take is None:
-                    batch.long_way.append((c, x, None))
-                    continue
-                if take.takes_nothing:
-                    batch.ready.append(Ready(c, take.contact, take.body))
-                    continue
-                if set_based:
-                    # One row per (tenant, recipient, day) in the statement; another goes the long way (its take
-                    # tried again in a transaction of its own, after this one's).
-                    if take.day is not None and (c.tenant_id, c.recipient, take.day) in seen:
-                        batch.long_way.append((c, x, take))
-                        continue
-                    seen.add((c.tenant_id, c.recipient, take.day))
-                    takes.append((c, take))
-                    continue
-                try:
-                    async with conn.transaction():  # SAVEPOINT
-                        got = await (await conn.execute(sql.TAKE.pg, take.params(c))).fetchone()
-                        if got is None or not got["slot_ok"] or not got["paid"]:
-                            raise _Refused
-                except _Refused:  # ROLLBACK TO SAVEPOINT: nothing of the take stays
+    async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+        rows = await (await conn.execute(stmt, params)).fetchall()
+        takes: list[tuple[Claim, Take]] = []
+        seen: set[tuple[int, str, Any]] = set()
+        for row in rows:
+            c, x = Claim.from_mapping(row), SendContext.from_mapping(row)
+            take = plan(c, x, now)
+            if take is None:
+                batch.long_way.append((c, x, None))
+                continue
+            if take.takes_nothing:
+                batch.ready.append(Ready(c, take.contact, take.body))
+                continue
+            if set_based:
+                # One row per (tenant, recipient, day) in the statement; another goes the long way (its take
+                # tried again in a transaction of its own, after this one's).
+                if take.day is not None and (c.tenant_id, c.recipient, take.day) in seen:
                     batch.long_way.append((c, x, take))
                     continue
-                batch.ready.append(Ready(c, take.contact, take.body))
-            if takes:
-                ps = [t.params(c) for c, t in takes]
-                await conn.execute(sql.TAKE_BATCH.pg, {
-                    "ns": [p["n"] for p in ps], "ts": [p["t"] for p in ps], "rs": [p["r"] for p in ps],
-                    "days": [p["day"] for p in ps], "caps": [p["cap"] for p in ps], "cs": [p["c"] for p in ps],
-                    "vs": [p["v"] for p in ps], "reasons": [p["reason"] for p in ps], "cas": [p["ca"] for p in ps]})
-                batch.ready += [Ready(c, t.contact, t.body) for c, t in takes]
-    except psycopg.errors.TransactionRollback:  # a deadlock, nothing kept: the drain loop claims again at once
-        raise
-    except psycopg.OperationalError as exc:
-        log.warning("batch claim failed (%s); its leases, if it committed, run out", type(exc).__name__)
-        return Batch()
+                seen.add((c.tenant_id, c.recipient, take.day))
+                takes.append((c, take))
+                continue
+            try:
+                async with conn.transaction():  # SAVEPOINT
+                    got = await (await conn.execute(sql.TAKE.pg, take.params(c))).fetchone()
+                    if got is None or not got["slot_ok"] or not got["paid"]:
+                        raise _Refused
+            except _Refused:  # ROLLBACK TO SAVEPOINT: nothing of the take stays
+                batch.long_way.append((c, x, take))
+                continue
+            batch.ready.append(Ready(c, take.contact, take.body))
+        if takes:
+            ps = [t.params(c) for c, t in takes]
+            await conn.execute(sql.TAKE_BATCH.pg, {
+                "ns": [p["n"] for p in ps], "ts": [p["t"] for p in ps], "rs": [p["r"] for p in ps],
+                "days": [p["day"] for p in ps], "caps": [p["cap"] for p in ps], "cs": [p["c"] for p in ps],
+                "vs": [p["v"] for p in ps], "reasons": [p["reason"] for p in ps], "cas": [p["ca"] for p in ps]})
+            batch.ready += [Ready(c, t.contact, t.body) for c, t in takes]
     return batch
 
 

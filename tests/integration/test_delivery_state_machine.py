@@ -277,9 +277,11 @@ class DeliveryMachine(RuleBasedStateMachine):
                 await pool.close()
 
         batch = _run(go())
-        claimed = [r.claim for r in batch.ready] + [c for c, _, _ in batch.long_way]
-        assert len(claimed) <= size and all(
-            sum(1 for c in claimed if c.channel == ch) <= tokens for ch in ("sms", "email", "whatsapp"))
+        # Not `claimed`: that name is the module whose `Ready` the loop below asks for (shadowed, every bulk batch
+        # with a row the long way settles raised AttributeError instead of checking it).
+        taken = [r.claim for r in batch.ready] + [c for c, _, _ in batch.long_way]
+        assert len(taken) <= size and all(
+            sum(1 for c in taken if c.channel == ch) <= tokens for ch in ("sms", "email", "whatsapp"))
         ready = list(batch.ready)
         for c, x, refused in batch.long_way:
             got = claims.settle_claimed(c, x, now, worker, refused)

@@ -9,7 +9,11 @@ Invariants protected:
 - a LISTEN connection that drops (its backend terminated) is listened again, and the next commit rings through it;
 - the after-commit Redis wake-up of a code its NOTIFY already got claimed starts no second claim (it names the
   code, which was claimed here: dropped), while a Redis ring no NOTIFY came before — a lane resumed — still rings
-  a claim, with the worker listening, and the row it was for is sent.
+  a claim, with the worker listening, and the row it was for is sent;
+- a claim that failed (its connection dropped) is not a claim that saw the commit: the code whose Redis ring it
+  made the worker drop is claimed again at once, not at the idle poll;
+- a loop that recorded a retry and could not read when the lane's next row comes due does not forget it worked:
+  the retry is claimed at its backoff, not at the idle poll.
 
 The worker runs in this process (the real `settings_for("critical")`: its pool, drain loops and HTTP client against
 the session's receiver) so the test can read where each ring came from (`LaneWorker.rung_by`). No fixed sleeps:
@@ -25,6 +29,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -167,8 +172,12 @@ async def test_a_dropped_listen_connection_is_listened_again(critical) -> None: 
     assert w.rung_by["postgres"] > before
 
 
-async def test_the_after_commit_wake_up_of_a_code_already_claimed_rings_no_second_claim(critical, wake_messages):  # type: ignore[no-untyped-def]
+async def test_the_after_commit_wake_up_of_a_code_already_claimed_rings_no_second_claim(  # type: ignore[no-untyped-def]
+        critical, wake_messages, monkeypatch):
     w = critical
+    # The late ring is decided after the code's claim is noted, however loaded the machine (a claim took 479 ms at
+    # load 11): what is under test is the drop of a ring whose rows were claimed, not how soon a claim commits.
+    monkeypatch.setattr(wake, "SECOND_RING_DELAY_S", 2.0)
     before = dict(w.rung_by)
     code = _ledgered_code()  # its NOTIFY rings the claim
     pool = await wakeups.arq_pool()
@@ -211,3 +220,101 @@ async def test_a_redis_ring_no_notify_came_before_still_rings_a_claim_while_list
     finally:
         with get_engine().begin() as c:
             c.execute(sa.text("UPDATE lane_controls SET paused = false WHERE lane = 'critical'"))
+
+
+async def test_a_claim_that_failed_answers_no_ring_a_code_is_claimed_again_not_at_the_idle_poll(  # type: ignore[no-untyped-def]
+        critical, monkeypatch):
+    """A late Redis ring is dropped when a drain loop began a claim after it arrived (`ring_unless_claimed_since`):
+    that claim saw the commit — unless it failed. Here the code's NOTIFY rings a loop; the event loop reads the
+    code's after-commit Redis wake-up before that loop runs (a busy worker reads both in one turn); the loop's claim
+    then fails on a dropped connection (hot_batch.py `_claim`). The Redis ring is dropped as answered by that claim; the
+    code must still be claimed and sent now, not at loop 0's idle poll a minute away (nor the relay's next scan)."""
+    w = critical
+    bell, pool = w.batch_wake, w.ctx["db"]
+    real_wait, real_connection, real_second_ring = bell.wait, pool.connection, w._second_ring
+    redis_read = asyncio.Event()
+    hold = {"woken": False}  # armed: the next loop woken waits until the Redis wake-up was read
+    down = {"on": False}  # armed: every drain loop's use of the pool fails, as on a connection the server dropped
+    failed: list[str] = []
+
+    async def wait() -> None:
+        await real_wait()
+        if hold["woken"]:
+            hold["woken"] = False
+            await redis_read.wait()
+
+    async def second_ring(arrived: float, named: frozenset[int]) -> None:
+        redis_read.set()
+        await real_second_ring(arrived, named)
+
+    @contextlib.asynccontextmanager
+    async def connection(timeout: float | None = None) -> AsyncIterator[Any]:
+        task = asyncio.current_task()
+        name = task.get_name() if task is not None else ""
+        if down["on"] and name.startswith("drain-critical-"):
+            failed.append(name)
+            raise psycopg.OperationalError("server closed the connection unexpectedly (the test's)")
+        async with real_connection(timeout) as conn:
+            yield conn
+
+    monkeypatch.setattr(bell, "wait", wait)
+    monkeypatch.setattr(w, "_second_ring", second_ring)
+    monkeypatch.setattr(pool, "connection", connection)
+    try:
+        bell.ring_all()  # every loop goes round once, and waits again through `wait` above
+        await _until(lambda: _settled(w), "every drain loop asleep")
+        before = dict(w.rung_by)
+        hold["woken"] = down["on"] = True
+        code = _ledgered_code()  # its NOTIFY rings one loop, held until the Redis wake-up below is read
+        await _until(lambda: w.rung_by["postgres"] > before["postgres"], "the code's NOTIFY rang")
+        redis = await wakeups.arq_pool()
+        try:  # the producer's after-commit wake-up, naming the code
+            assert await wakeups.enqueue(redis, [code.owed()], name_rows=True) == 1
+        finally:
+            await redis.aclose()
+        await _until(lambda: w.rung_by["redis_after_a_claim"] > before["redis_after_a_claim"],
+                     "the Redis ring dropped: a claim began after it arrived")
+        assert failed, "the claim the NOTIFY rang failed on its connection"
+        down["on"] = False  # the database is back
+        (r,) = rows("id = :i", i=code.notification_id)
+        assert r.status == "QUEUED" and r.claimed_at is None, "the failed claim kept nothing"
+        await _until(lambda: _sent(code.notification_id), "the code sent after its claim failed, not at the poll")
+    finally:
+        down["on"] = hold["woken"] = False
+        redis_read.set()
+
+
+async def test_a_retry_is_claimed_at_its_backoff_even_when_the_next_due_read_after_it_failed(  # type: ignore[no-untyped-def]
+        critical, monkeypatch):
+    """A drain loop that just recorded a retry reads when the lane's next row comes due and sleeps until then: no
+    ring comes for a retry, and loop 0 sleeps on a wait it computed before the retry existed (a minute here). When
+    that one read fails (a dropped connection), the loop must not forget it worked and sleep on the doorbell (or
+    loop 0's whole poll): the code's second attempt comes at its backoff, not at the idle poll."""
+    import httpx
+
+    from domain.delivery import hot
+    from tests.integration.conftest import RECEIVER
+
+    real_next_due_in = hot.next_due_in
+    armed = {"on": True}
+    failed: list[str] = []
+
+    async def next_due_in(pool: Any, lane: str) -> float | None:
+        if armed["on"]:
+            armed["on"] = False
+            task = asyncio.current_task()
+            failed.append(task.get_name() if task is not None else "")
+            raise psycopg.OperationalError("server closed the connection unexpectedly (the test's)")
+        return await real_next_due_in(pool, lane)
+
+    monkeypatch.setattr(hot, "next_due_in", next_due_in)
+    httpx.post(f"{RECEIVER}/faults", json={"fail_503": 1})  # the code's first attempt answers 503: a retry
+    try:
+        nid = _code()  # its NOTIFY rings one loop, which claims it, records the retry, then reads the next due row
+        await _until(lambda: failed, "the next-due read after the retry failed")
+        await _until(lambda: _sent(nid), "the retry sent at its backoff, not at the idle poll a minute away")
+        (r,) = rows("id = :i", i=nid)
+        assert r.attempts == 2, "the first attempt was the 503's retry, the second sent it"
+    finally:
+        armed["on"] = False
+        httpx.post(f"{RECEIVER}/faults", json={})
