@@ -130,7 +130,12 @@ class JourneyMachine(RuleBasedStateMachine):
     def worker_crashes_between_claim_and_send(self) -> None:
         due = self._due()
         if due:
-            claims.claim(due[0], 30, datetime.now(UTC), "crashing")
+            got = claims.claim(due[0], 30, datetime.now(UTC), "crashing")
+            if isinstance(got, claimed.Exhausted):  # every attempt lost to crashes: it failed, its nudge is over
+                for lead in self.leads:
+                    if self.live[lead] is not None and _live(lead) is None:
+                        self.live[lead] = None
+                return
             with get_engine().begin() as c:  # it died: its lease runs out
                 c.execute(sa.text("UPDATE notifications SET leased_until = now() - interval '1 second' "
                                   "WHERE id = :i"), {"i": due[0]})
