@@ -58,41 +58,112 @@ async def _store_message(provider: str, m: ProviderMessageIn) -> tuple[str, bool
     return stored, stored == ref
 
 
+RECEIPT_BATCH_MAX = 100  # receipts in one post (the app takes up to 500)
+RECEIPT_BATCH_WINDOW_S = 0.02  # how long a receipt waits for others to share its post
+RECEIPT_POSTS_IN_FLIGHT = 4  # posts of one provider at once (a slow app does not hold up the next batch)
+
+
 async def send_receipt(provider: str, reference: str, outcome: str, client_reference: str) -> None:
-    """Signed like any Standard Webhook, posted to the configured app only; retried while the app has not yet
-    recorded the send. `client_reference` echoes the sender's idempotency key, as real providers echo metadata."""
+    """After the receipt delay, the receipt joins its provider's next post: a receipt alone is posted as one
+    (Standard Webhooks, its id the webhook id), receipts ready within `RECEIPT_BATCH_WINDOW_S` of each other as one
+    batch (as SendGrid or Twilio post their events), signed once. `client_reference` echoes the sender's idempotency
+    key, as real providers echo metadata."""
     switches = await faults.current()
     delay = switches.receipt_delay if switches and switches.receipt_delay is not None else get_settings().receipt_delay
     await asyncio.sleep(delay)
-    if not await _still_held(reference):  # the provider forgot the message meanwhile (the mock was reset): no receipt
-        return
-    receipt_id = f"rcpt-{reference}"
+    posted = asyncio.get_running_loop().create_future()
+    _batcher(provider).put_nowait(({"receipt_id": f"rcpt-{reference}", "provider_reference": reference,
+                                    "outcome": outcome, "client_reference": client_reference}, posted))
+    await posted  # as before batching: the background task ends when its receipt was posted (or given up)
+
+
+_Waiting = tuple[dict[str, str], "asyncio.Future[None]"]
+_batchers: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Queue[_Waiting]] = {}
+_posting: set[asyncio.Task[None]] = set()
+
+
+def _batcher(provider: str) -> asyncio.Queue[_Waiting]:
+    """The provider's queue of receipts to post, with its one collecting task (one per event loop)."""
+    loop = asyncio.get_running_loop()
+    queue = _batchers.get((loop, provider))
+    if queue is None:
+        queue = _batchers[(loop, provider)] = asyncio.Queue()
+        task = loop.create_task(_collect(provider, queue, asyncio.Semaphore(RECEIPT_POSTS_IN_FLIGHT)))
+        _posting.add(task)
+    return queue
+
+
+async def _collect(provider: str, queue: asyncio.Queue[_Waiting], in_flight: asyncio.Semaphore) -> None:
+    """For ever: the first receipt waiting, and every other ready within the window, up to a batch; each batch
+    posted by a task of its own."""
+    loop = asyncio.get_running_loop()
+    while True:
+        batch = [await queue.get()]
+        until = loop.time() + RECEIPT_BATCH_WINDOW_S
+        while len(batch) < RECEIPT_BATCH_MAX and (left := until - loop.time()) > 0:
+            try:
+                batch.append(await asyncio.wait_for(queue.get(), left))
+            except TimeoutError:
+                break
+        await in_flight.acquire()
+        task = loop.create_task(_post_receipts(provider, batch))
+        _posting.add(task)
+        task.add_done_callback(lambda done: _posted(done, in_flight))
+
+
+def _posted(task: asyncio.Task[None], in_flight: asyncio.Semaphore) -> None:
+    _posting.discard(task)
+    in_flight.release()
+
+
+async def _post_receipts(provider: str, waiting: list[_Waiting]) -> None:
+    """Posted to the configured app only; retried while the app does not answer. Only receipts of messages the
+    provider still holds (a reset of this mock forgets them). Each waiting sender is told when it is done."""
+    receipts = [receipt for receipt, _ in waiting]
+    try:
+        held = await _still_held([r["provider_reference"] for r in receipts])
+        receipts = [r for r in receipts if r["provider_reference"] in held]
+        if not receipts:
+            return
+        if len(receipts) == 1:
+            webhook_id, body = receipts[0]["receipt_id"], json.dumps(receipts[0])
+        else:
+            webhook_id = f"rbatch-{uuid.uuid4().hex}"
+            body = json.dumps({"batch_id": webhook_id, "receipts": receipts})
+        await _post(provider, webhook_id, body)
+    except Exception as exc:  # a mock's receipt lost: the app's record stands (as a provider's outage would)
+        log.warning("receipts not posted: %s", type(exc).__name__)
+    finally:
+        for _, posted in waiting:
+            if not posted.done():
+                posted.set_result(None)
+
+
+async def _post(provider: str, webhook_id: str, body: str) -> None:
     callback_url = f"{get_settings().app_url}/api/v1/receipts/{provider}"
-    body = json.dumps({"receipt_id": receipt_id, "provider_reference": reference, "outcome": outcome,
-                       "client_reference": client_reference})
     client = _receipt_client()
     for attempt in range(20):
         try:
             r = await client.post(callback_url, content=body,
-                                  headers=signed_headers(get_settings().receipt_secret, receipt_id, body))
-            if r.status_code < 300 or r.status_code in (400, 401, 404):
+                                  headers=signed_headers(get_settings().receipt_secret, webhook_id, body))
+            if r.status_code < 300 or r.status_code in (400, 401, 404, 422):
                 return
         except httpx.HTTPError:
             pass
         await asyncio.sleep(min(0.25 * (attempt + 1), 2.0))
 
 
-HELD_MESSAGE = "SELECT 1 FROM provider_messages WHERE reference = %(ref)s"
+HELD_MESSAGES = "SELECT reference FROM provider_messages WHERE reference = ANY(%(refs)s)"
 
 
-async def _still_held(reference: str) -> bool:
-    """The provider still holds the message it is about to post a receipt for. A reset of this mock (each test's
-    start: `tests/conftest.py reset_receiver`) empties its messages; a receipt of one sent before it, still waiting
-    out its delay, would otherwise land in the next test and match that test's message of the same idempotency key
-    (a journey's nudge for the same lead and step) — DELIVERED before any worker ran."""
+async def _still_held(references: list[str]) -> set[str]:
+    """Which of these messages the provider still holds, as it is about to post their receipts. A reset of this
+    mock (each test's start: `tests/conftest.py reset_receiver`) empties its messages; a receipt of one sent before
+    it, still waiting out its delay, would otherwise land in the next test and match that test's message of the
+    same idempotency key (a journey's nudge for the same lead and step) — DELIVERED before any worker ran."""
 
-    async def read(c: AsyncConnection) -> bool:
-        return await (await c.execute(HELD_MESSAGE, {"ref": reference})).fetchone() is not None
+    async def read(c: AsyncConnection) -> set[str]:
+        return {str(r[0]) for r in await (await c.execute(HELD_MESSAGES, {"refs": references})).fetchall()}
 
     return await db.run(read)
 

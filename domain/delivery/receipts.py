@@ -12,19 +12,42 @@ A receipt names the provider's reference and echoes the idempotency key we sent 
 - a `failed` receipt for a SENT row refunds it; DELIVERED is final (a later `failed` is closed, changing nothing);
   on a row settled unsent it is closed too (nothing was charged).
 Neither the reference nor the key known: kept as it arrived (support can see it), answered 404.
+
+A provider may post its receipts one at a time or many in one request (`apply_receipts`): a batch is ONE
+transaction — its rows found and locked in id order by one statement, its receipts kept by one statement, and
+every row's pending receipts settled by one call of `settle_receipts` — with an answer per receipt, as if each had
+come alone. A campaign's receipts then cost the API and the database a commit per batch, not per message.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from domain.db import UnitOfWork
-from domain.delivery.sql_record import BY_KEY, BY_REFERENCE, KEEP
+from domain.db import UnitOfWork, is_deadlock
+from domain.delivery.sql_record import BY_KEY, BY_REFERENCES, KEEP
 from domain.ledger.write import settle_receipts
 
-__all__ = ["BY_KEY", "BY_REFERENCE", "KEEP", "ReceiptResult", "apply_receipt"]
+__all__ = ["MAX_BATCH", "OUTCOMES", "Receipt", "ReceiptResult", "apply_receipt", "apply_receipts"]
+
+OUTCOMES = ("delivered", "failed")
+MAX_BATCH = 500  # receipts in one request: beyond it the provider splits (one transaction holds every row's lock)
+DEADLOCK_ATTEMPTS = 4
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """One receipt as the provider posts it: its id (unique for ever), the provider's reference for the message,
+    delivered or failed, and the idempotency key we sent, echoed back (found by it while the reference is unknown)."""
+
+    receipt_id: str
+    reference: str
+    outcome: str
+    client_reference: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,23 +60,57 @@ class ReceiptResult:
 
 def apply_receipt(provider: str, receipt_id: str, reference: str, outcome: str, client_reference: str | None = None,
                   engine: Engine | None = None) -> ReceiptResult:
-    """Keep the receipt, then settle it with its row ("applied" — or closed, when it no longer applies); "pending"
-    while its row is still owed and the receipt waits for the record."""
-    if outcome not in ("delivered", "failed"):
-        raise ValueError("outcome must be delivered or failed")
+    """One receipt: a batch of one (`apply_receipts`)."""
+    return apply_receipts(provider, [Receipt(receipt_id, reference, outcome, client_reference)], engine)[0]
+
+
+def apply_receipts(provider: str, receipts: Sequence[Receipt], engine: Engine | None = None) -> list[ReceiptResult]:
+    """Keep each receipt, then settle it with its row ("applied" — or closed, when it no longer applies); "pending"
+    while its row is still owed and the receipt waits for the record. One answer per receipt, in order. A receipt id
+    twice in one batch is kept once (the second answers "duplicate"). An outcome other than delivered or failed
+    refuses the whole batch (ValueError) before anything is written. Chosen as a deadlock's victim (a batch's rows
+    against another many-row statement), the whole transaction runs again: nothing of it was kept."""
+    for r in receipts:
+        if r.outcome not in OUTCOMES:
+            raise ValueError(f"receipt {r.receipt_id!r}: outcome must be delivered or failed")
+    if len(receipts) > MAX_BATCH:
+        raise ValueError(f"at most {MAX_BATCH} receipts in one batch")
+    for attempt in range(DEADLOCK_ATTEMPTS):
+        try:
+            return _apply(provider, receipts, engine)
+        except sa.exc.OperationalError as exc:
+            if not is_deadlock(exc) or attempt == DEADLOCK_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _apply(provider: str, receipts: Sequence[Receipt], engine: Engine | None) -> list[ReceiptResult]:
+    if not receipts:
+        return []
     with UnitOfWork(engine) as uow:
-        x = uow.execute
-        n = x(BY_REFERENCE, {"r": reference, "p": provider}).first()
-        if n is None and client_reference is not None:
-            n = x(BY_KEY, {"k": client_reference, "p": provider}).first()
-        # receipt_id is unique: a provider retrying the same receipt changes nothing.
-        kept = x(KEEP, {"i": receipt_id, "p": provider, "r": reference, "o": outcome,
-                        "n": n.id if n is not None else None}).first()
-        if n is None:
-            uow.commit()
-            return ReceiptResult("unknown_reference")
-        if kept is None:
-            return ReceiptResult("duplicate", n.id, n.tenant_id, n.order_id)
-        applied = int(kept.id) in settle_receipts(uow, [int(n.id)])
+        by_reference = {str(row.provider_reference): row for row in uow.execute(
+            BY_REFERENCES, {"refs": sorted({r.reference for r in receipts}), "p": provider})}
+        rows: list[Any] = []
+        for r in receipts:
+            row = by_reference.get(r.reference)
+            if row is None and r.client_reference is not None:  # not recorded yet: the key we sent
+                row = uow.execute(BY_KEY, {"k": r.client_reference, "p": provider}).first()
+            rows.append(row)
+        first = {r.receipt_id: i for i, r in reversed(list(enumerate(receipts)))}  # a receipt id's first place
+        fresh = [i for i, r in enumerate(receipts) if first[r.receipt_id] == i]
+        kept = {str(k.receipt_id): int(k.id) for k in uow.execute(KEEP, {
+            "p": provider, "ids": [receipts[i].receipt_id for i in fresh],
+            "refs": [receipts[i].reference for i in fresh], "outcomes": [receipts[i].outcome for i in fresh],
+            "rows": [rows[i].id if rows[i] is not None else None for i in fresh]})}
+        settled = set(settle_receipts(uow, [int(row.id) for row in rows if row is not None]))
         uow.commit()
-    return ReceiptResult("applied" if applied else "pending", n.id, n.tenant_id, n.order_id)
+    results = []
+    for i, (r, row) in enumerate(zip(receipts, rows, strict=True)):
+        if row is None:
+            results.append(ReceiptResult("unknown_reference"))
+            continue
+        kept_id = kept.get(r.receipt_id) if first[r.receipt_id] == i else None
+        status = "duplicate" if kept_id is None else "applied" if kept_id in settled else "pending"
+        results.append(ReceiptResult(status, int(row.id), int(row.tenant_id),
+                                     None if row.order_id is None else int(row.order_id)))
+    return results

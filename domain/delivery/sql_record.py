@@ -153,18 +153,26 @@ CODE_OUTLIVED = sa.text(
     "AND oc.expires_at <= now() + make_interval(secs => :delay)")
 
 # ---- receipts (receipts.py) -------------------------------------------------------------------------------------
-_ROW = ("SELECT id, status, tenant_id, order_id, channel FROM notifications WHERE {where} AND channel = :p "
-        "FOR UPDATE")
-BY_REFERENCE = sa.text(_ROW.format(where="provider_reference = :r"))
-# The key we sent: the replay's own key when there is one (an old receipt never lands on a replayed message).
-# The dedupe key is found through `ledger_keys` (the ledger is partitioned; its key kept once there).
-BY_KEY = sa.text(_ROW.format(
-    where="((provider_key IS NULL AND id = ANY(ARRAY(SELECT notification_id FROM ledger_keys WHERE dedupe_key = :k)))"
-          " OR provider_key = :k)"))
-# A receipt id once, in any month: its key first (unpartitioned), the receipt only if the key is new.
+# A batch's rows by the provider's references, each locked (FOR UPDATE) in id order: two batches, or a batch and a
+# worker's record, take their rows in one order; the lock makes a receipt and its row's record take turns.
+BY_REFERENCES = sa.text(
+    "SELECT id, status, tenant_id, order_id, channel, provider_reference FROM notifications "
+    "WHERE provider_reference = ANY(CAST(:refs AS text[])) AND channel = :p ORDER BY id FOR UPDATE")
+# A receipt's row by the key we sent, when its reference is not on the row yet (the send is not recorded): the
+# replay's own key when there is one (an old receipt never lands on a replayed message). The dedupe key is found
+# through `ledger_keys` (the ledger is partitioned; its key kept once there).
+BY_KEY = sa.text(
+    "SELECT id, status, tenant_id, order_id, channel, provider_reference FROM notifications "
+    "WHERE ((provider_key IS NULL AND id = ANY(ARRAY(SELECT notification_id FROM ledger_keys WHERE dedupe_key = :k)))"
+    " OR provider_key = :k) AND channel = :p FOR UPDATE")
+# A batch's receipts kept, each receipt id once in any month: its key first (unpartitioned), the receipt only if
+# the key is new. Answers the receipts kept (a receipt id seen before is not among them).
 KEEP = sa.text(
-    "WITH k AS (INSERT INTO delivery_receipt_keys (receipt_id, received_at) VALUES (:i, now()) "
-    "ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id, received_at) "
+    "WITH v AS (SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:refs AS text[]), CAST(:outcomes AS text[]), "
+    "                                CAST(:rows AS bigint[])) AS v(receipt_id, reference, outcome, row_id)), "
+    "k AS (INSERT INTO delivery_receipt_keys (receipt_id, received_at) SELECT receipt_id, now() FROM v "
+    "      ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id, received_at) "
     "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome, notification_id, received_at) "
-    "SELECT receipt_id, CAST(:p AS text), CAST(:r AS text), CAST(:o AS text), CAST(:n AS bigint), received_at FROM k "
-    "RETURNING id")
+    "SELECT k.receipt_id, CAST(:p AS text), v.reference, v.outcome, v.row_id, k.received_at "
+    "FROM k JOIN v ON v.receipt_id = k.receipt_id "
+    "RETURNING id, receipt_id")

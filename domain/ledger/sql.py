@@ -199,6 +199,34 @@ PENDING_ON_ROWS = sa.text(
     "FROM delivery_receipts r JOIN notifications n ON n.id = r.notification_id "
     "WHERE r.notification_id = ANY(CAST(:ids AS bigint[])) AND r.applied_at IS NULL "
     "ORDER BY r.notification_id, r.id")
+# The common receipt in one statement for a whole batch: `delivered` on a row SENT (charged at the send, so no
+# money moves): the row DELIVERED and the receipt applied, together or not at all; a row's second `delivered`
+# receipt is left to `SETTLE_RECEIPTS` (it then agrees with a DELIVERED row), and a row with a `failed` receipt
+# before it to the one-at-a-time way (in the order they came). Answers the receipts applied.
+DELIVER_SENT_ROWS = sa.text(
+    """
+    WITH p AS (
+      SELECT DISTINCT ON (r.notification_id) r.id, r.received_at, r.notification_id, r.provider_reference
+      FROM delivery_receipts r JOIN notifications n ON n.id = r.notification_id
+      WHERE r.notification_id = ANY(CAST(:ids AS bigint[])) AND r.applied_at IS NULL AND r.outcome = 'delivered'
+        AND n.status = 'SENT' AND NOT EXISTS (
+          SELECT 1 FROM delivery_receipts f WHERE f.notification_id = r.notification_id AND f.applied_at IS NULL
+            AND f.outcome = 'failed' AND f.id < r.id)
+      ORDER BY r.notification_id, r.id
+    ), delivered AS (
+      UPDATE notifications n SET status = 'DELIVERED',
+             provider_reference = coalesce(n.provider_reference, p.provider_reference),
+             settled_at = coalesce(n.settled_at, now())
+      FROM p WHERE n.id = p.notification_id AND n.status = 'SENT'
+      RETURNING n.id
+    ), applied AS (
+      UPDATE delivery_receipts r SET applied_at = now()
+      FROM p WHERE r.id = p.id AND r.received_at = p.received_at AND r.applied_at IS NULL
+        AND p.notification_id IN (SELECT id FROM delivered)
+      RETURNING r.id, r.notification_id
+    )
+    SELECT id, notification_id FROM applied
+    """)
 ROW_FOR_RECEIPT = sa.text("SELECT status FROM notifications WHERE id = :n FOR UPDATE")
 SENT_UNDELIVERABLE = sa.text(
     "UPDATE notifications SET status = 'FAILED', settled_at = now(), last_error_class = 'undeliverable' "

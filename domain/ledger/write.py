@@ -233,15 +233,22 @@ def settle_receipts(uow: UnitOfWork, notification_ids: Collection[int]) -> list[
     - `failed` on a row still owed (QUEUED: the worker has not recorded the send): kept, for whatever settles it.
 
     Money moves only for the first two, one receipt at a time against the row as it then stands (locked); the rest
-    is one statement. Safe to call for any rows: when nothing is pending on them (nearly always) it is one probe of
-    the partial index `delivery_receipts_pending`. Never commits."""
+    is one statement, and so is the common case of a batch of receipts — `delivered` on rows SENT, charged at the
+    send (`sql.DELIVER_SENT_ROWS`). Safe to call for any rows: when nothing is pending on them (nearly always) it is
+    one probe of the partial index `delivery_receipts_pending`. Never commits."""
     ids = sorted({int(i) for i in notification_ids})
     pending = uow.execute(sql.PENDING_ON_ROWS, {"ids": ids}).all() if ids else []
     if not pending:
         return []
     done: list[int] = []
+    delivered: dict[int, int] = {}  # receipt -> its row, just moved SENT -> DELIVERED (a batch's common case)
+    if any(r.outcome == "delivered" and r.status == "SENT" for r in pending):
+        delivered = {int(a.id): int(a.notification_id) for a in uow.execute(sql.DELIVER_SENT_ROWS, {"ids": ids})}
+        done += list(delivered)
+    delivered_rows = set(delivered.values())
     for r in pending:
-        if not _moves(r.outcome, r.status):
+        now = "DELIVERED" if r.notification_id in delivered_rows else r.status
+        if int(r.id) in delivered or not _moves(r.outcome, now):
             continue
         nid = int(r.notification_id)
         status = uow.execute(sql.ROW_FOR_RECEIPT, {"n": nid}).scalar()

@@ -45,7 +45,7 @@ from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork, get_engine
 from domain.delivery import claimed, claims, hot, hot_batch, review
 from domain.delivery.queue import LANES, queue_name
-from domain.delivery.receipts import apply_receipt
+from domain.delivery.receipts import Receipt, apply_receipt, apply_receipts
 from domain.delivery.retry import Outcome, Succeeded, decide_retry
 from domain.delivery.wakeups import arq_pool
 from domain.endpoints import store as endpoint_store
@@ -405,6 +405,22 @@ class DeliveryMachine(RuleBasedStateMachine):
         rid = rid if again else f"{rid}-{outcome}"
         apply_receipt(channel, rid, ref, outcome, key)
 
+    @rule(data=PICKS, size=st.integers(2, 6), outcomes=st.lists(st.sampled_from(["delivered", "failed"]), min_size=6,
+                                                                max_size=6), again=st.booleans())
+    def receipt_batch(self, data: Picks, size: int, outcomes: list[str], again: bool) -> None:
+        """A provider's batch of receipts (one transaction, `apply_receipts`): several of one channel, in any order,
+        a receipt id already seen among them when `again`, answered one by one as if each had come alone."""
+        if not self.provider.receipts:
+            return
+        channel = _pick(data, self.provider.receipts)[0]
+        mine = [r for r in self.provider.receipts if r[0] == channel]
+        batch = [Receipt(rid if again and i == 0 else f"{rid}-b{self.counter}-{i}", ref, outcomes[i], key)
+                 for i, (_, rid, ref, key) in enumerate(_pick(data, mine) for _ in range(size))]
+        self.counter += 1
+        results = apply_receipts(channel, batch)
+        assert len(results) == len(batch) and all(
+            r.status in ("applied", "pending", "duplicate", "unknown_reference") for r in results), results
+
     @rule(data=PICKS)
     def replay_failed(self, data: Picks) -> None:
         with get_engine().connect() as c:
@@ -717,8 +733,9 @@ class DeliveryMachine(RuleBasedStateMachine):
                     f.outcome, f.reference = self.provider.post(key, "accept", f.claim.channel)
                     self._record(f)
         assert self._owed() == [], f"seed {SEED}: rows still owed after the drain"
-        for channel, rid, ref, key in self.provider.receipts:  # every receipt arrives in the end
-            apply_receipt(channel, f"{rid}-final", ref, "delivered", key)
+        for channel in {r[0] for r in self.provider.receipts}:  # every receipt arrives in the end, a batch a channel
+            apply_receipts(channel, [Receipt(f"{rid}-final", ref, "delivered", key)
+                                     for ch, rid, ref, key in self.provider.receipts if ch == channel])
         self.outbox_check_is_clean()
         stranded = invariants.invariant_counts()["14 a receipt pending on a settled row"]
         assert stranded == 0, f"seed {SEED}: {stranded} receipt(s) left pending on a settled row"
