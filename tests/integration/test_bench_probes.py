@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from domain.db import get_engine
 from domain.delivery.lanes import set_lane_paused
 from jobs.drills.bench import lean
-from jobs.drills.bench.common import CpuWindow, cpu_ticks, orders
+from jobs.drills.bench.common import CpuWindow, PgCpu, cpu_ticks, orders
 from jobs.drills.bench.delivery import _approve, raw_posts
 from tests.integration.conftest import effects, rows
 
@@ -63,3 +63,22 @@ def test_proc_cpu_readers_count_real_work(services):
         asyncio.run(raw_posts(200, 8))
     assert "receiver" in cpu.used and cpu.receiver() > 0
     assert all(v >= 0 for v in cpu.used.values()) and cpu.ours() >= 0
+
+
+def test_pg_cpu_counts_a_backend_that_works_and_leaves_inside_the_window(db):
+    """`pg_cpu_ms_per_delivery` sizes PostgreSQL in docs/scaling.md: PgCpu must count the CPU of a backend that
+    connected, worked and disconnected inside its window (the lean probe's connections do exactly that), and must
+    not count a backend that only sat idle."""
+    engine = sa.create_engine(get_engine().url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as c:
+            c.execute(sa.text("SELECT 1"))
+            with PgCpu() as idle:
+                idle._sample()  # the open, idle connection seen twice: nothing to count
+        with PgCpu() as busy, engine.connect() as c:
+            c.execute(sa.text("SELECT count(*) FROM generate_series(1, 4000000)"))
+            busy._sample()  # its last sample before it leaves (the thread's may come first)
+    finally:
+        engine.dispose()
+    assert busy.used > 0.05, busy.used
+    assert idle.used < busy.used / 4, (idle.used, busy.used)

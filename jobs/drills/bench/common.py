@@ -194,6 +194,52 @@ class CpuWindow:
         return sum(v for name, v in self.used.items() if name.startswith("receiver"))
 
 
+class PgCpu:
+    """CPU seconds of the PostgreSQL backends serving this database over a `with` block (/proc, the bench runs
+    beside the server as root), sampled every 50 ms in a thread: a backend there as it begins counts from then, one
+    that connected inside it from zero, one that left inside it up to its last sample. The server's own processes
+    (WAL writer, checkpointer) are shared with everything else on the machine and left out."""
+
+    used = 0.0
+    INTERVAL_S = 0.05
+
+    def __init__(self) -> None:
+        self._first: dict[int, int] = {}
+        self._last: dict[int, int] = {}
+        self._stop = threading.Event()
+
+    @staticmethod
+    def _backends() -> list[int]:
+        with UnitOfWork() as uow:
+            return [int(p) for p in uow.execute(sa.text(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )).scalars()]
+
+    def _sample(self, first: bool = False) -> None:
+        for pid in self._backends():
+            ticks = cpu_ticks(pid)
+            if ticks == 0 and pid not in self._first:
+                continue
+            self._first.setdefault(pid, ticks if first else 0)
+            self._last[pid] = max(ticks, self._last.get(pid, 0))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.INTERVAL_S):
+            self._sample()
+
+    def __enter__(self) -> PgCpu:
+        self._sample(first=True)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        self.used = sum(max(0, self._last[pid] - self._first[pid]) for pid in self._first) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kb(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

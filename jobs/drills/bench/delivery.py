@@ -21,6 +21,7 @@ from domain.settings import get_settings
 from jobs.drills.bench import lean
 from jobs.drills.bench.common import (
     CpuWindow,
+    PgCpu,
     RssPeak,
     orders,
     owed_webhooks,
@@ -71,7 +72,7 @@ def bench_delivery(system: System, n: int, r: redis_lib.Redis) -> dict[str, floa
         system.worker("high", name=name)
     worker_ready(r, "high")
     say(f"draining {backlog} webhooks")
-    with RssPeak(system) as rss, CpuWindow(system) as cpu:
+    with RssPeak(system) as rss, CpuWindow(system) as cpu, PgCpu() as pg:
         set_lane_paused("high", False)  # NOTIFY wakes the relay, which enqueues the backlog
         took = wait_drained()
     raw_seq = asyncio.run(raw_posts(n, 1))
@@ -83,6 +84,7 @@ def bench_delivery(system: System, n: int, r: redis_lib.Redis) -> dict[str, floa
             "cpu_ms_per_delivery": ours * 1000 / backlog,
             "receiver_cpu_share": theirs / (ours + theirs) if ours + theirs > 0 else 0.0,
             "receiver_cpu_ms_per_delivery": theirs * 1000 / backlog,
+            "pg_cpu_ms_per_delivery": pg.used * 1000 / backlog,
             **{f"cpu_s.{name}": v for name, v in sorted(cpu.used.items())}}
 
 
@@ -95,11 +97,13 @@ def bench_lean(backlog: int) -> dict[str, float]:
     for oid in orders(backlog):
         _approve(oid)
     say(f"lean probe draining {owed_webhooks() - before} new webhooks ({before} owed before)")
-    got = lean.run_probe(lane="high")
+    with PgCpu() as pg:
+        got = lean.run_probe(lane="high")
     set_lane_paused("high", False)
     return {"lean_backlog": float(backlog), "lean_delivered": got["delivered"], "lean_batches": got["batches"],
             "e2e_lean_per_s": got["per_s"], "lean_cpu_ms_per_delivery":
-                got["cpu_s"] * 1000 / got["delivered"] if got["delivered"] else 0.0}
+                got["cpu_s"] * 1000 / got["delivered"] if got["delivered"] else 0.0,
+            "lean_pg_cpu_ms_per_delivery": pg.used * 1000 / got["delivered"] if got["delivered"] else 0.0}
 
 
 def e2e_keys(delivery: dict[str, float]) -> dict[str, float]:
@@ -110,6 +114,7 @@ def e2e_keys(delivery: dict[str, float]) -> dict[str, float]:
             "e2e_ratio_vs_receiver_raw": delivery["ratio_vs_10_concurrent"],
             "rss_total_mb_load": delivery["rss_total_mb_load"],
             "cpu_ms_per_delivery": delivery["cpu_ms_per_delivery"],
+            "pg_cpu_ms_per_delivery": delivery["pg_cpu_ms_per_delivery"],
             "receiver_cpu_share": delivery["receiver_cpu_share"]}
 
 
@@ -118,7 +123,8 @@ def lean_keys(delivery: dict[str, float], probe: dict[str, float]) -> dict[str, 
     return {"e2e_lean_per_s": probe["e2e_lean_per_s"],
             "e2e_ratio_lean": delivery["outbox_deliveries_per_s"] / probe["e2e_lean_per_s"]
             if probe["e2e_lean_per_s"] else 0.0,
-            "lean_cpu_ms_per_delivery": probe["lean_cpu_ms_per_delivery"]}
+            "lean_cpu_ms_per_delivery": probe["lean_cpu_ms_per_delivery"],
+            "lean_pg_cpu_ms_per_delivery": probe["lean_pg_cpu_ms_per_delivery"]}
 
 
 def bench_e2e_latency(rate: float, seconds: float = 10.0, most: int = 300) -> dict[str, float]:

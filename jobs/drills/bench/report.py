@@ -23,7 +23,9 @@ _KEYS = (
     "`e2e_raw_post_*` (one signed POST's round trip). `cpu_ms_per_delivery`: CPU (utime + stime, /proc, children "
     "included) of our worker, relay and API processes over the drain of that backlog, per webhook delivered, "
     "beside `lean_cpu_ms_per_delivery` (the lean probe's own process, same backlog); `receiver_cpu_share`: the "
-    "receiver's CPU over the same window as a share of ours plus its (PostgreSQL and Redis left out). "
+    "receiver's CPU over the same window as a share of ours plus its (PostgreSQL and Redis left out); "
+    "`pg_cpu_ms_per_delivery`: the PostgreSQL backends serving the bench's database over the same drain (/proc; "
+    "the server's WAL writer and checkpointer left out), beside `lean_pg_cpu_ms_per_delivery` (the lean probe's). "
     "`e2e_lean_per_s`: the lean probe — one asyncio process, raw psycopg and httpx, claiming 50 rows per statement "
     "(SKIP LOCKED, a lease and a fence token each) on 2 connections, POSTing them concurrently, signed as the "
     "workers sign, and recording each batch in one statement — on a backlog of the same size committed the same "
@@ -77,6 +79,7 @@ TARGETS: tuple[tuple[str, str, Callable[[float], bool], str], ...] = (
     ("e2e_ratio_lean", "≥ 0.8", lambda v: v >= 0.8, "e2e_lean_per_s"),
     ("e2e_events_per_s", "≥ 400 webhooks/s", lambda v: v >= 400, "receiver_raw_posts_per_s"),
     ("receiver_raw_posts_per_s", "> 400/s (the mock is never the limit)", lambda v: v > 400, "receiver_cpu_share"),
+    ("pg_cpu_ms_per_delivery", "— (sizes PostgreSQL)", lambda v: True, "lean_pg_cpu_ms_per_delivery"),
 )
 
 
