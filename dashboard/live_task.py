@@ -85,9 +85,14 @@ class LiveTask:
 
     async def read(self, load: Awaitable[T]) -> T:
         """A reload (started outside the state lock), and the session's check in the database beside it."""
-        ended, data = await asyncio.gather(self.state._session_ended(self._hashed), load)
+        return (await asyncio.gather(self.session_ended(), load))[1]
+
+    async def session_ended(self) -> bool:
+        """The session's check in the database alone (the order page starts it beside its reload and awaits it
+        first, to show a hint's revision before the reload answers); an ended session ends the task."""
+        ended = await self.state._session_ended(self._hashed)
         self.ended = self.ended or ended
-        return data
+        return ended
 
     def still_mine(self) -> bool:
         """Under the state lock, before the task reads what to reload or assigns what it read: the tab is still

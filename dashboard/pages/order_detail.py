@@ -26,6 +26,7 @@ from dashboard import live
 from dashboard.components import NOTE_MAX
 from dashboard.events import Followup, event
 from dashboard.format import MAX_ID, money, parse_id, when
+from dashboard.live_task import LiveTask
 from dashboard.pages.order_detail_data import PAST, history_page, load_order, missed_text, pushed_head, refused_text
 from dashboard.state import AuthState
 from domain.access.roles import Act, refusal
@@ -230,33 +231,31 @@ class OrderState(AuthState):
 
     @event(background=True)
     async def watch(self) -> None:
-        still_wanted = live.take_over_watch(self.router.session.client_token)
-        async with self:
-            session, order_id, seen, hashed = self._session(), self.order_id, self._version, self._session_hash
-        tenant = session[0]
+        task, (order_id, seen) = await LiveTask.start_reading(self, lambda: (self.order_id, self._version))
+        tenant = task.tenant
         if not tenant or not order_id:
             return  # a live task needs a logged-in operator of a tenant
-        view = live.view(order_channel(tenant, order_id), still_wanted,
+        view = task.view(order_channel(tenant, order_id),
                          functools.partial(order_views.order_version, tenant, order_id), seen)
         async with contextlib.aclosing(view.hints()) as hints:
             async for msg in hints:
                 # The message is only a hint: reload authorized state outside the lock, then assign. The session
                 # check (one small read) and the reload start together; an order's own hint says the revision and
                 # status it committed, shown as soon as the session check allows, ahead of the reload.
-                ended_t = asyncio.ensure_future(self._session_ended(hashed))
+                ended_t = asyncio.ensure_future(task.session_ended())
                 load_t = asyncio.ensure_future(asyncio.to_thread(load_order, tenant, order_id))
                 try:
-                    mine, shown = await self._show_hint(pushed_head(msg), ended_t, session, order_id)
+                    mine, shown = await self._show_hint(pushed_head(msg), ended_t, task, order_id)
                     if not mine:
                         return
-                    ended, (order, notes, version) = await asyncio.gather(ended_t, load_t)
+                    _, (order, notes, version) = await asyncio.gather(ended_t, load_t)
                 finally:
                     for t in (ended_t, load_t):
                         t.cancel()  # a task that returns or is cancelled leaves no read running for it
                 # Two deltas: the head (status, revision, who and when) goes out as soon as this block exits and
                 # renders on its own; the notifications table follows in a second, smaller-than-the-page render.
                 async with self:
-                    if not self._still_mine(ended, session, order_id):
+                    if not self._still_mine(task, order_id):
                         return  # another order, or logged out in this tab
                     head = await self.get_state(OrderHeadState)
                     before = head.revision if shown is None else shown  # what the view showed before this hint
@@ -271,7 +270,7 @@ class OrderState(AuthState):
                         head.pushed = order["last_change"]  # a change made elsewhere: say who and when
                     await self._apply_head(order, version)
                 async with self:
-                    if not self._still_mine(False, session, order_id):
+                    if not self._still_mine(task, order_id):
                         return
                     await self._apply_notes(order, notes)
                 view.seen = version
@@ -279,16 +278,16 @@ class OrderState(AuthState):
                     latency = (time.time() - float(msg["published_at"])) * 1000
                     await asyncio.to_thread(telemetry.record_push_latency, tenant, latency)
 
-    async def _show_hint(self, pushed: tuple[int, str] | None, ended_t: asyncio.Future[bool],
-                         session: tuple[int, int], order_id: int) -> tuple[bool, int | None]:
+    async def _show_hint(self, pushed: tuple[int, str] | None, ended_t: asyncio.Future[bool], task: LiveTask,
+                         order_id: int) -> tuple[bool, int | None]:
         """A hint's revision and status (`pushed_head`), shown before the reload when they are ahead of this view and
         its session has not ended. Returns whether the tab is still this operator's view of this order (if not, the
         live task stops) and the revision the view showed before the hint's, or None when nothing was shown."""
         if pushed is None:
             return True, None
-        ended = await ended_t
+        await ended_t
         async with self:
-            if not self._still_mine(ended, session, order_id):
+            if not self._still_mine(task, order_id):
                 return False, None
             head = await self.get_state(OrderHeadState)
             before = head.revision
@@ -297,12 +296,11 @@ class OrderState(AuthState):
             await self._apply_status(*pushed)
             return True, before
 
-    def _still_mine(self, ended: bool, session: tuple[int, int], order_id: int) -> bool:
-        """Under the state lock, before a live task assigns: the tab still shows this order to this operator, whose
-        session has not ended (an ended one is forgotten here, as any handler's `_fresh` would)."""
-        if ended:
-            self._forget_if(session)
-        return not ended and self.order_id == order_id and self._session() == session
+    def _still_mine(self, task: LiveTask, order_id: int) -> bool:
+        """Under the state lock, before the live task assigns: the tab still shows this order to the task's operator,
+        whose session has not ended (`LiveTask.still_mine`: an ended one is forgotten, as any handler's `_fresh`
+        would)."""
+        return task.still_mine() and self.order_id == order_id
 
 
 class OrderHeadState(OrderState):
