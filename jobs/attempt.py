@@ -2,7 +2,7 @@
 row in jobs/batches.py): its deadline inside the lease, the HTTP request (to the system's receiver and providers,
 or to a tenant's own endpoint), the answer classified and the retry decided (domain/delivery/retry.py, pure).
 
-The claim before it and the record after it are the store's (domain/delivery/hot.py); this module holds no SQL.
+The claim before it and the record after it are the store's (domain/delivery/store.py); this module holds no SQL.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, Final
 import httpx
 
 from domain import faults, logs
-from domain.delivery import claimed, claims, hot_batch
-from domain.delivery.claimed import Claim, Ready
+from domain.delivery import long_way, plan, store_batch
+from domain.delivery.plan import Claim, Ready
 from domain.delivery.retry import Outcome, decide_retry
 from domain.delivery.signing import signed_headers
 from domain.delivery.wakeups import publish_refresh
@@ -51,7 +51,7 @@ def attempt_deadline(lease_seconds: float) -> float:
 
 
 async def send_ready(ctx: dict[str, Any], r: Ready, claim_started: float,
-                     gate: asyncio.Semaphore | None = None) -> hot_batch.Attempted | None:
+                     gate: asyncio.Semaphore | None = None) -> store_batch.Attempted | None:
     """Send one claimed row within what is left of its attempt's deadline (counted from its claim, `claim_started`
     a monotonic time) and decide what comes next; None: not sent, its attempt given back (owed again at once) —
     too little of the lease was left, or its tenant endpoint was disabled or deleted since the claim. `gate`: the
@@ -71,9 +71,9 @@ async def send_ready(ctx: dict[str, Any], r: Ready, claim_started: float,
                 latency_ms = (time.perf_counter() - t0) * 1000
                 decision = decide_retry(outcome, c.attempts, c.max_attempts, s.backoff_base, s.backoff_cap,
                                         ctx["rng"])
-                return hot_batch.Attempted(c, decision, started, outcome.status_code, latency_ms, ref, outcome.excerpt,
-                                     outcome.error)
-    await asyncio.to_thread(claims.give_back, c)
+                return store_batch.Attempted(c, decision, started, outcome.status_code, latency_ms, ref,
+                                             outcome.excerpt, outcome.error)
+    await asyncio.to_thread(long_way.give_back, c)
     return None
 
 
@@ -104,7 +104,7 @@ async def _post(ctx: dict[str, Any], c: Claim, contact: str | None, text: str | 
             r = await client.post(f"{s.receiver_url}/webhooks/orders", content=body, headers=headers)
             return _answered(r.status_code, r.text, "result_ref")
         r = await client.post(f"{s.receiver_url}/providers/{c.channel}/messages", json={
-            "to": contact, "template": c.template, "body": text, "idempotency_key": claimed.idempotency_key(c),
+            "to": contact, "template": c.template, "body": text, "idempotency_key": plan.idempotency_key(c),
         })
         return _answered(r.status_code, r.text, "reference")
     except httpx.TransportError as exc:

@@ -1,7 +1,7 @@
 """Delivery's named SQL for the claim: the lease, the take, and the long way's settlements before a send.
 
 Each is ONE statement (a CTE), written once with `:name` parameters. A `Statement` holds it in the form each store
-runs: `.sa` for the sync store (claims.py, SQLAlchemy), `.pg` for the workers' async store (hot.py, psycopg's pool,
+runs: `.sa` for the sync store (long_way.py, SQLAlchemy), `.pg` for the workers' async store (store.py, psycopg's pool,
 prepared). Statements only the sync store runs are plain `sa.text`.
 
 - `CLAIM`: the guarded lease and the next fence token (FOR UPDATE of the row, taken by the UPDATE; a row another
@@ -122,8 +122,8 @@ WITH picked AS MATERIALIZED (
 ){_CLAIM_JOINED}""")
 
 # The bulk lane's flows, for its batch (jobs/batches.py `deliver_bulk_batch`) and for the relay's fair window
-# (fair.py): every (tenant, campaign) with owed bulk rows, by a skip scan over notifications_owed_bulk_flow (one index
-# probe per flow, however many rows each owes), with the tenant's own pace and the campaign's channel (NULL for a
+# (fair_queue.py): every (tenant, campaign) with owed bulk rows, by a skip scan over notifications_owed_bulk_flow (one
+# index probe per flow, however many rows each owes), with the tenant's own pace and the campaign's channel (NULL for a
 # tenant's one-by-one bulk messages, campaign 0).
 BULK_DUE_FLOWS: Final = Statement("""
 WITH RECURSIVE f AS (
@@ -206,7 +206,7 @@ WITH slot AS (
 TAKE: Final = Statement(_TAKE_STEPS + "SELECT (SELECT slot_ok FROM ok) AS slot_ok, "
                         "(:c <= 0 OR EXISTS (SELECT 1 FROM b)) AS paid\n")
 
-# `TAKE` for a claim that sends its COMMIT in the same round trip (the bulk lane's, domain/delivery/hot.py): the take
+# `TAKE` for a claim that sends its COMMIT in the same round trip (the bulk lane's, domain/delivery/store.py): the take
 # holds the tenant's balance row, which the tenant's one-time codes take too, and a COMMIT that waits for a busy,
 # niced bulk worker's next turn held it for tens of milliseconds. Refused (no cap slot, no money), it must abort its
 # transaction itself: its answer fails (SQLSTATE 22P02, `TAKE_REFUSED`) and the COMMIT after it rolls back.
@@ -290,7 +290,7 @@ CHANNEL_OF_IN_MONTH: Final = Statement(
     "WHERE n.id = :id AND n.created_at = CAST(:ca AS timestamptz) AND n.status = 'QUEUED'")
 
 
-# ---- the long way of the claim (claims.py) --------------------------------------------------------------------
+# ---- the long way of the claim (long_way.py) --------------------------------------------------------------------
 CAP_TAKEN = sa.text("SELECT taken FROM recipient_daily_counts WHERE tenant_id = :t AND recipient = :r AND day = :d")
 OPT_OUT_CHANGE = sa.text(
     "SELECT ch.changed_at, ch.actor_ref FROM recipient_changes ch JOIN recipients r ON r.id = ch.recipient_id "

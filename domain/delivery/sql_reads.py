@@ -88,7 +88,7 @@ SCAN_OWED_LANE = sa.text(_SCAN_OWED.format(lane="AND n.lane = :lane "))
 # Its plan, as the scan benchmark keeps it.
 EXPLAIN_SCAN_OWED_LANE = sa.text("EXPLAIN " + _SCAN_OWED.format(lane="AND n.lane = :lane "))
 
-# The bulk lane's fair window (fair.py): the lane's flows (`sql.BULK_DUE_FLOWS`, the skip scan one index probe per
+# The bulk lane's fair window (fair_queue.py): the lane's flows (`sql.BULK_DUE_FLOWS`, the skip scan one index probe per
 # flow), then each flow's oldest owed rows by the same index.
 SCAN_OWED_FLOW = sa.text(_SCAN_OWED.format(
     lane="AND n.lane = 'bulk' AND n.tenant_id = :t AND coalesce(n.campaign_id, 0) = :c "))

@@ -75,7 +75,7 @@ WITH n AS (
 SELECT count(*) AS matched FROM n
 """)
 
-# The batch forms (a batched lane's drain loop, domain/delivery/hot_batch.py `record_batch`): one statement for every
+# The batch forms (a batched lane's drain loop, domain/delivery/store_batch.py `record_batch`): one statement for every
 # accepted send of a batch, one for every retry, each row under exactly the guards of its one-row statement
 # above, its values unnested from arrays (one element per row, in the same order). RETURNING the ids matched:
 # a row that matched nothing (a stale token, a late truth) goes the long way, alone.
@@ -134,7 +134,7 @@ PENDING_RECEIPTS_BATCH: Final = Statement(
     "SELECT DISTINCT notification_id AS id FROM delivery_receipts "
     "WHERE notification_id = ANY(CAST(:ids AS bigint[])) AND applied_at IS NULL")
 
-# The long way's attempt line (claims.py): the same row as the records above, its partition key (the message's
+# The long way's attempt line (long_way.py): the same row as the records above, its partition key (the message's
 # `created_at`) read from the message in the same statement.
 ATTEMPT_LINE: Final = Statement("""
 INSERT INTO notification_attempts (notification_id, attempt_no, worker, started_at, finished_at, outcome, status_code,

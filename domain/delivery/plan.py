@@ -4,7 +4,7 @@
 rules and the send need). `plan` answers with a `Take` — the cap slot, the template version and the price that
 `sql.TAKE` takes in one statement — or None for anything else (suppress, defer, a cap slot of another day, a
 superseded nudge, a cancelled campaign, a one-time code past its end of life): that goes the long way,
-claims.py's `_decide_and_take`, which settles it in the same transaction. Pure: no unit of work, no SQL.
+long_way.py's `_decide_and_take`, which settles it in the same transaction. Pure: no unit of work, no SQL.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Claim:
     ep_open_until: datetime | None = None
     otp_expires_at: datetime | None = None
     # The breaker's half-open probe this claim took (what it wrote as the breaker's time; None: it took none). Set
-    # by the long way when it hands the claim out; giving the claim back gives the probe back (claims.give_back).
+    # by the long way when it hands the claim out; giving the claim back gives the probe back (long_way.give_back).
     probe_until: datetime | None = None
 
     @classmethod

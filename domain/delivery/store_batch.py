@@ -1,7 +1,7 @@
 """The workers' store, a batch at a time (a batched lane's drain loop, jobs/batches.py): up to N rows claimed in one
 statement and every take in one more sent with the COMMIT; a batch's answers recorded in one transaction, each row
-under its own claim token. Like hot.py (the same pool, the same statements' psycopg forms): only the common case is
-done here, and any row that is not goes the long way alone (claims.py in a thread).
+under its own claim token. Like store.py (the same pool, the same statements' psycopg forms): only the common case is
+done here, and any row that is not goes the long way alone (long_way.py in a thread).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 import psycopg
 
-from domain.delivery import claims, sql, sql_record
-from domain.delivery.claimed import Claim, Ready, SendContext, Take, claim_params, plan
-from domain.delivery.hot import Pool
+from domain.delivery import long_way, sql, sql_record
+from domain.delivery.plan import Claim, Ready, SendContext, Take, claim_params, plan
 from domain.delivery.retry import Retry, RetryDecision, Succeeded
+from domain.delivery.store import Pool
 
 log = logging.getLogger("outbox.delivery")
 
@@ -25,7 +25,7 @@ log = logging.getLogger("outbox.delivery")
 @dataclass
 class Batch:
     """One batch claim, committed: `ready` may be sent now (their takes held); `long_way` are claimed too (leased,
-    their tokens moved) but need claims.settle_claimed — `plan` said no (None), or their take was refused under its
+    their tokens moved) but need long_way.settle_claimed — `plan` said no (None), or their take was refused under its
     savepoint (the Take, tried again there)."""
 
     ready: list[Ready] = field(default_factory=list)
@@ -185,7 +185,7 @@ async def _record_clean(pool: Pool, rows: list[Attempted], worker: str) -> None:
     async with pool.connection() as conn, conn.pipeline(), conn.transaction():
         done_sent = done_retry = None
         if sent:
-            ps = [claims.record_params(a.claim, a.decision, **a.kw(worker)) for a in sent]
+            ps = [long_way.record_params(a.claim, a.decision, **a.kw(worker)) for a in sent]
             done_sent = await conn.execute(sql_record.RECORD_SENT_BATCH.pg, {
                 "worker": worker, "ids": [p["id"] for p in ps], "finals": [p["final"] for p in ps],
                 "ps": [p["p"] for p in ps], "keys": [p["key"] for p in ps], "nos": [p["no"] for p in ps],
@@ -193,7 +193,7 @@ async def _record_clean(pool: Pool, rows: list[Attempted], worker: str) -> None:
                 "codes": [p["code"] for p in ps], "latencies": [float(p["latency"]) for p in ps],
                 "excerpts": [p["excerpt"] for p in ps], "cas": [p["ca"] for p in ps]})
         if retry:
-            ps = [claims.record_params(a.claim, a.decision, **a.kw(worker)) for a in retry]
+            ps = [long_way.record_params(a.claim, a.decision, **a.kw(worker)) for a in retry]
             done_retry = await conn.execute(sql_record.RECORD_RETRY_BATCH.pg, {
                 "worker": worker, "ids": [p["id"] for p in ps], "toks": [p["tok"] for p in ps],
                 "delays": [float(p["delay"]) for p in ps], "errs": [p["err"] for p in ps],
@@ -217,7 +217,7 @@ async def record_batch(pool: Pool, attempts: list[Attempted], worker: str) -> di
     fenced by its own token (`sql_record.RECORD_SENT_BATCH`, `sql_record.RECORD_RETRY_BATCH`), then the batch's
     receipt check.
     A row that matched nothing (stale, a late truth) or has a receipt pending rolls that transaction back; the
-    clean rows are recorded again without it (a new transaction), and it goes the long way (claims.record) alone,
+    clean rows are recorded again without it (a new transaction), and it goes the long way (long_way.record) alone,
     as does every row that is not the common case (a failure, a tenant endpoint's answer: its breaker moves).
     Returns each row's outcome by id."""
     out: dict[int, str] = {}
@@ -238,5 +238,5 @@ async def record_batch(pool: Pool, attempts: list[Attempted], worker: str) -> di
         out.update((a.claim.id, _fast_outcome(a)) for a in fast)
         break
     for a in slow:
-        out[a.claim.id] = await asyncio.to_thread(claims.record, a.claim, a.decision, **a.kw(worker))
+        out[a.claim.id] = await asyncio.to_thread(long_way.record, a.claim, a.decision, **a.kw(worker))
     return out

@@ -1,13 +1,14 @@
-"""Claim and record: the worker's store (procrastinate's manager). Two transactions per attempt; the worker
-(jobs/worker.py) holds no SQL, it calls `claim`, does the HTTP, then calls `record`.
+"""The long way of a claim and a record, on synchronous SQLAlchemy: every case the workers' store (store.py,
+store_batch.py) hands over. Two transactions per attempt; the worker (jobs/worker.py) holds no SQL, it calls
+`claim`, does the HTTP, then calls `record`.
 
 `claim` is ONE transaction: the lease, the floor rules at send time (eligibility, opt-out, quiet hours, cap), and —
 for a message that may go — its cap slot and its price taken with guarded updates (domain/ledger/metering.py). It
 settles what must not go (SUPPRESSED with its reason, or deferred to the end of quiet hours) in that same transaction.
 `record` settles the attempt: SENT keeps the money, FAILED gives it back; only contract errors go to review.
 The common case of each is one statement (domain/delivery/sql.py `CLAIM` then `TAKE`; sql_record.py `RECORD_SENT` or
-`RECORD_RETRY`), decided by claimed.py's `plan`; everything else goes the long way below, in the same transaction.
-The workers run the same statements through an async pool first (hot.py) and come here for the long way.
+`RECORD_RETRY`), decided by plan.py's `plan`; everything else goes the long way below, in the same transaction.
+The workers run the same statements through an async pool first (store.py) and come here for the long way.
 Status machine: QUEUED -> SENT -> DELIVERED | FAILED; QUEUED -> FAILED | SUPPRESSED.
 
 Fencing: every claim takes the row's next `claim_token`; every write that follows — suppress, defer, retry, fail —
@@ -28,7 +29,7 @@ from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
 from domain.delivery import circuit, sql, sql_record
-from domain.delivery.claimed import (
+from domain.delivery.plan import (
     Claim,
     ClaimResult,
     Deferred,
@@ -103,7 +104,7 @@ def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str
 
 def settle_claimed(c: Claim, x: SendContext, now: datetime, worker: str = "worker", refused: Take | None = None,
                    engine: Engine | None = None) -> ClaimResult:
-    """The long way for a row a batch claim already holds (hot_batch.claim_batch committed its lease and token): what
+    """The long way for a row a batch claim already holds (store_batch.claim_batch committed its lease and token): what
     `plan` left out is decided and settled here (`_decide_and_take`), or, `refused` given, the take the batch's
     savepoint rolled back is tried again (`take_for_send`: at the cap or without the money it is suppressed with
     its reason). One transaction; every write in it is fenced by the claim's token."""
