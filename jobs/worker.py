@@ -118,24 +118,25 @@ async def _unclaimed(ctx: dict[str, Any], notification_id: int) -> str:
 
 
 def _bind(got: plan.ClaimResult) -> None:
-    c = got.claim
-    logs.bind_here(tenant=c.tenant_id, event_id=str(c.event_id) if c.event_id else None, attempt=c.attempts,
-                   request_id=c.envelope.request_id if c.envelope else None, channel=c.channel)
+    claim = got.claim
+    logs.bind_here(tenant=claim.tenant_id, event_id=str(claim.event_id) if claim.event_id else None,
+                   attempt=claim.attempts, request_id=claim.envelope.request_id if claim.envelope else None,
+                   channel=claim.channel)
     log.info("claimed", result=type(got).__name__.lower())
 
 
-async def _record(ctx: dict[str, Any], a: store_batch.Attempted) -> str:
+async def _record(ctx: dict[str, Any], attempted: store_batch.Attempted) -> str:
     """The attempt's outcome recorded under its claim's token; a retry goes back to arq with its backoff."""
-    if a.status_code is not None and 200 <= a.status_code < 300:
+    if attempted.status_code is not None and 200 <= attempted.status_code < 300:
         await attempt.armed_from_ops(ctx, "after_remote_accept_before_local_ack")
         faults.hit("after_remote_accept_before_local_ack")
-    result = await store.record(ctx["db"], a.claim, a.decision, **a.kw(ctx["worker_name"]))
-    log.info("attempt recorded", result=result, status_code=a.status_code, error_class=a.error,
-             latency_ms=round(a.latency_ms, 1), retry_in=getattr(a.decision, "delay_seconds", None))
+    result = await store.record(ctx["db"], attempted.claim, attempted.decision, **attempted.kw(ctx["worker_name"]))
+    log.info("attempt recorded", result=result, status_code=attempted.status_code, error_class=attempted.error,
+             latency_ms=round(attempted.latency_ms, 1), retry_in=getattr(attempted.decision, "delay_seconds", None))
     faults.hit("after_local_ack")
-    await attempt.refresh_views(ctx, a.claim)
-    if isinstance(a.decision, retry.Retry) and result != "code_expired":  # a code's retry never outlives it
-        raise Retry(defer=a.decision.delay_seconds)
+    await attempt.refresh_views(ctx, attempted.claim)
+    if isinstance(attempted.decision, retry.Retry) and result != "code_expired":  # a code's retry never outlives it
+        raise Retry(defer=attempted.decision.delay_seconds)
     return result
 
 
@@ -143,9 +144,9 @@ async def take_tenant_token(redis: Any, route: long_way.BulkRoute) -> bool:
     """A capped tenant's moment (`OUTBOX_BULK_TENANT_RATE`, or the tenant's own rate), reserved and slept until;
     False: none near enough — the job ends unclaimed and the relay's next scan wakes the row again, in fair order
     (domain/delivery/fair_queue.py). Uncapped: True at once (the channel's bucket paces it, fair queueing orders it)."""
-    s = get_settings()
-    rate = fair_plan.tenant_rate(s.bulk_rate_per_second, s.bulk_tenant_rate, route.tenant_rate)
-    if rate >= s.bulk_rate_per_second:
+    settings = get_settings()
+    rate = fair_plan.tenant_rate(settings.bulk_rate_per_second, settings.bulk_tenant_rate, route.tenant_rate)
+    if rate >= settings.bulk_rate_per_second:
         return True
     wait = await ratelimit.reserve(redis, f"{TENANT_RATE_KEY}{route.tenant_id}", rate, fair_plan.reserve_ahead(rate))
     if wait < 0:
@@ -182,9 +183,9 @@ def settings_for(lane: str) -> dict[str, Any]:
         # The claim/record path's own pool, one per lane worker process (domain/delivery/store.py).
         # Its backends at the lane's CPU priority too, when PostgreSQL runs on this machine (LANE_NICENESS).
         # Through PgBouncer (OUTBOX_PGBOUNCER_URL): unprepared, its backends shared and never reniced.
-        s = get_settings()
-        ctx["db"] = await store.open_pool(s.pooled_database_url, f"outbox-worker-{lane}",
-                                          niceness=LANE_NICENESS.get(lane, 0), prepared=not s.pgbouncer_url)
+        settings = get_settings()
+        ctx["db"] = await store.open_pool(settings.pooled_database_url, f"outbox-worker-{lane}",
+                                          niceness=LANE_NICENESS.get(lane, 0), prepared=not settings.pgbouncer_url)
         await batches.start_drains(ctx)  # a batched lane's resident loops (the arq worker runs beside them)
 
     async def shutdown(ctx: dict[str, Any]) -> None:
@@ -212,5 +213,5 @@ def settings_for(lane: str) -> dict[str, Any]:
 
 def run_worker(lane: str, burst: bool = False) -> None:
     os.nice(LANE_NICENESS.get(lane, 0))
-    w = LaneWorker(lane, **settings_for(lane), burst=burst)  # woken by each enqueue, not by a tight poll
-    w.run()
+    worker = LaneWorker(lane, **settings_for(lane), burst=burst)  # woken by each enqueue, not by a tight poll
+    worker.run()

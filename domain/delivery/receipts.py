@@ -42,18 +42,17 @@ def apply_receipt(provider: str, receipt_id: str, reference: str, outcome: str, 
     if outcome not in ("delivered", "failed"):
         raise ValueError("outcome must be delivered or failed")
     with UnitOfWork(engine) as uow:
-        x = uow.execute
-        n = x(BY_REFERENCE, {"r": reference, "p": provider}).first()
-        if n is None and client_reference is not None:
-            n = x(BY_KEY, {"k": client_reference, "p": provider}).first()
+        row = uow.execute(BY_REFERENCE, {"provider_reference": reference, "provider": provider}).first()
+        if row is None and client_reference is not None:
+            row = uow.execute(BY_KEY, {"key": client_reference, "provider": provider}).first()
         # receipt_id is unique: a provider retrying the same receipt changes nothing.
-        kept = x(KEEP, {"i": receipt_id, "p": provider, "r": reference, "o": outcome,
-                        "n": n.id if n is not None else None}).first()
-        if n is None:
+        kept = uow.execute(KEEP, {"receipt_id": receipt_id, "provider": provider, "provider_reference": reference,
+                                  "outcome": outcome, "notification_id": row.id if row is not None else None}).first()
+        if row is None:
             uow.commit()
             return ReceiptResult("unknown_reference")
         if kept is None:
-            return ReceiptResult("duplicate", n.id, n.tenant_id, n.order_id)
-        applied = int(kept.id) in settle_receipts(uow, [int(n.id)])
+            return ReceiptResult("duplicate", row.id, row.tenant_id, row.order_id)
+        applied = int(kept.id) in settle_receipts(uow, [int(row.id)])
         uow.commit()
-    return ReceiptResult("applied" if applied else "pending", n.id, n.tenant_id, n.order_id)
+    return ReceiptResult("applied" if applied else "pending", row.id, row.tenant_id, row.order_id)

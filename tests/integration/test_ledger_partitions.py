@@ -296,18 +296,19 @@ async def test_the_hot_path_names_each_row_by_its_month(db: str) -> None:
                     new: f"DELIVERED notifications_{now_:%Y_%m} true"}, done
 
     c = by_id[old]
-    one_row = {"id": c.id, "ca": c.created_at, "final": "DELIVERED", "p": None, "key": c.dedupe_key, "no": 1,
-               "worker": "plan", "started": now_, "outcome": "sent", "code": 200, "latency": 1.0, "excerpt": None}
+    one_row = {"id": c.id, "created_at": c.created_at, "final": "DELIVERED", "provider_reference": None,
+               "key": c.dedupe_key, "attempt_no": 1, "worker": "plan", "started": now_, "outcome": "sent", "code": 200,
+               "latency": 1.0, "excerpt": None}
     assert _partitions_planned(sql_record.RECORD_SENT.text, one_row) == {"notifications_2026_07"}
-    by_id_alone = sql_record.RECORD_SENT.text.replace(" AND created_at = CAST(:ca AS timestamptz)", "")
+    by_id_alone = sql_record.RECORD_SENT.text.replace(" AND created_at = CAST(:created_at AS timestamptz)", "")
     assert by_id_alone != sql_record.RECORD_SENT.text
     assert len(_partitions_planned(by_id_alone, one_row)) >= len(MONTHS) + 2  # every month, ahead and DEFAULT
-    batch_row = {"worker": "plan", "ids": [c.id], "finals": ["DELIVERED"], "ps": [None], "keys": [c.dedupe_key],
-                 "nos": [1], "starteds": [now_], "outcomes": ["sent"], "codes": [200], "latencies": [1.0],
-                 "excerpts": [None], "cas": [c.created_at]}
+    batch_row = {"worker": "plan", "ids": [c.id], "finals": ["DELIVERED"], "provider_references": [None],
+                 "keys": [c.dedupe_key], "attempt_nos": [1], "starteds": [now_], "outcomes": ["sent"], "codes": [200],
+                 "latencies": [1.0], "excerpts": [None], "created_ats": [c.created_at]}
     assert _partitions_planned(sql_record.RECORD_SENT_BATCH.text, batch_row) == {"notifications_2026_07"}
-    take = {"t": 42, "r": "receiver", "day": None, "cap": 0, "c": 0, "n": c.id, "ca": c.created_at, "reason": "x",
-            "v": None}
+    take = {"tenant_id": 42, "recipient": "receiver", "day": None, "cap": 0, "cents": 0, "id": c.id,
+            "created_at": c.created_at, "reason": "x", "template_version": None}
     assert _partitions_planned(sql.TAKE.text, take) == {"notifications_2026_07"}
     assert_clean()
 
