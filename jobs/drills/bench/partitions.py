@@ -44,7 +44,8 @@ _CLAIM_WITH_MONTH, _RECORD_WITH_MONTH = _CLAIM.pg, _RECORD.pg
 _CLAIM_BY_ID = _CLAIM_WITH_MONTH.replace(
     "WHERE (id, created_at) IN (SELECT id, created_at FROM picked)", "WHERE id IN (SELECT id FROM picked)")
 _RECORD_BY_ID = _RECORD_WITH_MONTH.replace(
-    " AND notifications.created_at = v.vca\n    AND notifications.created_at = ANY(CAST(%(created_ats)s AS timestamptz[]))", "")
+    " AND notifications.created_at = v.vca\n"
+    "    AND notifications.created_at = ANY(CAST(%(created_ats)s AS timestamptz[]))", "")
 assert _CLAIM_BY_ID != _CLAIM_WITH_MONTH and _RECORD_BY_ID != _RECORD_WITH_MONTH
 
 
