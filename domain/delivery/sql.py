@@ -89,6 +89,7 @@ LEFT JOIN webhook_endpoints we ON we.id = c.endpoint_id AND we.tenant_id = c.ten
 ORDER BY c.id
 """
 
+# CLAIM: one owed row leased by id, with everything its decision and its send need.
 CLAIM: Final = Statement(f"""
 WITH c AS (
   {_CLAIM_SET}
@@ -96,6 +97,7 @@ WITH c AS (
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}""")
 
+# CLAIM_IN_MONTH: `CLAIM` of one row in the month its wake-up names.
 # `CLAIM` of a row whose month its wake-up carries (the relay's scan read the row's `created_at`, the ledger's
 # partition key, and the per-row job holds it): planned on that month's partition alone.
 CLAIM_IN_MONTH: Final = Statement(f"""
@@ -106,6 +108,7 @@ WITH c AS (
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}""")
 
+# CLAIM_BATCH: up to :limit due rows of one lane leased at once, oldest due first.
 # `CLAIM` for up to :limit due rows of one lane at once (a batched lane's drain loop, jobs/batches.py): the oldest due
 # first, each its own lease and next fence token; a row another claim (or the relay's scan) holds is skipped, not
 # waited on (SKIP LOCKED), so two loops or two workers never claim one row. The pick is a MATERIALIZED CTE: it is
@@ -121,6 +124,7 @@ WITH picked AS MATERIALIZED (
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}""")
 
+# BULK_DUE_FLOWS: the bulk lane's (tenant, campaign) flows that owe rows, with their pace and channel.
 # The bulk lane's flows, for its batch (jobs/batches.py `deliver_bulk_batch`) and for the relay's fair window
 # (fair_queue.py): every (tenant, campaign) with owed bulk rows, by a skip scan over notifications_owed_bulk_flow (one
 # index probe per flow, however many rows each owes), with the tenant's own pace and the campaign's channel (NULL for a
@@ -139,6 +143,7 @@ SELECT f.t AS tenant_id, f.c AS campaign_id, tn.bulk_rate_per_second AS tenant_r
 FROM f LEFT JOIN tenants tn ON tn.id = f.t LEFT JOIN campaigns cp ON f.c <> 0 AND cp.id = f.c ORDER BY f.t, f.c
 """)
 
+# CLAIM_BULK_BATCH: up to :limit due bulk rows leased at once, shared fairly between flows within quotas.
 # Then the claim: up to :limit due rows, shared fairly between the flows given (:flow_tenants, :flow_campaigns) —
 # each flow's oldest due rows (by its index, SKIP LOCKED: two loops never wait on each other), ranked by start-time
 # fair queueing within the batch (a row's virtual time: its rank in its flow × its tenant's flows in the batch, so
@@ -205,20 +210,24 @@ WITH slot AS (
 )
 """
 
-# The common case's take, answering what it took (`slot_ok`, `paid`): the caller decides on a refusal.
+# TAKE: the common case's take, answering what it took (`slot_ok`, `paid`): the caller decides on a refusal.
 TAKE: Final = Statement(_TAKE_STEPS + "SELECT (SELECT slot_ok FROM ok) AS slot_ok, "
                         "(:cents <= 0 OR EXISTS (SELECT 1 FROM b)) AS paid\n")
 
+# What a refused take's answer fails with (`TAKE_OR_ABORT`, `TAKE_BATCH`): the caller tells a refusal by it.
+TAKE_REFUSED: Final[str] = "take refused"
+
+# TAKE_OR_ABORT: `TAKE` that fails its own transaction when refused (a COMMIT sent with it).
 # `TAKE` for a claim that sends its COMMIT in the same round trip (the bulk lane's, domain/delivery/store.py): the take
 # holds the tenant's balance row, which the tenant's one-time codes take too, and a COMMIT that waits for a busy,
 # niced bulk worker's next turn held it for tens of milliseconds. Refused (no cap slot, no money), it must abort its
 # transaction itself: its answer fails (SQLSTATE 22P02, `TAKE_REFUSED`) and the COMMIT after it rolls back.
-TAKE_REFUSED: Final[str] = "take refused"
 TAKE_OR_ABORT: Final = Statement(_TAKE_STEPS + f"""SELECT CAST(
   CASE WHEN (SELECT slot_ok FROM ok) AND (:cents <= 0 OR EXISTS (SELECT 1 FROM b)) THEN 'true'
        ELSE '{TAKE_REFUSED}: slot ' || CAST((SELECT slot_ok FROM ok) AS text) END AS boolean) AS taken
 """)
 
+# TAKE_BATCH: every take of a batch in one statement, all or nothing.
 # Every take of a bulk batch in one statement (`TAKE` set-based): each row's cap slot, then each tenant's money for
 # its rows at once, the balance entries and the rows' held cents. All or nothing, and the COMMIT in the same round
 # trip (like `TAKE_OR_ABORT`: a tenant's balance row, which its one-time codes take too, is held only while the
@@ -262,6 +271,7 @@ SELECT CAST(
 """)
 
 
+# UNCLAIMED: why `CLAIM` matched nothing: the lane paused, or the row still claimable.
 # Why `CLAIM` matched nothing, read just after it: the lane is paused now, or the row is still claimable with the
 # lane running (resumed between the claim and this read: claim again), or neither (done, leased, not yet due).
 UNCLAIMED: Final = Statement("""
@@ -270,6 +280,7 @@ SELECT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = :lane AND l.paused) 
                AND next_attempt_at <= now() + interval '1 second'
                AND (leased_until IS NULL OR leased_until < now())) AS claimable""")
 
+# NEXT_DUE_IN_LANE: seconds until a lane's next unleased owed row comes due.
 # When the next row of a lane comes due that no live lease holds (a retry's backoff, a deferral, a lease running
 # out): a batched lane's idle loop sleeps until then instead of a whole idle poll. Served by
 # notifications_owed_by_lane_due; the rows leased now (at most the lane's batches in flight) are stepped over, and
@@ -282,11 +293,11 @@ SELECT extract(epoch FROM min(next_attempt_at) - now()) AS due_in_s FROM (
   WHERE lane = :lane AND {_CLAIMABLE.format(due="TRUE")}
   ORDER BY next_attempt_at, id LIMIT 1) n""")
 
-# A bulk row's route before its claim: the channel's bucket, the tenant's (and its own pace, if it has one).
+# CHANNEL_OF: a bulk row's route before its claim: the channel's bucket, the tenant's (and its own pace, if it has one).
 CHANNEL_OF: Final = Statement(
     "SELECT n.channel, n.tenant_id, t.bulk_rate_per_second AS tenant_rate FROM notifications n "
     "LEFT JOIN tenants t ON t.id = n.tenant_id WHERE n.id = :id AND n.status = 'QUEUED'")
-# ... of a row whose month its wake-up carries (as `CLAIM_IN_MONTH`).
+# CHANNEL_OF_IN_MONTH: `CHANNEL_OF` of a row whose month its wake-up carries (as `CLAIM_IN_MONTH`).
 CHANNEL_OF_IN_MONTH: Final = Statement(
     "SELECT n.channel, n.tenant_id, t.bulk_rate_per_second AS tenant_rate FROM notifications n "
     "LEFT JOIN tenants t ON t.id = n.tenant_id "
@@ -294,21 +305,26 @@ CHANNEL_OF_IN_MONTH: Final = Statement(
 
 
 # ---- the long way of the claim (long_way.py) --------------------------------------------------------------------
+# CAP_TAKEN: how many cap slots a recipient has taken on a day.
 CAP_TAKEN = sa.text("SELECT taken FROM recipient_daily_counts "
                     "WHERE tenant_id = :tenant_id AND recipient = :recipient AND day = :day")
+# OPT_OUT_CHANGE: the recipient change that opted them out of a channel, newest first.
 OPT_OUT_CHANGE = sa.text(
     "SELECT ch.changed_at, ch.actor_ref FROM recipient_changes ch JOIN recipients r ON r.id = ch.recipient_id "
     "WHERE r.tenant_id = :tenant_id AND r.ref = :recipient AND ch.field = 'opted_out_channels' "
     "AND ch.new_value LIKE :channel_like ORDER BY ch.id DESC LIMIT 1")
+# DEFER: a claimed row deferred to a time, its attempt given back, under its claim's token.
 DEFER = sa.text(
     "UPDATE notifications SET attempts = attempts - 1, next_attempt_at = :until, leased_until = NULL, "
     "reason_detail = :detail WHERE id = :id AND created_at = CAST(:created_at AS timestamptz) "
     "AND status = 'QUEUED' AND claim_token = :claim_token")
+# GIVE_BACK_ATTEMPT: a claimed row's attempt count given back, under its claim's token.
 # A claim that must not run (its attempts were used up): its count given back before the row settles.
 GIVE_BACK_ATTEMPT = sa.text(
     "UPDATE notifications SET attempts = attempts - 1 "
     "WHERE id = :id AND created_at = CAST(:created_at AS timestamptz) AND status = 'QUEUED' "
     "AND claim_token = :claim_token")
+# GIVE_BACK: a claimed row owed again at once, its attempt given back, under its claim's token.
 GIVE_BACK = sa.text(
     "UPDATE notifications SET attempts = attempts - 1, leased_until = NULL, next_attempt_at = now() "
     "WHERE id = :id AND created_at = CAST(:created_at AS timestamptz) AND status = 'QUEUED' "

@@ -11,6 +11,7 @@ from domain.ledger.views import NOTIFICATION_COLUMNS
 from domain.vocabulary import lanes_sql_list
 
 # ---- what holds an owed row (state.py) --------------------------------------------------------------------------
+# OWED_STATES: everything that holds each of a page of owed rows, in one statement.
 # Everything that may hold a page of owed rows, in ONE statement: each row's lease and due time; its lane's pause
 # with since when and by whom (the audit log's first pause after the lane's last resume; the flag's own time when
 # no audit row says); its tenant endpoint's breaker; its tenant's balance when that is short of the row's price and
@@ -79,25 +80,31 @@ _SCAN_OWED = (
 )
 
 
+# SCAN_OWED: every lane's owed rows due soon, after an id, locked while the relay reads them.
 SCAN_OWED = sa.text(_SCAN_OWED.format(lane=""))
 
 
+# SCAN_OWED_LANE: one lane's owed rows due soon, after an id, locked while the relay reads them.
 # One lane's oldest owed rows, through the partial index notifications_owed_by_lane (lane, id): the relay keeps
 # at most a window of each lane's wake-ups in Redis, so a 40,000-message campaign costs it a window, not 40,000.
 SCAN_OWED_LANE = sa.text(_SCAN_OWED.format(lane="AND n.lane = :lane "))
-# Its plan, as the scan benchmark keeps it.
+# EXPLAIN_SCAN_OWED_LANE: the plan of `SCAN_OWED_LANE`, as the scan benchmark keeps it.
 EXPLAIN_SCAN_OWED_LANE = sa.text("EXPLAIN " + _SCAN_OWED.format(lane="AND n.lane = :lane "))
 
+# SCAN_OWED_FLOW: one bulk flow's oldest owed rows after an id, locked while the relay reads them.
 # The bulk lane's fair window (fair_queue.py): the lane's flows (`sql.BULK_DUE_FLOWS`, the skip scan one index probe per
 # flow), then each flow's oldest owed rows by the same index.
 SCAN_OWED_FLOW = sa.text(_SCAN_OWED.format(
     lane="AND n.lane = 'bulk' AND n.tenant_id = :t AND coalesce(n.campaign_id, 0) = :c "))
+# SET_TENANT_BULK_RATE: a tenant's own bulk pace set (NULL: the lane's default).
 SET_TENANT_BULK_RATE = sa.text(
     "UPDATE tenants SET bulk_rate_per_second = :r WHERE id = :t RETURNING id")
 
+# PUSH_LATENCY: one live-view push's latency kept.
 PUSH_LATENCY = sa.text("INSERT INTO refresh_metrics (kind, tenant_id, latency_ms) VALUES ('push', :t, :l)")
 
 # ---- /ops (views.py) --------------------------------------------------------------------------------------------
+# LANE_STATS: each lane's owed, scheduled and overdue counts and its oldest due age (/ops).
 LANE_STATS = sa.text(
     """
     SELECT l.lane,
@@ -122,6 +129,7 @@ LANE_STATS = sa.text(
 )
 
 
+# LANE_LATENCY: each lane's send latency, p50 and p99, over recent attempts.
 LANE_LATENCY = sa.text(
     "SELECT n.lane, percentile_cont(0.5) WITHIN GROUP (ORDER BY a.latency_ms) AS p50, "
     "percentile_cont(0.99) WITHIN GROUP (ORDER BY a.latency_ms) AS p99, count(*) AS n "
@@ -130,6 +138,7 @@ LANE_LATENCY = sa.text(
 )
 
 
+# OPS_SERIES_STARTS: the starts of /ops' chart points over a span of minutes.
 # /ops' charts: per point (a span of :s minutes from t to e, e never past now), the WORST of the span — the most
 # rows owed at once and the age of the oldest owed row at its oldest — and the rows sent in it (a count: a longer
 # span sums them), with their mean and slowest commit-to-send time. A point taken at its end alone hid a 3-minute
@@ -157,6 +166,7 @@ OPS_SERIES_STARTS = sa.text(
                     AND a.backend_type = 'client backend')) AS settled
     FROM (SELECT coalesce(CAST(:now AS timestamptz), now()) AS now) x
     """)
+# OPS_SERIES_POINTS: /ops' chart points: the worst depth and oldest age of each span, and its sends.
 OPS_SERIES_POINTS = sa.text(
     """
     WITH b AS (SELECT t, least(t + make_interval(mins => :s), CAST(:now AS timestamptz)) AS e
@@ -200,6 +210,7 @@ OPS_SERIES_POINTS = sa.text(
         AND n.sent_at IS NOT NULL AND n.intent_id IS NULL AND (CAST(:t AS int) IS NULL OR n.tenant_id = :t)) lat
     ORDER BY b.t
     """)
+# OPS_SERIES_WHOLE_LEDGER: the same points by brute force over the whole ledger (the reference).
 # The same points by brute force over the whole ledger: the depth counted afresh at every instant of a span where it
 # can peak (its start, and each moment a row becomes owed in it), the oldest age at its end and just before each
 # row's leaving. No sweep, no index: the reference the rollup must equal (tests/integration/test_ops_series.py) and
@@ -246,9 +257,11 @@ OPS_SERIES_WHOLE_LEDGER = sa.text(
              AS latency_mean_seconds
     FROM b ORDER BY b.t
     """)
+# OPS_SERIES_KEPT: the finished chart points already kept.
 OPS_SERIES_KEPT = sa.text(
     "SELECT t AS at, depth_max, oldest_max_seconds, sent, latency_mean_seconds, latency_max_seconds "
     "FROM ops_series_points WHERE scope = :scope AND step_minutes = :s AND t = ANY(CAST(:ts AS timestamptz[]))")
+# OPS_SERIES_KEEP: finished chart points kept, once each.
 OPS_SERIES_KEEP = sa.text(
     "INSERT INTO ops_series_points (scope, step_minutes, t, depth_max, oldest_max_seconds, sent, "
     "latency_mean_seconds, latency_max_seconds) "
@@ -256,15 +269,18 @@ OPS_SERIES_KEEP = sa.text(
     "CAST(:oldest AS float8[]), CAST(:sent AS bigint[]), CAST(:mean AS float8[]), CAST(:max AS float8[])) "
     "ON CONFLICT DO NOTHING")
 
+# REVIEW_ITEMS: the 50 newest failed rows not yet resolved.
 REVIEW_ITEMS = sa.text(
     f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE (CAST(:t AS integer) IS NULL "
     "OR n.tenant_id = :t) AND n.status = 'FAILED' "
     "AND coalesce(n.review, 'needs_review') <> 'resolved' ORDER BY n.id DESC LIMIT 50")
+# REFRESH_STATS: live-view pushes in the last hour with their latency p50 and p99.
 REFRESH_STATS = sa.text(
     "SELECT count(*) AS pushes, percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms) AS p50, "
     "percentile_cont(0.99) WITHIN GROUP (ORDER BY latency_ms) AS p99 FROM refresh_metrics "
     "WHERE kind = 'push' AND created_at > now() - interval '1 hour' "
     "AND (CAST(:t AS int) IS NULL OR tenant_id = :t)")
+# TENANTS: every tenant's id and name.
 TENANTS = sa.text("SELECT id, name FROM tenants ORDER BY id")
 
 # ---- /metrics (telemetry.py) ------------------------------------------------------------------------------------
@@ -277,20 +293,24 @@ def _filters(expr: str, buckets: tuple[float, ...]) -> str:
     return ", ".join(f"count(*) FILTER (WHERE {expr} <= {b!r}) AS b{i}" for i, b in enumerate(buckets))
 
 
+# SEND_LATENCY: each lane's HTTP round-trip histogram (/metrics).
 SEND_LATENCY = sa.text(f"""
 SELECT n.lane, count(*) AS n, coalesce(sum(a.latency_ms), 0) / 1000.0 AS total,
        {_filters("a.latency_ms / 1000.0", SEND_BUCKETS)}
 FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id
 WHERE a.latency_ms IS NOT NULL GROUP BY n.lane""")
+# DELIVERY_LATENCY: each lane's commit-to-send histogram (/metrics).
 # Commit to send, for rows that were owed at once: journey nudges are scheduled for later by design.
 DELIVERY_LATENCY = sa.text(f"""
 SELECT lane, count(*) AS n, coalesce(sum(extract(epoch FROM sent_at - created_at)), 0) AS total,
        {_filters("extract(epoch FROM sent_at - created_at)", DELIVERY_BUCKETS)}
 FROM notifications WHERE sent_at IS NOT NULL AND intent_id IS NULL GROUP BY lane""")
+# ATTEMPT_OUTCOMES: attempts by lane, outcome and error class (/metrics).
 ATTEMPT_OUTCOMES = sa.text("""
 SELECT n.lane, a.outcome, coalesce(a.error_class, '') AS error_class, count(*) AS n
 FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id
 GROUP BY n.lane, a.outcome, coalesce(a.error_class, '')""")
+# TENANT_MONEY: each tenant's balance and what it spent in the last hour (/metrics).
 TENANT_MONEY = sa.text("""
 SELECT b.tenant_id, b.balance_cents,
        coalesce((SELECT -sum(e.amount_cents) FROM balance_entries e WHERE e.tenant_id = b.tenant_id

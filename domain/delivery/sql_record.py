@@ -43,6 +43,7 @@ _RETRY_GUARD = """status = 'QUEUED' AND claim_token = {claim_token}
     AND NOT EXISTS (SELECT 1 FROM otp_codes oc WHERE oc.notification_id = notifications.id
                     AND oc.expires_at <= now() + make_interval(secs => {delay}))"""
 
+# RECORD_SENT: an accepted send recorded on a row still owed under the identity sent, with its attempt line.
 RECORD_SENT: Final = Statement(f"""
 WITH n AS (
   UPDATE notifications SET {_SENT_SET.format(final=":final", reference=":provider_reference")}
@@ -61,6 +62,7 @@ WITH n AS (
 SELECT count(*) AS matched FROM n
 """)
 
+# RECORD_RETRY: a retry scheduled on a row still ours, with its attempt line.
 RECORD_RETRY: Final = Statement(f"""
 WITH n AS (
   UPDATE notifications SET {_RETRY_SET.format(delay=":delay", error_class=":error_class")}
@@ -77,6 +79,7 @@ WITH n AS (
 SELECT count(*) AS matched FROM n
 """)
 
+# RECORD_SENT_BATCH: `RECORD_SENT` for every accepted send of a batch, answering the ids it matched.
 # The batch forms (a batched lane's drain loop, domain/delivery/store_batch.py `record_batch`): one statement for every
 # accepted send of a batch, one for every retry, each row under exactly the guards of its one-row statement
 # above, its values unnested from arrays (one element per row, in the same order). RETURNING the ids matched:
@@ -106,6 +109,7 @@ WITH v AS (
 SELECT id FROM n
 """)
 
+# RECORD_RETRY_BATCH: `RECORD_RETRY` for every retry of a batch, answering the ids it matched.
 RECORD_RETRY_BATCH: Final = Statement(f"""
 WITH v AS (
   SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:claim_tokens AS bigint[]), CAST(:delays AS float8[]),
@@ -129,13 +133,15 @@ WITH v AS (
 SELECT id FROM n
 """)
 
+# PENDING_RECEIPTS: whether a row has a receipt kept while it was owed.
 PENDING_RECEIPTS: Final = Statement(
     "SELECT EXISTS (SELECT 1 FROM delivery_receipts WHERE notification_id = :id AND applied_at IS NULL) AS pending")
-# The batch form: the ids among :ids with a receipt kept while they were owed (run after the batch's records).
+# PENDING_RECEIPTS_BATCH: the ids among :ids with a receipt kept while they were owed (run after the batch's records).
 PENDING_RECEIPTS_BATCH: Final = Statement(
     "SELECT DISTINCT notification_id AS id FROM delivery_receipts "
     "WHERE notification_id = ANY(CAST(:ids AS bigint[])) AND applied_at IS NULL")
 
+# ATTEMPT_LINE: one attempt line of a row, in the row's month (the long way's).
 # The long way's attempt line (long_way.py): the same row as the records above, its partition key (the message's
 # `created_at`) read from the message in the same statement.
 ATTEMPT_LINE: Final = Statement("""
@@ -148,6 +154,7 @@ FROM notifications n WHERE n.id = :id AND n.created_at = CAST(:created_at AS tim
 ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
 """)
 
+# CODE_OUTLIVED: a one-time code's end of life, when its retry would come due at or after it.
 # A retry `RECORD_RETRY` refused because the code's life ends before it would come due, under the claim's token.
 CODE_OUTLIVED = sa.text(
     "SELECT oc.expires_at FROM otp_codes oc JOIN notifications n ON n.id = oc.notification_id "
@@ -157,12 +164,15 @@ CODE_OUTLIVED = sa.text(
 # ---- receipts (receipts.py) -------------------------------------------------------------------------------------
 _ROW = ("SELECT id, status, tenant_id, order_id, channel FROM notifications WHERE {where} AND channel = :provider "
         "FOR UPDATE")
+# BY_REFERENCE: the row a receipt names by the provider's reference, locked.
 BY_REFERENCE = sa.text(_ROW.format(where="provider_reference = :provider_reference"))
+# BY_KEY: the row a receipt names by the idempotency key we sent, locked.
 # The key we sent: the replay's own key when there is one (an old receipt never lands on a replayed message).
 # The dedupe key is found through `ledger_keys` (the ledger is partitioned; its key kept once there).
 BY_KEY = sa.text(_ROW.format(
     where="((provider_key IS NULL AND id = ANY(ARRAY(SELECT notification_id FROM ledger_keys WHERE dedupe_key = :key)))"
           " OR provider_key = :key)"))
+# KEEP: a receipt kept once by its id, answering it only if it is new.
 # A receipt id once, in any month: its key first (unpartitioned), the receipt only if the key is new.
 KEEP = sa.text(
     "WITH k AS (INSERT INTO delivery_receipt_keys (receipt_id, received_at) VALUES (:receipt_id, now()) "
