@@ -106,8 +106,9 @@ def scan_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500
         def page(f: Flow, n: int) -> None:
             while n > 0:
                 after = got[f][-1].id if got[f] else 0
-                rows = uow.execute(sql_reads.SCAN_OWED_FLOW, {**params, "t": f.tenant_id, "c": f.campaign_id,
-                                                         "after": after, "limit": min(n, limit)}).all()
+                rows = uow.execute(sql_reads.SCAN_OWED_FLOW, {
+                    **params, "tenant_id": f.tenant_id, "campaign_id": f.campaign_id, "after": after,
+                    "limit": min(n, limit)}).all()
                 got[f] += rows
                 n = 0 if len(rows) < min(n, limit) else n - len(rows)
 
@@ -136,6 +137,6 @@ def set_tenant_bulk_rate(tenant_id: int, rate: float | None, engine: Engine | No
     if rate is not None and not rate > 0:
         raise ValueError("a tenant's bulk rate is a number of messages per second above 0")
     with UnitOfWork(engine) as uow:
-        found = uow.execute(sql_reads.SET_TENANT_BULK_RATE, {"t": tenant_id, "r": rate}).first()
+        found = uow.execute(sql_reads.SET_TENANT_BULK_RATE, {"tenant_id": tenant_id, "rate": rate}).first()
         uow.commit()
     return found is not None

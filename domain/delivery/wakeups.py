@@ -293,7 +293,7 @@ async def after_commit(redis: ArqRedis | None, result: Committed) -> dict[str, i
 def record_push_latency(tenant_id: int, latency_ms: float, engine: Engine | None = None) -> None:
     """One measured publish-to-render delay of a live view (shown on /ops as push p50/p99)."""
     with UnitOfWork(engine) as uow:
-        uow.execute(sql_reads.PUSH_LATENCY, {"t": tenant_id, "l": latency_ms})
+        uow.execute(sql_reads.PUSH_LATENCY, {"tenant_id": tenant_id, "latency_ms": latency_ms})
         uow.commit()
 
 
