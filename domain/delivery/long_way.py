@@ -96,11 +96,7 @@ def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str
             return None
         row = dict(found._mapping)
         claim, context = Claim.from_mapping(row), SendContext.from_mapping(row)
-        take = plan(claim, context, now)
-        if take is None:
-            result = _decide_and_take(uow, claim, context, now, worker)
-        else:
-            result = take_for_send(uow, claim, take, worker, now)
+        result = _take_or_decide(uow, claim, context, plan(claim, context, now), now, worker)
         uow.commit()
     return result
 
@@ -112,12 +108,17 @@ def settle_claimed(claim: Claim, context: SendContext, now: datetime, worker: st
     savepoint rolled back is tried again (`take_for_send`: at the cap or without the money it is suppressed with
     its reason). One transaction; every write in it is fenced by the claim's token."""
     with UnitOfWork(engine) as uow:
-        if refused is None:
-            result = _decide_and_take(uow, claim, context, now, worker)
-        else:
-            result = take_for_send(uow, claim, refused, worker, now)
+        result = _take_or_decide(uow, claim, context, refused, now, worker)
         uow.commit()
     return result
+
+
+def _take_or_decide(uow: UnitOfWork, claim: Claim, context: SendContext, take: Take | None, now: datetime,
+                    worker: str) -> ClaimResult:
+    """A `Take`: the common case's take (`take_for_send`); None: the long way decides (`_decide_and_take`)."""
+    if take is None:
+        return _decide_and_take(uow, claim, context, now, worker)
+    return take_for_send(uow, claim, take, worker, now)
 
 
 def take_for_send(uow: UnitOfWork, claim: Claim, take: Take, worker: str, now: datetime) -> ClaimResult:
