@@ -41,7 +41,7 @@ from domain.delivery.plan import (
     attempts_used_up,
     claim_params,
     final_status,
-    holds_slot,
+    holds_stale_slot,
     idempotency_key,
     local_day,
     month_key,
@@ -166,7 +166,7 @@ def _decide_and_take(uow: UnitOfWork, claim: Claim, context: SendContext, now: d
     day = local_day(now, context.timezone)
     taken = uow.execute(sql.CAP_TAKEN, {"tenant_id": claim.tenant_id, "recipient": claim.recipient,
                                         "day": day}).scalar() or 0
-    if claim.cap_day is not None and not holds_slot(claim, day):
+    if holds_stale_slot(claim, day):
         metering.release_stale_slot(uow, claim.id)
     decision = person_decision(claim, context, now, day, int(taken))
     if isinstance(decision, Suppress):

@@ -242,6 +242,11 @@ def holds_slot(claim: Claim, day: date) -> bool:
     return claim.cap_day == day
 
 
+def holds_stale_slot(claim: Claim, day: date) -> bool:
+    """The row holds a cap slot of another day than `day` (an earlier attempt's): it is given back before a send."""
+    return claim.cap_day is not None and not holds_slot(claim, day)
+
+
 def takes_slot(claim: Claim, context: SendContext, day: date) -> bool:
     """The send must take a cap slot first: the recipient has a daily cap, it is not a one-time code, and the row
     holds none for `day`."""
@@ -278,8 +283,8 @@ def plan(claim: Claim, context: SendContext, now: datetime) -> Take | None:
     if not context.found or not contact:
         return None
     day = local_day(now, context.timezone)
-    if claim.cap_day is not None and not holds_slot(claim, day):
-        return None  # a slot of an earlier day is given back first: the long way
+    if holds_stale_slot(claim, day):
+        return None  # it is given back first: the long way
     if not isinstance(person_decision(claim, context, now, day, context.taken_on(day)), Send):
         return None
     take_slot = takes_slot(claim, context, day)
