@@ -276,7 +276,7 @@ class Notification(SQLModel, table=True):
     # When the last claim decided (send-time eligibility was judged on what was committed then).
     claimed_at: datetime | None = _ts(nullable=True, default=False)
     # The fence: every claim takes the next token, and every write that follows a claim is guarded by it, so a
-    # worker whose lease ran out can no longer change the row or move money (domain/delivery/claims.py).
+    # worker whose lease ran out can no longer change the row or move money (domain/delivery/long_way.py).
     claim_token: int = Field(default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0"))
     # The idempotency key sent to a provider when it is not `dedupe_key`: set when a bounced message is replayed,
     # so the provider sends it again instead of answering `already_processed`.

@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     # default since 2026-12-04 (the whole suite and `outbox chaos --duration 120` with it; a quiet bench: the
     # campaign at 0.68 of min(bucket, provider) against 0.38 per row, a small campaign beside a big one 1.23× its
     # time alone against 2.03); left out of the list, bulk keeps one fairly scored arq job per row
-    # (domain/delivery/fair.py).
+    # (domain/delivery/fair_queue.py).
     batch_lanes: str = Field("critical,high,normal,bulk", validation_alias="OUTBOX_BATCH_LANES")
     # Rows per claim and drain loops per worker process: the critical lane's batches stay small (a one-time code
     # never waits behind 31 others' sends), with more loops; the high and normal lanes' are wide.

@@ -2,7 +2,7 @@
 row in jobs/batches.py): its deadline inside the lease, the HTTP request (to the system's receiver and providers,
 or to a tenant's own endpoint), the answer classified and the retry decided (domain/delivery/retry.py, pure).
 
-The claim before it and the record after it are the store's (domain/delivery/hot.py); this module holds no SQL.
+The claim before it and the record after it are the store's (domain/delivery/store.py); this module holds no SQL.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, Final
 import httpx
 
 from domain import faults, logs
-from domain.delivery import claimed, claims, hot_batch
-from domain.delivery.claimed import Claim, Ready
+from domain.delivery import long_way, plan, store_batch
+from domain.delivery.plan import Claim, Ready
 from domain.delivery.retry import Outcome, decide_retry
 from domain.delivery.signing import signed_headers
 from domain.delivery.wakeups import publish_refresh
@@ -50,98 +50,98 @@ def attempt_deadline(lease_seconds: float) -> float:
     return max(0.05, lease_seconds * ATTEMPT_SHARE_OF_LEASE)
 
 
-async def send_ready(ctx: dict[str, Any], r: Ready, claim_started: float,
-                     gate: asyncio.Semaphore | None = None) -> hot_batch.Attempted | None:
+async def send_ready(ctx: dict[str, Any], ready: Ready, claim_started: float,
+                     gate: asyncio.Semaphore | None = None) -> store_batch.Attempted | None:
     """Send one claimed row within what is left of its attempt's deadline (counted from its claim, `claim_started`
     a monotonic time) and decide what comes next; None: not sent, its attempt given back (owed again at once) —
     too little of the lease was left, or its tenant endpoint was disabled or deleted since the claim. `gate`: the
     sends in flight it waits its turn among (a batch's, per tenant and endpoint or channel)."""
-    s = get_settings()
-    c = r.claim
+    settings = get_settings()
+    claim = ready.claim
     target = None
-    if c.endpoint_id is not None:  # read now, never carried anywhere: the URL and the live secrets
-        target = await asyncio.to_thread(endpoints.send_target, c.tenant_id, c.endpoint_id)
-    if c.endpoint_id is None or target is not None:
+    if claim.endpoint_id is not None:  # read now, never carried anywhere: the URL and the live secrets
+        target = await asyncio.to_thread(endpoints.send_target, claim.tenant_id, claim.endpoint_id)
+    if claim.endpoint_id is None or target is not None:
         async with gate if gate is not None else contextlib.nullcontext():
-            deadline = attempt_deadline(s.lease_seconds) - (time.monotonic() - claim_started)
-            if deadline >= s.lease_seconds * MIN_SEND_SHARE_OF_LEASE:
+            deadline = attempt_deadline(settings.lease_seconds) - (time.monotonic() - claim_started)
+            if deadline >= settings.lease_seconds * MIN_SEND_SHARE_OF_LEASE:
                 started = datetime.now(UTC)
-                t0 = time.perf_counter()
-                outcome, ref = await send(ctx, c, r.contact, r.body, deadline, target)
-                latency_ms = (time.perf_counter() - t0) * 1000
-                decision = decide_retry(outcome, c.attempts, c.max_attempts, s.backoff_base, s.backoff_cap,
-                                        ctx["rng"])
-                return hot_batch.Attempted(c, decision, started, outcome.status_code, latency_ms, ref, outcome.excerpt,
-                                     outcome.error)
-    await asyncio.to_thread(claims.give_back, c)
+                posted = time.perf_counter()
+                outcome, ref = await send(ctx, claim, ready.contact, ready.body, deadline, target)
+                latency_ms = (time.perf_counter() - posted) * 1000
+                decision = decide_retry(outcome, claim.attempts, claim.max_attempts, settings.backoff_base,
+                                        settings.backoff_cap, ctx["rng"])
+                return store_batch.Attempted(claim, decision, started, outcome.status_code, latency_ms, ref,
+                                             outcome.excerpt, outcome.error)
+    await asyncio.to_thread(long_way.give_back, claim)
     return None
 
 
-async def send(ctx: dict[str, Any], c: Claim, contact: str | None, text: str | None,
+async def send(ctx: dict[str, Any], claim: Claim, contact: str | None, text: str | None,
                deadline: float, target: endpoints.SendTarget | None = None) -> tuple[Outcome, str | None]:
     """The one HTTP request of an attempt, bounded by `deadline` seconds; its answer classified, and the
     reference the other side gave it."""
     try:
         async with asyncio.timeout(deadline):
             if target is not None:
-                return await _post_endpoint(ctx, c, target)
-            return await _post(ctx, c, contact, text)
+                return await _post_endpoint(ctx, claim, target)
+            return await _post(ctx, claim, contact, text)
     except TimeoutError:  # the attempt's deadline (the receiver may have accepted it: the next claim asks again)
         return Outcome(None, error="timeout"), None
 
 
-async def _post(ctx: dict[str, Any], c: Claim, contact: str | None, text: str | None) -> tuple[Outcome, str | None]:
+async def _post(ctx: dict[str, Any], claim: Claim, contact: str | None, text: str | None) -> tuple[Outcome, str | None]:
     """To the system's receiver: an order's webhook (signed with the system's secret), or a message to a channel's
     provider."""
-    s = get_settings()
+    settings = get_settings()
     client: httpx.AsyncClient = ctx["http"]
     try:
-        if c.channel == "webhook":
-            assert c.event_id is not None and c.envelope is not None
-            body = canonical_json(c.envelope.wire()).decode()
-            headers = signed_headers(s.webhook_secret, str(c.event_id), body)
-            headers["Idempotency-Key"] = str(c.event_id)
-            r = await client.post(f"{s.receiver_url}/webhooks/orders", content=body, headers=headers)
-            return _answered(r.status_code, r.text, "result_ref")
-        r = await client.post(f"{s.receiver_url}/providers/{c.channel}/messages", json={
-            "to": contact, "template": c.template, "body": text, "idempotency_key": claimed.idempotency_key(c),
+        if claim.channel == "webhook":
+            assert claim.event_id is not None and claim.envelope is not None
+            body = canonical_json(claim.envelope.wire()).decode()
+            headers = signed_headers(settings.webhook_secret, str(claim.event_id), body)
+            headers["Idempotency-Key"] = str(claim.event_id)
+            response = await client.post(f"{settings.receiver_url}/webhooks/orders", content=body, headers=headers)
+            return _answered(response.status_code, response.text, "result_ref")
+        response = await client.post(f"{settings.receiver_url}/providers/{claim.channel}/messages", json={
+            "to": contact, "template": claim.template, "body": text, "idempotency_key": plan.idempotency_key(claim),
         })
-        return _answered(r.status_code, r.text, "reference")
+        return _answered(response.status_code, response.text, "reference")
     except httpx.TransportError as exc:
         return _unanswered(exc), None
 
 
-async def _post_endpoint(ctx: dict[str, Any], c: Claim, target: endpoints.SendTarget) -> tuple[Outcome, str | None]:
+async def _post_endpoint(ctx: dict[str, Any], claim: Claim, target: endpoints.SendTarget) -> tuple[Outcome, str | None]:
     """A tenant endpoint's webhook: its URL checked again after a fresh DNS lookup (a name re-pointed at an
     internal address is refused, and nothing is sent), then one POST to the very address checked, signed with
     every live secret of the endpoint. The event id stays the webhook-id: receivers deduplicate on it."""
     try:
         async with asyncio.timeout(dns.DNS_DEADLINE_S):
-            verdict = await dns.look_up(c.tenant_id, target.url)
+            verdict = await dns.look_up(claim.tenant_id, target.url)
     except TimeoutError:
         return Outcome(None, error="connection",
                        excerpt=f"the endpoint's name did not resolve within {dns.DNS_DEADLINE_S:.0f} s"), None
     if isinstance(verdict, urls.Refused):
         return Outcome(None, error="url_not_allowed", excerpt=f"refused before sending: {verdict.reason}"), None
-    assert c.event_id is not None and c.envelope is not None
-    body = canonical_json(c.envelope.wire()).decode()
-    headers = signed_headers_all(list(target.secrets), str(c.event_id), body)
-    headers.update({"Idempotency-Key": str(c.event_id), "content-type": "application/json"})
+    assert claim.event_id is not None and claim.envelope is not None
+    body = canonical_json(claim.envelope.wire()).decode()
+    headers = signed_headers_all(list(target.secrets), str(claim.event_id), body)
+    headers.update({"Idempotency-Key": str(claim.event_id), "content-type": "application/json"})
     req = urls.pinned(target.url, verdict)
     if req.host:
         headers["Host"] = req.host
     client: httpx.AsyncClient = ctx["http"]
     try:  # the answer is read up to a bound: a tenant's endpoint must not fill a shared worker's memory
         async with client.stream("POST", req.url, content=body, headers=headers, follow_redirects=False,
-                                 extensions={"sni_hostname": req.sni} if req.sni else None) as r:
+                                 extensions={"sni_hostname": req.sni} if req.sni else None) as response:
             head = b""
-            async for chunk in r.aiter_bytes():
+            async for chunk in response.aiter_bytes():
                 head += chunk
                 if len(head) >= ENDPOINT_ANSWER_MAX:
                     break
     except httpx.TransportError as exc:
         return _unanswered(exc), None
-    return _answered(r.status_code, head[:ENDPOINT_ANSWER_MAX].decode("utf-8", "replace"), "result_ref")
+    return _answered(response.status_code, head[:ENDPOINT_ANSWER_MAX].decode("utf-8", "replace"), "result_ref")
 
 
 def _answered(status_code: int, text: str, reference_field: str) -> tuple[Outcome, str | None]:
@@ -170,11 +170,12 @@ async def armed_from_ops(ctx: dict[str, Any], point: str) -> None:
         os._exit(faults.EXIT_CODE)
 
 
-async def refresh_views(ctx: dict[str, Any], c: Claim) -> None:
+async def refresh_views(ctx: dict[str, Any], claim: Claim) -> None:
     """The order's open pages reload (best effort: a page that missed it reloads from the database)."""
-    if c.order_id is None:
+    if claim.order_id is None:
         return
     try:
-        await publish_refresh(ctx["redis"], c.tenant_id, c.order_id, -1, str(c.event_id), kind="notification")
+        await publish_refresh(ctx["redis"], claim.tenant_id, claim.order_id, -1, str(claim.event_id),
+                              kind="notification")
     except Exception:  # transient by design
         pass

@@ -1,6 +1,6 @@
 """A batched lane's worker (`OUTBOX_BATCH_LANES`): resident drain loops beside the arq worker, each claiming up to
 N due rows of its lane in one statement, sending them concurrently and recording their outcomes in groups as they
-are answered (domain/delivery/hot_batch.py holds the statements' store; jobs/attempt.py makes each row's attempt).
+are answered (domain/delivery/store_batch.py holds the statements' store; jobs/attempt.py makes each row's attempt).
 
 A loop's turn: `drain` clears the lane's doorbell and calls `deliver_batch` — `claim_batch` (or, on the bulk lane,
 `deliver_bulk_batch`: the buckets' tokens and the fair share taken first), then `_run_batch`: the long way for the
@@ -21,8 +21,8 @@ from typing import Any, Final
 import psycopg
 
 from domain import faults, logs
-from domain.delivery import claimed, claims, fairshare, hot, hot_batch, ratelimit
-from domain.delivery.claimed import Claim, Ready
+from domain.delivery import fair_plan, long_way, plan, ratelimit, store, store_batch
+from domain.delivery.plan import Claim, Ready
 from domain.delivery.queue import RATE_KEY, TENANT_RATE_KEY
 from domain.settings import get_settings
 from jobs import attempt
@@ -36,26 +36,26 @@ SENDS_PER_ENDPOINT: Final = 4
 SENDS_PER_TENANT_CHANNEL: Final = 16
 
 
-def _gate(ctx: dict[str, Any], c: Claim) -> asyncio.Semaphore:
+def _gate(ctx: dict[str, Any], claim: Claim) -> asyncio.Semaphore:
     gates: dict[tuple[int, str], asyncio.Semaphore] = ctx.setdefault("send_gates", {})
-    key = (c.tenant_id, f"endpoint:{c.endpoint_id}" if c.endpoint_id is not None else c.channel)
+    key = (claim.tenant_id, f"endpoint:{claim.endpoint_id}" if claim.endpoint_id is not None else claim.channel)
     gate = gates.get(key)
     if gate is None:
         gate = gates[key] = asyncio.Semaphore(
-            SENDS_PER_ENDPOINT if c.endpoint_id is not None else SENDS_PER_TENANT_CHANNEL)
+            SENDS_PER_ENDPOINT if claim.endpoint_id is not None else SENDS_PER_TENANT_CHANNEL)
     return gate
 
 
-async def _send_one(ctx: dict[str, Any], r: Ready, claim_started: float,
-                    not_before: float | None = None) -> hot_batch.Attempted | None:
+async def _send_one(ctx: dict[str, Any], ready: Ready, claim_started: float,
+                    not_before: float | None = None) -> store_batch.Attempted | None:
     """One row of a batch (`attempt.send_ready`, in its turn among the sends to its tenant's endpoint or channel);
     None: given back. `not_before`: a capped tenant's bulk row waits for the moment reserved for it (a monotonic
     time, a fraction of a second away)."""
     if not_before is not None and (wait := not_before - time.monotonic()) > 0:
         await asyncio.sleep(wait)
-    got = await attempt.send_ready(ctx, r, claim_started, _gate(ctx, r.claim))
+    got = await attempt.send_ready(ctx, ready, claim_started, _gate(ctx, ready.claim))
     if got is not None:
-        log.debug("attempted", notification_id=r.claim.id, status_code=got.status_code, error_class=got.error,
+        log.debug("attempted", notification_id=ready.claim.id, status_code=got.status_code, error_class=got.error,
                   latency_ms=round(got.latency_ms, 1))
     return got
 
@@ -77,11 +77,11 @@ NEXT_DUE_RETRY_S: Final = 0.1
 BULK_RECORD_WINDOW_S: Final = 0.1
 
 
-async def _as_answered(sends: Iterable[Awaitable[hot_batch.Attempted | None]],
-                       window: float = RECORD_WINDOW_S) -> AsyncGenerator[list[hot_batch.Attempted], None]:
+async def _as_answered(sends: Iterable[Awaitable[store_batch.Attempted | None]],
+                       window: float = RECORD_WINDOW_S) -> AsyncGenerator[list[store_batch.Attempted], None]:
     """The sends' attempts in groups, as they are answered: each group is what answered within `window` of
     the group's first answer (given-back rows, None, are left out)."""
-    pending = {asyncio.ensure_future(s) for s in sends}
+    pending = {asyncio.ensure_future(send) for send in sends}
     try:
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -92,27 +92,27 @@ async def _as_answered(sends: Iterable[Awaitable[hot_batch.Attempted | None]],
             if group:
                 yield group
     finally:
-        for t in pending:  # the caller stopped early (an error recording): the rest's leases run out
-            t.cancel()
+        for task in pending:  # the caller stopped early (an error recording): the rest's leases run out
+            task.cancel()
 
 
 async def deliver_batch(ctx: dict[str, Any], size: int) -> int:
     """One batch of a batched lane: claim up to `size` due rows (one statement, one commit), settle the uncommon
     ones the long way, send the rest concurrently, record every outcome (one statement per kind, one commit).
     Returns the rows claimed (0: nothing due). The fault points come in the per-row path's order, per batch."""
-    s = get_settings()
+    settings = get_settings()
     lane: str = ctx["lane"]
     if lane == "bulk":
         return await deliver_bulk_batch(ctx, size)
     now = datetime.now(UTC)
     claim_started = time.monotonic()
-    batch = await hot_batch.claim_batch(ctx["db"], lane, size, s.lease_seconds, now)
+    batch = await store_batch.claim_batch(ctx["db"], lane, size, settings.lease_seconds, now)
     if not len(batch):
         return 0
     return await _run_batch(ctx, batch, now, claim_started)
 
 
-async def _run_batch(ctx: dict[str, Any], batch: hot_batch.Batch, now: datetime, claim_started: float,
+async def _run_batch(ctx: dict[str, Any], batch: store_batch.Batch, now: datetime, claim_started: float,
                      not_before: dict[int, float] | None = None, window: float = RECORD_WINDOW_S) -> int:
     """A claimed batch, from the claim's commit to its records: the long way's rows settled, the rest sent and
     recorded in groups as they are answered."""
@@ -125,15 +125,15 @@ async def _run_batch(ctx: dict[str, Any], batch: hot_batch.Batch, now: datetime,
     faults.hit("after_worker_claim")
     ready = list(batch.ready)
     settled: list[Claim] = []
-    for c, x, refused in batch.long_way:  # each fenced by its claim's token, in a transaction of its own
-        got = await asyncio.to_thread(claims.settle_claimed, c, x, now, worker, refused)
+    for claim, context, refused in batch.long_way:  # each fenced by its claim's token, in a transaction of its own
+        got = await asyncio.to_thread(long_way.settle_claimed, claim, context, now, worker, refused)
         if isinstance(got, Ready):
             ready.append(got)
-        elif isinstance(got, claimed.Suppressed):
+        elif isinstance(got, plan.Suppressed):
             settled.append(got.claim)
         # Deferred: its next_attempt_at says when; a drain loop claims it then.
     faults.hit("before_remote_call")
-    attempted: list[hot_batch.Attempted] = []
+    attempted: list[store_batch.Attempted] = []
     outcomes: dict[int, str] = {}
     # aclosing: an error recording one group closes the generator here, at once, so its unanswered sends are
     # cancelled now (their leases run out) rather than whenever the generator is collected.
@@ -143,7 +143,7 @@ async def _run_batch(ctx: dict[str, Any], batch: hot_batch.Batch, now: datetime,
             if any(a.status_code is not None and 200 <= a.status_code < 300 for a in group):
                 await attempt.armed_from_ops(ctx, "after_remote_accept_before_local_ack")
                 faults.hit("after_remote_accept_before_local_ack")
-            outcomes.update(await hot_batch.record_batch(ctx["db"], group, worker))
+            outcomes.update(await store_batch.record_batch(ctx["db"], group, worker))
             faults.hit("after_local_ack")
             attempted += group
     await asyncio.gather(*[attempt.refresh_views(ctx, c) for c in settled + [a.claim for a in attempted]])
@@ -176,22 +176,23 @@ def bulk_burst(rate: float) -> float:
 async def deliver_bulk_batch(ctx: dict[str, Any], size: int) -> int:
     """One batch of the bulk lane. Its size is taken from the buckets: up to `size` tokens of each channel that
     owes (one Redis call), up to `size` moments of each capped tenant (`ratelimit.reserve_many`), then ONE claim
-    (`hot_batch.claim_bulk_batch`) of no more rows of a channel than its tokens, nor of a tenant than its moments,
+    (`store_batch.claim_bulk_batch`) of no more rows of a channel than its tokens, nor of a tenant than its moments,
     shared fairly between the lane's flows; what the claim did not use goes back to the buckets. No token, no claim: the
     loop sleeps until the next one (no lease is held while waiting). Returns the rows claimed (0: nothing due)."""
-    s = get_settings()
+    settings = get_settings()
     pool, redis, stop = ctx["db"], ctx["redis"], ctx["batch_stop"]
-    rate = s.bulk_rate_per_second
+    rate = settings.bulk_rate_per_second
     while not stop.is_set():
-        flows = await hot_batch.bulk_flows(pool)
+        flows = await store_batch.bulk_flows(pool)
         if not flows:
             return 0
-        rates = {f.tenant_id: fairshare.tenant_rate(rate, s.bulk_tenant_rate, f.tenant_rate) for f in flows}
+        rates = {f.tenant_id: fair_plan.tenant_rate(rate, settings.bulk_tenant_rate, f.tenant_rate) for f in flows}
         moments: dict[int, list[float]] = {}
-        for t, t_rate in sorted(rates.items()):
-            if t_rate < rate:  # a capped tenant: its rows in this batch no more than its moments reserved
-                moments[t] = await ratelimit.reserve_many(redis, f"{TENANT_RATE_KEY}{t}", t_rate,
-                                                          min(BULK_CAP_AHEAD_S, fairshare.reserve_ahead(t_rate)), size)
+        for tenant_id, tenant_rate in sorted(rates.items()):
+            if tenant_rate < rate:  # a capped tenant: its rows in this batch no more than its moments reserved
+                moments[tenant_id] = await ratelimit.reserve_many(
+                    redis, f"{TENANT_RATE_KEY}{tenant_id}", tenant_rate,
+                    min(BULK_CAP_AHEAD_S, fair_plan.reserve_ahead(tenant_rate)), size)
         if len(moments) == len(rates) and not any(moments.values()):  # only capped tenants owe, none's moment is near
             await asyncio.sleep(min(1.0 / r for r in rates.values()) / 2)
             continue
@@ -201,28 +202,29 @@ async def deliver_bulk_batch(ctx: dict[str, Any], size: int) -> int:
                                                              size), strict=True))
         quotas = {ch: n for ch, (n, _) in taken.items()}
         if not any(quotas.values()):  # no token: the moments go back, and the loop waits for the next token
-            for t, waits in moments.items():
-                await ratelimit.unreserve(redis, f"{TENANT_RATE_KEY}{t}", rates[t], len(waits))
+            for tenant_id, waits in moments.items():
+                await ratelimit.unreserve(redis, f"{TENANT_RATE_KEY}{tenant_id}", rates[tenant_id], len(waits))
             await asyncio.sleep(min(w for _, w in taken.values()))
             continue
         now = datetime.now(UTC)
         claim_started = time.monotonic()
-        batch = hot_batch.Batch()
+        batch = store_batch.Batch()
         try:
-            batch = await hot_batch.claim_bulk_batch(pool, flows, size, quotas, {t: len(m) for t, m in moments.items()},
-                                               s.lease_seconds, now)
+            capped = {t: len(m) for t, m in moments.items()}
+            batch = await store_batch.claim_bulk_batch(pool, flows, size, quotas, capped, settings.lease_seconds, now)
         finally:  # what the claim did not use goes back (all of it when the claim failed: its leases run out)
             claimed_rows = [r.claim for r in batch.ready] + [c for c, _, _ in batch.long_way]
             used: dict[str, int] = {}
-            for c in claimed_rows:
-                used[c.channel] = used.get(c.channel, 0) + 1
+            for claim in claimed_rows:
+                used[claim.channel] = used.get(claim.channel, 0) + 1
             await ratelimit.refund(redis, {keys[ch]: n - used.get(ch, 0) for ch, n in quotas.items()},
                                    bulk_burst(rate))
             not_before: dict[int, float] = {}
-            for t, waits in moments.items():
-                mine = sorted(c.id for c in claimed_rows if c.tenant_id == t)
+            for tenant_id, waits in moments.items():
+                mine = sorted(c.id for c in claimed_rows if c.tenant_id == tenant_id)
                 not_before.update((i, claim_started + w) for i, w in zip(mine, waits, strict=False))
-                await ratelimit.unreserve(redis, f"{TENANT_RATE_KEY}{t}", rates[t], len(waits) - len(mine))
+                await ratelimit.unreserve(redis, f"{TENANT_RATE_KEY}{tenant_id}", rates[tenant_id],
+                                          len(waits) - len(mine))
         if not len(batch):
             short = [w for n, w in taken.values() if n == 0]
             if short:  # a channel without a token may owe the due rows: try again once it has one
@@ -245,17 +247,17 @@ async def drain(ctx: dict[str, Any], index: int) -> None:
     took it) — or it comes after the clear, and the bell stays rung, so the wait below returns at once and the loop
     claims again. A Redis ring the critical lane drops (`Doorbell.ring_unless_claimed_since`) is one a claim begun
     after it arrived answered, or whose rows were all claimed — a claim that FAILED answered nothing, so it raises
-    (domain/delivery/hot_batch.py `_claim`, never an empty batch) and this loop claims again after its backoff instead
+    (domain/delivery/store_batch.py `_claim`, never an empty batch) and this loop claims again after its backoff instead
     of sleeping on the ring it took. A publish lost altogether (Redis away) costs loop
     0's idle poll (`OUTBOX_BATCH_IDLE_POLL`) or the relay's next scan, which publishes again.
     A full batch sets the event itself: the lane's other loops join in while more may be due.
     Retries need no wake-up: RECORD_RETRY sets next_attempt_at, and loop 0's poll claims the row once it is due.
     A paused lane: the claim's guard skips its rows; the loop just waits."""
-    s = get_settings()
-    size, _ = s.batch_shape(ctx["lane"])
+    settings = get_settings()
+    size, _ = settings.batch_shape(ctx["lane"])
     wake: Doorbell = ctx["batch_wake"]
     stop: asyncio.Event = ctx["batch_stop"]
-    poll = s.batch_idle_poll if index == 0 and s.batch_idle_poll > 0 else None
+    poll = settings.batch_idle_poll if index == 0 and settings.batch_idle_poll > 0 else None
     failures = 0
     worked = False  # the last turns claimed something: a retry this loop recorded may come due before any ring
     while not stop.is_set():
@@ -295,7 +297,7 @@ async def _idle_wait(ctx: dict[str, Any], poll: float | None, after_work: bool =
     recorded)."""
     if poll is None and not after_work:
         return None
-    due_in = await hot.next_due_in(ctx["db"], ctx["lane"])
+    due_in = await store.next_due_in(ctx["db"], ctx["lane"])
     if due_in is None:
         return poll
     due = max(NEXT_DUE_FLOOR_S, due_in)
@@ -322,8 +324,8 @@ async def stop_drains(ctx: dict[str, Any]) -> None:
     ctx["batch_stop"].set()
     ctx["batch_wake"].ring_all()
     _, pending = await asyncio.wait(tasks, timeout=min(get_settings().lease_seconds, 10.0))
-    for t in pending:
-        t.cancel()
-    for t in tasks:
+    for task in pending:
+        task.cancel()
+    for task in tasks:
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await t
+            await task

@@ -20,7 +20,7 @@ from psycopg.rows import TupleRow
 
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork, libpq_url
-from domain.delivery import fair, fairshare, views, wakeups
+from domain.delivery import fair_plan, fair_queue, views, wakeups
 from domain.delivery.queue import LANES, NOTIFY_CHANNEL, job_id, job_timeout_seconds
 from domain.delivery.wakeups import arq_pool, enqueue, enqueue_fan_out
 from domain.ledger.owed import OwedRow
@@ -49,11 +49,11 @@ def claim_owed(after: int = 0, limit: int = 500, horizon_seconds: float = 1.0,
 
 
 def claim_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500) -> list[ScannedRow]:
-    """The bulk lane's window, shared between tenants and their campaigns (domain/delivery/fair.py)."""
+    """The bulk lane's window, shared between tenants and their campaigns (domain/delivery/fair_queue.py)."""
     return [ScannedRow(OwedRow(r.id, r.lane, job_id(r.id), f"{r.tenant_id}:{r.campaign_id or 0}", gap,
                                created_at=r.created_at),
                        r.lease_expired, r.overdue, r.tenant_id)
-            for r, gap in fair.scan_bulk_window(window, horizon_seconds, limit)]
+            for r, gap in fair_queue.scan_bulk_window(window, horizon_seconds, limit)]
 
 
 @dataclass(frozen=True)
@@ -111,8 +111,8 @@ async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None
     None: every lane.
 
     Per lane, the scan visits that lane's oldest owed rows up to the window (`OUTBOX_RELAY_WINDOW`) — on the bulk
-    lane each tenant's and campaign's oldest, in a window of its own (`fairshare.bulk_window`: a few scan
-    intervals of the lane's pace), shared between them (fair.py): Redis holds at most a window of wake-ups per
+    lane each tenant's and campaign's oldest, in a window of its own (`fair_plan.bulk_window`: a few scan
+    intervals of the lane's pace), shared between them (fair_queue.py): Redis holds at most a window of wake-ups per
     lane, and a campaign of 40,000 rows costs each scan a window's worth of work, not 40,000 enqueue calls. Rows
     past the window are not lost: they are owed in PostgreSQL, in id order, and enter the window as the rows
     before them are sent."""
@@ -124,7 +124,7 @@ async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None
             continue
         lane_window = window or s.relay_window
         if lane == "bulk" and not wakeups.batched(lane):  # fair between tenants: each flow's oldest rows
-            lane_window = window or fairshare.bulk_window(s.relay_window, s.bulk_rate_per_second, s.scan_interval)
+            lane_window = window or fair_plan.bulk_window(s.relay_window, s.bulk_rate_per_second, s.scan_interval)
             rows = await asyncio.to_thread(claim_bulk_window, lane_window, 1.0, limit)
             await forget_dead_jobs(redis, rows)
             for i in range(0, len(rows), limit):  # the pipelined EXISTS page by page

@@ -195,7 +195,7 @@ class LaneWorker(Worker):
         # whatever is still owed. Another worker may still take the row over: its claim's fence decides.
         job_ids = [j for j in job_ids if not self.running_here(j.decode())]
         if self.lane == "bulk":
-            # Fair order (domain/delivery/fair.py): start only what free slots take now, and at most
+            # Fair order (domain/delivery/fair_queue.py): start only what free slots take now, and at most
             # `BULK_STARTS_PER_READ` jobs of one read of the queue, then read it again. arq would wait for a slot on
             # each id of its poll's snapshot, starting them all ahead of any fairer-scored job enqueued meanwhile;
             # and with slots free (jobs starting no faster than they end, as on a loaded machine) walking a whole

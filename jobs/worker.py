@@ -23,7 +23,7 @@ from arq.worker import func
 
 from domain import faults, logs
 from domain.campaigns import fan_out as campaign_fan_out
-from domain.delivery import claimed, claims, fairshare, hot, hot_batch, ratelimit, retry
+from domain.delivery import fair_plan, long_way, plan, ratelimit, retry, store, store_batch
 from domain.delivery.queue import (
     DELIVER_TASK,
     FAN_OUT_TASK,
@@ -60,16 +60,16 @@ async def deliver(ctx: dict[str, Any], notification_id: int, created_at: datetim
     if ctx["lane"] == "bulk" and (not_now := await _pace(ctx, notification_id, created_at)):
         return not_now
     claim_started = time.monotonic()
-    got = await hot.claim(ctx["db"], notification_id, get_settings().lease_seconds, datetime.now(UTC),
-                          ctx["worker_name"], created_at)
+    got = await store.claim(ctx["db"], notification_id, get_settings().lease_seconds, datetime.now(UTC),
+                            ctx["worker_name"], created_at)
     if got is None:
         return await _unclaimed(ctx, notification_id)
     _bind(got)
     faults.hit("after_worker_claim")
-    if isinstance(got, claimed.Suppressed):  # settled at claim: suppressed, or FAILED with its attempts used up
+    if isinstance(got, plan.Suppressed):  # settled at claim: suppressed, or FAILED with its attempts used up
         await attempt.refresh_views(ctx, got.claim)
-        return "failed" if isinstance(got, claimed.Exhausted) else "suppressed"
-    if isinstance(got, claimed.Deferred):
+        return "failed" if isinstance(got, plan.Exhausted) else "suppressed"
+    if isinstance(got, plan.Deferred):
         raise Retry(defer=max(1.0, (got.until - datetime.now(UTC)).total_seconds()))
     faults.hit("before_remote_call")
     attempted = await attempt.send_ready(ctx, got, claim_started)
@@ -87,7 +87,7 @@ async def _pace(ctx: dict[str, Any], notification_id: int, created_at: datetime 
     if before is not None:
         before.enter()
     try:
-        route = await hot.channel_of(ctx["db"], notification_id, created_at)
+        route = await store.channel_of(ctx["db"], notification_id, created_at)
         if route is None:
             return "not_owed"
         if before is not None:
@@ -109,7 +109,7 @@ async def _pace(ctx: dict[str, Any], notification_id: int, created_at: datetime 
 async def _unclaimed(ctx: dict[str, Any], notification_id: int) -> str:
     """The claim matched nothing: a paused lane's row waits in the queue; one resumed since the claim is tried
     again at once; anything else (done, leased by another worker, not yet due) the relay's scan brings back."""
-    paused, claimable = await hot.unclaimed(ctx["db"], notification_id, ctx["lane"])
+    paused, claimable = await store.unclaimed(ctx["db"], notification_id, ctx["lane"])
     if paused:
         raise Retry(defer=1.0)  # the row stays QUEUED; the card shows pending until resume
     if claimable and ctx.get("job_try", 1) < UNCLAIMED_RETRIES:
@@ -117,37 +117,38 @@ async def _unclaimed(ctx: dict[str, Any], notification_id: int) -> str:
     return "not_owed"
 
 
-def _bind(got: claimed.ClaimResult) -> None:
-    c = got.claim
-    logs.bind_here(tenant=c.tenant_id, event_id=str(c.event_id) if c.event_id else None, attempt=c.attempts,
-                   request_id=c.envelope.request_id if c.envelope else None, channel=c.channel)
+def _bind(got: plan.ClaimResult) -> None:
+    claim = got.claim
+    logs.bind_here(tenant=claim.tenant_id, event_id=str(claim.event_id) if claim.event_id else None,
+                   attempt=claim.attempts, request_id=claim.envelope.request_id if claim.envelope else None,
+                   channel=claim.channel)
     log.info("claimed", result=type(got).__name__.lower())
 
 
-async def _record(ctx: dict[str, Any], a: hot_batch.Attempted) -> str:
+async def _record(ctx: dict[str, Any], attempted: store_batch.Attempted) -> str:
     """The attempt's outcome recorded under its claim's token; a retry goes back to arq with its backoff."""
-    if a.status_code is not None and 200 <= a.status_code < 300:
+    if attempted.status_code is not None and 200 <= attempted.status_code < 300:
         await attempt.armed_from_ops(ctx, "after_remote_accept_before_local_ack")
         faults.hit("after_remote_accept_before_local_ack")
-    result = await hot.record(ctx["db"], a.claim, a.decision, **a.kw(ctx["worker_name"]))
-    log.info("attempt recorded", result=result, status_code=a.status_code, error_class=a.error,
-             latency_ms=round(a.latency_ms, 1), retry_in=getattr(a.decision, "delay_seconds", None))
+    result = await store.record(ctx["db"], attempted.claim, attempted.decision, **attempted.kw(ctx["worker_name"]))
+    log.info("attempt recorded", result=result, status_code=attempted.status_code, error_class=attempted.error,
+             latency_ms=round(attempted.latency_ms, 1), retry_in=getattr(attempted.decision, "delay_seconds", None))
     faults.hit("after_local_ack")
-    await attempt.refresh_views(ctx, a.claim)
-    if isinstance(a.decision, retry.Retry) and result != "code_expired":  # a code's retry never outlives it
-        raise Retry(defer=a.decision.delay_seconds)
+    await attempt.refresh_views(ctx, attempted.claim)
+    if isinstance(attempted.decision, retry.Retry) and result != "code_expired":  # a code's retry never outlives it
+        raise Retry(defer=attempted.decision.delay_seconds)
     return result
 
 
-async def take_tenant_token(redis: Any, route: claims.BulkRoute) -> bool:
+async def take_tenant_token(redis: Any, route: long_way.BulkRoute) -> bool:
     """A capped tenant's moment (`OUTBOX_BULK_TENANT_RATE`, or the tenant's own rate), reserved and slept until;
     False: none near enough — the job ends unclaimed and the relay's next scan wakes the row again, in fair order
-    (domain/delivery/fair.py). Uncapped: True at once (the channel's bucket paces it, fair queueing orders it)."""
-    s = get_settings()
-    rate = fairshare.tenant_rate(s.bulk_rate_per_second, s.bulk_tenant_rate, route.tenant_rate)
-    if rate >= s.bulk_rate_per_second:
+    (domain/delivery/fair_queue.py). Uncapped: True at once (the channel's bucket paces it, fair queueing orders it)."""
+    settings = get_settings()
+    rate = fair_plan.tenant_rate(settings.bulk_rate_per_second, settings.bulk_tenant_rate, route.tenant_rate)
+    if rate >= settings.bulk_rate_per_second:
         return True
-    wait = await ratelimit.reserve(redis, f"{TENANT_RATE_KEY}{route.tenant_id}", rate, fairshare.reserve_ahead(rate))
+    wait = await ratelimit.reserve(redis, f"{TENANT_RATE_KEY}{route.tenant_id}", rate, fair_plan.reserve_ahead(rate))
     if wait < 0:
         return False
     await asyncio.sleep(wait)
@@ -179,12 +180,12 @@ def settings_for(lane: str) -> dict[str, Any]:
         ctx["http"] = httpx.AsyncClient(timeout=attempt.HTTP_TIMEOUT, limits=attempt.HTTP_LIMITS)
         ctx["worker_name"] = f"{socket.gethostname()}:{os.getpid()}:{lane}"
         ctx["rng"] = random.Random()
-        # The claim/record path's own pool, one per lane worker process (domain/delivery/hot.py).
+        # The claim/record path's own pool, one per lane worker process (domain/delivery/store.py).
         # Its backends at the lane's CPU priority too, when PostgreSQL runs on this machine (LANE_NICENESS).
         # Through PgBouncer (OUTBOX_PGBOUNCER_URL): unprepared, its backends shared and never reniced.
-        s = get_settings()
-        ctx["db"] = await hot.open_pool(s.pooled_database_url, f"outbox-worker-{lane}",
-                                        niceness=LANE_NICENESS.get(lane, 0), prepared=not s.pgbouncer_url)
+        settings = get_settings()
+        ctx["db"] = await store.open_pool(settings.pooled_database_url, f"outbox-worker-{lane}",
+                                          niceness=LANE_NICENESS.get(lane, 0), prepared=not settings.pgbouncer_url)
         await batches.start_drains(ctx)  # a batched lane's resident loops (the arq worker runs beside them)
 
     async def shutdown(ctx: dict[str, Any]) -> None:
@@ -212,5 +213,5 @@ def settings_for(lane: str) -> dict[str, Any]:
 
 def run_worker(lane: str, burst: bool = False) -> None:
     os.nice(LANE_NICENESS.get(lane, 0))
-    w = LaneWorker(lane, **settings_for(lane), burst=burst)  # woken by each enqueue, not by a tight poll
-    w.run()
+    worker = LaneWorker(lane, **settings_for(lane), burst=burst)  # woken by each enqueue, not by a tight poll
+    worker.run()

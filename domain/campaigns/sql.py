@@ -38,21 +38,27 @@ def audience_refs(audience: str) -> sa.TextClause:
     return sa.text(f"SELECT r.ref FROM recipients r WHERE r.tenant_id = :t AND {audience} ORDER BY r.id")
 
 
+# CHANNEL_PRICE: what one message of a channel costs a tenant now.
 # What one message of the channel costs the tenant now (the preview's estimate; the ledger prices each row itself).
 CHANNEL_PRICE = sa.text(
     "SELECT coalesce((SELECT price_cents FROM channel_prices WHERE tenant_id = :t "
     "AND channel = CAST(:c AS varchar)), 0)")
+# INSERT_CAMPAIGN: a new campaign, ledgering from its first recipient.
 INSERT_CAMPAIGN = sa.text(
     "INSERT INTO campaigns (tenant_id, name, segment, template, channel, status, total, ledgered, "
     "last_recipient_id, actor_ref, started_at) VALUES (:t, :n, :s, :tpl, :c, 'ledgering', :total, 0, 0, :a, "
     "now()) RETURNING id")
+# LOCK_CAMPAIGN: a campaign locked for its fan-out's next batch.
 LOCK_CAMPAIGN = sa.text(
     "SELECT id, tenant_id, name, segment, template, channel, status, last_recipient_id FROM campaigns "
     "WHERE id = :i FOR UPDATE")
+# ADVANCE: a campaign's fan-out moved past a batch of recipients (running once it is done).
 ADVANCE = sa.text(
     "UPDATE campaigns SET ledgered = ledgered + :k, last_recipient_id = coalesce(:last, last_recipient_id), "
     "status = CASE WHEN :done THEN 'running' ELSE status END WHERE id = :i")
+# UNFINISHED: the campaigns whose fan-out has not finished ledgering.
 UNFINISHED = sa.text("SELECT id FROM campaigns WHERE status = 'ledgering' ORDER BY id")
+# CANCEL: a tenant's campaign cancelled unless it is done, with the status it had.
 # A campaign whose fan-out is over and of which nothing is owed any more is done (views computes that on read):
 # cancelling it changes nothing.
 # The status it had (`was`) beside the one it has now: a cancel that changed nothing is not audited.
@@ -62,6 +68,7 @@ CANCEL = sa.text(
     "  SELECT 1 FROM notifications n WHERE n.campaign_id = c.id AND n.status = 'QUEUED')) THEN 'cancelled' "
     "ELSE c.status END FROM was WHERE c.id = was.id RETURNING c.id, was.status AS was, c.status")
 
+# CAMPAIGNS: a tenant's campaigns with their counts and suppressions by reason.
 # One pass for the whole list: each campaign with its counts and its suppressions by reason (most first).
 CAMPAIGNS = sa.text(
     """

@@ -2,13 +2,13 @@
 
 - `queue` — the lanes' vocabulary: queue names, wake channels, job ids, the Redis keys of the buckets.
 - `wakeups` — after-commit wake-ups, the relay's scan of owed rows, the order pages' refresh messages.
-- `fair` — the bulk lane's per-row wake-ups scored by fair queueing over (tenant, campaign) flows.
-- `fairshare` — pure: a capped tenant's pace and how far ahead it may reserve its moment.
+- `fair_queue` — `fair_plan` applied: the relay's bulk window read flow by flow, each wake-up scored by fair queueing.
+- `fair_plan` — pure: each (tenant, campaign) flow's share of the bulk window and its gap, a capped tenant's pace.
 - `ratelimit` — the token buckets in Redis (a channel's, a tenant's), one script call per take.
-- `claimed` — pure: a claim's types (`Claim`, `Ready`, `Suppressed`, …) and `plan`, the common-case decision.
-- `hot` — the workers' store: claim and record on an async psycopg pool, one row at a time.
-- `hot_batch` — the same store a batch at a time: N rows claimed in one statement, their answers in one record.
-- `claims` — the long way of a claim and a record (sync SQLAlchemy): suppress, defer, caps, breaker, late truth.
+- `plan` — pure: a claim's types (`Claim`, `Ready`, `Suppressed`, …) and `plan`, the common-case decision.
+- `store` — the workers' store: claim and record on an async psycopg pool, one row at a time.
+- `store_batch` — the same store a batch at a time: N rows claimed in one statement, their answers in one record.
+- `long_way` — the long way of a claim and a record (sync SQLAlchemy): suppress, defer, caps, breaker, late truth.
 - `sql` — the claim's named statements: the lease, the take, the long way's settlements before a send.
 - `sql_record` — the record's statements, and the receipts'.
 - `sql_review` — the operators' statements: lanes paused and resumed, rows replayed or resolved.

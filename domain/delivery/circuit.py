@@ -1,4 +1,4 @@
-"""A tenant endpoint's circuit breaker at work, inside the claim's and the record's own transactions (claims.py).
+"""A tenant endpoint's circuit breaker at work, inside the claim's and the record's own transactions (long_way.py).
 
 At claim: a row whose endpoint's breaker is open is deferred until it closes — not attempted, so not an attempt —
 except the one probe taken when its time is up (half-open). The probe is taken last, after every floor rule and the
@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from domain import logs
 from domain.access import actions
 from domain.db import UnitOfWork
-from domain.delivery.claimed import Claim
+from domain.delivery.plan import Claim
 from domain.endpoints import store
 from domain.endpoints.breaker import Disable, Open, Thresholds, after_failure
 from domain.ledger import metering

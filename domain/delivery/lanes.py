@@ -12,7 +12,7 @@ from domain.delivery.queue import NOTIFY_OWED
 
 def lane_paused(lane: str, engine: Engine | None = None) -> bool:
     with UnitOfWork(engine) as uow:
-        return bool(uow.execute(sql_review.LANE_PAUSED, {"l": lane}).scalar())
+        return bool(uow.execute(sql_review.LANE_PAUSED, {"lane": lane}).scalar())
 
 
 def set_lane_paused(lane: str, paused: bool, engine: Engine | None = None, *, actor_ref: str = "system",
@@ -21,7 +21,7 @@ def set_lane_paused(lane: str, paused: bool, engine: Engine | None = None, *, ac
     with UnitOfWork(engine) as uow:
         actions.record(uow, tenant_id=None, actor_ref=actor_ref, action="pause" if paused else "resume",
                        target=f"lane {lane}", note=note)
-        uow.execute(sql_review.SET_LANE_PAUSED, {"l": lane, "p": paused})
+        uow.execute(sql_review.SET_LANE_PAUSED, {"lane": lane, "paused": paused})
         if not paused:
             uow.execute(NOTIFY_OWED, {"lane": lane})
         uow.commit()

@@ -21,9 +21,9 @@ from domain.vocabulary import lanes_sql_list as lanes_sql_list
 QUEUE_PREFIX: Final[str] = "outbox:queue:"
 API_RATE_KEY: Final[str] = "outbox:rate:api:"  # + a digest of the API key: one bucket per key
 RATE_KEY: Final[str] = "outbox:rate:bulk"  # + ":<channel>": one token bucket per provider channel
-# + "<tenant id>": a capped tenant's bulk bucket, taken before the channel's (domain/delivery/fair.py).
+# + "<tenant id>": a capped tenant's bulk bucket, taken before the channel's (domain/delivery/fair_queue.py).
 TENANT_RATE_KEY: Final[str] = "outbox:rate:bulk-tenant:"
-# A hash, "<tenant>:<campaign>" -> the score of that flow's last bulk wake-up (fair queueing, fair.py).
+# A hash, "<tenant>:<campaign>" -> the score of that flow's last bulk wake-up (fair queueing, fair_queue.py).
 FAIR_TAGS_KEY: Final[str] = "outbox:fair:bulk"
 REFRESH_PREFIX: Final[str] = "outbox:refresh:"
 REFRESH_PUBLISHES: Final[str] = "outbox:metrics:refresh_publishes"

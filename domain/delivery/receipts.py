@@ -89,19 +89,19 @@ def _apply(provider: str, receipts: Sequence[Receipt], engine: Engine | None) ->
         return []
     with UnitOfWork(engine) as uow:
         by_reference = {str(row.provider_reference): row for row in uow.execute(
-            BY_REFERENCES, {"refs": sorted({r.reference for r in receipts}), "p": provider})}
+            BY_REFERENCES, {"references": sorted({r.reference for r in receipts}), "provider": provider})}
         rows: list[Any] = []
         for r in receipts:
             row = by_reference.get(r.reference)
             if row is None and r.client_reference is not None:  # not recorded yet: the key we sent
-                row = uow.execute(BY_KEY, {"k": r.client_reference, "p": provider}).first()
+                row = uow.execute(BY_KEY, {"key": r.client_reference, "provider": provider}).first()
             rows.append(row)
         first = {r.receipt_id: i for i, r in reversed(list(enumerate(receipts)))}  # a receipt id's first place
         fresh = [i for i, r in enumerate(receipts) if first[r.receipt_id] == i]
         kept = {str(k.receipt_id): int(k.id) for k in uow.execute(KEEP, {
-            "p": provider, "ids": [receipts[i].receipt_id for i in fresh],
-            "refs": [receipts[i].reference for i in fresh], "outcomes": [receipts[i].outcome for i in fresh],
-            "rows": [rows[i].id if rows[i] is not None else None for i in fresh]})}
+            "provider": provider, "receipt_ids": [receipts[i].receipt_id for i in fresh],
+            "references": [receipts[i].reference for i in fresh], "outcomes": [receipts[i].outcome for i in fresh],
+            "notification_ids": [rows[i].id if rows[i] is not None else None for i in fresh]})}
         settled = set(settle_receipts(uow, [int(row.id) for row in rows if row is not None]))
         uow.commit()
     results = []

@@ -73,15 +73,15 @@ def replay(tenant_id: int | None, notification_id: int, engine: Engine | None = 
     refused: Refused | None = None
     with UnitOfWork(engine) as uow:
         uow.execute(sql_review.REPLAY_WAITS_FOR_ARCHIVE)  # never between an archive's owed check and its commit
-        r = uow.execute(sql_review.REPLAY,
-                        {"id": notification_id, "t": tenant_id, "m": get_settings().max_attempts}).first()
+        r = uow.execute(sql_review.REPLAY, {"id": notification_id, "tenant_id": tenant_id,
+                                            "extra_attempts": get_settings().max_attempts}).first()
         if r:
             uow.execute(NOTIFY_OWED, {"lane": r.lane})
             actions.record(uow, tenant_id=r.tenant_id, actor_ref=actor_ref, action="replay",
                            target=f"notification {notification_id}", note=note)
         else:
             refused = next(iter(_refused(uow, sql_review.REPLAY_REFUSED_MANY,
-                                         {"ids": [notification_id], "t": tenant_id})), None)
+                                         {"ids": [notification_id], "tenant_id": tenant_id})), None)
         uow.commit()
     return Replayed(r is not None, refused)
 
@@ -89,7 +89,7 @@ def replay(tenant_id: int | None, notification_id: int, engine: Engine | None = 
 def resolve(tenant_id: int | None, notification_id: int, engine: Engine | None = None, *,
             actor_ref: str = "system", note: str = "") -> bool:
     with UnitOfWork(engine) as uow:
-        r = uow.execute(sql_review.RESOLVE, {"id": notification_id, "t": tenant_id}).first()
+        r = uow.execute(sql_review.RESOLVE, {"id": notification_id, "tenant_id": tenant_id}).first()
         if r:
             actions.record(uow, tenant_id=r.tenant_id, actor_ref=actor_ref, action="resolve",
                            target=f"notification {notification_id}", note=note)
@@ -135,8 +135,8 @@ def review_many(action: str, tenant_id: int | None, ids: list[int], engine: Engi
     operator_actions with who and the note. Ids another tenant owns, or rows no longer FAILED, change nothing."""
     statement = {"replay": sql_review.REPLAY_MANY, "resolve": sql_review.RESOLVE_MANY}[action]
     with UnitOfWork(engine) as uow:
-        out = _bulk(uow, statement, {"ids": sorted(set(ids))[:BULK_MAX], "t": tenant_id,
-                                     "m": get_settings().max_attempts}, action, actor_ref, note,
+        out = _bulk(uow, statement, {"ids": sorted(set(ids))[:BULK_MAX], "tenant_id": tenant_id,
+                                     "extra_attempts": get_settings().max_attempts}, action, actor_ref, note,
                     sql_review.REPLAY_REFUSED_MANY)
         uow.commit()
     return out
@@ -148,7 +148,8 @@ def review_lane(action: str, tenant_id: int | None, lane: str, since: datetime, 
     tenant for platform on-call), oldest first, at most BULK_MAX — replayed or resolved in one commit. A replay
     leaves out the one-time codes past their end of life (named in `refused`, never counted as left to do)."""
     statement = {"replay": sql_review.REPLAY_LANE_SINCE, "resolve": sql_review.RESOLVE_LANE_SINCE}[action]
-    params = {"lane": lane, "t": tenant_id, "since": since, "l": BULK_MAX, "m": get_settings().max_attempts}
+    params = {"lane": lane, "tenant_id": tenant_id, "since": since, "limit": BULK_MAX,
+              "extra_attempts": get_settings().max_attempts}
     with UnitOfWork(engine) as uow:
         out = _bulk(uow, statement, params, action, actor_ref, note, sql_review.REPLAY_REFUSED_LANE)
         counted = sql_review.COUNT_LANE_SINCE_REPLAYABLE if action == "replay" else sql_review.COUNT_LANE_SINCE
@@ -160,5 +161,5 @@ def review_lane(action: str, tenant_id: int | None, lane: str, since: datetime, 
 def count_lane(tenant_id: int | None, lane: str, since: datetime, engine: Engine | None = None) -> int:
     """How many rows `review_lane` would take now (shown in its confirmation)."""
     with UnitOfWork(engine) as uow:
-        params = {"lane": lane, "t": tenant_id, "since": since}
+        params = {"lane": lane, "tenant_id": tenant_id, "since": since}
         return int(uow.execute(sql_review.COUNT_LANE_SINCE, params).scalar_one())

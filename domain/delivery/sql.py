@@ -1,7 +1,7 @@
 """Delivery's named SQL for the claim: the lease, the take, and the long way's settlements before a send.
 
 Each is ONE statement (a CTE), written once with `:name` parameters. A `Statement` holds it in the form each store
-runs: `.sa` for the sync store (claims.py, SQLAlchemy), `.pg` for the workers' async store (hot.py, psycopg's pool,
+runs: `.sa` for the sync store (long_way.py, SQLAlchemy), `.pg` for the workers' async store (store.py, psycopg's pool,
 prepared). Statements only the sync store runs are plain `sa.text`.
 
 - `CLAIM`: the guarded lease and the next fence token (FOR UPDATE of the row, taken by the UPDATE; a row another
@@ -45,7 +45,7 @@ class Statement:
         self.pg = for_psycopg(text)
 
 
-# The claim's pieces, shared by `CLAIM` (one row by id) and `CLAIM_BATCH` (up to :n due rows of one lane).
+# The claim's pieces, shared by `CLAIM` (one row by id) and `CLAIM_BATCH` (up to :limit due rows of one lane).
 _CLAIM_SET = """UPDATE notifications SET attempts = attempts + 1, leased_until = now() + make_interval(secs => :lease),
                            claimed_at = now(), claim_token = claim_token + 1"""
 # Owed, not leased (or its lease ran out: the worker that held it is gone or late; the token fences it out), its
@@ -89,6 +89,7 @@ LEFT JOIN webhook_endpoints we ON we.id = c.endpoint_id AND we.tenant_id = c.ten
 ORDER BY c.id
 """
 
+# CLAIM: one owed row leased by id, with everything its decision and its send need.
 CLAIM: Final = Statement(f"""
 WITH c AS (
   {_CLAIM_SET}
@@ -96,17 +97,19 @@ WITH c AS (
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}""")
 
+# CLAIM_IN_MONTH: `CLAIM` of one row in the month its wake-up names.
 # `CLAIM` of a row whose month its wake-up carries (the relay's scan read the row's `created_at`, the ledger's
 # partition key, and the per-row job holds it): planned on that month's partition alone.
 CLAIM_IN_MONTH: Final = Statement(f"""
 WITH c AS (
   {_CLAIM_SET}
-  WHERE id = :id AND created_at = CAST(:ca AS timestamptz)
+  WHERE id = :id AND created_at = CAST(:created_at AS timestamptz)
     AND {_CLAIMABLE.format(due="next_attempt_at <= now() + interval '1 second'")}
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}""")
 
-# `CLAIM` for up to :n due rows of one lane at once (a batched lane's drain loop, jobs/batches.py): the oldest due
+# CLAIM_BATCH: up to :limit due rows of one lane leased at once, oldest due first.
+# `CLAIM` for up to :limit due rows of one lane at once (a batched lane's drain loop, jobs/batches.py): the oldest due
 # first, each its own lease and next fence token; a row another claim (or the relay's scan) holds is skipped, not
 # waited on (SKIP LOCKED), so two loops or two workers never claim one row. The pick is a MATERIALIZED CTE: it is
 # evaluated once, whatever the plan of the UPDATE. Served by notifications_owed_by_lane_due (migration 0025).
@@ -114,16 +117,17 @@ CLAIM_BATCH: Final = Statement(f"""
 WITH picked AS MATERIALIZED (
   SELECT id, created_at FROM notifications
   WHERE lane = :lane AND {_CLAIMABLE.format(due="next_attempt_at <= now()")}
-  ORDER BY next_attempt_at, id LIMIT :n FOR UPDATE SKIP LOCKED
+  ORDER BY next_attempt_at, id LIMIT :limit FOR UPDATE SKIP LOCKED
 ), c AS (
   {_CLAIM_SET}
   WHERE (id, created_at) IN (SELECT id, created_at FROM picked)
   {_CLAIM_RETURNING}
 ){_CLAIM_JOINED}""")
 
+# BULK_DUE_FLOWS: the bulk lane's (tenant, campaign) flows that owe rows, with their pace and channel.
 # The bulk lane's flows, for its batch (jobs/batches.py `deliver_bulk_batch`) and for the relay's fair window
-# (fair.py): every (tenant, campaign) with owed bulk rows, by a skip scan over notifications_owed_bulk_flow (one index
-# probe per flow, however many rows each owes), with the tenant's own pace and the campaign's channel (NULL for a
+# (fair_queue.py): every (tenant, campaign) with owed bulk rows, by a skip scan over notifications_owed_bulk_flow (one
+# index probe per flow, however many rows each owes), with the tenant's own pace and the campaign's channel (NULL for a
 # tenant's one-by-one bulk messages, campaign 0).
 BULK_DUE_FLOWS: Final = Statement("""
 WITH RECURSIVE f AS (
@@ -139,23 +143,25 @@ SELECT f.t AS tenant_id, f.c AS campaign_id, tn.bulk_rate_per_second AS tenant_r
 FROM f LEFT JOIN tenants tn ON tn.id = f.t LEFT JOIN campaigns cp ON f.c <> 0 AND cp.id = f.c ORDER BY f.t, f.c
 """)
 
-# Then the claim: up to :n due rows, shared fairly between the flows given (:ft, :fc) — each flow's oldest due rows
-# (by its index, SKIP LOCKED: two loops never wait on each other), ranked by start-time fair queueing within the
-# batch (a row's virtual time: its rank in its flow × its tenant's flows in the batch, so tenants share a batch
-# equally and a tenant's campaigns share its turn) — and never more rows of a channel than the tokens taken from
-# that channel's bucket (:chs, :quotas), nor more of a capped tenant than its moments reserved (:capped, :capq).
+# CLAIM_BULK_BATCH: up to :limit due bulk rows leased at once, shared fairly between flows within quotas.
+# Then the claim: up to :limit due rows, shared fairly between the flows given (:flow_tenants, :flow_campaigns) —
+# each flow's oldest due rows (by its index, SKIP LOCKED: two loops never wait on each other), ranked by start-time
+# fair queueing within the batch (a row's virtual time: its rank in its flow × its tenant's flows in the batch, so
+# tenants share a batch equally and a tenant's campaigns share its turn) — and never more rows of a channel than the
+# tokens taken from that channel's bucket (:channels, :quotas), nor more of a capped tenant than its moments
+# reserved (:capped_tenants, :capped_quotas).
 # Each row its own lease and next fence token, exactly as `CLAIM_BATCH`; a cancelled campaign's row is claimed
 # like any other and refused by `plan` (campaign_status), never sent.
 CLAIM_BULK_BATCH: Final = Statement(f"""
 WITH cand AS (
   SELECT x.id, x.created_at, x.channel, f.t, f.c, row_number() OVER (PARTITION BY f.t, f.c ORDER BY x.id) AS rn
-  FROM unnest(CAST(:ft AS int[]), CAST(:fc AS bigint[])) AS f(t, c)
+  FROM unnest(CAST(:flow_tenants AS int[]), CAST(:flow_campaigns AS bigint[])) AS f(t, c)
   CROSS JOIN LATERAL (
     SELECT id, created_at, channel FROM notifications
     WHERE status = 'QUEUED' AND lane = 'bulk' AND tenant_id = f.t AND coalesce(campaign_id, 0) = f.c
-      AND channel = ANY(CAST(:chs AS text[]))
+      AND channel = ANY(CAST(:channels AS text[]))
       AND {_CLAIMABLE.format(due="next_attempt_at <= now()")}
-    ORDER BY tenant_id, coalesce(campaign_id, 0), id LIMIT :n FOR UPDATE SKIP LOCKED) x
+    ORDER BY tenant_id, coalesce(campaign_id, 0), id LIMIT :limit FOR UPDATE SKIP LOCKED) x
 ), ranked AS (
   SELECT id, created_at, channel, t, rn * count(*) FILTER (WHERE rn = 1) OVER (PARTITION BY t) AS vt FROM cand
 ), numbered AS (
@@ -163,10 +169,10 @@ WITH cand AS (
          row_number() OVER (PARTITION BY t ORDER BY vt, id) AS tn FROM ranked
 ), pick AS (
   SELECT p.id, p.created_at FROM numbered p
-  JOIN unnest(CAST(:chs AS text[]), CAST(:quotas AS int[])) AS q(ch, quota) ON q.ch = p.channel
-  LEFT JOIN unnest(CAST(:capped AS int[]), CAST(:capq AS int[])) AS k(t, quota) ON k.t = p.t
+  JOIN unnest(CAST(:channels AS text[]), CAST(:quotas AS int[])) AS q(ch, quota) ON q.ch = p.channel
+  LEFT JOIN unnest(CAST(:capped_tenants AS int[]), CAST(:capped_quotas AS int[])) AS k(t, quota) ON k.t = p.t
   WHERE p.chn <= q.quota AND (k.t IS NULL OR p.tn <= k.quota)
-  ORDER BY p.vt, p.t, p.id LIMIT :n
+  ORDER BY p.vt, p.t, p.id LIMIT :limit
 ), c AS (
   {_CLAIM_SET}
   WHERE (id, created_at) IN (SELECT id, created_at FROM pick)
@@ -179,43 +185,49 @@ WITH cand AS (
 _TAKE_STEPS = """
 WITH slot AS (
   INSERT INTO recipient_daily_counts (tenant_id, recipient, day, taken)
-  SELECT CAST(:t AS int), CAST(:r AS text), CAST(:day AS date), 1 WHERE CAST(:day AS date) IS NOT NULL
+  SELECT CAST(:tenant_id AS int), CAST(:recipient AS text), CAST(:day AS date), 1
+  WHERE CAST(:day AS date) IS NOT NULL
   ON CONFLICT (tenant_id, recipient, day) DO UPDATE SET taken = recipient_daily_counts.taken + 1
   WHERE recipient_daily_counts.taken < :cap
   RETURNING taken
 ), ok AS (
   SELECT CAST(:day AS date) IS NULL OR EXISTS (SELECT 1 FROM slot) AS slot_ok
 ), b AS (
-  UPDATE balances SET balance_cents = balance_cents - :c
-  WHERE tenant_id = :t AND balance_cents >= :c AND :c > 0 AND (SELECT slot_ok FROM ok)
+  UPDATE balances SET balance_cents = balance_cents - :cents
+  WHERE tenant_id = :tenant_id AND balance_cents >= :cents AND :cents > 0 AND (SELECT slot_ok FROM ok)
   RETURNING tenant_id
 ), e AS (
   INSERT INTO balance_entries (tenant_id, notification_id, kind, amount_cents, reason)
-  SELECT tenant_id, CAST(:n AS bigint), 'reserve', -CAST(:c AS int), CAST(:reason AS text) FROM b
+  SELECT tenant_id, CAST(:id AS bigint), 'reserve', -CAST(:cents AS int), CAST(:reason AS text) FROM b
 ), u AS (
   UPDATE notifications
   SET cap_day = CASE WHEN EXISTS (SELECT 1 FROM slot) THEN CAST(:day AS date) ELSE cap_day END,
-      template_version = CASE WHEN (SELECT slot_ok FROM ok) THEN coalesce(CAST(:v AS int), template_version)
+      template_version = CASE WHEN (SELECT slot_ok FROM ok)
+                              THEN coalesce(CAST(:template_version AS int), template_version)
                               ELSE template_version END,
-      reserved_cents = CASE WHEN EXISTS (SELECT 1 FROM b) THEN :c ELSE reserved_cents END
-  WHERE id = :n AND created_at = CAST(:ca AS timestamptz)
+      reserved_cents = CASE WHEN EXISTS (SELECT 1 FROM b) THEN :cents ELSE reserved_cents END
+  WHERE id = :id AND created_at = CAST(:created_at AS timestamptz)
 )
 """
 
-# The common case's take, answering what it took (`slot_ok`, `paid`): the caller decides on a refusal.
+# TAKE: the common case's take, answering what it took (`slot_ok`, `paid`): the caller decides on a refusal.
 TAKE: Final = Statement(_TAKE_STEPS + "SELECT (SELECT slot_ok FROM ok) AS slot_ok, "
-                        "(:c <= 0 OR EXISTS (SELECT 1 FROM b)) AS paid\n")
+                        "(:cents <= 0 OR EXISTS (SELECT 1 FROM b)) AS paid\n")
 
-# `TAKE` for a claim that sends its COMMIT in the same round trip (the bulk lane's, domain/delivery/hot.py): the take
+# What a refused take's answer fails with (`TAKE_OR_ABORT`, `TAKE_BATCH`): the caller tells a refusal by it.
+TAKE_REFUSED: Final[str] = "take refused"
+
+# TAKE_OR_ABORT: `TAKE` that fails its own transaction when refused (a COMMIT sent with it).
+# `TAKE` for a claim that sends its COMMIT in the same round trip (the bulk lane's, domain/delivery/store.py): the take
 # holds the tenant's balance row, which the tenant's one-time codes take too, and a COMMIT that waits for a busy,
 # niced bulk worker's next turn held it for tens of milliseconds. Refused (no cap slot, no money), it must abort its
 # transaction itself: its answer fails (SQLSTATE 22P02, `TAKE_REFUSED`) and the COMMIT after it rolls back.
-TAKE_REFUSED: Final[str] = "take refused"
 TAKE_OR_ABORT: Final = Statement(_TAKE_STEPS + f"""SELECT CAST(
-  CASE WHEN (SELECT slot_ok FROM ok) AND (:c <= 0 OR EXISTS (SELECT 1 FROM b)) THEN 'true'
+  CASE WHEN (SELECT slot_ok FROM ok) AND (:cents <= 0 OR EXISTS (SELECT 1 FROM b)) THEN 'true'
        ELSE '{TAKE_REFUSED}: slot ' || CAST((SELECT slot_ok FROM ok) AS text) END AS boolean) AS taken
 """)
 
+# TAKE_BATCH: every take of a batch in one statement, all or nothing.
 # Every take of a bulk batch in one statement (`TAKE` set-based): each row's cap slot, then each tenant's money for
 # its rows at once, the balance entries and the rows' held cents. All or nothing, and the COMMIT in the same round
 # trip (like `TAKE_OR_ABORT`: a tenant's balance row, which its one-time codes take too, is held only while the
@@ -223,9 +235,9 @@ TAKE_OR_ABORT: Final = Statement(_TAKE_STEPS + f"""SELECT CAST(
 # batch is claimed again row by row under savepoints (`CLAIM_BATCH`'s way). One row per (tenant, recipient, day).
 TAKE_BATCH: Final = Statement(f"""
 WITH x AS (
-  SELECT * FROM unnest(CAST(:ns AS bigint[]), CAST(:ts AS int[]), CAST(:rs AS text[]), CAST(:days AS date[]),
-                       CAST(:caps AS int[]), CAST(:cs AS int[]), CAST(:vs AS int[]), CAST(:reasons AS text[]),
-                       CAST(:cas AS timestamptz[]))
+  SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:tenant_ids AS int[]), CAST(:recipients AS text[]),
+                       CAST(:days AS date[]), CAST(:caps AS int[]), CAST(:cents AS int[]),
+                       CAST(:template_versions AS int[]), CAST(:reasons AS text[]), CAST(:created_ats AS timestamptz[]))
     AS x(n, t, r, day, cap, c, v, reason, ca)
 ), slot AS (
   INSERT INTO recipient_daily_counts (tenant_id, recipient, day, taken)
@@ -250,7 +262,7 @@ WITH x AS (
       template_version = coalesce(x.v, notifications.template_version),
       reserved_cents = CASE WHEN x.c > 0 THEN x.c ELSE notifications.reserved_cents END
   FROM x WHERE notifications.id = x.n AND notifications.created_at = x.ca
-    AND notifications.created_at = ANY(CAST(:cas AS timestamptz[]))
+    AND notifications.created_at = ANY(CAST(:created_ats AS timestamptz[]))
 )
 SELECT CAST(
   CASE WHEN (SELECT count(*) FROM slot) = (SELECT count(*) FROM x WHERE day IS NOT NULL)
@@ -259,6 +271,7 @@ SELECT CAST(
 """)
 
 
+# UNCLAIMED: why `CLAIM` matched nothing: the lane paused, or the row still claimable.
 # Why `CLAIM` matched nothing, read just after it: the lane is paused now, or the row is still claimable with the
 # lane running (resumed between the claim and this read: claim again), or neither (done, leased, not yet due).
 UNCLAIMED: Final = Statement("""
@@ -267,6 +280,7 @@ SELECT EXISTS (SELECT 1 FROM lane_controls l WHERE l.lane = :lane AND l.paused) 
                AND next_attempt_at <= now() + interval '1 second'
                AND (leased_until IS NULL OR leased_until < now())) AS claimable""")
 
+# NEXT_DUE_IN_LANE: seconds until a lane's next unleased owed row comes due.
 # When the next row of a lane comes due that no live lease holds (a retry's backoff, a deferral, a lease running
 # out): a batched lane's idle loop sleeps until then instead of a whole idle poll. Served by
 # notifications_owed_by_lane_due; the rows leased now (at most the lane's batches in flight) are stepped over, and
@@ -279,32 +293,39 @@ SELECT extract(epoch FROM min(next_attempt_at) - now()) AS due_in_s FROM (
   WHERE lane = :lane AND {_CLAIMABLE.format(due="TRUE")}
   ORDER BY next_attempt_at, id LIMIT 1) n""")
 
-# A bulk row's route before its claim: the channel's bucket, the tenant's (and its own pace, if it has one).
+# CHANNEL_OF: a bulk row's route before its claim: the channel's bucket, the tenant's (and its own pace, if it has one).
 CHANNEL_OF: Final = Statement(
     "SELECT n.channel, n.tenant_id, t.bulk_rate_per_second AS tenant_rate FROM notifications n "
     "LEFT JOIN tenants t ON t.id = n.tenant_id WHERE n.id = :id AND n.status = 'QUEUED'")
-# ... of a row whose month its wake-up carries (as `CLAIM_IN_MONTH`).
+# CHANNEL_OF_IN_MONTH: `CHANNEL_OF` of a row whose month its wake-up carries (as `CLAIM_IN_MONTH`).
 CHANNEL_OF_IN_MONTH: Final = Statement(
     "SELECT n.channel, n.tenant_id, t.bulk_rate_per_second AS tenant_rate FROM notifications n "
     "LEFT JOIN tenants t ON t.id = n.tenant_id "
-    "WHERE n.id = :id AND n.created_at = CAST(:ca AS timestamptz) AND n.status = 'QUEUED'")
+    "WHERE n.id = :id AND n.created_at = CAST(:created_at AS timestamptz) AND n.status = 'QUEUED'")
 
 
-# ---- the long way of the claim (claims.py) --------------------------------------------------------------------
-CAP_TAKEN = sa.text("SELECT taken FROM recipient_daily_counts WHERE tenant_id = :t AND recipient = :r AND day = :d")
+# ---- the long way of the claim (long_way.py) --------------------------------------------------------------------
+# CAP_TAKEN: how many cap slots a recipient has taken on a day.
+CAP_TAKEN = sa.text("SELECT taken FROM recipient_daily_counts "
+                    "WHERE tenant_id = :tenant_id AND recipient = :recipient AND day = :day")
+# OPT_OUT_CHANGE: the recipient change that opted them out of a channel, newest first.
 OPT_OUT_CHANGE = sa.text(
     "SELECT ch.changed_at, ch.actor_ref FROM recipient_changes ch JOIN recipients r ON r.id = ch.recipient_id "
-    "WHERE r.tenant_id = :t AND r.ref = :ref AND ch.field = 'opted_out_channels' "
-    "AND ch.new_value LIKE :like ORDER BY ch.id DESC LIMIT 1")
+    "WHERE r.tenant_id = :tenant_id AND r.ref = :recipient AND ch.field = 'opted_out_channels' "
+    "AND ch.new_value LIKE :channel_like ORDER BY ch.id DESC LIMIT 1")
+# DEFER: a claimed row deferred to a time, its attempt given back, under its claim's token.
 DEFER = sa.text(
-    "UPDATE notifications SET attempts = attempts - 1, next_attempt_at = :u, leased_until = NULL, "
-    "reason_detail = :d WHERE id = :id AND created_at = CAST(:ca AS timestamptz) AND status = 'QUEUED' "
-    "AND claim_token = :tok")
+    "UPDATE notifications SET attempts = attempts - 1, next_attempt_at = :until, leased_until = NULL, "
+    "reason_detail = :detail WHERE id = :id AND created_at = CAST(:created_at AS timestamptz) "
+    "AND status = 'QUEUED' AND claim_token = :claim_token")
+# GIVE_BACK_ATTEMPT: a claimed row's attempt count given back, under its claim's token.
 # A claim that must not run (its attempts were used up): its count given back before the row settles.
 GIVE_BACK_ATTEMPT = sa.text(
-    "UPDATE notifications SET attempts = attempts - 1 WHERE id = :id AND created_at = CAST(:ca AS timestamptz) "
-    "AND status = 'QUEUED' AND claim_token = :tok")
+    "UPDATE notifications SET attempts = attempts - 1 "
+    "WHERE id = :id AND created_at = CAST(:created_at AS timestamptz) AND status = 'QUEUED' "
+    "AND claim_token = :claim_token")
+# GIVE_BACK: a claimed row owed again at once, its attempt given back, under its claim's token.
 GIVE_BACK = sa.text(
     "UPDATE notifications SET attempts = attempts - 1, leased_until = NULL, next_attempt_at = now() "
-    "WHERE id = :id AND created_at = CAST(:ca AS timestamptz) AND status = 'QUEUED' AND claim_token = :tok "
-    "RETURNING id")
+    "WHERE id = :id AND created_at = CAST(:created_at AS timestamptz) AND status = 'QUEUED' "
+    "AND claim_token = :claim_token RETURNING id")

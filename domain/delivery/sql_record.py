@@ -21,7 +21,8 @@ from domain.delivery.sql import Statement
 
 # The record's pieces, shared by the one-row statements and their batch forms (`{x}`: where a row's value comes
 # from: a parameter `:x` for one row, the batch's unnested column `v.x` for many).
-_SENT_SET = """status = CAST({final} AS text), provider_reference = coalesce(CAST({p} AS text), provider_reference),
+_SENT_SET = """status = CAST({final} AS text),
+         provider_reference = coalesce(CAST({reference} AS text), provider_reference),
          sent_at = coalesce(sent_at, now()),
          settled_at = CASE WHEN CAST({final} AS text) = 'DELIVERED' THEN now() END,
          leased_until = NULL, last_error_class = NULL, suppressed_reason = NULL, review = NULL,
@@ -37,22 +38,23 @@ _ATTEMPT_COLUMNS = """notification_attempts (notification_id, attempt_no, worker
                                      status_code, error_class, latency_ms, response_excerpt, next_attempt_at,
                                      notification_created_at)"""
 _RETRY_SET = """next_attempt_at = now() + make_interval(secs => {delay}), leased_until = NULL,
-         last_error_class = {err}"""
-_RETRY_GUARD = """status = 'QUEUED' AND claim_token = {tok}
+         last_error_class = {error_class}"""
+_RETRY_GUARD = """status = 'QUEUED' AND claim_token = {claim_token}
     AND NOT EXISTS (SELECT 1 FROM otp_codes oc WHERE oc.notification_id = notifications.id
                     AND oc.expires_at <= now() + make_interval(secs => {delay}))"""
 
+# RECORD_SENT: an accepted send recorded on a row still owed under the identity sent, with its attempt line.
 RECORD_SENT: Final = Statement(f"""
 WITH n AS (
-  UPDATE notifications SET {_SENT_SET.format(final=":final", p=":p")}
-  WHERE id = :id AND created_at = CAST(:ca AS timestamptz) AND {_SENT_GUARD.format(key=":key")}
+  UPDATE notifications SET {_SENT_SET.format(final=":final", reference=":provider_reference")}
+  WHERE id = :id AND created_at = CAST(:created_at AS timestamptz) AND {_SENT_GUARD.format(key=":key")}
   RETURNING id, intent_id, created_at
 ), i AS (
   {_INTENT_SENT}
   WHERE id = (SELECT intent_id FROM n) AND status IN ('pending', 'scheduled')
 ), a AS (
   INSERT INTO {_ATTEMPT_COLUMNS}
-  SELECT id, CAST(:no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(),
+  SELECT id, CAST(:attempt_no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(),
          CAST(:outcome AS text), CAST(:code AS int), NULL, CAST(:latency AS float8), CAST(:excerpt AS text), NULL,
          created_at FROM n
   ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
@@ -60,36 +62,39 @@ WITH n AS (
 SELECT count(*) AS matched FROM n
 """)
 
+# RECORD_RETRY: a retry scheduled on a row still ours, with its attempt line.
 RECORD_RETRY: Final = Statement(f"""
 WITH n AS (
-  UPDATE notifications SET {_RETRY_SET.format(delay=":delay", err=":err")}
-  WHERE id = :id AND created_at = CAST(:ca AS timestamptz) AND {_RETRY_GUARD.format(tok=":tok", delay=":delay")}
+  UPDATE notifications SET {_RETRY_SET.format(delay=":delay", error_class=":error_class")}
+  WHERE id = :id AND created_at = CAST(:created_at AS timestamptz)
+    AND {_RETRY_GUARD.format(claim_token=":claim_token", delay=":delay")}
   RETURNING id, next_attempt_at, created_at
 ), a AS (
   INSERT INTO {_ATTEMPT_COLUMNS}
-  SELECT id, CAST(:no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(), 'retry',
-         CAST(:code AS int), CAST(:err AS text), CAST(:latency AS float8), CAST(:excerpt AS text),
+  SELECT id, CAST(:attempt_no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(), 'retry',
+         CAST(:code AS int), CAST(:error_class AS text), CAST(:latency AS float8), CAST(:excerpt AS text),
          next_attempt_at, created_at FROM n
   ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
 )
 SELECT count(*) AS matched FROM n
 """)
 
-# The batch forms (a batched lane's drain loop, domain/delivery/hot_batch.py `record_batch`): one statement for every
+# RECORD_SENT_BATCH: `RECORD_SENT` for every accepted send of a batch, answering the ids it matched.
+# The batch forms (a batched lane's drain loop, domain/delivery/store_batch.py `record_batch`): one statement for every
 # accepted send of a batch, one for every retry, each row under exactly the guards of its one-row statement
 # above, its values unnested from arrays (one element per row, in the same order). RETURNING the ids matched:
 # a row that matched nothing (a stale token, a late truth) goes the long way, alone.
 RECORD_SENT_BATCH: Final = Statement(f"""
 WITH v AS (
-  SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:finals AS text[]), CAST(:ps AS text[]), CAST(:keys AS text[]),
-                       CAST(:nos AS int[]), CAST(:starteds AS timestamptz[]), CAST(:outcomes AS text[]),
-                       CAST(:codes AS int[]), CAST(:latencies AS float8[]), CAST(:excerpts AS text[]),
-                       CAST(:cas AS timestamptz[]))
+  SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:finals AS text[]), CAST(:provider_references AS text[]),
+                       CAST(:keys AS text[]), CAST(:attempt_nos AS int[]), CAST(:starteds AS timestamptz[]),
+                       CAST(:outcomes AS text[]), CAST(:codes AS int[]), CAST(:latencies AS float8[]),
+                       CAST(:excerpts AS text[]), CAST(:created_ats AS timestamptz[]))
     AS v(vid, vfinal, vp, vkey, vno, vstarted, voutcome, vcode, vlatency, vexcerpt, vca)
 ), n AS (
-  UPDATE notifications SET {_SENT_SET.format(final="v.vfinal", p="v.vp")}
+  UPDATE notifications SET {_SENT_SET.format(final="v.vfinal", reference="v.vp")}
   FROM v WHERE notifications.id = v.vid AND notifications.created_at = v.vca
-    AND notifications.created_at = ANY(CAST(:cas AS timestamptz[])) AND {_SENT_GUARD.format(key="v.vkey")}
+    AND notifications.created_at = ANY(CAST(:created_ats AS timestamptz[])) AND {_SENT_GUARD.format(key="v.vkey")}
   RETURNING notifications.id, notifications.intent_id, notifications.created_at
 ), i AS (
   {_INTENT_SENT}
@@ -104,18 +109,19 @@ WITH v AS (
 SELECT id FROM n
 """)
 
+# RECORD_RETRY_BATCH: `RECORD_RETRY` for every retry of a batch, answering the ids it matched.
 RECORD_RETRY_BATCH: Final = Statement(f"""
 WITH v AS (
-  SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:toks AS bigint[]), CAST(:delays AS float8[]),
-                       CAST(:errs AS text[]), CAST(:nos AS int[]), CAST(:starteds AS timestamptz[]),
+  SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:claim_tokens AS bigint[]), CAST(:delays AS float8[]),
+                       CAST(:error_classes AS text[]), CAST(:attempt_nos AS int[]), CAST(:starteds AS timestamptz[]),
                        CAST(:codes AS int[]), CAST(:latencies AS float8[]), CAST(:excerpts AS text[]),
-                       CAST(:cas AS timestamptz[]))
+                       CAST(:created_ats AS timestamptz[]))
     AS v(vid, vtok, vdelay, verr, vno, vstarted, vcode, vlatency, vexcerpt, vca)
 ), n AS (
-  UPDATE notifications SET {_RETRY_SET.format(delay="v.vdelay", err="v.verr")}
+  UPDATE notifications SET {_RETRY_SET.format(delay="v.vdelay", error_class="v.verr")}
   FROM v WHERE notifications.id = v.vid AND notifications.created_at = v.vca
-    AND notifications.created_at = ANY(CAST(:cas AS timestamptz[]))
-    AND {_RETRY_GUARD.format(tok="v.vtok", delay="v.vdelay")}
+    AND notifications.created_at = ANY(CAST(:created_ats AS timestamptz[]))
+    AND {_RETRY_GUARD.format(claim_token="v.vtok", delay="v.vdelay")}
   RETURNING notifications.id, notifications.next_attempt_at, notifications.created_at
 ), a AS (
   INSERT INTO {_ATTEMPT_COLUMNS}
@@ -127,52 +133,57 @@ WITH v AS (
 SELECT id FROM n
 """)
 
+# PENDING_RECEIPTS: whether a row has a receipt kept while it was owed.
 PENDING_RECEIPTS: Final = Statement(
     "SELECT EXISTS (SELECT 1 FROM delivery_receipts WHERE notification_id = :id AND applied_at IS NULL) AS pending")
-# The batch form: the ids among :ids with a receipt kept while they were owed (run after the batch's records).
+# PENDING_RECEIPTS_BATCH: the ids among :ids with a receipt kept while they were owed (run after the batch's records).
 PENDING_RECEIPTS_BATCH: Final = Statement(
     "SELECT DISTINCT notification_id AS id FROM delivery_receipts "
     "WHERE notification_id = ANY(CAST(:ids AS bigint[])) AND applied_at IS NULL")
 
-# The long way's attempt line (claims.py): the same row as the records above, its partition key (the message's
+# ATTEMPT_LINE: one attempt line of a row, in the row's month (the long way's).
+# The long way's attempt line (long_way.py): the same row as the records above, its partition key (the message's
 # `created_at`) read from the message in the same statement.
 ATTEMPT_LINE: Final = Statement("""
 INSERT INTO notification_attempts (notification_id, attempt_no, worker, started_at, finished_at, outcome, status_code,
                                    error_class, latency_ms, response_excerpt, next_attempt_at, notification_created_at)
-SELECT n.id, CAST(:no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(), CAST(:outcome AS text),
-       CAST(:code AS int), CAST(:err AS text), CAST(:latency AS float8), CAST(:excerpt AS text),
-       CAST(:next AS timestamptz), n.created_at
-FROM notifications n WHERE n.id = :id AND n.created_at = CAST(:ca AS timestamptz)
+SELECT n.id, CAST(:attempt_no AS int), CAST(:worker AS text), CAST(:started AS timestamptz), now(),
+       CAST(:outcome AS text), CAST(:code AS int), CAST(:error_class AS text), CAST(:latency AS float8),
+       CAST(:excerpt AS text), CAST(:next_attempt_at AS timestamptz), n.created_at
+FROM notifications n WHERE n.id = :id AND n.created_at = CAST(:created_at AS timestamptz)
 ON CONFLICT ON CONSTRAINT notification_attempts_once DO NOTHING
 """)
 
+# CODE_OUTLIVED: a one-time code's end of life, when its retry would come due at or after it.
 # A retry `RECORD_RETRY` refused because the code's life ends before it would come due, under the claim's token.
 CODE_OUTLIVED = sa.text(
     "SELECT oc.expires_at FROM otp_codes oc JOIN notifications n ON n.id = oc.notification_id "
-    "WHERE oc.notification_id = :id AND n.status = 'QUEUED' AND n.claim_token = :tok "
+    "WHERE oc.notification_id = :id AND n.status = 'QUEUED' AND n.claim_token = :claim_token "
     "AND oc.expires_at <= now() + make_interval(secs => :delay)")
 
 # ---- receipts (receipts.py) -------------------------------------------------------------------------------------
-# A batch's rows by the provider's references, each locked (FOR UPDATE) in id order: two batches, or a batch and a
-# worker's record, take their rows in one order; the lock makes a receipt and its row's record take turns.
+# BY_REFERENCES: a batch's rows by the provider's references, each locked in id order.
+# Two batches, or a batch and a worker's record, take their rows in one order; the lock makes a receipt and its
+# row's record take turns.
 BY_REFERENCES = sa.text(
     "SELECT id, status, tenant_id, order_id, channel, provider_reference FROM notifications "
-    "WHERE provider_reference = ANY(CAST(:refs AS text[])) AND channel = :p ORDER BY id FOR UPDATE")
-# A receipt's row by the key we sent, when its reference is not on the row yet (the send is not recorded): the
-# replay's own key when there is one (an old receipt never lands on a replayed message). The dedupe key is found
-# through `ledger_keys` (the ledger is partitioned; its key kept once there).
+    "WHERE provider_reference = ANY(CAST(:references AS text[])) AND channel = :provider ORDER BY id FOR UPDATE")
+# BY_KEY: the row a receipt names by the idempotency key we sent, locked (its reference is not recorded yet).
+# The key we sent: the replay's own key when there is one (an old receipt never lands on a replayed message).
+# The dedupe key is found through `ledger_keys` (the ledger is partitioned; its key kept once there).
 BY_KEY = sa.text(
     "SELECT id, status, tenant_id, order_id, channel, provider_reference FROM notifications "
-    "WHERE ((provider_key IS NULL AND id = ANY(ARRAY(SELECT notification_id FROM ledger_keys WHERE dedupe_key = :k)))"
-    " OR provider_key = :k) AND channel = :p FOR UPDATE")
-# A batch's receipts kept, each receipt id once in any month: its key first (unpartitioned), the receipt only if
-# the key is new. Answers the receipts kept (a receipt id seen before is not among them).
+    "WHERE ((provider_key IS NULL AND id = ANY(ARRAY(SELECT notification_id FROM ledger_keys WHERE dedupe_key = :key)))"
+    " OR provider_key = :key) AND channel = :provider FOR UPDATE")
+# KEEP: a batch's receipts kept, each receipt id once, answering those that are new.
+# A receipt id once, in any month: its key first (unpartitioned), the receipt only if the key is new.
 KEEP = sa.text(
-    "WITH v AS (SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:refs AS text[]), CAST(:outcomes AS text[]), "
-    "                                CAST(:rows AS bigint[])) AS v(receipt_id, reference, outcome, row_id)), "
+    "WITH v AS (SELECT * FROM unnest(CAST(:receipt_ids AS text[]), CAST(:references AS text[]), "
+    "                                CAST(:outcomes AS text[]), CAST(:notification_ids AS bigint[])) "
+    "           AS v(receipt_id, reference, outcome, notification_id)), "
     "k AS (INSERT INTO delivery_receipt_keys (receipt_id, received_at) SELECT receipt_id, now() FROM v "
     "      ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id, received_at) "
     "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome, notification_id, received_at) "
-    "SELECT k.receipt_id, CAST(:p AS text), v.reference, v.outcome, v.row_id, k.received_at "
+    "SELECT k.receipt_id, CAST(:provider AS text), v.reference, v.outcome, v.notification_id, k.received_at "
     "FROM k JOIN v ON v.receipt_id = k.receipt_id "
     "RETURNING id, receipt_id")

@@ -190,7 +190,7 @@ def read_states(uow: UnitOfWork, ids: Iterable[int], now: datetime,
     wanted = sorted({int(i) for i in ids})
     if not wanted:
         return {}
-    rows = uow.execute(sql_reads.OWED_STATES, {"ids": wanted, "t": tenant_id})
+    rows = uow.execute(sql_reads.OWED_STATES, {"ids": wanted, "tenant_id": tenant_id})
     return {int(r.id): owed_state(OwedFacts.from_mapping(dict(r._mapping)), now) for r in rows}
 
 

@@ -18,8 +18,8 @@ __all__ = ["LANE_LATENCY", "LANE_STATS", "OPS_SERIES_WHOLE_LEDGER", "SERIES_WIND
 def lane_stats(tenant_id: int | None = None, engine: Engine | None = None) -> list[dict[str, Any]]:
     """System-wide for on-call tooling (CLI, /metrics); tenant-scoped for the dashboard."""
     with UnitOfWork(engine) as uow:
-        stats = as_dicts(uow.execute(LANE_STATS, {"t": tenant_id}))
-        lat = {r["lane"]: r for r in as_dicts(uow.execute(LANE_LATENCY, {"t": tenant_id}))}
+        stats = as_dicts(uow.execute(LANE_STATS, {"tenant_id": tenant_id}))
+        lat = {r["lane"]: r for r in as_dicts(uow.execute(LANE_LATENCY, {"tenant_id": tenant_id}))}
     for s in stats:
         lr = lat.get(s["lane"], {})
         s["p50_ms"] = float(lr.get("p50") or 0.0)
@@ -32,7 +32,7 @@ def lane_stats(tenant_id: int | None = None, engine: Engine | None = None) -> li
 def review_items(tenant_id: int | None, engine: Engine | None = None) -> list[dict[str, Any]]:
     """Failed rows waiting for a human: one tenant's, or every tenant's (None: platform on-call)."""
     with UnitOfWork(engine) as uow:
-        return as_dicts(uow.execute(sql_reads.REVIEW_ITEMS, {"t": tenant_id}))
+        return as_dicts(uow.execute(sql_reads.REVIEW_ITEMS, {"tenant_id": tenant_id}))
 
 
 # The ops charts' windows: (minutes back, minutes per point, label format). About 60-100 points each.
@@ -81,7 +81,7 @@ def _points(tenant_id: int | None, window: str, engine: Engine | None, moving: b
     minutes, step, _ = SERIES_WINDOWS[window]
     scope = tenant_id or 0
     with UnitOfWork(engine) as uow:
-        spans = uow.execute(sql_reads.OPS_SERIES_STARTS, {"m": minutes, "s": step, "now": now,
+        spans = uow.execute(sql_reads.OPS_SERIES_STARTS, {"window": minutes, "step": step, "now": now,
                                                      "settle": SETTLED_AFTER.total_seconds()}).all()
         if not spans:
             return [], {}, 0
@@ -89,15 +89,15 @@ def _points(tenant_id: int | None, window: str, engine: Engine | None, moving: b
         starts: list[datetime] = [r[0] for r in spans]
         finished = [t for t in starts if t + timedelta(minutes=step) <= settled]
         points: dict[datetime, Any] = {
-            r.at: r for r in uow.execute(sql_reads.OPS_SERIES_KEPT, {"scope": scope, "s": step, "ts": finished})}
+            r.at: r for r in uow.execute(sql_reads.OPS_SERIES_KEPT, {"scope": scope, "step": step, "starts": finished})}
         wanted = [t for t in (starts if moving else finished) if t not in points]
         computed: dict[datetime, Any] = {
-            r.at: r for r in uow.execute(sql_reads.OPS_SERIES_POINTS, {"s": step, "t": tenant_id, "ts": wanted,
-                                                                 "now": at})}
+            r.at: r for r in uow.execute(sql_reads.OPS_SERIES_POINTS, {"step": step, "tenant_id": tenant_id,
+                                                                      "starts": wanted, "now": at})}
         keep = [computed[t] for t in finished if t in computed]
         if keep:
             uow.execute(sql_reads.OPS_SERIES_KEEP, {
-                "scope": scope, "s": step, "ts": [r.at for r in keep], "depth": [int(r.depth_max) for r in keep],
+                "scope": scope, "step": step, "starts": [r.at for r in keep], "depth": [int(r.depth_max) for r in keep],
                 "oldest": [float(r.oldest_max_seconds) for r in keep], "sent": [int(r.sent) for r in keep],
                 "mean": [float(r.latency_mean_seconds) for r in keep],
                 "max": [float(r.latency_max_seconds) for r in keep]})
@@ -113,7 +113,7 @@ def _label(t: datetime, fmt: str) -> str:
 
 def refresh_stats(tenant_id: int | None = None, engine: Engine | None = None) -> dict[str, Any]:
     with UnitOfWork(engine) as uow:
-        r = uow.execute(sql_reads.REFRESH_STATS, {"t": tenant_id}).one()
+        r = uow.execute(sql_reads.REFRESH_STATS, {"tenant_id": tenant_id}).one()
     return {"pushes": int(r.pushes), "p50_ms": float(r.p50 or 0), "p99_ms": float(r.p99 or 0)}
 
 

@@ -33,7 +33,7 @@ from sqlalchemy.sql.expression import Executable
 
 from domain import faults
 from domain.db import UnitOfWork
-from domain.delivery import fair, sql_reads
+from domain.delivery import fair_queue, sql_reads
 from domain.delivery.queue import (
     DELIVER_TASK,
     FAN_OUT_TASK,
@@ -147,9 +147,9 @@ async def enqueue(redis: ArqRedis, rows: Iterable[OwedRow], *, name_rows: bool =
         n += len(named[lane])
         woken.add(lane)
     rows = [r for r in rows if not batched(r.lane)]
-    # The bulk lane's wake-ups, scored by fair queueing over (tenant, campaign) flows (domain/delivery/fair.py).
+    # The bulk lane's wake-ups, scored by fair queueing over (tenant, campaign) flows (domain/delivery/fair_queue.py).
     fair_rows = [r for r in rows if r.lane == "bulk" and r.flow]
-    if fair_rows and (fair_n := await fair.enqueue_fair(redis, fair_rows)):
+    if fair_rows and (fair_n := await fair_queue.enqueue_fair(redis, fair_rows)):
         n += fair_n
         woken.add("bulk")
     for row in rows:
@@ -243,7 +243,7 @@ async def enqueue_fan_out(redis: ArqRedis, campaign_id: int) -> bool:
     """Idempotent by job id: a campaign has at most one fan-out job in flight. Wakes the bulk lane like any
     enqueue (without it an idle bulk worker started a campaign only at its next idle poll, up to a second later)."""
     job = await redis.enqueue_job(FAN_OUT_TASK, campaign_id, _job_id=fan_out_job_id(campaign_id),
-                                  _queue_name=queue_name("bulk"), _defer_until=await fair.front_score(redis))
+                                  _queue_name=queue_name("bulk"), _defer_until=await fair_queue.front_score(redis))
     if job is not None:
         await wake_lanes(redis, ["bulk"])
     return job is not None
@@ -293,7 +293,7 @@ async def after_commit(redis: ArqRedis | None, result: Committed) -> dict[str, i
 def record_push_latency(tenant_id: int, latency_ms: float, engine: Engine | None = None) -> None:
     """One measured publish-to-render delay of a live view (shown on /ops as push p50/p99)."""
     with UnitOfWork(engine) as uow:
-        uow.execute(sql_reads.PUSH_LATENCY, {"t": tenant_id, "l": latency_ms})
+        uow.execute(sql_reads.PUSH_LATENCY, {"tenant_id": tenant_id, "latency_ms": latency_ms})
         uow.commit()
 
 

@@ -8,15 +8,18 @@ import sqlalchemy as sa
 PUBLIC_COLUMNS = ("id, url, description, event_types, disabled_at IS NULL AS enabled, created_at, updated_at, "
                   "previous_secret_until, disabled_reason, failure_streak, breaker_open_until")
 
+# CREATE: a tenant's new webhook endpoint, answering its public columns.
 CREATE = sa.text(
     "INSERT INTO webhook_endpoints (tenant_id, url, description, event_types, secret) "
     "VALUES (:t, :u, :d, CAST(:e AS jsonb), :s) RETURNING " + PUBLIC_COLUMNS)
-# A keyset page, newest first: older than `b`, or (oldest first) just newer than `a`.
+# LIST: a keyset page of a tenant's endpoints: newest first older than `b`, or just newer than `a`.
 LIST = sa.text(
     f"SELECT {PUBLIC_COLUMNS} FROM webhook_endpoints WHERE tenant_id = :t "
     "AND (CAST(:b AS bigint) IS NULL OR id < :b) AND (CAST(:a AS bigint) IS NULL OR id > :a) "
     "ORDER BY CASE WHEN CAST(:a AS bigint) IS NULL THEN -id ELSE id END LIMIT :l")
+# GET: one of a tenant's endpoints.
 GET = sa.text(f"SELECT {PUBLIC_COLUMNS} FROM webhook_endpoints WHERE tenant_id = :t AND id = :i")
+# SET_ENABLED: an endpoint enabled or disabled.
 # Enabling closes the breaker and forgets the failures; disabling keeps who did it (the claim says so on each row
 # it settles unsent).
 SET_ENABLED = sa.text(
@@ -26,13 +29,17 @@ SET_ENABLED = sa.text(
     "failing_since = CASE WHEN :on THEN NULL ELSE failing_since END, "
     "breaker_open_until = CASE WHEN :on THEN NULL ELSE breaker_open_until END, "
     f"updated_at = now() WHERE tenant_id = :t AND id = :i RETURNING {PUBLIC_COLUMNS}")
+# DELETE: one of a tenant's endpoints deleted, answering its URL.
 DELETE = sa.text("DELETE FROM webhook_endpoints WHERE tenant_id = :t AND id = :i RETURNING url")
+# ROTATE: an endpoint's secret rotated, the previous one kept until a time.
 ROTATE = sa.text(
     "UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = :until, secret = :s, "
     f"updated_at = :now WHERE tenant_id = :t AND id = :i RETURNING {PUBLIC_COLUMNS}")
+# LOCK_FOR_TEST: an endpoint locked for a test event, answering whether it is enabled.
 # A test event's first step (domain/orders/trial.py): the endpoint locked, so two asks for a test take turns.
 LOCK_FOR_TEST = sa.text("SELECT disabled_at IS NULL AS enabled FROM webhook_endpoints "
                         "WHERE tenant_id = :t AND id = :i FOR UPDATE")
+# SECRETS: an endpoint's current and previous secrets.
 SECRETS = sa.text("SELECT secret, previous_secret, previous_secret_until FROM webhook_endpoints "
                   "WHERE tenant_id = :t AND id = :i")
 
@@ -40,7 +47,9 @@ SECRETS = sa.text("SELECT secret, previous_secret, previous_secret_until FROM we
 # Every endpoint of the tenant (`:t`), and whether it takes this event (`:et`) now: enabled, and the type is one it
 # asked for.
 _WANTS = "disabled_at IS NULL AND (event_types IS NULL OR event_types @> jsonb_build_array(CAST(:et AS text)))"
+# TARGETS: a tenant's endpoints and the events each wants (the fan-out's targets).
 TARGETS = sa.text(f"SELECT id, {_WANTS} AS wants FROM webhook_endpoints WHERE tenant_id = :t ORDER BY id")
+# TARGETS_SCALAR: `TARGETS` as one JSON scalar a statement can carry in its result.
 # The same as one scalar, for a statement to carry in its own result (the order command's guarded update does, so
 # the fan-out costs no round trip of its own): a JSON array of [id, wants] in id order; NULL when the tenant has no
 # endpoint. Other rooms reach it as `store.targets_scalar()`.
@@ -48,28 +57,36 @@ TARGETS_SCALAR = (f"(SELECT jsonb_agg(jsonb_build_array(id, {_WANTS}) ORDER BY i
                   "FROM webhook_endpoints WHERE tenant_id = :t)")
 
 # ---- send time (the worker): where to, and signed with what. Never in job args, logs or the claim record. ---------
+# SEND_TARGET: an enabled endpoint's URL and secrets, at send time.
 SEND_TARGET = sa.text(
     "SELECT url, secret, previous_secret, previous_secret_until FROM webhook_endpoints "
     "WHERE tenant_id = :t AND id = :i AND disabled_at IS NULL")
 
 # ---- the circuit breaker (domain/endpoints/breaker.py decides; domain/delivery/circuit.py runs these) ------------
+# NOTE_SUCCESS: an endpoint's failure streak and breaker cleared after a success.
 NOTE_SUCCESS = sa.text(
     "UPDATE webhook_endpoints SET failure_streak = 0, failing_since = NULL, breaker_open_until = NULL "
     "WHERE tenant_id = :t AND id = :i AND (failure_streak <> 0 OR breaker_open_until IS NOT NULL)")
+# NOTE_FAILURE: one more failure on an enabled endpoint, answering its streak.
 # Locks the endpoint row until the caller commits: two workers' failures count one after the other.
 NOTE_FAILURE = sa.text(
     "UPDATE webhook_endpoints SET failure_streak = failure_streak + 1, failing_since = coalesce(failing_since, :at) "
     "WHERE tenant_id = :t AND id = :i AND disabled_at IS NULL RETURNING failure_streak, failing_since, url")
+# OPEN_BREAKER: an endpoint's breaker opened until a time.
 OPEN_BREAKER = sa.text("UPDATE webhook_endpoints SET breaker_open_until = :until WHERE tenant_id = :t AND id = :i")
+# TAKE_PROBE: the half-open probe taken by the first claim after the breaker's time.
 # Half-open: the first claim after the breaker's time takes the one probe (and keeps the breaker open meanwhile).
 TAKE_PROBE = sa.text(
     "UPDATE webhook_endpoints SET breaker_open_until = :until WHERE tenant_id = :t AND id = :i "
     "AND disabled_at IS NULL AND breaker_open_until <= :now RETURNING id")
+# GIVE_BACK_PROBE: a probe given back, fenced by what it wrote.
 # A probe given back with its claim (the worker will not send under it): fenced by what the probe wrote.
 GIVE_BACK_PROBE = sa.text(
     "UPDATE webhook_endpoints SET breaker_open_until = :was WHERE tenant_id = :t AND id = :i "
     "AND breaker_open_until = :taken RETURNING id")
+# BREAKER_UNTIL: until when an endpoint's breaker is open.
 BREAKER_UNTIL = sa.text("SELECT breaker_open_until FROM webhook_endpoints WHERE tenant_id = :t AND id = :i")
+# AUTO_DISABLE: an enabled endpoint disabled by the system, with why, answering its URL.
 AUTO_DISABLE = sa.text(
     "UPDATE webhook_endpoints SET disabled_at = now(), disabled_reason = :why, breaker_open_until = NULL, "
     "updated_at = now() WHERE tenant_id = :t AND id = :i AND disabled_at IS NULL RETURNING url")
@@ -77,6 +94,7 @@ AUTO_DISABLE = sa.text(
 # ---- health, from the attempts (the list and the read) ------------------------------------------------------------
 _OK = "('sent', 'already_processed', 'late_accept')"
 _FAILED = "('retry', 'failed')"
+# HEALTH: each of a tenant's endpoints' answers over the last 24 hours.
 HEALTH = sa.text(
     f"""
     SELECT n.endpoint_id,
@@ -94,11 +112,14 @@ HEALTH = sa.text(
     WHERE n.tenant_id = :t AND n.endpoint_id = ANY(CAST(:ids AS bigint[]))
     GROUP BY n.endpoint_id
     """)
+# AUTO_DISABLED_COUNTS: how many endpoints the system disabled, per tenant.
 AUTO_DISABLED_COUNTS = sa.text(
     "SELECT tenant_id, count(*) AS n FROM operator_actions WHERE action = 'auto-disable webhook endpoint' "
     "GROUP BY tenant_id ORDER BY tenant_id")
+# BREAKERS_OPEN: how many enabled endpoints have their breaker open now.
 BREAKERS_OPEN = sa.text(
     "SELECT count(*) FROM webhook_endpoints WHERE disabled_at IS NULL AND breaker_open_until > now()")
+# LATEST_ATTEMPTS: the last attempts of each endpoint shown, newest first.
 # The last attempts of each endpoint shown (`:n` each, from its `:n` newest rows: index `notifications_endpoint`),
 # newest first: what its page says about its latest sends.
 LATEST_ATTEMPTS = sa.text(
@@ -115,6 +136,7 @@ LATEST_ATTEMPTS = sa.text(
       ORDER BY a.id DESC LIMIT :n) x
     ORDER BY ep.id, x.id DESC
     """)
+# LATEST_OF_TEMPLATE: each endpoint's latest row of one template (a test event's).
 # Each endpoint's latest row of one template (the test event's), whatever its attempts, among its 1000 newest rows
 # (a bound on the index walk: a test that old is no longer news).
 LATEST_OF_TEMPLATE = sa.text(

@@ -8,6 +8,7 @@ from typing import Final
 import sqlalchemy as sa
 
 # ---- invariants (ARCHITECTURE.md): each must return 0 -----------------------------------------------------------
+# INVARIANTS: each invariant's query by name: every one must count 0.
 # Invariant 4 (one effect per event id and effect type) lives at the receiver: we never read its tables; `outbox
 # check` asks its HTTP API.
 INVARIANTS: Final[dict[str, str]] = {
@@ -122,9 +123,10 @@ INVARIANTS: Final[dict[str, str]] = {
     """,
 }
 
+# FENCE_OUTCOMES: how often the fence worked: late truths and stale writes, by outcome.
 # How often the fence worked: late truths recorded (`late_accept`) and stale writes refused (`stale`), by outcome.
 FENCE_OUTCOMES = sa.text(
     "SELECT outcome, count(*) AS n FROM notification_attempts WHERE outcome IN ('late_accept', 'stale') "
     "GROUP BY outcome")
-# Each invariant's statement, ready to run (by its name).
+# INVARIANT_STATEMENTS: each invariant's statement, ready to run (by its name).
 INVARIANT_STATEMENTS: Final[dict[str, sa.TextClause]] = {name: sa.text(q) for name, q in INVARIANTS.items()}

@@ -15,7 +15,7 @@ class OwedRow:
     notification_id: int
     lane: str
     job_id: str
-    # The bulk lane's fair queueing (domain/delivery/fair.py): "<tenant>:<campaign>" and the ms of virtual time
+    # The bulk lane's fair queueing (domain/delivery/fair_queue.py): "<tenant>:<campaign>" and the ms of virtual time
     # one job of it costs. Empty: enqueued at once, in arrival order.
     flow: str = ""
     gap_ms: int = 1

@@ -20,6 +20,7 @@ from domain.vocabulary import (
 # ---- the way in ----------------------------------------------------------------------------------------------
 # What a new row costs, read from the tenant's price list inside the INSERT.
 _PRICE = "coalesce((SELECT price_cents FROM channel_prices WHERE tenant_id = :t AND channel = CAST(:c AS varchar)), 0)"
+# INSERT_MESSAGES: messages ledgered in one statement, each once by its dedupe key.
 # Messages in one statement, one round trip: each record of `:rows`, in the order of its `n`, is inserted with its
 # price read from the tenant's price list, its id drawn from the sequence first so its arq job id (`JOB_ID_SQL`) is
 # written with it (no UPDATE after), and its dedupe key: an existing key means skip, and that row is not returned.
@@ -60,6 +61,7 @@ INSERT_MESSAGES = sa.text(
     FROM ins i
     """
 )
+# EXISTING: the rows already ledgered for keys the insert skipped.
 # The rows already there for keys the insert skipped (READ COMMITTED: this later statement sees the winner's row).
 # Through the key (its id and month: one partition). A key whose month was archived answers its id, status ARCHIVED:
 # never ledgered again.
@@ -109,10 +111,13 @@ def insert_audience_batch(audience: str) -> sa.TextClause:
         """)
 
 
+# RECIPIENT_REF: a recipient's ref, by id.
 RECIPIENT_REF = sa.text("SELECT ref FROM recipients WHERE tenant_id = :t AND id = :i")
+# TEMPLATE_CHANNELS: the channels of a template's newest version.
 TEMPLATE_CHANNELS = sa.text("SELECT channels FROM templates WHERE name = :n ORDER BY version DESC LIMIT 1")
 
 # ---- the ways out --------------------------------------------------------------------------------------------
+# SETTLE_UNSENT: an owed row settled unsent (suppressed or failed), under its claim's token.
 SETTLE_UNSENT = sa.text(
     "UPDATE notifications SET status = CAST(:s AS text), suppressed_reason = :r, reason_detail = :d, "
     "last_error_class = coalesce(:e, last_error_class), review = :rv, settled_at = now(), leased_until = NULL "
@@ -158,36 +163,46 @@ def settle_unleased(reason: str, *, campaign_id: int | None = None,
     )
 
 
+# COUNT_UNLEASED_OF_CAMPAIGN: how many of a campaign's owed rows no worker holds.
 COUNT_UNLEASED_OF_CAMPAIGN = sa.text(
     "SELECT count(*) FROM notifications WHERE campaign_id = :c AND status = 'QUEUED' "
     "AND (leased_until IS NULL OR leased_until < now())")
+# LOCK_INTENT: a nudge intent locked while its row settles.
 LOCK_INTENT = sa.text("SELECT 1 FROM lead_notification_intents WHERE id = :i FOR NO KEY UPDATE")
+# FINISH_INTENT_IF_NOTHING_LEFT: a live nudge intent suppressed when none of its messages is owed or sent.
 FINISH_INTENT_IF_NOTHING_LEFT = sa.text(
     "UPDATE lead_notification_intents i SET status = 'suppressed', final_reason = :why, updated_at = now() "
     "WHERE i.id = :i AND i.status IN ('pending', 'scheduled') AND NOT EXISTS ("
     "  SELECT 1 FROM notifications n WHERE n.intent_id = i.id AND n.status IN ('QUEUED', 'SENT', 'DELIVERED'))")
+# READ_FOR_TRUTH: what a row says, locked, before an accepted send is recorded on it.
 READ_FOR_TRUTH = sa.text(
     "SELECT status, suppressed_reason, last_error_class, reserved_cents, cost_cents, tenant_id, channel, "
     "template, intent_id, provider_reference, recipient, lane, cap_day, coalesce(provider_key, dedupe_key) "
     "AS current_key FROM notifications WHERE id = :id FOR UPDATE")
+# RECORD_AGAIN: an accepted send's status and reference set on a row that ended unsent (the late truth).
 RECORD_AGAIN = sa.text(
     "UPDATE notifications SET status = CAST(:s AS text), provider_reference = coalesce(provider_reference, :p), "
     "settled_at = CASE WHEN CAST(:s AS text) = 'DELIVERED' THEN coalesce(settled_at, now()) END "
     "WHERE id = :id")
+# RECORD_SENT: an accepted send recorded on its row, the token moved on to fence out any later claim.
 # A claim that follows (a second worker whose lease began after ours ran out) is fenced out by the new token.
 RECORD_SENT = sa.text(
     "UPDATE notifications SET status = CAST(:s AS text), provider_reference = coalesce(:p, provider_reference), "
     "sent_at = coalesce(sent_at, now()), settled_at = CASE WHEN CAST(:s AS text) = 'DELIVERED' THEN now() END, "
     "leased_until = NULL, last_error_class = NULL, suppressed_reason = NULL, review = NULL, reason_detail = :d, "
     "claim_token = claim_token + 1 WHERE id = :id")
+# SET_REASON_DETAIL: a row's reason detail set.
 SET_REASON_DETAIL = sa.text("UPDATE notifications SET reason_detail = :d WHERE id = :id")
+# INTENT_SENT: a live nudge intent marked sent.
 INTENT_SENT = sa.text(
     "UPDATE lead_notification_intents SET status = 'sent', updated_at = now(), "
     "final_reason = 'sent at ' || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC' "
     "WHERE id = :i AND status IN ('pending', 'scheduled')")
+# RECIPIENT_CAP: a recipient's daily cap and time zone.
 RECIPIENT_CAP = sa.text("SELECT daily_cap, timezone FROM recipients WHERE tenant_id = :t AND ref = :r")
 
 # ---- receipts kept pending, settled with their row (write.settle_receipts) ----------------------------------
+# PENDING_ON_ROWS: the receipts pending on rows just settled, with how each row stands.
 # A provider's receipt waits (`applied_at` NULL) only while its row is owed; whatever settles the row settles the
 # receipts pending on it, in the same transaction, by these three statements. `:ids` are the rows just settled.
 # What is pending on them, with how each row stands (through the partial index `delivery_receipts_pending`: nearly
@@ -199,7 +214,7 @@ PENDING_ON_ROWS = sa.text(
     "FROM delivery_receipts r JOIN notifications n ON n.id = r.notification_id "
     "WHERE r.notification_id = ANY(CAST(:ids AS bigint[])) AND r.applied_at IS NULL "
     "ORDER BY r.notification_id, r.id")
-# The common receipt in one statement for a whole batch: `delivered` on a row SENT (charged at the send, so no
+# DELIVER_SENT_ROWS: the common receipt, one statement for a whole batch: `delivered` on a row SENT (charged at the send, so no
 # money moves): the row DELIVERED and the receipt applied, together or not at all; a row's second `delivered`
 # receipt is left to `SETTLE_RECEIPTS` (it then agrees with a DELIVERED row), and a row with a `failed` receipt
 # before it to the one-at-a-time way (in the order they came). Answers the receipts applied.
@@ -227,12 +242,16 @@ DELIVER_SENT_ROWS = sa.text(
     )
     SELECT id, notification_id FROM applied
     """)
+# ROW_FOR_RECEIPT: a row's status, locked, before a receipt moves it.
 ROW_FOR_RECEIPT = sa.text("SELECT status FROM notifications WHERE id = :n FOR UPDATE")
+# SENT_UNDELIVERABLE: a SENT row failed as undeliverable (a `failed` receipt).
 SENT_UNDELIVERABLE = sa.text(
     "UPDATE notifications SET status = 'FAILED', settled_at = now(), last_error_class = 'undeliverable' "
     "WHERE id = :n AND status = 'SENT'")
+# RECEIPT_APPLIED: a pending receipt marked applied.
 RECEIPT_APPLIED = sa.text("UPDATE delivery_receipts SET applied_at = now() WHERE id = :i AND received_at = :at "
                           "AND applied_at IS NULL RETURNING id")
+# SETTLE_RECEIPTS: every other receipt pending on settled rows applied or closed, by how each row ended.
 # Every other receipt pending on a settled row, in one statement, by how the row ended: on a FAILED row a `failed`
 # one is applied (the row says `undeliverable`: a replay is then a new message for the provider); a `delivered`
 # one on a DELIVERED row is applied (it agrees); a `failed` one on a DELIVERED row, or on a row settled unsent
@@ -265,39 +284,53 @@ SETTLE_RECEIPTS = sa.text(
     """)
 
 # ---- one-time codes and templates ----------------------------------------------------------------------------
+# INSERT_OTP: a one-time code's nonce, hash and end of life.
 INSERT_OTP = sa.text(
     "INSERT INTO otp_codes (notification_id, tenant_id, nonce, code_hash, expires_at) "
     "VALUES (:n, :t, :nonce, :h, :exp)")
+# OTP_NONCE: a one-time code's nonce, by its message.
 OTP_NONCE = sa.text("SELECT nonce FROM otp_codes WHERE notification_id = :n")
+# OTP_FOR_CHECK: a tenant's one-time code, locked for a check.
 OTP_FOR_CHECK = sa.text(
     "SELECT code_hash, expires_at, tries, verified_at FROM otp_codes WHERE tenant_id = :t "
     "AND notification_id = :n FOR UPDATE")
+# OTP_TRIED: one more try on a one-time code, verified when it matched.
 OTP_TRIED = sa.text("UPDATE otp_codes SET tries = tries + 1, verified_at = CASE WHEN :ok THEN now() END "
                     "WHERE notification_id = :n")
+# NEWEST_TEMPLATE: a template's newest version for a channel.
 NEWEST_TEMPLATE = sa.text(
     "SELECT version, body FROM templates WHERE name = :n AND :c = ANY(channels) ORDER BY version DESC LIMIT 1")
+# KEEP_TEMPLATE_VERSION: the template version a row was rendered with, kept on the row.
 KEEP_TEMPLATE_VERSION = sa.text("UPDATE notifications SET template_version = :v WHERE id = :id")
 
 # ---- recipients ----------------------------------------------------------------------------------------------
 RECIPIENT_COLUMNS = ("id, ref, display_name, email, phone, timezone, quiet_start, quiet_end, daily_cap, "
                      "opted_out_channels, created_at, updated_at")
+# INSERT_RECIPIENT: a tenant's new recipient, answering its columns.
 INSERT_RECIPIENT = sa.text(
     "INSERT INTO recipients (tenant_id, ref, display_name, email, phone, timezone, quiet_start, quiet_end, "
     "daily_cap, opted_out_channels) VALUES (:t, :ref, :display_name, :email, :phone, :timezone, "
     ":quiet_start, :quiet_end, :daily_cap, :opted_out_channels) "
     f"ON CONFLICT (tenant_id, ref) DO NOTHING RETURNING {RECIPIENT_COLUMNS}")
+# RECIPIENT_ID_BY_REF: a recipient's id, by its ref.
 RECIPIENT_ID_BY_REF = sa.text("SELECT id FROM recipients WHERE tenant_id = :t AND ref = :r")
+# INSERT_RECIPIENT_CHANGE: one field change of a recipient, with who made it.
 INSERT_RECIPIENT_CHANGE = sa.text(
     "INSERT INTO recipient_changes (tenant_id, recipient_id, actor_ref, field, old_value, new_value) "
     "VALUES (:t, :r, :a, :f, :o, :n)")
+# GET_RECIPIENT: one of a tenant's recipients.
 GET_RECIPIENT = sa.text(f"SELECT {RECIPIENT_COLUMNS} FROM recipients WHERE tenant_id = :t AND id = :i")
+# LOCK_RECIPIENT: one of a tenant's recipients, locked for a change.
 LOCK_RECIPIENT = sa.text(f"SELECT {RECIPIENT_COLUMNS} FROM recipients WHERE tenant_id = :t AND id = :i FOR UPDATE")
+# RECIPIENT_CHANGES: a recipient's last 100 changes, newest first.
 RECIPIENT_CHANGES = sa.text(
     "SELECT field, old_value, new_value, actor_ref, changed_at FROM recipient_changes "
     "WHERE recipient_id = :i ORDER BY id DESC LIMIT 100")
+# FIND_BY_REF: the recipients with a ref, in one tenant or every tenant.
 FIND_BY_REF = sa.text(
     "SELECT tenant_id, id FROM recipients WHERE ref = :r AND (CAST(:t AS int) IS NULL OR tenant_id = :t) "
     "ORDER BY tenant_id")
+# LIST_RECIPIENTS: a keyset page of a tenant's recipients matching a query.
 LIST_RECIPIENTS = sa.text(
     f"SELECT {RECIPIENT_COLUMNS} FROM recipients WHERE tenant_id = :t AND (ref ILIKE :q OR display_name ILIKE :q) "
     "AND (CAST(:b AS bigint) IS NULL OR id < :b) AND (CAST(:a AS bigint) IS NULL OR id > :a) "

@@ -36,13 +36,18 @@ _CHARGED = "coalesce(sum(n.reserved_cents) FILTER (WHERE n.status IN ('SENT','DE
 # A keyset page: older than `:b` (or the newest), or just newer than `:a` (read oldest first, shown newest first).
 _LEDGER_PAGE = (f"FROM notifications n WHERE {_LEDGER_WHERE} "
                 "AND (CAST(:b AS bigint) IS NULL OR n.id < :b) AND (CAST(:a AS bigint) IS NULL OR n.id > :a) ")
+# LEDGER_PAGE_OLDER: a keyset page of a tenant's ledger, older than a row.
 LEDGER_PAGE_OLDER = sa.text(f"SELECT {NOTIFICATION_COLUMNS} {_LEDGER_PAGE}ORDER BY n.id DESC LIMIT :lim")
+# LEDGER_PAGE_NEWER: a keyset page of a tenant's ledger, newer than a row.
 LEDGER_PAGE_NEWER = sa.text(f"SELECT {NOTIFICATION_COLUMNS} {_LEDGER_PAGE}ORDER BY n.id ASC LIMIT :lim")
+# LEDGER_MONEY_PAGE_OLDER: `LEDGER_PAGE_OLDER` with each row's money.
 # The same pages with each row's money (the ledger page; the API and the export read the plain shape).
 LEDGER_MONEY_PAGE_OLDER = sa.text(
     f"SELECT {NOTIFICATION_COLUMNS}, {MONEY_COLUMNS} {_LEDGER_PAGE}ORDER BY n.id DESC LIMIT :lim")
+# LEDGER_MONEY_PAGE_NEWER: `LEDGER_PAGE_NEWER` with each row's money.
 LEDGER_MONEY_PAGE_NEWER = sa.text(
     f"SELECT {NOTIFICATION_COLUMNS}, {MONEY_COLUMNS} {_LEDGER_PAGE}ORDER BY n.id ASC LIMIT :lim")
+# LEDGER_TOTALS: a tenant's ledger totals: rows, money and delivery rate.
 # Money: charged (held by SENT/DELIVERED rows), reserved (held by QUEUED rows) and refunded, apart. Delivery rate:
 # delivered over what was attempted to the end (SENT, DELIVERED, FAILED); suppressed rows are counted apart.
 LEDGER_TOTALS = sa.text(
@@ -56,6 +61,7 @@ LEDGER_TOTALS = sa.text(
     "count(*) FILTER (WHERE n.status = 'FAILED') AS failed, "
     "count(*) FILTER (WHERE n.status = 'QUEUED') AS queued "
     f"FROM notifications n WHERE {_LEDGER_WHERE}")
+# LEDGER_BY_CHANNEL: those totals by channel.
 LEDGER_BY_CHANNEL = sa.text(
     "SELECT n.channel, count(*) AS total, "
     "count(*) FILTER (WHERE n.status = 'DELIVERED') AS delivered, "
@@ -64,40 +70,51 @@ LEDGER_BY_CHANNEL = sa.text(
     "count(*) FILTER (WHERE n.status = 'FAILED') AS failed, "
     f"{_CHARGED} AS charged_cents "
     f"FROM notifications n WHERE {_LEDGER_WHERE} GROUP BY n.channel ORDER BY n.channel")
+# AUDIT_NOTIFICATIONS: the rows an audit trail covers: by recipient refs or ids.
 AUDIT_NOTIFICATIONS = sa.text(
     f"SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE n.tenant_id = :t AND "
     "(n.recipient = ANY(CAST(:refs AS text[])) OR n.id = ANY(CAST(:ids AS bigint[])) "
     "OR n.event_id = CAST(:ev AS uuid) OR n.order_id = CAST(:oid AS bigint)) "
     "ORDER BY n.id LIMIT 200")
+# AUDIT_ORDER_EVENTS: an order's own events, in revision order.
 # An order's own events: an order whose changes sent no message still has its history.
 AUDIT_ORDER_EVENTS = sa.text(
     "SELECT event_id FROM outbox_events WHERE tenant_id = :t AND aggregate_type = 'order' "
     "AND aggregate_id = CAST(:oid AS text) ORDER BY aggregate_revision LIMIT 200")
+# AUDIT_ATTEMPTS: the attempts of the audited rows.
 AUDIT_ATTEMPTS = sa.text(
     "SELECT notification_id, attempt_no, worker, started_at, finished_at, outcome, status_code, "
     "error_class, latency_ms FROM notification_attempts WHERE notification_id = ANY(:ids)")
+# AUDIT_EVENTS: the audited events, by id.
 AUDIT_EVENTS = sa.text(
     "SELECT event_id, event_type, aggregate_id, aggregate_revision, occurred_at, request_id, actor_ref "
     "FROM outbox_events WHERE tenant_id = :t AND event_id = ANY(:e)")
+# AUDIT_RECEIPTS: the receipts of the audited rows, by provider reference.
 AUDIT_RECEIPTS = sa.text(
     "SELECT provider, provider_reference, outcome, received_at FROM delivery_receipts "
     "WHERE provider_reference = ANY(:r)")
+# MESSAGE: one of a tenant's messages.
 MESSAGE = sa.text(
     f"SELECT {NOTIFICATION_COLUMNS}, n.dedupe_key, n.template_version, n.reserved_cents "
     "FROM notifications n WHERE n.tenant_id = :t AND n.id = :i")
+# MESSAGE_ATTEMPTS: a message's attempts, in order.
 MESSAGE_ATTEMPTS = sa.text(
     "SELECT attempt_no, started_at, finished_at, outcome, status_code, error_class, latency_ms, "
     "response_excerpt FROM notification_attempts WHERE notification_id = :i ORDER BY attempt_no")
+# MESSAGE_RECEIPT: a message's newest receipt.
 MESSAGE_RECEIPT = sa.text(
     "SELECT outcome, received_at FROM delivery_receipts WHERE provider_reference = :r AND provider = :c "
     "ORDER BY id DESC LIMIT 1")
+# RECIPIENT_HEADER: a recipient's header on their page.
 RECIPIENT_HEADER = sa.text("SELECT id, ref, display_name, timezone FROM recipients WHERE tenant_id = :t AND id = :i")
+# RECIPIENT_MESSAGES: a recipient's messages, each with its last receipt.
 RECIPIENT_MESSAGES = sa.text(
     f"SELECT {NOTIFICATION_COLUMNS}, n.reserved_cents, "
     "(SELECT max(d.received_at) FROM delivery_receipts d WHERE d.provider_reference = n.provider_reference "
     "  AND d.provider = n.channel) AS receipt_at "
     "FROM notifications n WHERE n.tenant_id = :t AND n.recipient = :ref "
     "AND (CAST(:b AS bigint) IS NULL OR n.id < :b) ORDER BY n.id DESC LIMIT :l")
+# RECIPIENT_REACH: how many messages reached a recipient today and this week, and on which channels.
 RECIPIENT_REACH = sa.text(
     "SELECT count(*) FILTER (WHERE sent_at >= :day) AS today, "
     "count(*) FILTER (WHERE sent_at >= CAST(:now AS timestamptz) - interval '7 days') AS week, "

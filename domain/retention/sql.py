@@ -15,10 +15,12 @@ import sqlalchemy as sa
 from domain.retention.months import PARTITIONED
 
 # ---- partitions -------------------------------------------------------------------------------------------------
+# PARTITIONS_OF: a partitioned table's partitions and their bounds.
 PARTITIONS_OF = sa.text(
     "SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS bound FROM pg_inherits i "
     "JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent "
     "WHERE p.relname = :parent AND p.relnamespace = to_regnamespace('public') ORDER BY c.relname")
+# LOCK_TIMEOUT: this transaction waits at most 5 s for a lock.
 # Never wait long behind another transaction: the relay retries at its next pass, an operator runs it again.
 LOCK_TIMEOUT = sa.text("SET LOCAL lock_timeout = '5s'")
 
@@ -49,10 +51,12 @@ def create_month(parent: str, name: str, lo: str, hi: str) -> list[sa.TextClause
 
 
 # ---- archive ----------------------------------------------------------------------------------------------------
+# ARCHIVE_EXCLUDES_REPLAY: the exclusive lock an archive of a month holds against replays.
 # The archive of a month holds this exclusively from before its owed check to its commit; a replay (the one way a
 # settled message becomes owed again: domain/delivery/sql_review.py `REPLAY_WAITS_FOR_ARCHIVE`) holds it shared for its
 # own short transaction. A replay racing an archive lands before its check (refused) or after its commit.
 ARCHIVE_EXCLUDES_REPLAY = sa.text("SELECT pg_advisory_xact_lock(hashtext('outbox archive'))")
+# OWED_IN_MONTH: how many messages and receipts of a month are still owed.
 # Still owed in a month: a message of that month a worker must still act on, or a receipt of that month waiting to
 # be applied to its message while that message is still owed (a receipt no message was found for is kept for
 # support, never applied: not owed). A receipt waits only on a row that can still change: whatever settles a row
@@ -76,15 +80,18 @@ ARCHIVED_ATTEMPT_COLUMNS: Final = (
 ARCHIVED_RECEIPT_COLUMNS: Final = (
     "id", "receipt_id", "provider", "provider_reference", "outcome", "received_at", "notification_id", "applied_at",
     "closed_reason")
+# MONTH_MESSAGES: a month's messages, as an archive keeps them.
 MONTH_MESSAGES = sa.text(
     f"SELECT {', '.join(ARCHIVED_MESSAGE_COLUMNS)} FROM notifications "
     "WHERE created_at >= CAST(:lo AS timestamptz) AND created_at < CAST(:hi AS timestamptz) ORDER BY id")
+# FORGET_MONTH_CODES: a month's one-time codes deleted.
 # What leaves with a month of messages beside its partitions: their one-time codes (no foreign key: migration
 # 0028), and the daily cap slots they hold (each count is exactly the kept messages holding its slots: invariant
 # 11), taken off and the emptied counts deleted.
 FORGET_MONTH_CODES = sa.text(
     "DELETE FROM otp_codes o USING notifications n WHERE n.id = o.notification_id "
     "AND n.created_at >= CAST(:lo AS timestamptz) AND n.created_at < CAST(:hi AS timestamptz)")
+# GIVE_BACK_MONTH_SLOTS: the cap slots a month's messages hold given back, emptied counts deleted.
 GIVE_BACK_MONTH_SLOTS = sa.text(
     "WITH h AS (SELECT tenant_id, recipient, cap_day AS day, count(*) AS n FROM notifications "
     "  WHERE cap_day IS NOT NULL AND created_at >= CAST(:lo AS timestamptz) AND created_at < CAST(:hi AS timestamptz) "
@@ -93,16 +100,19 @@ GIVE_BACK_MONTH_SLOTS = sa.text(
     "  WHERE d.tenant_id = h.tenant_id AND d.recipient = h.recipient AND d.day = h.day RETURNING d.*) "
     "DELETE FROM recipient_daily_counts d USING u WHERE d.tenant_id = u.tenant_id AND d.recipient = u.recipient "
     "AND d.day = u.day AND u.taken = 0")
+# RECORD_ARCHIVE: where an archived month went.
 # Where an archived month went: a message id of that month answers with it (its key, kept, names its month).
 RECORD_ARCHIVE = sa.text(
     "INSERT INTO ledger_archives (month, file, messages, archived_at, actor_ref) "
     "VALUES (:m, :f, :n, now(), :who)")
+# ARCHIVED_MESSAGE: the archive that holds a message, by its kept key.
 ARCHIVED_MESSAGE = sa.text(
     "SELECT k.created_at, a.month, a.file, a.archived_at FROM ledger_keys k "
     "JOIN ledger_archives a ON a.month = date_trunc('month', k.created_at AT TIME ZONE 'UTC')::date "
     "WHERE k.notification_id = :id AND k.tenant_id = :t "
     "AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.id = k.notification_id "
     "AND n.created_at = k.created_at) ORDER BY a.archived_at LIMIT 1")
+# FORGET_RECEIPT_KEYS: a month's receipt keys deleted.
 FORGET_RECEIPT_KEYS = sa.text(
     "DELETE FROM delivery_receipt_keys "
     "WHERE received_at >= CAST(:lo AS timestamptz) AND received_at < CAST(:hi AS timestamptz)")

@@ -7,6 +7,7 @@ import sqlalchemy as sa
 
 from domain.ledger.views import NOTIFICATION_COLUMNS
 
+# RECIPIENTS: a tenant's recipients matching a query, and how each matched.
 # Recipients by every reading of a query. Contact points are compared with what `recipients` already holds (digits
 # only for phones, lower case for emails); nothing is written or kept.
 RECIPIENTS = sa.text(
@@ -27,10 +28,11 @@ RECIPIENTS = sa.text(
     """
 )
 
+# RECIPIENTS_BY_REFS: a tenant's recipients by their refs.
 # The recipients behind refs a query led to (a message's, an order's customer, a lead's): one tenant's only.
 RECIPIENTS_BY_REFS = sa.text("SELECT id, ref FROM recipients WHERE tenant_id = :t AND ref = ANY(:refs)")
 
-# Messages by id, job id, provider reference or event id.
+# MESSAGES: a tenant's messages by id, job id, provider reference or event id, and how each matched.
 MESSAGES = sa.text(
     f"""
     SELECT {NOTIFICATION_COLUMNS},
@@ -48,20 +50,23 @@ MESSAGES = sa.text(
     """
 )
 
+# ORDER: a tenant's order by id, with its message count.
 ORDER = sa.text(
     "SELECT o.id, o.status, o.revision, o.customer_ref, o.amount_cents, o.currency, o.updated_at, "
     "(SELECT count(*) FROM notifications n WHERE n.tenant_id = :t AND n.order_id = o.id) AS messages "
     "FROM orders o WHERE o.tenant_id = :t AND o.id = CAST(:oid AS bigint)")
 
+# EVENT: a tenant's event by id.
 EVENT = sa.text(
     "SELECT event_id, event_type, aggregate_type, aggregate_id, aggregate_revision, occurred_at, actor_ref "
     "FROM outbox_events WHERE tenant_id = :t AND event_id = CAST(:ev AS uuid)")
 
+# LEADS_OF: a tenant's leads of some recipients.
 LEADS_OF = sa.text(
     "SELECT id, recipient_ref, current_step FROM leads WHERE tenant_id = :t AND recipient_ref = ANY(:refs) "
     "ORDER BY id LIMIT 20")
 
-# One message, everything about it.
+# MESSAGE: one of a tenant's messages, everything about it.
 MESSAGE = sa.text(
     f"""
     SELECT {NOTIFICATION_COLUMNS}, n.dedupe_key, n.template_version, n.reserved_cents, n.payload, n.campaign_id,
@@ -75,28 +80,33 @@ MESSAGE = sa.text(
     """
 )
 
+# TEMPLATE_BODY: the text of one template version.
 # The text of the template version a message was rendered with at send time (the row keeps the version).
 TEMPLATE_BODY = sa.text("SELECT body FROM templates WHERE name = :n AND version = :v")
 
+# ATTEMPTS: a message's attempts, in its own month.
 # The message's own month (`:c`, its created_at) prunes the partitioned attempts to one partition.
 ATTEMPTS = sa.text(
     "SELECT attempt_no, worker, started_at, finished_at, outcome, status_code, error_class, latency_ms, "
     "response_excerpt, next_attempt_at FROM notification_attempts WHERE notification_id = :i "
     "AND notification_created_at = :c ORDER BY attempt_no, id")
 
+# RECEIPTS: a message's receipts.
 RECEIPTS = sa.text(
     "SELECT provider, outcome, received_at, applied_at FROM delivery_receipts "
     "WHERE provider_reference = :r AND provider = :c ORDER BY id")
 
+# MONEY: a message's balance entries.
 MONEY = sa.text(
     "SELECT kind, amount_cents, reason, created_at FROM balance_entries "
     "WHERE tenant_id = :t AND notification_id = :i ORDER BY id")
 
+# ENVELOPE: an event's envelope, with its digest.
 ENVELOPE = sa.text(
     "SELECT event_id, aggregate_type, aggregate_id, aggregate_revision, event_type, schema_version, occurred_at, "
     "request_id, causation_id, actor_ref, payload, digest FROM outbox_events WHERE tenant_id = :t AND event_id = :e")
 
-# A campaign's messages, one keyset page (newest first; `:a` reads the page just newer, oldest first).
+# CAMPAIGN_MESSAGES: a campaign's messages, a keyset page (newest first; `:a`: the page just newer, oldest first).
 CAMPAIGN_MESSAGES = sa.text(
     f"""
     SELECT {NOTIFICATION_COLUMNS} FROM notifications n
@@ -106,14 +116,14 @@ CAMPAIGN_MESSAGES = sa.text(
     """
 )
 
-# Leads by their ref (the applicant's recipient ref) or their advisor's ref, exactly.
+# LEADS: leads by their ref (the applicant's recipient ref) or their advisor's ref, exactly.
 LEADS = sa.text(
     "SELECT id, recipient_ref, advisor_ref, current_step, "
     "CASE WHEN recipient_ref = :text THEN 'lead ref' ELSE 'advisor ref' END AS matched_by "
     "FROM leads WHERE tenant_id = :t AND CAST(:text AS text) <> '' "
     "AND (recipient_ref = :text OR advisor_ref = :text) ORDER BY id DESC LIMIT :l")
 
-# Campaigns by id (a bare number) or by part of their name.
+# CAMPAIGNS: campaigns by id (a bare number) or by part of their name.
 CAMPAIGNS = sa.text(
     "SELECT id, name, status, segment, template, channel, total, "
     "CASE WHEN id = CAST(:cid AS bigint) THEN 'campaign id' ELSE 'campaign name' END AS matched_by "

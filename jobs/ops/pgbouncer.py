@@ -8,7 +8,7 @@ PostgreSQL of OUTBOX_DATABASE_URL under the client's own user name (the wildcard
 
 Transaction mode: a server connection is a client's only for one transaction, so everything that must outlive a
 transaction stays off it — LISTEN (the relay), the CDC relay's replication slot, migrations, `outbox check` and
-the admin commands keep OUTBOX_DATABASE_URL; the pools (domain/db.py get_engine, domain/delivery/hot.py) use
+the admin commands keep OUTBOX_DATABASE_URL; the pools (domain/db.py get_engine, domain/delivery/store.py) use
 OUTBOX_PGBOUNCER_URL and prepare nothing server-side.
 """
 

@@ -28,15 +28,15 @@ import sqlalchemy as sa
 
 from domain import faults
 from domain.db import get_engine
-from domain.delivery import claimed, claims, hot, hot_batch, sql, sql_record
+from domain.delivery import long_way, plan, sql, sql_record, store, store_batch
 from domain.delivery.queue import job_id
 from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.wakeups import arq_pool, enqueue
 from domain.ledger.send import send
 from domain.settings import get_settings
 from tests.integration.conftest import BATCHED, PER_ROW, effects, rows, wait_for
-from tests.support.claims import entries, lease_runs_out, row
 from tests.support.db import assert_invariants
+from tests.support.long_way import entries, lease_runs_out, row
 from tests.support.orders import authorize_and_approve
 from tests.support.people import person
 
@@ -44,8 +44,8 @@ LEASE = 30.0
 
 
 @pytest.fixture
-async def pool(db) -> AsyncIterator[hot.Pool]:  # type: ignore[no-untyped-def]
-    p = await hot.open_pool(get_settings().database_url, "outbox-test-batch", max_size=2)
+async def pool(db) -> AsyncIterator[store.Pool]:  # type: ignore[no-untyped-def]
+    p = await store.open_pool(get_settings().database_url, "outbox-test-batch", max_size=2)
     try:
         yield p
     finally:
@@ -60,16 +60,16 @@ def sms_rows(n: int, cap: int | None = None) -> list[int]:
                        data={"headline": "x"}, subject_period=f"b-{tag}-{i}").notification_id for i in range(n)]
 
 
-async def claim(pool: hot.Pool, n: int = 32) -> hot_batch.Batch:
-    return await hot_batch.claim_batch(pool, "normal", n, LEASE, datetime.now(UTC))
+async def claim(pool: store.Pool, n: int = 32) -> store_batch.Batch:
+    return await store_batch.claim_batch(pool, "normal", n, LEASE, datetime.now(UTC))
 
 
-def sent(c: claimed.Claim, ref: str) -> hot_batch.Attempted:
-    return hot_batch.Attempted(c, Succeeded(False), datetime.now(UTC), 201, 1.0, ref)
+def sent(c: plan.Claim, ref: str) -> store_batch.Attempted:
+    return store_batch.Attempted(c, Succeeded(False), datetime.now(UTC), 201, 1.0, ref)
 
 
-def retried(c: claimed.Claim) -> hot_batch.Attempted:
-    return hot_batch.Attempted(c, Retry("http_503", 5.0), datetime.now(UTC), 503, 1.0, None)
+def retried(c: plan.Claim) -> store_batch.Attempted:
+    return store_batch.Attempted(c, Retry("http_503", 5.0), datetime.now(UTC), 503, 1.0, None)
 
 
 class Statements:
@@ -105,14 +105,14 @@ async def test_a_batch_is_claimed_by_one_statement_and_recorded_by_one(pool, mon
     assert len({r.claimed_at for r in got.values()}) == 1, "claimed in more than one transaction"
     for r in batch.ready:
         assert got[r.claim.id].claim_token == r.claim.claim_token and got[r.claim.id].reserved_cents > 0
-    out = await hot_batch.record_batch(pool, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "batch")
+    out = await store_batch.record_batch(pool, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "batch")
     assert out == {i: "sent" for i in ids}
     assert stmts.count(sql_record.RECORD_SENT_BATCH) == 1 and stmts.count(sql_record.PENDING_RECEIPTS_BATCH) == 1
     assert stmts.count(sql_record.RECORD_SENT) == 0
     done = rows("id = ANY(:ids)", ids=ids)
     assert {r.status for r in done} == {"SENT"} and len({r.sent_at for r in done}) == 1
     assert all(r.provider_reference == f"sms-{r.id}" for r in done)
-    assert await claim(pool) == hot_batch.Batch()  # nothing owed is left
+    assert await claim(pool) == store_batch.Batch()  # nothing owed is left
     assert_invariants()
 
 
@@ -124,16 +124,16 @@ async def test_a_stale_row_in_a_batch_is_refused_alone_and_the_rest_commit(pool)
     batch = await claim(pool)
     by_id = {r.claim.id: r.claim for r in batch.ready}
     lease_runs_out(b)
-    second = claims.claim(b, LEASE, datetime.now(UTC), "B")
-    assert isinstance(second, claimed.Ready) and second.claim.claim_token > by_id[b].claim_token
-    out = await hot_batch.record_batch(pool, [sent(by_id[a], "sms-a"), retried(by_id[b]), retried(by_id[c])], "A")
+    second = long_way.claim(b, LEASE, datetime.now(UTC), "B")
+    assert isinstance(second, plan.Ready) and second.claim.claim_token > by_id[b].claim_token
+    out = await store_batch.record_batch(pool, [sent(by_id[a], "sms-a"), retried(by_id[b]), retried(by_id[c])], "A")
     assert out == {a: "sent", b: "stale", c: "retry"}
     assert row(a).status == "SENT"
     rb, rc = row(b), row(c)
     assert (rb.status, rb.claim_token) == ("QUEUED", second.claim.claim_token) and rb.leased_until is not None
     assert rc.status == "QUEUED" and rc.leased_until is None and rc.last_error_class == "http_503"
-    assert claims.record(second.claim, Succeeded(False), worker="B", started=datetime.now(UTC), status_code=201,
-                         latency_ms=1.0, provider_reference="sms-b") == "sent"
+    assert long_way.record(second.claim, Succeeded(False), worker="B", started=datetime.now(UTC), status_code=201,
+                           latency_ms=1.0, provider_reference="sms-b") == "sent"
     assert_invariants()
 
 
@@ -141,16 +141,16 @@ async def test_two_claimers_at_once_never_claim_the_same_row(pool):
     """Two pools (two drain loops, or two workers) claim batches of 7 at once until nothing is owed: every row is
     claimed exactly once (SKIP LOCKED), and recording every batch sends each row once."""
     ids = sms_rows(40)
-    other = await hot.open_pool(get_settings().database_url, "outbox-test-batch-2", max_size=2)
+    other = await store.open_pool(get_settings().database_url, "outbox-test-batch-2", max_size=2)
     claimed: list[int] = []
     try:
-        async def loop(p: hot.Pool) -> None:
+        async def loop(p: store.Pool) -> None:
             while True:
-                batch = await hot_batch.claim_batch(p, "normal", 7, LEASE, datetime.now(UTC))
+                batch = await store_batch.claim_batch(p, "normal", 7, LEASE, datetime.now(UTC))
                 if not len(batch):
                     return
                 claimed.extend(r.claim.id for r in batch.ready)
-                await hot_batch.record_batch(p, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "w")
+                await store_batch.record_batch(p, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "w")
 
         await asyncio.gather(loop(pool), loop(other), loop(pool), loop(other))
     finally:
@@ -184,11 +184,11 @@ async def test_a_refused_take_in_a_batch_is_suppressed_and_the_rest_go(pool):
     assert [(c.id, refused is not None) for c, _, refused in batch.long_way] == [(ids[2], True)]
     assert row(ids[2]).reserved_cents == 0 and entries(ids[2]) == []  # the savepoint gave it all back
     c, x, refused = batch.long_way[0]
-    got = claims.settle_claimed(c, x, datetime.now(UTC), "w", refused)
-    assert isinstance(got, claimed.Suppressed) and got.reason == "insufficient_balance"
+    got = long_way.settle_claimed(c, x, datetime.now(UTC), "w", refused)
+    assert isinstance(got, plan.Suppressed) and got.reason == "insufficient_balance"
     r3 = row(ids[2])
     assert (r3.status, r3.suppressed_reason) == ("SUPPRESSED", "insufficient_balance")
-    out = await hot_batch.record_batch(pool, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "w")
+    out = await store_batch.record_batch(pool, [sent(r.claim, f"sms-{r.claim.id}") for r in batch.ready], "w")
     assert out == {ids[0]: "sent", ids[1]: "sent"}
     assert [entries(i) for i in ids[:2]] == [[("reserve", -price)]] * 2
     assert_invariants()
@@ -249,7 +249,7 @@ async def test_a_slow_send_never_holds_the_answered_rows_of_its_batch(pool, monk
     held = ids[0]
     release = asyncio.Event()
 
-    async def provider(ctx: Any, c: claimed.Claim, *args: Any) -> tuple[Outcome, str]:
+    async def provider(ctx: Any, c: plan.Claim, *args: Any) -> tuple[Outcome, str]:
         if c.id == held:
             await release.wait()
         return Outcome(201), f"sms-{c.id}"

@@ -1,4 +1,4 @@
-"""The bulk lane in batches (jobs/batches.py `deliver_bulk_batch`, domain/delivery/hot_batch.py
+"""The bulk lane in batches (jobs/batches.py `deliver_bulk_batch`, domain/delivery/store_batch.py
 `claim_bulk_batch`): a batch's size is taken from the channel's token bucket, its rows shared fairly between
 (tenant, campaign) flows in the one claim statement, its takes in one set-based statement sent with the COMMIT.
 
@@ -30,7 +30,7 @@ import pytest
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claimed, claims, hot, hot_batch, ratelimit
+from domain.delivery import long_way, plan, ratelimit, store, store_batch
 from domain.delivery.queue import RATE_KEY
 from domain.delivery.retry import Outcome, Retry, Succeeded
 from domain.delivery.wakeups import arq_pool
@@ -38,15 +38,15 @@ from domain.ledger.send import send
 from domain.settings import get_settings, reload_settings
 from tests.integration.conftest import rows, wait_for
 from tests.support.campaigns import fanned_out_campaign, reachable_people
-from tests.support.claims import lease_runs_out, row
 from tests.support.db import assert_invariants
+from tests.support.long_way import lease_runs_out, row
 
 LEASE = 30.0
 
 
 @pytest.fixture
-async def pool(db) -> AsyncIterator[hot.Pool]:  # type: ignore[no-untyped-def]
-    p = await hot.open_pool(get_settings().database_url, "outbox-test-bulk-batch", max_size=2)
+async def pool(db) -> AsyncIterator[store.Pool]:  # type: ignore[no-untyped-def]
+    p = await store.open_pool(get_settings().database_url, "outbox-test-bulk-batch", max_size=2)
     try:
         yield p
     finally:
@@ -86,12 +86,12 @@ def bulk_rows(n: int, tenant_id: int = 42) -> list[int]:
     return out
 
 
-async def claim(pool: hot.Pool, quota: int, n: int = 32) -> hot_batch.Batch:
-    flows = await hot_batch.bulk_flows(pool)
-    return await hot_batch.claim_bulk_batch(pool, flows, n, {"email": quota}, {}, LEASE, datetime.now(UTC))
+async def claim(pool: store.Pool, quota: int, n: int = 32) -> store_batch.Batch:
+    flows = await store_batch.bulk_flows(pool)
+    return await store_batch.claim_bulk_batch(pool, flows, n, {"email": quota}, {}, LEASE, datetime.now(UTC))
 
 
-def claimed_ids(batch: hot_batch.Batch) -> list[int]:
+def claimed_ids(batch: store_batch.Batch) -> list[int]:
     return sorted([r.claim.id for r in batch.ready] + [c.id for c, _, _ in batch.long_way])
 
 
@@ -101,12 +101,12 @@ class Provider:
     def __init__(self) -> None:
         self.sent: list[int] = []
 
-    async def __call__(self, ctx: Any, c: claimed.Claim, *args: Any) -> tuple[Outcome, str]:
+    async def __call__(self, ctx: Any, c: plan.Claim, *args: Any) -> tuple[Outcome, str]:
         self.sent.append(c.id)
         return Outcome(201), f"email-{c.id}"
 
 
-async def _ctx(pool: hot.Pool) -> dict[str, Any]:
+async def _ctx(pool: store.Pool) -> dict[str, Any]:
     return {"db": pool, "redis": await arq_pool(), "lane": "bulk", "worker_name": "bulk-batch-test",
             "rng": random.Random(7), "batch_stop": asyncio.Event()}
 
@@ -181,19 +181,19 @@ async def test_a_stale_row_in_a_bulk_batch_is_refused_alone_and_the_rest_commit(
     by_id = {r.claim.id: r.claim for r in batch.ready}
     assert sorted(by_id) == [a, b, c]
     lease_runs_out(b)
-    second = claims.claim(b, LEASE, datetime.now(UTC), "B")
-    assert isinstance(second, claimed.Ready) and second.claim.claim_token > by_id[b].claim_token
+    second = long_way.claim(b, LEASE, datetime.now(UTC), "B")
+    assert isinstance(second, plan.Ready) and second.claim.claim_token > by_id[b].claim_token
     now = datetime.now(UTC)
-    out = await hot_batch.record_batch(pool, [
-        hot_batch.Attempted(by_id[a], Succeeded(False), now, 201, 1.0, "email-a"),
-        hot_batch.Attempted(by_id[b], Retry("http_503", 5.0), now, 503, 1.0, None),
-        hot_batch.Attempted(by_id[c], Retry("http_503", 5.0), now, 503, 1.0, None)], "A")
+    out = await store_batch.record_batch(pool, [
+        store_batch.Attempted(by_id[a], Succeeded(False), now, 201, 1.0, "email-a"),
+        store_batch.Attempted(by_id[b], Retry("http_503", 5.0), now, 503, 1.0, None),
+        store_batch.Attempted(by_id[c], Retry("http_503", 5.0), now, 503, 1.0, None)], "A")
     assert out == {a: "sent", b: "stale", c: "retry"}
     assert row(a).status == "SENT"
     rb = row(b)
     assert (rb.status, rb.claim_token) == ("QUEUED", second.claim.claim_token) and rb.leased_until is not None
-    assert claims.record(second.claim, Succeeded(False), worker="B", started=datetime.now(UTC), status_code=201,
-                         latency_ms=1.0, provider_reference="email-b") == "sent"
+    assert long_way.record(second.claim, Succeeded(False), worker="B", started=datetime.now(UTC), status_code=201,
+                           latency_ms=1.0, provider_reference="email-b") == "sent"
     assert_invariants()
 
 
@@ -242,10 +242,10 @@ async def test_a_refused_take_in_a_bulk_batch_is_suppressed_alone(pool):
     assert sorted(r.claim.id for r in batch.ready) == sorted(ours + theirs[:1])
     ((c, x, take),) = batch.long_way
     assert c.id == theirs[1] and take is not None
-    got = claims.settle_claimed(c, x, datetime.now(UTC), "test", take)
-    assert isinstance(got, claimed.Suppressed) and got.reason == "insufficient_balance"
+    got = long_way.settle_claimed(c, x, datetime.now(UTC), "test", take)
+    assert isinstance(got, plan.Suppressed) and got.reason == "insufficient_balance"
     for r in batch.ready:
-        claims.give_back(r.claim)
+        long_way.give_back(r.claim)
     assert_invariants()
 
 

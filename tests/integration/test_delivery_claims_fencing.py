@@ -19,13 +19,13 @@ import sqlalchemy as sa
 
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import get_engine
-from domain.delivery import claimed, review
+from domain.delivery import plan, review
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Fail, Retry, Succeeded
 from domain.journeys.store import create_lead, record_lead_event
-from tests.support.claims import claim, entries, lease_runs_out, ready, record, row
 from tests.support.db import assert_invariants, one
 from tests.support.ledger import new_recipient, send_body
+from tests.support.long_way import claim, entries, lease_runs_out, ready, record, row
 
 
 async def one_sms(client, key42) -> int:  # type: ignore[no-untyped-def]
@@ -120,7 +120,7 @@ def test_cancelled_campaign_sends_nothing_after_a_retry(db):
     assert row(ids[0]).status == "QUEUED"  # under a live lease: left to its worker
     assert record(held, Retry("server_error", 0.0), code=503) == "retry"
     again = claim(ids[0])
-    assert isinstance(again, claimed.Suppressed) and again.reason == "campaign_cancelled"
+    assert isinstance(again, plan.Suppressed) and again.reason == "campaign_cancelled"
     r = row(ids[0])
     assert (r.status, r.suppressed_reason, r.reserved_cents) == ("SUPPRESSED", "campaign_cancelled", 0)
     assert one("SELECT count(*) FROM notifications WHERE campaign_id = :c AND status IN ('SENT', 'DELIVERED')",
@@ -160,7 +160,7 @@ def test_two_workers_suppressing_a_nudges_two_messages_leave_no_phantom_intent(d
         r = record_lead_event(42, lead, "offer_submitted", event_id=f"phantom-{i}")
         assert len(r.notification_ids) == 2, r
         results = _claim_together(r.notification_ids)
-        assert len(results) == 2 and all(isinstance(x, claimed.Suppressed) for x in results), results
+        assert len(results) == 2 and all(isinstance(x, plan.Suppressed) for x in results), results
         status = one("SELECT status FROM lead_notification_intents WHERE id = :i", i=r.intent_id)
         if status in ("pending", "scheduled"):
             phantoms.append(r.intent_id)
@@ -174,7 +174,7 @@ async def test_replaying_a_bounced_message_is_a_new_message_for_the_provider(cli
     send never lands on the new one."""
     nid = await one_sms(client, key42)
     first = ready(nid)
-    assert claimed.idempotency_key(first) == first.dedupe_key
+    assert plan.idempotency_key(first) == first.dedupe_key
     record(first, Succeeded(False), "sms-old")
     assert apply_receipt("sms", "rc-old", "sms-old", "failed", first.dedupe_key).status == "applied"
     assert (row(nid).status, row(nid).reserved_cents) == ("FAILED", 0)
@@ -182,7 +182,7 @@ async def test_replaying_a_bounced_message_is_a_new_message_for_the_provider(cli
     r = row(nid)
     assert r.status == "QUEUED" and r.provider_reference is None and r.provider_key not in (None, r.dedupe_key)
     second = ready(nid)
-    assert claimed.idempotency_key(second) == r.provider_key
+    assert plan.idempotency_key(second) == r.provider_key
     # The old send's late `delivered` receipt (same old key, old reference) must not settle the new send.
     assert apply_receipt("sms", "rc-old-2", "sms-old", "delivered", first.dedupe_key).status == "unknown_reference"
     assert row(nid).status == "QUEUED"

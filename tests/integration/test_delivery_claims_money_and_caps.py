@@ -20,12 +20,12 @@ import sqlalchemy as sa
 
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import get_engine
-from domain.delivery import claimed, claims, review
+from domain.delivery import long_way, plan, review
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Fail, Retry, Succeeded
 from domain.invariants import invariant_counts
-from tests.support.claims import claim, lease_runs_out, ready, record, row
 from tests.support.db import assert_invariants, one
+from tests.support.long_way import claim, lease_runs_out, ready, record, row
 from tests.support.people import campaign_row, person, sms
 
 
@@ -43,7 +43,7 @@ def test_late_accept_counts_against_the_daily_cap(db):
                 "AND recipient = :r", r=ref)
     assert (row(x).status, taken) == ("SENT", 1) and row(x).cap_day is not None
     second = claim(sms(rid, "p2"), "C")
-    assert isinstance(second, claimed.Suppressed) and second.reason == "daily_cap", second
+    assert isinstance(second, plan.Suppressed) and second.reason == "daily_cap", second
     assert_invariants()
 
 
@@ -105,7 +105,7 @@ def test_stale_accept_about_the_old_identity_cannot_swallow_a_replay(db):
     assert record(a, Succeeded(True), "sms-b") == "stale"
     assert row(nid).status == "QUEUED"
     c = ready(nid, "C")
-    assert claimed.idempotency_key(c) != a.dedupe_key
+    assert plan.idempotency_key(c) != a.dedupe_key
     assert_invariants()
 
 
@@ -122,7 +122,7 @@ def test_a_replay_suppressed_after_a_bounce_is_not_a_send_the_row_forgot(db):
     assert review.replay(42, nid, actor_ref="test")
     with get_engine().begin() as c:
         c.execute(sa.text("UPDATE recipients SET opted_out_channels = ARRAY['sms'] WHERE id = :i"), {"i": rid})
-    assert isinstance(claim(nid, "C"), claimed.Suppressed)
+    assert isinstance(claim(nid, "C"), plan.Suppressed)
     r = row(nid)
     assert (r.status, r.reserved_cents, r.suppressed_reason) == ("SUPPRESSED", 0, "opted_out")
     assert_invariants()
@@ -161,14 +161,14 @@ def test_a_slot_from_yesterday_does_not_let_todays_retry_skip_todays_cap(db):
     by another message, so the retry is refused `daily_cap` and yesterday's slot is given back."""
     rid, ref = person(cap=1)
     x = sms(rid, "px")
-    cx = claims.claim(x, 30.0, datetime.now(UTC) - timedelta(days=1), "A")
-    assert isinstance(cx, claimed.Ready)
+    cx = long_way.claim(x, 30.0, datetime.now(UTC) - timedelta(days=1), "A")
+    assert isinstance(cx, plan.Ready)
     assert record(cx.claim, Retry("server_error", 0.0), code=503) == "retry"
-    cy = claims.claim(sms(rid, "py"), 30.0, datetime.now(UTC), "B")
-    assert isinstance(cy, claimed.Ready)
+    cy = long_way.claim(sms(rid, "py"), 30.0, datetime.now(UTC), "B")
+    assert isinstance(cy, plan.Ready)
     record(cy.claim, Succeeded(False), "y")
-    again = claims.claim(x, 30.0, datetime.now(UTC), "C")
-    assert isinstance(again, claimed.Suppressed) and again.reason == "daily_cap", again
+    again = long_way.claim(x, 30.0, datetime.now(UTC), "C")
+    assert isinstance(again, plan.Suppressed) and again.reason == "daily_cap", again
     assert one("SELECT coalesce(sum(taken), 0) FROM recipient_daily_counts WHERE recipient = :r", r=ref) == 1
     assert_invariants()
 
@@ -180,11 +180,11 @@ def test_a_claim_with_too_little_lease_left_gives_its_attempt_back(db):
     nid = sms(rid, "p1")
     a = ready(nid, "A")
     assert row(nid).attempts == 1
-    assert claims.give_back(a)
+    assert long_way.give_back(a)
     r = row(nid)
     assert (r.status, r.attempts, r.leased_until) == ("QUEUED", 0, None)
     b = ready(nid, "B")
-    assert not claims.give_back(a), "a stale give-back must not end B's lease"
+    assert not long_way.give_back(a), "a stale give-back must not end B's lease"
     assert row(nid).leased_until is not None and b.claim_token > a.claim_token
     assert_invariants()
 

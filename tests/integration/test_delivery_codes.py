@@ -20,13 +20,13 @@ import pytest
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claimed, claims, hot, review
+from domain.delivery import long_way, plan, review, store
 from domain.delivery.retry import Fail, Retry
 from domain.ledger import otp, reasons
 from domain.settings import get_settings
-from tests.support.claims import entries, ready, record, row
 from tests.support.cli import OUTBOX, run
 from tests.support.db import assert_invariants
+from tests.support.long_way import entries, ready, record, row
 from tests.support.people import person
 from tests.support.review import actions, failed
 
@@ -34,8 +34,8 @@ LEASE = 30.0
 
 
 @pytest.fixture
-async def pool(db) -> AsyncIterator[hot.Pool]:  # type: ignore[no-untyped-def]
-    p = await hot.open_pool(get_settings().database_url, "outbox-test-codes", max_size=2)
+async def pool(db) -> AsyncIterator[store.Pool]:  # type: ignore[no-untyped-def]
+    p = await store.open_pool(get_settings().database_url, "outbox-test-codes", max_size=2)
     try:
         yield p
     finally:
@@ -77,26 +77,26 @@ def test_a_code_claimed_after_its_end_of_life_is_suppressed_code_expired_and_cha
     rid, _ = person(cap=None)
     nid = code(rid)
     at = expires_in(nid, -120)
-    got = claims.claim(nid, LEASE, datetime.now(UTC), "w")
-    assert isinstance(got, claimed.Suppressed) and got.reason == "code_expired", got
+    got = long_way.claim(nid, LEASE, datetime.now(UTC), "w")
+    assert isinstance(got, plan.Suppressed) and got.reason == "code_expired", got
     r = assert_expired_unsent(nid, f"the code had expired at {at.astimezone(UTC):%H:%M} UTC")
     assert entries(nid) == []  # nothing was ever reserved
     assert attempt_outcomes(nid) == ["suppressed"]
     assert reasons.message_answer(r._mapping, datetime.now(UTC)) == \
         f"not sent: the code had expired at {at.astimezone(UTC):%H:%M} UTC"
     assert reasons.ledger_reason(r._mapping) == f"Not sent: the code had expired at {at.astimezone(UTC):%H:%M} UTC."
-    assert claims.claim(nid, LEASE, datetime.now(UTC), "w") is None  # settled: never owed again
+    assert long_way.claim(nid, LEASE, datetime.now(UTC), "w") is None  # settled: never owed again
     assert_invariants()
 
 
 async def test_the_pool_claim_of_an_expired_code_goes_the_long_way_and_is_suppressed(pool):
-    """The workers' fast path (hot.py) asks the same floor rule through `plan`: no Ready, no TAKE; the long way
+    """The workers' fast path (store.py) asks the same floor rule through `plan`: no Ready, no TAKE; the long way
     settles it `code_expired` with nothing charged."""
     rid, _ = person(cap=None)
     nid = code(rid)
     at = expires_in(nid, -1)
-    got = await hot.claim(pool, nid, LEASE, datetime.now(UTC), "hot")
-    assert isinstance(got, claimed.Suppressed) and got.reason == "code_expired", got
+    got = await store.claim(pool, nid, LEASE, datetime.now(UTC), "hot")
+    assert isinstance(got, plan.Suppressed) and got.reason == "code_expired", got
     assert_expired_unsent(nid, reasons.code_expired(at))
     assert entries(nid) == []
     assert_invariants()
@@ -111,25 +111,25 @@ def test_a_code_holding_its_price_from_an_earlier_try_gives_it_back_when_claimed
     assert record(first, Retry("server_error", 0.0), code=503) == "retry"
     assert row(nid).reserved_cents == row(nid).cost_cents > 0
     at = expires_in(nid, -30)
-    got = claims.claim(nid, LEASE, datetime.now(UTC), "B")
-    assert isinstance(got, claimed.Suppressed) and got.reason == "code_expired", got
+    got = long_way.claim(nid, LEASE, datetime.now(UTC), "B")
+    assert isinstance(got, plan.Suppressed) and got.reason == "code_expired", got
     assert_expired_unsent(nid, reasons.code_expired(at))
     assert [k for k, _ in entries(nid)] == ["reserve", "refund"]
     assert_invariants()
 
 
-@pytest.mark.parametrize("store", ["sync", "pool"])
-async def test_a_retry_due_after_the_code_expires_is_never_scheduled(db, pool, store):
+@pytest.mark.parametrize("store_kind", ["sync", "pool"])
+async def test_a_retry_due_after_the_code_expires_is_never_scheduled(db, pool, store_kind):
     """The critical lane's retry schedule never outlives the code: a retry that would come due at or after
     `expires_at` is not scheduled — the record (either store) settles the row `code_expired` under its token and
     refunds it; a retry within the code's life is scheduled as before. Today: next_attempt_at 120 s on, past the
     code's end of life, and the next claim sent it."""
 
-    async def rec(c: claimed.Claim, delay: float) -> str:
+    async def rec(c: plan.Claim, delay: float) -> str:
         d = Retry("server_error", delay)
-        if store == "pool":
-            return await hot.record(pool, c, d, worker="t", started=datetime.now(UTC), status_code=503,
-                                    latency_ms=1.0, provider_reference=None)
+        if store_kind == "pool":
+            return await store.record(pool, c, d, worker="t", started=datetime.now(UTC), status_code=503,
+                                      latency_ms=1.0, provider_reference=None)
         return record(c, d, code=503)
 
     rid, _ = person(cap=None)
@@ -196,7 +196,7 @@ def test_outbox_replay_and_why_say_the_code_had_expired(db):
     assert row(nid).status == "FAILED" and actions([nid], "replay") == []
     owed = code(rid)
     at_owed = expires_in(owed, -60)
-    assert isinstance(claims.claim(owed, LEASE, datetime.now(UTC), "w"), claimed.Suppressed)
+    assert isinstance(long_way.claim(owed, LEASE, datetime.now(UTC), "w"), plan.Suppressed)
     why = subprocess.run([OUTBOX, "why", ref, "--tenant", "42"], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "COLUMNS": "300"})  # one table row a line
     assert why.returncode == 0, why.stderr
@@ -208,7 +208,7 @@ async def test_the_api_answers_an_expired_code_in_plain_words(client, key42):
     rid, _ = person(cap=None)
     nid = code(rid)
     at = expires_in(nid, -5)
-    assert isinstance(claims.claim(nid, LEASE, datetime.now(UTC), "w"), claimed.Suppressed)
+    assert isinstance(long_way.claim(nid, LEASE, datetime.now(UTC), "w"), plan.Suppressed)
     got = await client.get(f"/api/v1/messages/{nid}", headers=key42)
     assert got.status_code == 200, got.text
     body = got.text

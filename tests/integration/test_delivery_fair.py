@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import get_engine
-from domain.delivery import fair
+from domain.delivery import fair_queue
 from tests.integration.conftest import wait_for
 from tests.support.campaigns import fanned_out_campaign, reachable_people
 
@@ -63,7 +63,7 @@ def test_a_small_tenant_is_not_starved_behind_a_big_backlog_and_cancel_still_sto
 
 
 def test_a_tenants_capped_pace_holds_and_its_waiting_jobs_block_no_other_tenant(sys_, redis_db):
-    assert fair.set_tenant_bulk_rate(7, 3.0) and not fair.set_tenant_bulk_rate(999, 3.0)
+    assert fair_queue.set_tenant_bulk_rate(7, 3.0) and not fair_queue.set_tenant_bulk_rate(999, 3.0)
     reachable_people(42, 600)
     reachable_people(7, 20)
     sys_.start_worker("bulk")
@@ -118,12 +118,12 @@ def test_a_capped_tenants_moments_are_reserved_one_apart_and_never_raced(redis_d
 def test_only_flows_owing_something_due_share_a_tenants_turn(relay_stopped, db, redis_db):
     reachable_people(7, 5)
     waiting, fresh = fanned_out_campaign(7, "Waits for the morning"), fanned_out_campaign(7, "New")
-    both = {_flow(r): gap for r, gap in fair.scan_bulk_window(200) if r.tenant_id == 7}
+    both = {_flow(r): gap for r, gap in fair_queue.scan_bulk_window(200) if r.tenant_id == 7}
     assert both == {(7, waiting): 2, (7, fresh): 2}, "two due campaigns share the tenant's turn"
     with get_engine().begin() as c:  # what quiet hours do: owed, due in the morning
         c.execute(sa.text("UPDATE notifications SET next_attempt_at = now() + interval '8 hours' "
                           "WHERE campaign_id = :c"), {"c": waiting})
-    gaps = {_flow(r): gap for r, gap in fair.scan_bulk_window(200) if r.tenant_id == 7}
+    gaps = {_flow(r): gap for r, gap in fair_queue.scan_bulk_window(200) if r.tenant_id == 7}
     assert gaps == {(7, fresh): 1}, "a campaign owing nothing due takes no share of the tenant's turn"
 
 

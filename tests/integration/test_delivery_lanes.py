@@ -27,7 +27,7 @@ from domain.campaigns import fan_out as campaign_fan_out
 from domain.campaigns import segments
 from domain.campaigns import views as campaign_views
 from domain.db import get_engine
-from domain.delivery import claimed, claims
+from domain.delivery import long_way, plan
 from domain.delivery.lanes import set_lane_paused
 from domain.delivery.queue import job_id
 from domain.ledger import otp
@@ -122,8 +122,8 @@ def test_codes_skip_quiet_hours_and_the_marketing_cap_but_are_metered(db):
                    "timezone": "UTC", "phone": "+15550009999"}, "test")
     row = otp.request(42, r, "sms", datetime.now(UTC))
     assert row is not None
-    result = claims.claim(row.notification_id, 30, datetime.now(UTC), "test")
-    assert isinstance(result, claimed.Ready), result
+    result = long_way.claim(row.notification_id, 30, datetime.now(UTC), "test")
+    assert isinstance(result, plan.Ready), result
     assert result.body is not None and code_of(row.notification_id) in result.body  # rendered now, in memory only
     assert one("SELECT reserved_cents FROM notifications WHERE id = :i", i=row.notification_id) == 5
 

@@ -1,6 +1,6 @@
 """Bulk work gives way to one-time codes on what they share, on real PostgreSQL on this machine: the CPU of the
 backends (domain/delivery/priority.py) and the tenant's balance row (a bulk claim takes and commits in one round trip,
-domain/delivery/hot.py).
+domain/delivery/store.py).
 
 Invariants: every connection of a pool opened with a niceness is served by a local PostgreSQL backend at that
 niceness (so a campaign's claims and records never compete at full weight with a one-time code's); a pool opened
@@ -16,15 +16,15 @@ import asyncio
 import os
 from datetime import UTC, datetime
 
-from domain.delivery import claimed, hot, priority
+from domain.delivery import plan, priority, store
 from domain.ledger.send import send
 from domain.settings import get_settings
-from tests.support.claims import entries, row
 from tests.support.db import assert_invariants
+from tests.support.long_way import entries, row
 from tests.support.people import person
 
 
-async def _backend_niceness(pool: hot.Pool, n: int) -> list[int]:
+async def _backend_niceness(pool: store.Pool, n: int) -> list[int]:
     """The niceness of the backends behind `n` connections held at once (so they are `n` distinct ones)."""
     conns = [await pool.getconn() for _ in range(n)]
     try:
@@ -36,8 +36,8 @@ async def _backend_niceness(pool: hot.Pool, n: int) -> list[int]:
 
 def test_a_lanes_pool_is_served_by_backends_at_its_niceness_and_no_other_process_is_reniced(db: str) -> None:
     async def run() -> None:
-        bulk = await hot.open_pool(get_settings().database_url, "outbox-test-bulk", max_size=3, niceness=10)
-        code = await hot.open_pool(get_settings().database_url, "outbox-test-code", max_size=2)
+        bulk = await store.open_pool(get_settings().database_url, "outbox-test-bulk", max_size=3, niceness=10)
+        code = await store.open_pool(get_settings().database_url, "outbox-test-code", max_size=2)
         try:
             assert await _backend_niceness(bulk, 3) == [10, 10, 10]
             assert await _backend_niceness(code, 2) == [0, 0], "a critical worker's backends keep the default"
@@ -67,21 +67,22 @@ def test_a_bulk_claim_takes_and_commits_at_once_and_a_refused_take_is_rolled_bac
     rid, _ = person(cap=1)
     first, second = _bulk_sms(rid, "bulk-1"), _bulk_sms(rid, "bulk-2")
 
-    async def run() -> tuple[claimed.ClaimResult | None, claimed.ClaimResult | None]:
-        pool = await hot.open_pool(get_settings().database_url, "outbox-test-bulk-take", max_size=1)
+    async def run() -> tuple[plan.ClaimResult | None, plan.ClaimResult | None]:
+        pool = await store.open_pool(get_settings().database_url, "outbox-test-bulk-take", max_size=1)
         try:
             now = datetime.now(UTC)
-            return (await hot.claim(pool, first, 30.0, now, "bulk"), await hot.claim(pool, second, 30.0, now, "bulk"))
+            return (await store.claim(pool, first, 30.0, now, "bulk"),
+                    await store.claim(pool, second, 30.0, now, "bulk"))
         finally:
             await pool.close()
 
     a, b = asyncio.run(run())
-    assert isinstance(a, claimed.Ready), a
+    assert isinstance(a, plan.Ready), a
     r = row(first)
     assert (r.lane, r.attempts, r.reserved_cents, r.claim_token) == ("bulk", 1, r.cost_cents, a.claim.claim_token)
     assert r.cap_day is not None and r.leased_until is not None
     assert entries(first) == [("reserve", -r.cost_cents)], "its price held once"
-    assert isinstance(b, claimed.Suppressed) and b.reason == "daily_cap", b
+    assert isinstance(b, plan.Suppressed) and b.reason == "daily_cap", b
     r = row(second)
     assert (r.status, r.suppressed_reason, r.reserved_cents, r.cap_day) == ("SUPPRESSED", "daily_cap", 0, None)
     assert entries(second) == [], "a refused take charged nothing"

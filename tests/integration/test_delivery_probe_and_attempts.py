@@ -1,5 +1,5 @@
 """The breaker's probe goes to a claim that will send, and no claim runs past its attempts — on real PostgreSQL,
-through both of the worker's stores (claims.py, and hot.py on its async pool).
+through both of the worker's stores (long_way.py, and store.py on its async pool).
 
 Invariants:
 - an endpoint whose breaker's time is up lets one probe through, and only a claim that will send takes it: a claim
@@ -19,14 +19,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claimed, claims, hot
+from domain.delivery import long_way, plan, store
 from domain.delivery.retry import Retry, Succeeded
 from domain.settings import get_settings
 from tests.integration.conftest import rows
-from tests.support.claims import lease_runs_out, record
 from tests.support.db import assert_invariants, one
 from tests.support.endpoints import PUBLIC, endpoint, endpoint_row
 from tests.support.ledger import new_recipient, send_body, set_balance
+from tests.support.long_way import lease_runs_out, record
 from tests.support.orders import approve, orders_of
 
 LEASE = 30.0
@@ -68,11 +68,11 @@ def test_a_claim_suppressed_for_want_of_balance_does_not_spend_the_probe(db, red
     set_balance(42, 6)
     half_open(e["id"])
     now = datetime.now(UTC)
-    got = claims.claim(poor.id, LEASE, now)
-    assert isinstance(got, claimed.Suppressed) and got.reason == "insufficient_balance", got
+    got = long_way.claim(poor.id, LEASE, now)
+    assert isinstance(got, plan.Suppressed) and got.reason == "insufficient_balance", got
     assert probe_free(e["id"]), "a claim that will not send takes no probe"
-    probe = claims.claim(good.id, LEASE, now)
-    assert isinstance(probe, claimed.Ready), probe
+    probe = long_way.claim(good.id, LEASE, now)
+    assert isinstance(probe, plan.Ready), probe
     assert endpoint_row(e["id"]).breaker_open_until > now + timedelta(seconds=1), "the probe holds the breaker"
     assert record(probe.claim, Succeeded(False), code=200) == "sent"
     ep = endpoint_row(e["id"])
@@ -87,16 +87,16 @@ def test_a_claim_given_back_gives_its_probe_back(db, redis_db):
     e = endpoint(42, PUBLIC)
     a = webhook_row(e["id"], orders_of(42)[0])
     half_open(e["id"])
-    first = claims.claim(a.id, LEASE, datetime.now(UTC))
-    assert isinstance(first, claimed.Ready), first
+    first = long_way.claim(a.id, LEASE, datetime.now(UTC))
+    assert isinstance(first, plan.Ready), first
     assert not probe_free(e["id"]), "the probe is taken by the claim that will send"
-    assert claims.give_back(first.claim)
+    assert long_way.give_back(first.claim)
     assert probe_free(e["id"]), "given back with the claim"
-    again = claims.claim(a.id, LEASE, datetime.now(UTC))
-    assert isinstance(again, claimed.Ready), again
+    again = long_way.claim(a.id, LEASE, datetime.now(UTC))
+    assert isinstance(again, plan.Ready), again
     assert again.claim.attempts == 1, "a claim given back is not an attempt"
     # A probe the breaker no longer holds (its answer came, another claim probed since) is not given back twice.
-    assert claims.give_back(first.claim) is False and not probe_free(e["id"])
+    assert long_way.give_back(first.claim) is False and not probe_free(e["id"])
     assert record(again.claim, Retry("server_error", 0.01), code=503) == "retry"
     assert endpoint_row(e["id"]).breaker_open_until > datetime.now(UTC), "the probe's failure opens it again"
     assert_invariants()
@@ -107,19 +107,19 @@ def _used_up(nid: int) -> None:
         c.execute(sa.text("UPDATE notifications SET attempts = max_attempts - 1 WHERE id = :i"), {"i": nid})
 
 
-async def _last_attempt_lost(client, key42, period: str) -> tuple[int, claimed.Claim, int]:  # type: ignore[no-untyped-def]
+async def _last_attempt_lost(client, key42, period: str) -> tuple[int, plan.Claim, int]:  # type: ignore[no-untyped-def]
     rid = await new_recipient(client, key42)
     nid = int((await client.post("/api/v1/notifications", json=send_body(rid, period), headers=key42))
               .json()["notification_id"])
     await asyncio.to_thread(_used_up, nid)
     before = int(one("SELECT balance_cents FROM balances WHERE tenant_id = 42"))
-    last = await asyncio.to_thread(claims.claim, nid, LEASE, datetime.now(UTC), "stalled")
-    assert isinstance(last, claimed.Ready) and last.claim.attempts == last.claim.max_attempts, last
+    last = await asyncio.to_thread(long_way.claim, nid, LEASE, datetime.now(UTC), "stalled")
+    assert isinstance(last, plan.Ready) and last.claim.attempts == last.claim.max_attempts, last
     await asyncio.to_thread(lease_runs_out, nid)  # the worker of the last attempt stalls past its lease
     return nid, last.claim, before
 
 
-def _settled_as_the_last_failure(nid: int, before: int, stale: claimed.Claim) -> None:
+def _settled_as_the_last_failure(nid: int, before: int, stale: plan.Claim) -> None:
     n = one("SELECT status || ':' || last_error_class || ':' || coalesce(review, 'none') || ':' || attempts "
             "|| '/' || max_attempts || ':' || reserved_cents FROM notifications WHERE id = :i", i=nid)
     m = get_settings().max_attempts
@@ -135,22 +135,22 @@ def _settled_as_the_last_failure(nid: int, before: int, stale: claimed.Claim) ->
 async def test_a_reclaim_after_the_last_attempts_lease_ran_out_settles_failed_not_attempt_nine(client, key42):
     """Before: the re-claim ran as attempt 9 of 8 (Ready, sent again)."""
     nid, stale, before = await _last_attempt_lost(client, key42, "attempts-sync")
-    got = await asyncio.to_thread(claims.claim, nid, LEASE, datetime.now(UTC), "next")
-    assert not isinstance(got, claimed.Ready), f"ran as attempt {got.claim.attempts} of {got.claim.max_attempts}"
-    assert isinstance(got, claimed.Exhausted), got
+    got = await asyncio.to_thread(long_way.claim, nid, LEASE, datetime.now(UTC), "next")
+    assert not isinstance(got, plan.Ready), f"ran as attempt {got.claim.attempts} of {got.claim.max_attempts}"
+    assert isinstance(got, plan.Exhausted), got
     await asyncio.to_thread(_settled_as_the_last_failure, nid, before, stale)
 
 
 async def test_the_async_store_never_claims_past_max_attempts_either(client, key42):
-    """Before: the async store's common case (hot.py) took the row as attempt 9 of 8 in one statement."""
+    """Before: the async store's common case (store.py) took the row as attempt 9 of 8 in one statement."""
     nid, stale, before = await _last_attempt_lost(client, key42, "attempts-hot")
-    pool = await hot.open_pool(get_settings().database_url, "test-attempts", max_size=2)
+    pool = await store.open_pool(get_settings().database_url, "test-attempts", max_size=2)
     try:
-        got = await hot.claim(pool, nid, LEASE, datetime.now(UTC), "next")
+        got = await store.claim(pool, nid, LEASE, datetime.now(UTC), "next")
     finally:
         await pool.close()
-    assert not isinstance(got, claimed.Ready), f"ran as attempt {got.claim.attempts} of {got.claim.max_attempts}"
-    assert isinstance(got, claimed.Exhausted), got
+    assert not isinstance(got, plan.Ready), f"ran as attempt {got.claim.attempts} of {got.claim.max_attempts}"
+    assert isinstance(got, plan.Exhausted), got
     await asyncio.to_thread(_settled_as_the_last_failure, nid, before, stale)
 
 
@@ -170,15 +170,15 @@ def test_a_record_that_disables_an_endpoint_takes_the_balance_before_the_endpoin
     failing, holding = webhook_row(e["id"], first), webhook_row(e["id"], second)
     set_balance(42, 100)
     now = datetime.now(UTC)
-    held = claims.claim(holding.id, LEASE, now)
-    assert isinstance(held, claimed.Ready), held
+    held = long_way.claim(holding.id, LEASE, now)
+    assert isinstance(held, plan.Ready), held
     assert record(held.claim, Retry("server_error", 0.01), code=503) == "retry"  # owed again, its price held
     with get_engine().begin() as c:  # one failure short of the automatic disable, for long enough
         c.execute(sa.text("UPDATE webhook_endpoints SET failure_streak = :n, failing_since = now() - interval '1 day',"
                           " breaker_open_until = NULL WHERE id = :i"),
                   {"i": e["id"], "n": s.endpoint_disable_failures - 1})
-    got = claims.claim(failing.id, LEASE, now)
-    assert isinstance(got, claimed.Ready), got
+    got = long_way.claim(failing.id, LEASE, now)
+    assert isinstance(got, plan.Ready), got
     outcome: list[str] = []
     with get_engine().connect() as probe_side:
         tx = probe_side.begin()

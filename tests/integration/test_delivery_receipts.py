@@ -28,8 +28,8 @@ from domain.delivery.retry import Retry, Succeeded
 from domain.invariants import invariant_counts
 from domain.journeys.store import create_lead, record_lead_event
 from domain.retention.archive import archive_before
-from tests.support.claims import entries, lease_runs_out, ready, record, row
 from tests.support.db import one
+from tests.support.long_way import entries, lease_runs_out, ready, record, row
 from tests.support.people import campaign_row, person, sms
 
 STRANDED = "14 a receipt pending on a settled row"

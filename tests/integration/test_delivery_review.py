@@ -15,8 +15,8 @@ import sqlalchemy as sa
 
 from domain.db import get_engine
 from domain.delivery import review
-from tests.support.claims import row
 from tests.support.db import assert_invariants
+from tests.support.long_way import row
 from tests.support.people import person
 from tests.support.review import actions, failed
 

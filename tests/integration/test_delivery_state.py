@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from dashboard.format import notification
 from domain.db import get_engine
-from domain.delivery import claimed, claims
+from domain.delivery import long_way, plan
 from domain.delivery.lanes import set_lane_paused
 from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.state import owed_states, with_states
@@ -32,11 +32,11 @@ from domain.ledger.views import LedgerFilter
 from domain.support import ledger as support_ledger
 from domain.support.message import message_page
 from domain.support.search import search
-from tests.support.claims import lease_runs_out, ready, record, row
 from tests.support.cli import OUTBOX
 from tests.support.db import assert_invariants
 from tests.support.endpoints import PUBLIC, endpoint
 from tests.support.ledger import set_balance
+from tests.support.long_way import lease_runs_out, ready, record, row
 from tests.support.orders import approve, orders_of
 from tests.support.people import person, sms
 
@@ -87,7 +87,7 @@ def test_a_code_in_a_paused_lane_waits_with_since_and_who_never_being_sent_now(d
         assert "being sent now" not in m["answer"]
         assert m["state"]["kind"] == "waiting_paused" and m["state"]["by"] == "pat"
         assert m["state"]["next_try"] == "when the lane is resumed"
-        assert claims.claim(nid, LEASE, now(), "w") is None, "the read model says what the claim does"
+        assert long_way.claim(nid, LEASE, now(), "w") is None, "the read model says what the claim does"
     finally:
         set_lane_paused("critical", False, actor_ref="operator:pat", note="resolved")
     assert page(nid)["state"]["kind"] == "overdue", "resumed, nothing holds it: it is overdue, and says by how much"
@@ -122,8 +122,8 @@ def test_an_open_breaker_says_until_when_and_the_claim_defers_to_then(db, redis_
     assert s.kind == "waiting_breaker" and s.until == until
     assert s.text.startswith(f"waiting: endpoint's breaker open until {until.astimezone(UTC):%H:%M:%S} UTC"), s.text
     assert f"endpoint {e['id']} failed 5 times in a row" in s.text
-    held = claims.claim(nid, LEASE, now(), "w")
-    assert isinstance(held, claimed.Deferred) and held.until == until, held
+    held = long_way.claim(nid, LEASE, now(), "w")
+    assert isinstance(held, plan.Deferred) and held.until == until, held
     after = owed_states([nid], now(), 42)[nid]
     assert after.kind == "waiting_breaker" and after.until == until, "deferred: it still says what holds it"
 
@@ -144,8 +144,8 @@ def test_a_short_balance_says_since_when_it_stayed_short_and_the_claim_does_not_
     set_balance(42, 0)
     empty = owed_states([nid], now(), 42)[nid]
     assert empty.text.startswith("waiting: balance empty since") and empty.since == short_at
-    got = claims.claim(nid, LEASE, now(), "w")
-    assert isinstance(got, claimed.Suppressed) and got.reason == "insufficient_balance", \
+    got = long_way.claim(nid, LEASE, now(), "w")
+    assert isinstance(got, plan.Suppressed) and got.reason == "insufficient_balance", \
         "the read model said it would not go without a top-up"
     assert_invariants()
 
@@ -160,8 +160,8 @@ def test_quiet_hours_say_until_when_in_the_recipients_zone_and_the_claim_defers_
     s = owed_states([nid], now(), 42)[nid]
     assert s.kind == "waiting_quiet_hours"
     assert s.text.startswith(f"waiting: quiet hours until {end:%H:%M} Asia/Kolkata ("), s.text
-    got = claims.claim(nid, LEASE, now(), "w")
-    assert isinstance(got, claimed.Deferred) and got.until == s.until, (got, s)
+    got = long_way.claim(nid, LEASE, now(), "w")
+    assert isinstance(got, plan.Deferred) and got.until == s.until, (got, s)
     assert owed_states([nid], now(), 42)[nid].until == s.until, "deferred: the same end, not 'scheduled'"
 
 

@@ -43,7 +43,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from domain import invariants
 from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork, get_engine
-from domain.delivery import claimed, claims, hot, hot_batch, review
+from domain.delivery import long_way, plan, review, store, store_batch
 from domain.delivery.queue import LANES, queue_name
 from domain.delivery.receipts import Receipt, apply_receipt, apply_receipts
 from domain.delivery.retry import Outcome, Succeeded, decide_retry
@@ -95,7 +95,7 @@ class Provider:
 
 @dataclass
 class InFlight:
-    claim: claimed.Claim
+    claim: plan.Claim
     worker: str
     outcome: Outcome | None = None
     reference: str | None = None
@@ -217,8 +217,8 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     # ---- workers -------------------------------------------------------------------------------------------
     def _claim(self, nid: int, worker: str) -> None:
-        got = claims.claim(nid, LEASE, datetime.now(UTC), worker)
-        if isinstance(got, claimed.Ready):
+        got = long_way.claim(nid, LEASE, datetime.now(UTC), worker)
+        if isinstance(got, plan.Ready):
             self.inflight.append(InFlight(got.claim, worker))
 
     @rule(lane=st.sampled_from(LANES), worker=st.sampled_from(["w1", "w2"]))
@@ -239,73 +239,73 @@ class DeliveryMachine(RuleBasedStateMachine):
     @rule(lane=st.sampled_from([lane for lane in LANES if lane != "bulk"]), size=st.integers(1, 6),
           worker=st.sampled_from(["w1", "w2"]))
     def claim_a_batch(self, lane: str, size: int, worker: str) -> None:
-        """A batched lane's drain loop claims up to `size` due rows in one statement (hot_batch.claim_batch); what
-        `plan` leaves out, or whose take was refused, is settled the long way (claims.settle_claimed) after the
+        """A batched lane's drain loop claims up to `size` due rows in one statement (store_batch.claim_batch); what
+        `plan` leaves out, or whose take was refused, is settled the long way (long_way.settle_claimed) after the
         commit."""
         now = datetime.now(UTC)
 
-        async def go() -> hot_batch.Batch:
-            pool = await hot.open_pool(get_settings().database_url, "sm-batch", max_size=1)
+        async def go() -> store_batch.Batch:
+            pool = await store.open_pool(get_settings().database_url, "sm-batch", max_size=1)
             try:
-                return await hot_batch.claim_batch(pool, lane, size, LEASE, now)
+                return await store_batch.claim_batch(pool, lane, size, LEASE, now)
             finally:
                 await pool.close()
 
         batch = _run(go())
         ready = list(batch.ready)
         for c, x, refused in batch.long_way:
-            got = claims.settle_claimed(c, x, now, worker, refused)
-            if isinstance(got, claimed.Ready):
+            got = long_way.settle_claimed(c, x, now, worker, refused)
+            if isinstance(got, plan.Ready):
                 ready.append(got)
         self.inflight += [InFlight(r.claim, worker) for r in ready]
 
     @rule(size=st.integers(1, 6), tokens=st.integers(0, 4), worker=st.sampled_from(["w1", "w2"]))
     def claim_a_bulk_batch(self, size: int, tokens: int, worker: str) -> None:
         """The bulk lane's drain loop: up to `size` rows, never more of a channel than its `tokens`, shared between
-        the lane's flows (hot_batch.claim_bulk_batch, its takes in one set-based statement with the COMMIT)."""
+        the lane's flows (store_batch.claim_bulk_batch, its takes in one set-based statement with the COMMIT)."""
         now = datetime.now(UTC)
 
-        async def go() -> hot_batch.Batch:
-            pool = await hot.open_pool(get_settings().database_url, "sm-bulk-batch", max_size=1)
+        async def go() -> store_batch.Batch:
+            pool = await store.open_pool(get_settings().database_url, "sm-bulk-batch", max_size=1)
             try:
-                flows = await hot_batch.bulk_flows(pool)
+                flows = await store_batch.bulk_flows(pool)
                 if not flows:
-                    return hot_batch.Batch()
-                return await hot_batch.claim_bulk_batch(pool, flows, size, dict.fromkeys(("sms", "email", "whatsapp"),
-                                                                                   tokens), {}, LEASE, now)
+                    return store_batch.Batch()
+                quotas = dict.fromkeys(("sms", "email", "whatsapp"), tokens)
+                return await store_batch.claim_bulk_batch(pool, flows, size, quotas, {}, LEASE, now)
             finally:
                 await pool.close()
 
         batch = _run(go())
-        # Not `claimed`: that name is the module whose `Ready` the loop below asks for (shadowed, every bulk batch
+        # Not `plan`: that name is the module whose `Ready` the loop below asks for (shadowed, every bulk batch
         # with a row the long way settles raised AttributeError instead of checking it).
         taken = [r.claim for r in batch.ready] + [c for c, _, _ in batch.long_way]
         assert len(taken) <= size and all(
             sum(1 for c in taken if c.channel == ch) <= tokens for ch in ("sms", "email", "whatsapp"))
         ready = list(batch.ready)
         for c, x, refused in batch.long_way:
-            got = claims.settle_claimed(c, x, now, worker, refused)
-            if isinstance(got, claimed.Ready):
+            got = long_way.settle_claimed(c, x, now, worker, refused)
+            if isinstance(got, plan.Ready):
                 ready.append(got)
         self.inflight += [InFlight(r.claim, worker) for r in ready]
 
     @rule(worker=st.sampled_from(["w1", "w2"]))
     def record_a_batch(self, worker: str) -> None:
-        """Every answered attempt of one worker recorded together (hot_batch.record_batch: one statement per kind, each
-        row under its own token; a stale row or a pending receipt goes the long way alone)."""
+        """Every answered attempt of one worker recorded together (store_batch.record_batch: one statement per kind,
+        each row under its own token; a stale row or a pending receipt goes the long way alone)."""
         done = [f for f in self.inflight if f.outcome is not None and f.worker == worker]
         if not done:
             return
         for f in done:
             self.inflight.remove(f)
-        attempts = [hot_batch.Attempted(f.claim, decide_retry(f.outcome, f.claim.attempts, f.claim.max_attempts, 0.0,
+        attempts = [store_batch.Attempted(f.claim, decide_retry(f.outcome, f.claim.attempts, f.claim.max_attempts, 0.0,
                                                         0.0, self.rng), datetime.now(UTC), f.outcome.status_code,
                                   1.0, f.reference) for f in done if f.outcome is not None]
 
         async def go() -> None:
-            pool = await hot.open_pool(get_settings().database_url, "sm-batch", max_size=1)
+            pool = await store.open_pool(get_settings().database_url, "sm-batch", max_size=1)
             try:
-                await hot_batch.record_batch(pool, attempts, worker)
+                await store_batch.record_batch(pool, attempts, worker)
             finally:
                 await pool.close()
 
@@ -323,7 +323,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         if not pending:
             return
         f = _pick(data, pending)
-        key = str(f.claim.event_id) if f.claim.channel == "webhook" else claimed.idempotency_key(f.claim)
+        key = str(f.claim.event_id) if f.claim.channel == "webhook" else plan.idempotency_key(f.claim)
         f.outcome, f.reference = self.provider.post(key, behaviour, f.claim.channel)
 
     @rule(data=PICKS)
@@ -338,8 +338,8 @@ class DeliveryMachine(RuleBasedStateMachine):
     def _record(self, f: InFlight) -> None:
         assert f.outcome is not None
         decision = decide_retry(f.outcome, f.claim.attempts, f.claim.max_attempts, 0.0, 0.0, self.rng)
-        claims.record(f.claim, decision, worker=f.worker, started=datetime.now(UTC),
-                      status_code=f.outcome.status_code, latency_ms=1.0, provider_reference=f.reference)
+        long_way.record(f.claim, decision, worker=f.worker, started=datetime.now(UTC),
+                        status_code=f.outcome.status_code, latency_ms=1.0, provider_reference=f.reference)
 
     @rule(data=PICKS, point=st.sampled_from(CRASH_POINTS))
     def crash(self, data: Picks, point: str) -> None:
@@ -386,7 +386,7 @@ class DeliveryMachine(RuleBasedStateMachine):
             return
         b = self.inflight.pop()
         for f, behaviour in ((a, first), (b, second)):
-            key = str(f.claim.event_id) if f.claim.channel == "webhook" else claimed.idempotency_key(f.claim)
+            key = str(f.claim.event_id) if f.claim.channel == "webhook" else plan.idempotency_key(f.claim)
             f.outcome, f.reference = self.provider.post(key, behaviour, f.claim.channel)
         for f in ((b, a) if stale_records_last else (a, b)):
             self._record(f)
@@ -455,18 +455,18 @@ class DeliveryMachine(RuleBasedStateMachine):
             asked = otp.request(42, self.recipient_id, _pick(data, ["sms", "whatsapp"], 1), datetime.now(UTC))
             assert asked is not None
             nid = asked.notification_id
-        got = claims.claim(nid, LEASE, datetime.now(UTC), "w3")
-        if isinstance(got, claimed.Ready):
+        got = long_way.claim(nid, LEASE, datetime.now(UTC), "w3")
+        if isinstance(got, plan.Ready):
             f = InFlight(got.claim, "w3")
-            f.outcome, f.reference = self.provider.post(claimed.idempotency_key(f.claim), behaviour, f.claim.channel)
+            f.outcome, f.reference = self.provider.post(plan.idempotency_key(f.claim), behaviour, f.claim.channel)
             self._record(f)
         with get_engine().begin() as c:
             c.execute(sa.text("UPDATE otp_codes SET expires_at = least(expires_at, now()) WHERE notification_id = :n"),
                       {"n": nid})
             status = c.execute(sa.text("SELECT status FROM notifications WHERE id = :n"), {"n": nid}).scalar_one()
         if status == "QUEUED":
-            again = claims.claim(nid, LEASE, datetime.now(UTC), "w3")
-            assert not isinstance(again, claimed.Ready), (SEED, nid, again)
+            again = long_way.claim(nid, LEASE, datetime.now(UTC), "w3")
+            assert not isinstance(again, plan.Ready), (SEED, nid, again)
         elif status == "FAILED":
             assert not review.replay(42, nid, actor_ref="sm"), (SEED, nid)
 
@@ -509,11 +509,11 @@ class DeliveryMachine(RuleBasedStateMachine):
         """The provider takes the message but the worker's wait runs out (a Retry is recorded, or a Fail at its
         last attempt); the provider's `failed` receipt then comes, while the row is still owed: kept pending.
         False: the row could not be claimed now."""
-        got = claims.claim(nid, LEASE, datetime.now(UTC), "w-bounce")
-        if not isinstance(got, claimed.Ready):
+        got = long_way.claim(nid, LEASE, datetime.now(UTC), "w-bounce")
+        if not isinstance(got, plan.Ready):
             return False
         f = InFlight(got.claim, "w-bounce")
-        key = claimed.idempotency_key(f.claim)
+        key = plan.idempotency_key(f.claim)
         f.outcome, f.reference = self.provider.post(key, "timeout_after", f.claim.channel)
         self._record(f)
         channel, rid, ref, _ = next(r for r in reversed(self.provider.receipts) if r[3] == key)
@@ -611,8 +611,8 @@ class DeliveryMachine(RuleBasedStateMachine):
                                       "AND channel = 'webhook'"))
             if poor is None:
                 return
-            got = claims.claim(poor, LEASE, datetime.now(UTC), "sm-poor")
-            assert isinstance(got, claimed.Suppressed) and got.reason == "insufficient_balance", (SEED, got)
+            got = long_way.claim(poor, LEASE, datetime.now(UTC), "sm-poor")
+            assert isinstance(got, plan.Suppressed) and got.reason == "insufficient_balance", (SEED, got)
             nid = self._tenant7_webhook(endpoint_id)
             if nid is None:
                 return
@@ -621,22 +621,22 @@ class DeliveryMachine(RuleBasedStateMachine):
             if nid is None:
                 return
             now = datetime.now(UTC)
-            first = claims.claim(nid, LEASE, now, "sm-paced")
-            assert isinstance(first, claimed.Ready), (SEED, first)
+            first = long_way.claim(nid, LEASE, now, "sm-paced")
+            assert isinstance(first, plan.Ready), (SEED, first)
             taken = self._breaker_until(endpoint_id)
             assert taken is not None and taken > now, f"seed {SEED}: a claim that will send took no probe"
-            claims.give_back(first.claim)  # the worker's pacing: too little of its lease left to send
+            long_way.give_back(first.claim)  # the worker's pacing: too little of its lease left to send
         until = self._breaker_until(endpoint_id)
         assert until is not None and until <= datetime.now(UTC), f"seed {SEED}: the probe was spent ({spoiler})"
         now = datetime.now(UTC)
-        probe = claims.claim(nid, LEASE, now, "sm-probe")
-        assert isinstance(probe, claimed.Ready), (SEED, spoiler, probe)
+        probe = long_way.claim(nid, LEASE, now, "sm-probe")
+        assert isinstance(probe, plan.Ready), (SEED, spoiler, probe)
         taken = self._breaker_until(endpoint_id)
         assert taken is not None and taken > now, f"seed {SEED}: the probe went to no claim"
         outcome = Outcome(200) if answer == 200 else Outcome(503)
         decision = decide_retry(outcome, probe.claim.attempts, probe.claim.max_attempts, 0.0, 0.0, self.rng)
-        claims.record(probe.claim, decision, worker="sm-probe", started=now, status_code=answer, latency_ms=1.0,
-                      provider_reference=None)
+        long_way.record(probe.claim, decision, worker="sm-probe", started=now, status_code=answer, latency_ms=1.0,
+                        provider_reference=None)
         after = self._breaker_until(endpoint_id)
         if isinstance(decision, Succeeded):
             assert after is None, f"seed {SEED}: the probe's success leaves the breaker open"
@@ -726,10 +726,10 @@ class DeliveryMachine(RuleBasedStateMachine):
                 c.execute(sa.text("UPDATE notifications SET next_attempt_at = now() WHERE status = 'QUEUED' "
                                   "AND next_attempt_at < now() + interval '1 minute'"))
             for nid in owed:
-                got = claims.claim(nid, LEASE, datetime.now(UTC), "drain")
-                if isinstance(got, claimed.Ready):
+                got = long_way.claim(nid, LEASE, datetime.now(UTC), "drain")
+                if isinstance(got, plan.Ready):
                     f = InFlight(got.claim, "drain")
-                    key = str(f.claim.event_id) if f.claim.channel == "webhook" else claimed.idempotency_key(f.claim)
+                    key = str(f.claim.event_id) if f.claim.channel == "webhook" else plan.idempotency_key(f.claim)
                     f.outcome, f.reference = self.provider.post(key, "accept", f.claim.channel)
                     self._record(f)
         assert self._owed() == [], f"seed {SEED}: rows still owed after the drain"

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from domain.delivery import claimed, claims
+from domain.delivery import long_way, plan
 from domain.endpoints import store, urls
 from domain.settings import get_settings
 from jobs import attempt, dns
@@ -72,8 +72,8 @@ def claimed_send(e: dict[str, Any], tenant_id: int = 42) -> tuple[Any, Any]:
     """An approval's row for endpoint `e` (of `tenant_id`), claimed (Ready), and what the worker would send it with."""
     r = approve() if tenant_id == 42 else approve(order_id=orders_of(tenant_id)[0], tenant_id=tenant_id)
     (row,) = rows("event_id = :e AND endpoint_id = :i", e=r.event_id, i=e["id"])
-    got = claims.claim(row.id, 30, datetime.now(UTC))
-    assert isinstance(got, claimed.Ready), got
+    got = long_way.claim(row.id, 30, datetime.now(UTC))
+    assert isinstance(got, plan.Ready), got
     target = store.send_target(tenant_id, e["id"])
     assert target is not None
     return got, target

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from domain import faults
 from domain.db import get_engine
-from domain.delivery import claimed, claims
+from domain.delivery import long_way, plan
 from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.signing import verify
 from domain.endpoints import store
@@ -243,14 +243,14 @@ def test_a_stale_claim_moves_no_breaker_and_an_open_breaker_lets_one_probe_throu
     (a,) = rows("event_id = :e AND endpoint_id = :i", e=first.event_id, i=e["id"])
     (b,) = rows("event_id = :e AND endpoint_id = :i", e=second.event_id, i=e["id"])
 
-    old = claims.claim(a.id, 0.2, datetime.now(UTC))
-    assert isinstance(old, claimed.Ready)
-    new = wait_for(lambda: claims.claim(a.id, 30, datetime.now(UTC)), 10, what="the lease to run out")
-    stale = claims.record(old.claim, Retry("server_error", 0.01), worker="old", started=datetime.now(UTC),
-                          status_code=503, latency_ms=1.0, provider_reference=None)
+    old = long_way.claim(a.id, 0.2, datetime.now(UTC))
+    assert isinstance(old, plan.Ready)
+    new = wait_for(lambda: long_way.claim(a.id, 30, datetime.now(UTC)), 10, what="the lease to run out")
+    stale = long_way.record(old.claim, Retry("server_error", 0.01), worker="old", started=datetime.now(UTC),
+                            status_code=503, latency_ms=1.0, provider_reference=None)
     assert stale == "stale" and endpoint_row(e["id"]).failure_streak == 0, "a stale claim moves no breaker"
-    assert claims.record(new.claim, Retry("server_error", 0.01), worker="new", started=datetime.now(UTC),
-                         status_code=503, latency_ms=1.0, provider_reference=None) == "retry"
+    assert long_way.record(new.claim, Retry("server_error", 0.01), worker="new", started=datetime.now(UTC),
+                           status_code=503, latency_ms=1.0, provider_reference=None) == "retry"
     assert endpoint_row(e["id"]).failure_streak == 1
 
     with get_engine().begin() as c:  # the breaker's time is up
@@ -258,14 +258,14 @@ def test_a_stale_claim_moves_no_breaker_and_an_open_breaker_lets_one_probe_throu
                           "failure_streak = 5 WHERE id = :i"), {"i": e["id"]})
         c.execute(sa.text("UPDATE notifications SET next_attempt_at = now() WHERE id = :a"), {"a": a.id})
     now = datetime.now(UTC)
-    probe = claims.claim(a.id, 30, now)
-    held = claims.claim(b.id, 30, now)
-    assert isinstance(probe, claimed.Ready), probe
-    assert isinstance(held, claimed.Deferred) and held.until > now + timedelta(seconds=30), held
+    probe = long_way.claim(a.id, 30, now)
+    held = long_way.claim(b.id, 30, now)
+    assert isinstance(probe, plan.Ready), probe
+    assert isinstance(held, plan.Deferred) and held.until > now + timedelta(seconds=30), held
     (b_after,) = rows("id = :i", i=b.id)
     assert b_after.attempts == 0 and "circuit breaker" in b_after.reason_detail, "deferred, not attempted"
-    assert claims.record(probe.claim, Succeeded(False), worker="probe", started=now, status_code=200,
-                         latency_ms=1.0, provider_reference=None) == "sent"
+    assert long_way.record(probe.claim, Succeeded(False), worker="probe", started=now, status_code=200,
+                           latency_ms=1.0, provider_reference=None) == "sent"
     ep = endpoint_row(e["id"])
     assert ep.failure_streak == 0 and ep.breaker_open_until is None, "the probe's success closes the breaker"
 
@@ -280,7 +280,7 @@ def test_a_disabled_or_deleted_endpoint_settles_its_rows_with_the_reason(db, red
     store.delete(42, gone["id"], "support:dana")
     now = datetime.now(UTC)
     for row in rows("event_id = :e AND channel = 'webhook'", e=r.event_id):
-        assert isinstance(claims.claim(row.id, 30, now), claimed.Suppressed)
+        assert isinstance(long_way.claim(row.id, 30, now), plan.Suppressed)
     by_endpoint = {n.endpoint_id: n for n in rows("event_id = :e AND channel = 'webhook'", e=r.event_id)}
     assert by_endpoint[e["id"]].suppressed_reason == "endpoint_disabled"
     assert by_endpoint[e["id"]].reason_detail == f"endpoint {e['id']} was disabled by support:dana"

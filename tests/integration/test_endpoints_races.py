@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claimed, claims
+from domain.delivery import long_way, plan
 from domain.delivery.retry import Retry
 from jobs.ops.procs import wait_until
 from tests.integration.conftest import rows
@@ -40,8 +40,8 @@ def test_a_stalled_workers_record_and_an_endpoints_auto_disable_never_deadlock(d
     (a,) = rows("event_id = :e AND endpoint_id = :i", e=first.event_id, i=e["id"])
     (b,) = rows("event_id = :e AND endpoint_id = :i", e=second.event_id, i=e["id"])
     now = datetime.now(UTC)
-    ca, cb = claims.claim(a.id, 30, now), claims.claim(b.id, 30, now)
-    assert isinstance(ca, claimed.Ready) and isinstance(cb, claimed.Ready)
+    ca, cb = long_way.claim(a.id, 30, now), long_way.claim(b.id, 30, now)
+    assert isinstance(ca, plan.Ready) and isinstance(cb, plan.Ready)
     with get_engine().begin() as c:  # the next failure is sustained failure; b's worker has stalled past its lease
         c.execute(sa.text("UPDATE webhook_endpoints SET failure_streak = 100, failing_since = now() - interval "
                           "'1 day' WHERE id = :i"), {"i": e["id"]})
@@ -53,10 +53,10 @@ def test_a_stalled_workers_record_and_an_endpoints_auto_disable_never_deadlock(d
     blocker.execute(sa.text("SELECT 1 FROM webhook_endpoints WHERE id = :i FOR UPDATE"), {"i": e["id"]})
     out: dict[str, Any] = {}
 
-    def record(name: str, c: claimed.Claim) -> None:
+    def record(name: str, c: plan.Claim) -> None:
         try:
-            out[name] = claims.record(c, Retry("server_error", 60), worker=name, started=datetime.now(UTC),
-                                      status_code=503, latency_ms=1.0, provider_reference=None)
+            out[name] = long_way.record(c, Retry("server_error", 60), worker=name, started=datetime.now(UTC),
+                                        status_code=503, latency_ms=1.0, provider_reference=None)
         except Exception as exc:  # reported by the assertion below
             out[name] = exc
 
@@ -79,5 +79,5 @@ def test_a_stalled_workers_record_and_an_endpoints_auto_disable_never_deadlock(d
     assert a_after.status == "SUPPRESSED" and a_after.suppressed_reason == "endpoint_disabled"
     with get_engine().begin() as c:
         c.execute(sa.text("UPDATE notifications SET next_attempt_at = now() WHERE id = :b"), {"b": b.id})
-    settled = claims.claim(b.id, 30, datetime.now(UTC) + timedelta(seconds=1))
-    assert isinstance(settled, claimed.Suppressed) and settled.reason == "endpoint_disabled", settled
+    settled = long_way.claim(b.id, 30, datetime.now(UTC) + timedelta(seconds=1))
+    assert isinstance(settled, plan.Suppressed) and settled.reason == "endpoint_disabled", settled

@@ -96,7 +96,7 @@ def test_why_takes_everything_search_takes(db):
     exactly a missing one; a query that cannot be one is a clear error."""
     from datetime import UTC, datetime
 
-    from domain.delivery import claimed, claims
+    from domain.delivery import long_way, plan
     from domain.delivery.retry import Succeeded
     from domain.ledger.recipients import find_by_ref
     from domain.ledger.send import send
@@ -107,10 +107,10 @@ def test_why_takes_everything_search_takes(db):
     row = send(tenant_id=tenant, recipient_id=rid, channel="email", template="offer", lane="normal",
                data={"headline": "hi"}, subject_period="why-anything")
     assert row is not None
-    claim = claims.claim(row.notification_id, 30, datetime.now(UTC), "t")
-    assert isinstance(claim, claimed.Ready)
-    claims.record(claim.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
-                  latency_ms=9.0, provider_reference="email-why-0001", excerpt="{}")
+    claim = long_way.claim(row.notification_id, 30, datetime.now(UTC), "t")
+    assert isinstance(claim, plan.Ready)
+    long_way.record(claim.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
+                    latency_ms=9.0, provider_reference="email-why-0001", excerpt="{}")
     nid = row.notification_id
     for q, how in ((f"{phone[:5]} {phone[5:8]}-{phone[8:]}", "found by phone"),
                    ("CUST-001@example.test", "found by email"), ("cust-001", "found by ref"),

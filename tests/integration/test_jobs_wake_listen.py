@@ -227,8 +227,8 @@ async def test_a_claim_that_failed_answers_no_ring_a_code_is_claimed_again_not_a
     """A late Redis ring is dropped when a drain loop began a claim after it arrived (`ring_unless_claimed_since`):
     that claim saw the commit — unless it failed. Here the code's NOTIFY rings a loop; the event loop reads the
     code's after-commit Redis wake-up before that loop runs (a busy worker reads both in one turn); the loop's claim
-    then fails on a dropped connection (hot_batch.py `_claim`). The Redis ring is dropped as answered by that claim; the
-    code must still be claimed and sent now, not at loop 0's idle poll a minute away (nor the relay's next scan)."""
+    then fails on a dropped connection (store_batch.py `_claim`). The Redis ring is dropped as answered by that claim;
+    the code must still be claimed and sent now, not at loop 0's idle poll a minute away (nor the relay's next scan)."""
     w = critical
     bell, pool = w.batch_wake, w.ctx["db"]
     real_wait, real_connection, real_second_ring = bell.wait, pool.connection, w._second_ring
@@ -292,10 +292,10 @@ async def test_a_retry_is_claimed_at_its_backoff_even_when_the_next_due_read_aft
     loop 0's whole poll): the code's second attempt comes at its backoff, not at the idle poll."""
     import httpx
 
-    from domain.delivery import hot
+    from domain.delivery import store
     from tests.integration.conftest import RECEIVER
 
-    real_next_due_in = hot.next_due_in
+    real_next_due_in = store.next_due_in
     armed = {"on": True}
     failed: list[str] = []
 
@@ -307,7 +307,7 @@ async def test_a_retry_is_claimed_at_its_backoff_even_when_the_next_due_read_aft
             raise psycopg.OperationalError("server closed the connection unexpectedly (the test's)")
         return await real_next_due_in(pool, lane)
 
-    monkeypatch.setattr(hot, "next_due_in", next_due_in)
+    monkeypatch.setattr(store, "next_due_in", next_due_in)
     httpx.post(f"{RECEIVER}/faults", json={"fail_503": 1})  # the code's first attempt answers 503: a retry
     try:
         nid = _code()  # its NOTIFY rings one loop, which claims it, records the retry, then reads the next due row

@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from domain.access.auth import create_api_key
 from domain.db import get_engine
-from domain.delivery import claimed, claims
+from domain.delivery import long_way, plan
 from domain.delivery.retry import Succeeded
 from domain.invariants import invariant_counts
 from domain.journeys.steps import JOURNEY_STEPS, LIFECYCLE_EVENTS
@@ -118,10 +118,10 @@ class JourneyMachine(RuleBasedStateMachine):
     @rule()
     def worker_runs(self) -> None:
         for nid in self._due():
-            c = claims.claim(nid, 30, datetime.now(UTC), "model")
-            if isinstance(c, claimed.Ready):
-                claims.record(c.claim, Succeeded(False), worker="model", started=datetime.now(UTC),
-                              status_code=201, latency_ms=1.0, provider_reference=f"m-{nid}")
+            c = long_way.claim(nid, 30, datetime.now(UTC), "model")
+            if isinstance(c, plan.Ready):
+                long_way.record(c.claim, Succeeded(False), worker="model", started=datetime.now(UTC),
+                                status_code=201, latency_ms=1.0, provider_reference=f"m-{nid}")
         for lead in self.leads:  # a nudge that went out is no longer live
             if self.live[lead] is not None and _live(lead) is None:
                 self.live[lead] = None
@@ -130,8 +130,8 @@ class JourneyMachine(RuleBasedStateMachine):
     def worker_crashes_between_claim_and_send(self) -> None:
         due = self._due()
         if due:
-            got = claims.claim(due[0], 30, datetime.now(UTC), "crashing")
-            if isinstance(got, claimed.Exhausted):  # every attempt lost to crashes: it failed, its nudge is over
+            got = long_way.claim(due[0], 30, datetime.now(UTC), "crashing")
+            if isinstance(got, plan.Exhausted):  # every attempt lost to crashes: it failed, its nudge is over
                 for lead in self.leads:
                     if self.live[lead] is not None and _live(lead) is None:
                         self.live[lead] = None

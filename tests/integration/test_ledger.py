@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from domain.access.auth import create_api_key
 from domain.db import get_engine
-from domain.delivery import claimed, claims
+from domain.delivery import long_way, plan
 from domain.delivery import views as delivery_views
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Fail, Succeeded
@@ -66,17 +66,17 @@ async def test_notification_detail_shows_attempts_cost_and_next_retry(client, ke
     assert other.status_code == 404
 
 
-def _claim_all(ids: list[int]) -> list[claimed.ClaimResult | None]:
+def _claim_all(ids: list[int]) -> list[plan.ClaimResult | None]:
     now = datetime.now(UTC)
     with ThreadPoolExecutor(max_workers=len(ids)) as pool:
-        return list(pool.map(lambda i: claims.claim(i, 30, now, "test-worker"), ids))
+        return list(pool.map(lambda i: long_way.claim(i, 30, now, "test-worker"), ids))
 
 
-def _record_sent(results: list[claimed.ClaimResult | None]) -> None:
+def _record_sent(results: list[plan.ClaimResult | None]) -> None:
     for r in results:
-        if isinstance(r, claimed.Ready):
-            claims.record(r.claim, Succeeded(already_processed=False), worker="test", started=datetime.now(UTC),
-                          status_code=201, latency_ms=1.0, provider_reference=f"sms-{r.claim.id}")
+        if isinstance(r, plan.Ready):
+            long_way.record(r.claim, Succeeded(already_processed=False), worker="test", started=datetime.now(UTC),
+                            status_code=201, latency_ms=1.0, provider_reference=f"sms-{r.claim.id}")
 
 
 async def _twenty(client, key42, **recipient) -> list[int]:  # type: ignore[no-untyped-def]
@@ -92,8 +92,8 @@ async def test_money_for_ten_of_twenty_concurrent_sends_sends_exactly_ten(client
     ids = await _twenty(client, key42)
     set_balance(42, 10 * 5)  # an SMS costs 5 cents
     results = await asyncio.to_thread(_claim_all, ids)
-    ready = [r for r in results if isinstance(r, claimed.Ready)]
-    refused = [r for r in results if isinstance(r, claimed.Suppressed)]
+    ready = [r for r in results if isinstance(r, plan.Ready)]
+    refused = [r for r in results if isinstance(r, plan.Suppressed)]
     assert len(ready) == 10 and len(refused) == 10
     assert {r.reason for r in refused} == {"insufficient_balance"}
     await asyncio.to_thread(_record_sent, results)
@@ -108,8 +108,8 @@ async def test_money_for_ten_of_twenty_concurrent_sends_sends_exactly_ten(client
 async def test_daily_cap_fires_at_exactly_n_plus_one_under_concurrency(client, key42):
     ids = await _twenty(client, key42, daily_cap=7)
     results = await asyncio.to_thread(_claim_all, ids)
-    assert sum(isinstance(r, claimed.Ready) for r in results) == 7
-    assert [r.reason for r in results if isinstance(r, claimed.Suppressed)] == ["daily_cap"] * 13
+    assert sum(isinstance(r, plan.Ready) for r in results) == 7
+    assert [r.reason for r in results if isinstance(r, plan.Suppressed)] == ["daily_cap"] * 13
     assert_invariants()
 
 
@@ -117,10 +117,10 @@ async def test_permanent_failure_refunds_in_the_same_transaction(client, key42):
     ids = await _twenty(client, key42)
     before = one("SELECT balance_cents FROM balances WHERE tenant_id = 42")
     (r,) = await asyncio.to_thread(_claim_all, ids[:1])
-    assert isinstance(r, claimed.Ready)
+    assert isinstance(r, plan.Ready)
     assert one("SELECT balance_cents FROM balances WHERE tenant_id = 42") == before - 5
-    claims.record(r.claim, Fail("contract", review=True), worker="t", started=datetime.now(UTC), status_code=422,
-                  latency_ms=1.0, provider_reference=None)
+    long_way.record(r.claim, Fail("contract", review=True), worker="t", started=datetime.now(UTC), status_code=422,
+                    latency_ms=1.0, provider_reference=None)
     assert one("SELECT balance_cents FROM balances WHERE tenant_id = 42") == before
     assert one("SELECT review FROM notifications WHERE id = :i", i=ids[0]) == "needs_review"
     assert_invariants()
@@ -129,9 +129,9 @@ async def test_permanent_failure_refunds_in_the_same_transaction(client, key42):
 async def test_exhausted_retries_fail_without_review(client, key42):
     ids = await _twenty(client, key42)
     (r,) = await asyncio.to_thread(_claim_all, ids[:1])
-    assert isinstance(r, claimed.Ready)
-    claims.record(r.claim, Fail("server_error", review=False), worker="t", started=datetime.now(UTC),
-                  status_code=503, latency_ms=1.0, provider_reference=None)
+    assert isinstance(r, plan.Ready)
+    long_way.record(r.claim, Fail("server_error", review=False), worker="t", started=datetime.now(UTC),
+                    status_code=503, latency_ms=1.0, provider_reference=None)
     assert one("SELECT status || ':' || coalesce(review, 'none') FROM notifications WHERE id = :i",
                i=ids[0]) == "FAILED:none"
 
@@ -140,20 +140,20 @@ async def test_receipts_out_of_order_replayed_failed_and_unknown(client, key42):
     ids = await _twenty(client, key42)
     key = one("SELECT dedupe_key FROM notifications WHERE id = :i", i=ids[0])
     (r,) = await asyncio.to_thread(_claim_all, ids[:1])
-    assert isinstance(r, claimed.Ready)
+    assert isinstance(r, plan.Ready)
     # Delivered before the send is acknowledged: the truth at once (the worker's own record then finds it done).
     early = apply_receipt("sms", "rc-1", "sms-ref-1", "delivered", key)
     assert early.status == "applied"
     assert one("SELECT status FROM notifications WHERE id = :i", i=ids[0]) == "DELIVERED"
-    assert claims.record(r.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
-                         latency_ms=1.0, provider_reference="sms-ref-1") == "already_recorded"
+    assert long_way.record(r.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
+                           latency_ms=1.0, provider_reference="sms-ref-1") == "already_recorded"
     assert one("SELECT status FROM notifications WHERE id = :i", i=ids[0]) == "DELIVERED"
     assert apply_receipt("sms", "rc-1", "sms-ref-1", "delivered", key).status == "duplicate"
     # A failed receipt settles FAILED and refunds.
     (r2,) = await asyncio.to_thread(_claim_all, ids[1:2])
-    assert isinstance(r2, claimed.Ready)
-    claims.record(r2.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
-                  latency_ms=1.0, provider_reference="sms-ref-2")
+    assert isinstance(r2, plan.Ready)
+    long_way.record(r2.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
+                    latency_ms=1.0, provider_reference="sms-ref-2")
     before = one("SELECT balance_cents FROM balances WHERE tenant_id = 42")
     assert apply_receipt("sms", "rc-2", "sms-ref-2", "failed").status == "applied"
     assert one("SELECT status FROM notifications WHERE id = :i", i=ids[1]) == "FAILED"
@@ -226,7 +226,7 @@ async def test_opt_out_set_through_the_api_suppresses_with_who_and_when(client, 
     await client.patch(f"/api/v1/recipients/{rid}", json={"opted_out_channels": ["sms"]}, headers=key42)
     nid = (await client.post("/api/v1/notifications", json=send_body(rid), headers=key42)).json()["notification_id"]
     (r,) = await asyncio.to_thread(_claim_all, [nid])
-    assert isinstance(r, claimed.Suppressed) and r.reason == "opted_out"
+    assert isinstance(r, plan.Suppressed) and r.reason == "opted_out"
     why = (await client.get(f"/api/v1/recipients/{rid}/messages", headers=key42)).json()
     today = datetime.now(UTC).strftime("%Y-%m-%d")
     assert why["messages"][0]["answer"] == f"not sent: opted out of SMS on {today} by support:dana"
@@ -241,7 +241,7 @@ async def test_why_answers_quiet_hours_in_the_recipients_own_time(client, key42)
     rid = await new_recipient(client, key42, timezone="Asia/Kolkata", quiet_hours={"start": start, "end": end})
     nid = (await client.post("/api/v1/notifications", json=send_body(rid), headers=key42)).json()["notification_id"]
     (r,) = await asyncio.to_thread(_claim_all, [nid])
-    assert isinstance(r, claimed.Deferred)
+    assert isinstance(r, plan.Deferred)
     why = (await client.get(f"/api/v1/recipients/{rid}/messages", headers=key42)).json()
     assert why["messages"][0]["answer"].startswith(f"waiting: quiet hours until {end} Asia/Kolkata (")
     assert why["messages"][0]["state"]["kind"] == "waiting_quiet_hours"
@@ -294,7 +294,7 @@ async def test_intent_whose_messages_are_suppressed_at_send_time_is_final(client
                           headers=key42)
     (nid,) = r.json()["notification_ids"]
     (res,) = await asyncio.to_thread(_claim_all, [nid])
-    assert isinstance(res, claimed.Suppressed) and res.reason == "no_contact_point"
+    assert isinstance(res, plan.Suppressed) and res.reason == "no_contact_point"
     assert one("SELECT status || ' / ' || final_reason FROM lead_notification_intents WHERE id = :i",
                i=r.json()["intent_id"]) == "suppressed / suppressed: no contact point"
     assert_invariants()

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from domain.delivery import claimed, claims
+from domain.delivery import long_way, plan
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Fail, Succeeded
 from domain.ledger import metering
@@ -33,9 +33,9 @@ def entries() -> int:
     return int(one("SELECT count(*) FROM balance_entries WHERE tenant_id = 42"))
 
 
-def claimed_sms(nid: int) -> claimed.Claim:
-    r = claims.claim(nid, 30.0, datetime.now(UTC), "t")
-    assert isinstance(r, claimed.Ready), r
+def claimed_sms(nid: int) -> plan.Claim:
+    r = long_way.claim(nid, 30.0, datetime.now(UTC), "t")
+    assert isinstance(r, plan.Ready), r
     assert one("SELECT reserved_cents FROM notifications WHERE id = :i", i=nid) == SMS_CENTS
     return r.claim
 
@@ -66,7 +66,7 @@ async def test_a_top_up_counts_what_owed_rows_hold_and_the_refund_at_the_ceiling
     # Up to the ceiling less what is held: credited.
     await asyncio.to_thread(top_up_to, MAX_BALANCE_CENTS - SMS_CENTS, "ceiling-exact")
     outcome = await asyncio.to_thread(
-        claims.record, c, Fail("contract", review=True), worker="t", started=datetime.now(UTC), status_code=422,
+        long_way.record, c, Fail("contract", review=True), worker="t", started=datetime.now(UTC), status_code=422,
         latency_ms=1.0, provider_reference=None)
     assert outcome == "failed"
     assert one("SELECT status || ':' || reserved_cents FROM notifications WHERE id = :i", i=nid) == "FAILED:0"
@@ -82,8 +82,8 @@ async def test_a_failed_receipt_refunds_a_sent_row_at_the_ceiling_without_raisin
     the 32-bit balance overflowed, the receipt's transaction raised, and the receipt was lost."""
     nid = await owed_sms(client, key42, "ceiling-2")
     c = await asyncio.to_thread(claimed_sms, nid)
-    assert claims.record(c, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=202,
-                         latency_ms=1.0, provider_reference="sms-ceiling-2") == "sent"
+    assert long_way.record(c, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=202,
+                           latency_ms=1.0, provider_reference="sms-ceiling-2") == "sent"
     await asyncio.to_thread(top_up_to, MAX_BALANCE_CENTS, "ceiling-sent")
     got = await asyncio.to_thread(apply_receipt, "sms", "rc-ceiling-2", "sms-ceiling-2", "failed")
     assert got.status == "applied"

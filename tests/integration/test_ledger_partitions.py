@@ -267,7 +267,7 @@ async def test_the_hot_path_names_each_row_by_its_month(db: str) -> None:
     alone it was planned on every partition (a custom plan, as through PgBouncer, plans each one it cannot prune:
     2.5 ms against 0.36 ms at 48 months, evidence/bench.json `record_ms_partitions_*`). A row owed in an older
     month (a replayed message) is claimed and recorded in its own partition like this month's."""
-    from domain.delivery import hot, hot_batch, sql, sql_record
+    from domain.delivery import sql, sql_record, store, store_batch
     from domain.delivery.retry import Succeeded
     from domain.settings import get_settings
 
@@ -276,14 +276,14 @@ async def test_the_hot_path_names_each_row_by_its_month(db: str) -> None:
     ensure_partitions(ahead=1)
     july, now_ = MONTHS[1], datetime.now(UTC)
     old, new = _owed_webhook(july), _owed_webhook(now_)
-    pool = await hot.open_pool(get_settings().database_url, "outbox-test-month-carry", max_size=1)
+    pool = await store.open_pool(get_settings().database_url, "outbox-test-month-carry", max_size=1)
     try:
-        batch = await hot_batch.claim_batch(pool, "high", 10, 30.0, datetime.now(UTC))
+        batch = await store_batch.claim_batch(pool, "high", 10, 30.0, datetime.now(UTC))
         by_id = {r.claim.id: r.claim for r in batch.ready}
         assert set(by_id) == {old, new} and not batch.long_way, batch
         assert by_id[old].created_at == july and month_of(by_id[new].created_at) == month_of(now_)
-        got = await hot_batch.record_batch(pool, [hot_batch.Attempted(c, Succeeded(False), datetime.now(UTC), 200, 1.0,
-                                                          f"ref-{c.id}") for c in by_id.values()], "month-carry")
+        got = await store_batch.record_batch(pool, [store_batch.Attempted(
+            c, Succeeded(False), datetime.now(UTC), 200, 1.0, f"ref-{c.id}") for c in by_id.values()], "month-carry")
     finally:
         await pool.close()
     assert got == {old: "sent", new: "sent"}
@@ -296,18 +296,19 @@ async def test_the_hot_path_names_each_row_by_its_month(db: str) -> None:
                     new: f"DELIVERED notifications_{now_:%Y_%m} true"}, done
 
     c = by_id[old]
-    one_row = {"id": c.id, "ca": c.created_at, "final": "DELIVERED", "p": None, "key": c.dedupe_key, "no": 1,
-               "worker": "plan", "started": now_, "outcome": "sent", "code": 200, "latency": 1.0, "excerpt": None}
+    one_row = {"id": c.id, "created_at": c.created_at, "final": "DELIVERED", "provider_reference": None,
+               "key": c.dedupe_key, "attempt_no": 1, "worker": "plan", "started": now_, "outcome": "sent", "code": 200,
+               "latency": 1.0, "excerpt": None}
     assert _partitions_planned(sql_record.RECORD_SENT.text, one_row) == {"notifications_2026_07"}
-    by_id_alone = sql_record.RECORD_SENT.text.replace(" AND created_at = CAST(:ca AS timestamptz)", "")
+    by_id_alone = sql_record.RECORD_SENT.text.replace(" AND created_at = CAST(:created_at AS timestamptz)", "")
     assert by_id_alone != sql_record.RECORD_SENT.text
     assert len(_partitions_planned(by_id_alone, one_row)) >= len(MONTHS) + 2  # every month, ahead and DEFAULT
-    batch_row = {"worker": "plan", "ids": [c.id], "finals": ["DELIVERED"], "ps": [None], "keys": [c.dedupe_key],
-                 "nos": [1], "starteds": [now_], "outcomes": ["sent"], "codes": [200], "latencies": [1.0],
-                 "excerpts": [None], "cas": [c.created_at]}
+    batch_row = {"worker": "plan", "ids": [c.id], "finals": ["DELIVERED"], "provider_references": [None],
+                 "keys": [c.dedupe_key], "attempt_nos": [1], "starteds": [now_], "outcomes": ["sent"], "codes": [200],
+                 "latencies": [1.0], "excerpts": [None], "created_ats": [c.created_at]}
     assert _partitions_planned(sql_record.RECORD_SENT_BATCH.text, batch_row) == {"notifications_2026_07"}
-    take = {"t": 42, "r": "receiver", "day": None, "cap": 0, "c": 0, "n": c.id, "ca": c.created_at, "reason": "x",
-            "v": None}
+    take = {"tenant_id": 42, "recipient": "receiver", "day": None, "cap": 0, "cents": 0, "id": c.id,
+            "created_at": c.created_at, "reason": "x", "template_version": None}
     assert _partitions_planned(sql.TAKE.text, take) == {"notifications_2026_07"}
     assert_clean()
 
@@ -316,8 +317,8 @@ async def test_a_per_row_wake_up_carries_its_month_to_the_claim(db: str) -> None
     """Invariant (issue 29, item 2, the per-row path): the relay's scan and the ledger's way in hand each row over
     with its month (`OwedRow.created_at`), the per-row job carries it, and the claim by id and month is planned on
     that month's partition alone; a wake-up naming another month claims nothing (the row stays owed, untouched)."""
-    from domain.delivery import claims, hot, sql
-    from domain.delivery.claimed import claim_params
+    from domain.delivery import long_way, sql, store
+    from domain.delivery.plan import claim_params
     from domain.settings import get_settings
     from jobs.relay import claim_owed
 
@@ -337,14 +338,14 @@ async def test_a_per_row_wake_up_carries_its_month_to_the_claim(db: str) -> None
 
     params = claim_params(old, 30.0, datetime.now(UTC), july)
     assert _partitions_planned(sql.CLAIM_IN_MONTH.text, params) == {"notifications_2026_07"}
-    pool = await hot.open_pool(get_settings().database_url, "outbox-test-per-row-month", max_size=1)
+    pool = await store.open_pool(get_settings().database_url, "outbox-test-per-row-month", max_size=1)
     try:
-        assert await hot.claim(pool, old, 30.0, datetime.now(UTC), "test", MONTHS[2]) is None  # August: not it
+        assert await store.claim(pool, old, 30.0, datetime.now(UTC), "test", MONTHS[2]) is None  # August: not it
         assert one("SELECT claim_token FROM notifications WHERE id = :i", i=old) == 0
-        got = await hot.claim(pool, old, 30.0, datetime.now(UTC), "test", july)
+        got = await store.claim(pool, old, 30.0, datetime.now(UTC), "test", july)
     finally:
         await pool.close()
     assert got is not None and got.claim.id == old and got.claim.created_at == july
-    claims.give_back(got.claim)
+    long_way.give_back(got.claim)
     assert one("SELECT status FROM notifications WHERE id = :i", i=old) == "QUEUED"
     assert_clean()

@@ -73,8 +73,8 @@ def _db_now() -> datetime:
 def _oracle(tenant: int | None, window: str, now: datetime | None = None) -> list[Point]:
     minutes, step, label = views.SERIES_WINDOWS[window]
     with get_engine().connect() as c:
-        return _rounded([dict(r._mapping) for r in c.execute(ORACLE, {"m": minutes, "s": step, "f": label,
-                                                                       "t": tenant, "now": now})])
+        return _rounded([dict(r._mapping) for r in c.execute(ORACLE, {
+            "window": minutes, "step": step, "label_format": label, "tenant_id": tenant, "now": now})])
 
 
 def _same_as_the_oracle(tenant: int | None, window: str) -> list[Point]:

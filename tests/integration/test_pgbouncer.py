@@ -23,15 +23,15 @@ import pytest
 import sqlalchemy as sa
 
 from domain.db import UnitOfWork, get_engine
-from domain.delivery import claimed, hot
+from domain.delivery import plan, store
 from domain.delivery.retry import Succeeded
 from domain.ledger import otp
 from domain.settings import SettingsError, get_settings, reload_settings
 from jobs.ops import pgbouncer
 from jobs.ops.procs import ROOT, Proc, wait_until
 from tests.conftest import PORT_OFFSET, SLOT_SUFFIX, TEST_DB_URL
-from tests.support.claims import entries, row
 from tests.support.db import assert_invariants
+from tests.support.long_way import entries, row
 from tests.support.people import person
 
 PGBOUNCER_PORT = 8094 + PORT_OFFSET
@@ -87,18 +87,18 @@ async def test_claims_and_records_through_pgbouncer_run_unprepared_on_any_server
     caplog.set_level(logging.WARNING, logger="outbox.delivery")
     assert get_settings().pooled_database_url == through_bouncer
     all_ids: list[int] = []
-    pool = await hot.open_pool(get_settings().pooled_database_url, "outbox-test-pgbouncer", max_size=4,
-                               prepared=False)
+    pool = await store.open_pool(get_settings().pooled_database_url, "outbox-test-pgbouncer", max_size=4,
+                                 prepared=False)
     try:
         rid, _ = person(cap=None)
         ids = all_ids = [_code(rid) for _ in range(8)]
 
         async def one(nid: int) -> str:
-            got = await hot.claim(pool, nid, 30.0, datetime.now(UTC), "pgb")
-            assert isinstance(got, claimed.Ready), got
-            assert await hot.claim(pool, nid, 30.0, datetime.now(UTC), "pgb") is None  # leased: nothing
-            return await hot.record(pool, got.claim, Succeeded(False), worker="pgb", started=datetime.now(UTC),
-                                    status_code=201, latency_ms=1.0, provider_reference=f"sms-{nid}")
+            got = await store.claim(pool, nid, 30.0, datetime.now(UTC), "pgb")
+            assert isinstance(got, plan.Ready), got
+            assert await store.claim(pool, nid, 30.0, datetime.now(UTC), "pgb") is None  # leased: nothing
+            return await store.record(pool, got.claim, Succeeded(False), worker="pgb", started=datetime.now(UTC),
+                                      status_code=201, latency_ms=1.0, provider_reference=f"sms-{nid}")
 
         for _ in range(2):  # the same statements again, on other server connections
             first, ids = ids[:4], ids[4:]

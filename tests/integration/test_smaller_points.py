@@ -21,14 +21,14 @@ import sqlalchemy as sa
 from dashboard.pages.balance import _read as balance_page
 from domain.access import auth
 from domain.db import get_engine
-from domain.delivery import claimed, claims
+from domain.delivery import long_way, plan
 from domain.delivery.retry import Succeeded
 from domain.ledger import otp
 from domain.ledger.send import send
 from domain.orders.commands import Committed, create_order, execute_order_command
 from domain.support import pages
 from domain.support.message import CODE_MASK, message_page
-from tests.support.claims import ready, record
+from tests.support.long_way import ready, record
 from tests.support.people import person
 
 
@@ -50,8 +50,8 @@ def test_a_suppressed_message_says_why_once_and_has_no_body_or_receipt(db):
     sent = send(tenant_id=42, recipient_id=rid, channel="sms", template="offer", lane="normal",
                       data={"headline": "x"}, subject_period=f"p-{uuid.uuid4().hex[:6]}")
     assert sent is not None
-    got = claims.claim(sent.notification_id, 30.0, datetime.now(UTC), "w")
-    assert isinstance(got, claimed.Suppressed), got
+    got = long_way.claim(sent.notification_id, 30.0, datetime.now(UTC), "w")
+    assert isinstance(got, plan.Suppressed), got
     m = message_page(42, sent.notification_id, datetime.now(UTC))
     assert m is not None and m["status"] == "SUPPRESSED"
     assert m["answer"].startswith("not sent: ") and m["reason"] == "", (m["answer"], m["reason"])

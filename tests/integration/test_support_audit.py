@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claimed, claims
+from domain.delivery import long_way, plan
 from domain.delivery.retry import Succeeded
 from domain.ledger.recipients import find_by_ref
 from domain.ledger.send import send
@@ -35,10 +35,10 @@ def _sent_message(ref: str, provider_reference: str) -> int:
                data={"headline": "hi"}, subject_period=f"audit-{provider_reference}")
     assert row is not None
     nid = row.notification_id
-    claim = claims.claim(nid, 30, datetime.now(UTC), "t")
-    assert isinstance(claim, claimed.Ready)
-    claims.record(claim.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
-                  latency_ms=9.0, provider_reference=provider_reference, excerpt="{}")
+    claim = long_way.claim(nid, 30, datetime.now(UTC), "t")
+    assert isinstance(claim, plan.Ready)
+    long_way.record(claim.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
+                    latency_ms=9.0, provider_reference=provider_reference, excerpt="{}")
     return nid
 
 

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claimed, claims
+from domain.delivery import long_way, plan
 from domain.delivery.retry import Fail, Retry, Succeeded
 
 
@@ -60,10 +60,10 @@ async def test_every_kind_of_query_finds_its_row(client, key42):
     """Each query kind the UI shows finds the recipient or the message it names (the issue's list)."""
     asha, cust = _rid(42, "cust-kolkata"), _rid(42, "cust-001")  # cust-001 keeps no quiet hours: claims send
     nid = await _send(client, key42, cust, "email")
-    (r,) = await asyncio.to_thread(lambda: [claims.claim(nid, 30, datetime.now(UTC), "t")])
-    assert isinstance(r, claimed.Ready)
-    claims.record(r.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
-                  latency_ms=12.0, provider_reference="email-88753550ad4f", excerpt='{"id": "email-88753550ad4f"}')
+    (r,) = await asyncio.to_thread(lambda: [long_way.claim(nid, 30, datetime.now(UTC), "t")])
+    assert isinstance(r, plan.Ready)
+    long_way.record(r.claim, Succeeded(False), worker="t", started=datetime.now(UTC), status_code=201,
+                    latency_ms=12.0, provider_reference="email-88753550ad4f", excerpt='{"id": "email-88753550ad4f"}')
     for q, matched in (("cust-kolkata", "ref"), ("Asha", "name"), ("asha rao", "name"), ("+919800000001", "phone"),
                        ("+91 98000 00001", "phone"), ("919800000001", "phone"), ("ASHA@example.test", "email")):
         people = _hits(await _search(client, key42, q), "recipient")
@@ -140,10 +140,10 @@ async def test_message_page_has_attempts_money_receipt_and_reason(client, key42)
     receipt, the envelope without contact points, and the answer in plain words."""
     cust = _rid(42, "cust-001")
     nid = await _send(client, key42, cust, "email")
-    (r,) = await asyncio.to_thread(lambda: [claims.claim(nid, 30, datetime.now(UTC), "t")])
-    assert isinstance(r, claimed.Ready)
-    assert claims.record(r.claim, Retry("server_error", 0.01), worker="w1", started=datetime.now(UTC),
-                         status_code=503, latency_ms=42.5, provider_reference=None, excerpt="busy") == "retry"
+    (r,) = await asyncio.to_thread(lambda: [long_way.claim(nid, 30, datetime.now(UTC), "t")])
+    assert isinstance(r, plan.Ready)
+    assert long_way.record(r.claim, Retry("server_error", 0.01), worker="w1", started=datetime.now(UTC),
+                           status_code=503, latency_ms=42.5, provider_reference=None, excerpt="busy") == "retry"
     d = (await client.get(f"/api/v1/messages/{nid}", headers=key42)).json()
     (a1,) = d["attempt_log"]
     assert (a1["status_code"], a1["latency_ms"], a1["response_excerpt"], a1["outcome"]) == (503, 42.5, "busy", "retry")
@@ -153,10 +153,10 @@ async def test_message_page_has_attempts_money_receipt_and_reason(client, key42)
     due = datetime.fromisoformat(a1["next_attempt_at"])  # the retry is due: wait for that moment, not a guess
     while datetime.now(UTC) < due:
         await asyncio.sleep(0.005)
-    r2 = claims.claim(nid, 30, datetime.now(UTC), "t")
-    assert isinstance(r2, claimed.Ready)
-    claims.record(r2.claim, Fail("contract", review=True), worker="w2", started=datetime.now(UTC), status_code=422,
-                  latency_ms=7.0, provider_reference=None, excerpt='{"error": "bad"}')
+    r2 = long_way.claim(nid, 30, datetime.now(UTC), "t")
+    assert isinstance(r2, plan.Ready)
+    long_way.record(r2.claim, Fail("contract", review=True), worker="w2", started=datetime.now(UTC), status_code=422,
+                    latency_ms=7.0, provider_reference=None, excerpt='{"error": "bad"}')
     d = (await client.get(f"/api/v1/messages/{nid}", headers=key42)).json()
     assert [a["outcome"] for a in d["attempt_log"]] == ["retry", "failed"]
     assert d["money"]["charged_cents"] == d["money"]["refunded_cents"] == price and d["money"]["held_cents"] == 0

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from domain.db import get_engine
 from domain.delivery.retry import Fail
 from domain.ledger.send import send
-from tests.support.claims import ready, record
+from tests.support.long_way import ready, record
 
 
 def failed(rid: int, lane: str = "normal") -> int:

@@ -49,7 +49,7 @@ def test_a_refused_address_is_a_failure_that_is_retried_and_counted() -> None:
 
 
 def _claim(**endpoint: object):  # type: ignore[no-untyped-def]
-    from domain.delivery.claimed import Claim
+    from domain.delivery.plan import Claim
 
     return Claim(id=1, tenant_id=42, recipient="endpoint:5", channel="webhook", lane="high", template="order.approved",
                  payload={}, dedupe_key="k", cost_cents=0, attempts=1, max_attempts=8, event_id=None, order_id=None,
@@ -59,7 +59,7 @@ def _claim(**endpoint: object):  # type: ignore[no-untyped-def]
 def test_only_an_endpoint_that_is_there_enabled_and_closed_goes_the_common_way() -> None:
     """Invariant: the one-statement claim (`plan`) sends a tenant endpoint's row only while its endpoint is there,
     enabled and its breaker closed; anything else goes the long way, which suppresses or defers it."""
-    from domain.delivery.claimed import SendContext, plan
+    from domain.delivery.plan import SendContext, plan
 
     x = SendContext(False)
     assert plan(_claim(endpoint_id=5, ep_found=True), x, NOW) is not None

@@ -15,7 +15,7 @@ run's evidence:
 - lanes: one-time codes idle and with a campaign in flight, the fan-out beside a bare INSERT … SELECT, the
   campaign's rate with the bucket set high beside the provider's capacity (lanes.py);
 - fair: tenant 7's 50-message campaign alone, then started while tenant 42's big campaign is in flight (its
-  completion time both ways), and the big campaign's sent/s without and with it (fair.py);
+  completion time both ways), and the big campaign's sent/s without and with it (fair_queue.py);
 - scan: the relay's claim draining a backlog over two index designs, then one scan among 1,000,000 settled rows
   in a database kept between runs (scan.py);
 - relays: the four ways an approval leaves PostgreSQL for another service — after-commit enqueue, NOTIFY-woken

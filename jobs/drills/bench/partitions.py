@@ -1,7 +1,7 @@
 """The hot path's cost as the ledger's months accumulate (issue 29, item 2), in a database of its own.
 
 `claim_ms_partitions_{1,16,48}`: one batched lane's claim of one due webhook (`CLAIM_BATCH`, n = 1) through the
-workers' own store (domain/delivery/hot.py: its pool, its prepared statements), p50 over RUNS, with the ledger
+workers' own store (domain/delivery/store.py: its pool, its prepared statements), p50 over RUNS, with the ledger
 holding messages in 1, 16 and 48 months (one partition each, ROWS_PER_MONTH settled messages in each, plus the
 months kept ahead and `DEFAULT`); `record_ms_partitions_K` the same row's `RECORD_SENT_BATCH`. Beside each, in the
 same run on the same ledger, `…_id_only`: the same two statements naming the row by its id alone, as they did
@@ -24,7 +24,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from domain.delivery import hot, hot_batch, sql, sql_record
+from domain.delivery import sql, sql_record, store, store_batch
 from domain.delivery.retry import Succeeded
 from domain.retention.partitions import ensure_partitions
 from domain.settings import reload_settings
@@ -44,7 +44,8 @@ _CLAIM_WITH_MONTH, _RECORD_WITH_MONTH = _CLAIM.pg, _RECORD.pg
 _CLAIM_BY_ID = _CLAIM_WITH_MONTH.replace(
     "WHERE (id, created_at) IN (SELECT id, created_at FROM picked)", "WHERE id IN (SELECT id FROM picked)")
 _RECORD_BY_ID = _RECORD_WITH_MONTH.replace(
-    " AND notifications.created_at = v.vca\n    AND notifications.created_at = ANY(CAST(%(cas)s AS timestamptz[]))", "")
+    " AND notifications.created_at = v.vca\n"
+    "    AND notifications.created_at = ANY(CAST(%(created_ats)s AS timestamptz[]))", "")
 assert _CLAIM_BY_ID != _CLAIM_WITH_MONTH and _RECORD_BY_ID != _RECORD_WITH_MONTH
 
 
@@ -91,7 +92,7 @@ async def _rounds(url: str, eng: sa.Engine, claim_stmt: str, record_stmt: str,
                   prepared: bool = True) -> tuple[float, float]:
     """p50 ms of the claim and of the record of one owed webhook, RUNS times (a fresh owed row each).
     `prepared=False`: the pool as it runs through PgBouncer (no statement prepared: each one planned afresh)."""
-    pool = await hot.open_pool(url, "bench-partitions", max_size=1, prepared=prepared)
+    pool = await store.open_pool(url, "bench-partitions", max_size=1, prepared=prepared)
     claims_ms: list[float] = []
     records_ms: list[float] = []
     try:
@@ -103,12 +104,12 @@ async def _rounds(url: str, eng: sa.Engine, claim_stmt: str, record_stmt: str,
                     "'order.approved', '{}', :k, 'QUEUED', 0, 0, 8)"), {"k": f"parts-run-{time.time_ns()}-{i}"})
             t0 = time.perf_counter()
             with _running(claim_stmt, record_stmt):
-                batch = await hot_batch.claim_batch(pool, "high", 1, 30.0, datetime.now(UTC))
+                batch = await store_batch.claim_batch(pool, "high", 1, 30.0, datetime.now(UTC))
             t1 = time.perf_counter()
             assert len(batch.ready) == 1, "the owed row was claimed and may go"
             (ready,) = batch.ready
             with _running(claim_stmt, record_stmt):
-                got = await hot_batch.record_batch(pool, [hot_batch.Attempted(
+                got = await store_batch.record_batch(pool, [store_batch.Attempted(
                     ready.claim, Succeeded(False), datetime.now(UTC), 200, 1.0, f"bench-{ready.claim.id}")],
                     "bench-partitions")
             t2 = time.perf_counter()
@@ -127,7 +128,7 @@ def bench_partitions(base_url: str) -> dict[str, Any]:
     migrate(url)
     eng = sa.create_engine(url)
     out: dict[str, Any] = {}
-    # The process's own engine on this database too: a row a round sends the long way (claims.record, on the
+    # The process's own engine on this database too: a row a round sends the long way (long_way.record, on the
     # process's engine) must land here, never in the bench's main database.
     before = os.environ.get("OUTBOX_DATABASE_URL")
     os.environ["OUTBOX_DATABASE_URL"] = url

@@ -189,7 +189,8 @@ def bench_ops_series_1m(runs: int = 5) -> dict[str, float]:
         say("timing the chart's whole-ledger oracle once (tens of seconds or more at this size) …")
         with eng.connect() as c:
             t0 = time.perf_counter()
-            c.execute(OPS_SERIES_WHOLE_LEDGER, {"m": minutes, "s": step, "f": label, "t": None, "now": None}).all()
+            c.execute(OPS_SERIES_WHOLE_LEDGER, {"window": minutes, "step": step, "label_format": label,
+                                                "tenant_id": None, "now": None}).all()
             direct = (time.perf_counter() - t0) * 1000
     finally:
         eng.dispose()

@@ -1,13 +1,13 @@
-"""The fair bulk lane, applied (the decisions are domain/delivery/fairshare.py's).
+"""The fair bulk lane, applied (the decisions are domain/delivery/fair_plan.py's).
 
 - The relay's window on the bulk lane (`scan_bulk_window`): instead of the lane's oldest owed rows — which, behind
   a 40,000-row campaign, kept a small tenant's rows out of Redis until the big one was nearly done — each
-  (tenant, campaign) flow's oldest owed rows, the window shared by `fairshare.windows`.
+  (tenant, campaign) flow's oldest owed rows, the window shared by `fair_plan.windows`.
 - The score of each bulk wake-up (`enqueue_fair`): start-time fair queueing over flows, one Lua call per batch, so
   arq's sorted set — which its workers read lowest score first — interleaves tenants job by job. Scores sit at
   least `LAG_MS` in the past (every scored job is due at once: the order is fair, the pace stays the buckets').
 - The pace: the channel's token bucket, and under it a tenant's own when its pace is capped (jobs/worker.py): a job
-  reserves its moment (`ratelimit.reserve`) up to `fairshare.reserve_ahead` away and sleeps until then; further
+  reserves its moment (`ratelimit.reserve`) up to `fair_plan.reserve_ahead` away and sleeps until then; further
   away, it ends without claiming and the relay's next scan wakes the row again — never a deferred retry, whose
   real-time score would queue it behind every fairly scored job (they sit `LAG_MS` in the past).
 
@@ -26,8 +26,8 @@ from arq.jobs import serialize_job
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork
-from domain.delivery import fairshare, sql, sql_reads
-from domain.delivery.fairshare import Flow
+from domain.delivery import fair_plan, sql, sql_reads
+from domain.delivery.fair_plan import Flow
 from domain.delivery.queue import DELIVER_TASK, FAIR_TAGS_KEY, queue_name
 from domain.ledger.owed import OwedRow
 from domain.settings import get_settings
@@ -97,23 +97,24 @@ def scan_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500
         flows = [Flow(int(r.tenant_id), int(r.campaign_id)) for r in found]
         caps: dict[int, float] = {}
         for r in found:
-            rate = fairshare.tenant_rate(s.bulk_rate_per_second, s.bulk_tenant_rate, r.tenant_rate)
+            rate = fair_plan.tenant_rate(s.bulk_rate_per_second, s.bulk_tenant_rate, r.tenant_rate)
             if rate < s.bulk_rate_per_second:
                 caps[int(r.tenant_id)] = rate
-        shares = fairshare.windows(flows, window, caps)
+        shares = fair_plan.windows(flows, window, caps)
         got: dict[Flow, list[Any]] = {f: [] for f in flows}
 
         def page(f: Flow, n: int) -> None:
             while n > 0:
                 after = got[f][-1].id if got[f] else 0
-                rows = uow.execute(sql_reads.SCAN_OWED_FLOW, {**params, "t": f.tenant_id, "c": f.campaign_id,
-                                                         "after": after, "limit": min(n, limit)}).all()
+                rows = uow.execute(sql_reads.SCAN_OWED_FLOW, {
+                    **params, "tenant_id": f.tenant_id, "campaign_id": f.campaign_id, "after": after,
+                    "limit": min(n, limit)}).all()
                 got[f] += rows
                 n = 0 if len(rows) < min(n, limit) else n - len(rows)
 
         for f, n in shares.items():
             page(f, n)
-        for f, n in fairshare.spare(shares, {f: len(r) for f, r in got.items()}, window, caps).items():
+        for f, n in fair_plan.spare(shares, {f: len(r) for f, r in got.items()}, window, caps).items():
             page(f, n)
         uow.commit()  # the SKIP LOCKED claim only needs to last while we read; enqueue is idempotent
     # A tenant's turn is shared by its flows that owe something due now: a campaign whose rest waits for quiet
@@ -122,7 +123,7 @@ def scan_bulk_window(window: int, horizon_seconds: float = 1.0, limit: int = 500
     for f in flows:
         if got[f]:
             per_tenant[f.tenant_id] = per_tenant.get(f.tenant_id, 0) + 1
-    gaps = {f: fairshare.gap_ms(per_tenant.get(f.tenant_id, 1)) for f in flows}
+    gaps = {f: fair_plan.gap_ms(per_tenant.get(f.tenant_id, 1)) for f in flows}
     # Interleaved flow by flow, so a page cut short anywhere still holds every flow's oldest rows.
     out: list[tuple[Any, int]] = []
     longest = max((len(r) for r in got.values()), default=0)
@@ -136,6 +137,6 @@ def set_tenant_bulk_rate(tenant_id: int, rate: float | None, engine: Engine | No
     if rate is not None and not rate > 0:
         raise ValueError("a tenant's bulk rate is a number of messages per second above 0")
     with UnitOfWork(engine) as uow:
-        found = uow.execute(sql_reads.SET_TENANT_BULK_RATE, {"t": tenant_id, "r": rate}).first()
+        found = uow.execute(sql_reads.SET_TENANT_BULK_RATE, {"tenant_id": tenant_id, "rate": rate}).first()
         uow.commit()
     return found is not None

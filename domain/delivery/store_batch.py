@@ -1,7 +1,7 @@
 """The workers' store, a batch at a time (a batched lane's drain loop, jobs/batches.py): up to N rows claimed in one
 statement and every take in one more sent with the COMMIT; a batch's answers recorded in one transaction, each row
-under its own claim token. Like hot.py (the same pool, the same statements' psycopg forms): only the common case is
-done here, and any row that is not goes the long way alone (claims.py in a thread).
+under its own claim token. Like store.py (the same pool, the same statements' psycopg forms): only the common case is
+done here, and any row that is not goes the long way alone (long_way.py in a thread).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 import psycopg
 
-from domain.delivery import claims, sql, sql_record
-from domain.delivery.claimed import Claim, Ready, SendContext, Take, claim_params, plan
-from domain.delivery.hot import Pool
+from domain.delivery import long_way, sql, sql_record
+from domain.delivery.plan import Claim, Ready, SendContext, Take, claim_params, plan
 from domain.delivery.retry import Retry, RetryDecision, Succeeded
+from domain.delivery.store import Pool
 
 log = logging.getLogger("outbox.delivery")
 
@@ -25,7 +25,7 @@ log = logging.getLogger("outbox.delivery")
 @dataclass
 class Batch:
     """One batch claim, committed: `ready` may be sent now (their takes held); `long_way` are claimed too (leased,
-    their tokens moved) but need claims.settle_claimed — `plan` said no (None), or their take was refused under its
+    their tokens moved) but need long_way.settle_claimed — `plan` said no (None), or their take was refused under its
     savepoint (the Take, tried again there)."""
 
     ready: list[Ready] = field(default_factory=list)
@@ -39,11 +39,11 @@ class _Refused(Exception):
     """Roll the take back to its savepoint: the row stays claimed, the long way takes again."""
 
 
-async def claim_batch(pool: Pool, lane: str, n: int, lease_seconds: float, now: datetime) -> Batch:
+async def claim_batch(pool: Pool, lane: str, limit: int, lease_seconds: float, now: datetime) -> Batch:
     """Up to `n` due rows of `lane` in ONE statement (`sql.CLAIM_BATCH`), then in the same transaction every take
     in one more (`sql.TAKE_BATCH`), sent with the COMMIT (`_claim_set_based_first`).
     A dropped connection or a deadlock raises (`_claim`): never an empty batch."""
-    params = {**claim_params(0, lease_seconds, now), "lane": lane, "n": n}
+    params = {**claim_params(0, lease_seconds, now), "lane": lane, "limit": limit}
     del params["id"]
     return await _claim_set_based_first(pool, sql.CLAIM_BATCH.pg, params, now)
 
@@ -79,17 +79,18 @@ async def bulk_flows(pool: Pool) -> list[BulkFlow]:
                      None if r["tenant_rate"] is None else float(r["tenant_rate"]), r["channel"]) for r in rows]
 
 
-async def claim_bulk_batch(pool: Pool, flows: list[BulkFlow], n: int, quotas: dict[str, int],
+async def claim_bulk_batch(pool: Pool, flows: list[BulkFlow], limit: int, quotas: dict[str, int],
                            capped: dict[int, int], lease_seconds: float, now: datetime) -> Batch:
     """Up to `n` due bulk rows in ONE statement (`sql.CLAIM_BULK_BATCH`), shared fairly between `flows`, never more
     of a channel than `quotas[channel]` (its bucket's tokens taken) nor of a capped tenant than `capped[tenant]`
     (its moments reserved); then every take in ONE statement sent with the COMMIT (`sql.TAKE_BATCH`). A take the
     set-based statement refuses (a cap slot gone, a balance short) rolls the claim back whole and the batch is
     claimed again the row-by-row way (a savepoint per take: the refused row alone is suppressed)."""
-    chs = [ch for ch, q in quotas.items() if q > 0]
-    params = {**claim_params(0, lease_seconds, now), "n": n, "ft": [f.tenant_id for f in flows],
-              "fc": [f.campaign_id for f in flows], "chs": chs, "quotas": [quotas[ch] for ch in chs],
-              "capped": list(capped), "capq": list(capped.values())}
+    channels = [ch for ch, q in quotas.items() if q > 0]
+    params = {**claim_params(0, lease_seconds, now), "limit": limit, "flow_tenants": [f.tenant_id for f in flows],
+              "flow_campaigns": [f.campaign_id for f in flows], "channels": channels,
+              "quotas": [quotas[ch] for ch in channels], "capped_tenants": list(capped),
+              "capped_quotas": list(capped.values())}
     del params["id"]
     return await _claim_set_based_first(pool, sql.CLAIM_BULK_BATCH.pg, params, now)
 
@@ -109,40 +110,48 @@ async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *
         takes: list[tuple[Claim, Take]] = []
         seen: set[tuple[int, str, Any]] = set()
         for row in rows:
-            c, x = Claim.from_mapping(row), SendContext.from_mapping(row)
-            take = plan(c, x, now)
+            claim, context = Claim.from_mapping(row), SendContext.from_mapping(row)
+            take = plan(claim, context, now)
             if take is None:
-                batch.long_way.append((c, x, None))
+                batch.long_way.append((claim, context, None))
                 continue
             if take.takes_nothing:
-                batch.ready.append(Ready(c, take.contact, take.body))
+                batch.ready.append(Ready(claim, take.contact, take.body))
                 continue
             if set_based:
                 # One row per (tenant, recipient, day) in the statement; another goes the long way (its take
                 # tried again in a transaction of its own, after this one's).
-                if take.day is not None and (c.tenant_id, c.recipient, take.day) in seen:
-                    batch.long_way.append((c, x, take))
+                if take.day is not None and (claim.tenant_id, claim.recipient, take.day) in seen:
+                    batch.long_way.append((claim, context, take))
                     continue
-                seen.add((c.tenant_id, c.recipient, take.day))
-                takes.append((c, take))
+                seen.add((claim.tenant_id, claim.recipient, take.day))
+                takes.append((claim, take))
                 continue
             try:
                 async with conn.transaction():  # SAVEPOINT
-                    got = await (await conn.execute(sql.TAKE.pg, take.params(c))).fetchone()
+                    got = await (await conn.execute(sql.TAKE.pg, take.params(claim))).fetchone()
                     if got is None or not got["slot_ok"] or not got["paid"]:
                         raise _Refused
             except _Refused:  # ROLLBACK TO SAVEPOINT: nothing of the take stays
-                batch.long_way.append((c, x, take))
+                batch.long_way.append((claim, context, take))
                 continue
-            batch.ready.append(Ready(c, take.contact, take.body))
+            batch.ready.append(Ready(claim, take.contact, take.body))
         if takes:
-            ps = [t.params(c) for c, t in takes]
-            await conn.execute(sql.TAKE_BATCH.pg, {
-                "ns": [p["n"] for p in ps], "ts": [p["t"] for p in ps], "rs": [p["r"] for p in ps],
-                "days": [p["day"] for p in ps], "caps": [p["cap"] for p in ps], "cs": [p["c"] for p in ps],
-                "vs": [p["v"] for p in ps], "reasons": [p["reason"] for p in ps], "cas": [p["ca"] for p in ps]})
+            await conn.execute(sql.TAKE_BATCH.pg, _columns(
+                [t.params(c) for c, t in takes], ids="id", tenant_ids="tenant_id", recipients="recipient", days="day",
+                caps="cap", cents="cents", template_versions="template_version", reasons="reason",
+                created_ats="created_at"))
             batch.ready += [Ready(c, t.contact, t.body) for c, t in takes]
     return batch
+
+
+# The one-row parameters a batch statement takes as float8[] (a number of another type would change the array's).
+_FLOATS = frozenset({"latency", "delay"})
+
+
+def _columns(rows: list[dict[str, Any]], **arrays: str) -> dict[str, list[Any]]:
+    """What a batch statement unnests: for each `array=key`, every row's one-row parameter `key`, in row order."""
+    return {array: [float(r[key]) if key in _FLOATS else r[key] for r in rows] for array, key in arrays.items()}
 
 
 @dataclass(frozen=True)
@@ -170,11 +179,11 @@ class _NotClean(Exception):
         self.ids = ids
 
 
-def _fast_outcome(a: Attempted) -> str:
-    if isinstance(a.decision, Retry):
+def _fast_outcome(attempted: Attempted) -> str:
+    if isinstance(attempted.decision, Retry):
         return "retry"
-    assert isinstance(a.decision, Succeeded)
-    return "already_processed" if a.decision.already_processed else "sent"
+    assert isinstance(attempted.decision, Succeeded)
+    return "already_processed" if attempted.decision.already_processed else "sent"
 
 
 async def _record_clean(pool: Pool, rows: list[Attempted], worker: str) -> None:
@@ -185,21 +194,17 @@ async def _record_clean(pool: Pool, rows: list[Attempted], worker: str) -> None:
     async with pool.connection() as conn, conn.pipeline(), conn.transaction():
         done_sent = done_retry = None
         if sent:
-            ps = [claims.record_params(a.claim, a.decision, **a.kw(worker)) for a in sent]
-            done_sent = await conn.execute(sql_record.RECORD_SENT_BATCH.pg, {
-                "worker": worker, "ids": [p["id"] for p in ps], "finals": [p["final"] for p in ps],
-                "ps": [p["p"] for p in ps], "keys": [p["key"] for p in ps], "nos": [p["no"] for p in ps],
-                "starteds": [p["started"] for p in ps], "outcomes": [p["outcome"] for p in ps],
-                "codes": [p["code"] for p in ps], "latencies": [float(p["latency"]) for p in ps],
-                "excerpts": [p["excerpt"] for p in ps], "cas": [p["ca"] for p in ps]})
+            params = [long_way.record_params(a.claim, a.decision, **a.kw(worker)) for a in sent]
+            done_sent = await conn.execute(sql_record.RECORD_SENT_BATCH.pg, {"worker": worker, **_columns(
+                params, ids="id", finals="final", provider_references="provider_reference", keys="key",
+                attempt_nos="attempt_no", starteds="started", outcomes="outcome", codes="code", latencies="latency",
+                excerpts="excerpt", created_ats="created_at")})
         if retry:
-            ps = [claims.record_params(a.claim, a.decision, **a.kw(worker)) for a in retry]
-            done_retry = await conn.execute(sql_record.RECORD_RETRY_BATCH.pg, {
-                "worker": worker, "ids": [p["id"] for p in ps], "toks": [p["tok"] for p in ps],
-                "delays": [float(p["delay"]) for p in ps], "errs": [p["err"] for p in ps],
-                "nos": [p["no"] for p in ps], "starteds": [p["started"] for p in ps],
-                "codes": [p["code"] for p in ps], "latencies": [float(p["latency"]) for p in ps],
-                "excerpts": [p["excerpt"] for p in ps], "cas": [p["ca"] for p in ps]})
+            params = [long_way.record_params(a.claim, a.decision, **a.kw(worker)) for a in retry]
+            done_retry = await conn.execute(sql_record.RECORD_RETRY_BATCH.pg, {"worker": worker, **_columns(
+                params, ids="id", claim_tokens="claim_token", delays="delay", error_classes="error_class",
+                attempt_nos="attempt_no", starteds="started", codes="code", latencies="latency", excerpts="excerpt",
+                created_ats="created_at")})
         # Its own snapshot, after the rows' locks: a receipt committed while the records waited is seen.
         pending = await conn.execute(sql_record.PENDING_RECEIPTS_BATCH.pg, {"ids": [a.claim.id for a in rows]})
         matched: set[int] = set()
@@ -217,7 +222,7 @@ async def record_batch(pool: Pool, attempts: list[Attempted], worker: str) -> di
     fenced by its own token (`sql_record.RECORD_SENT_BATCH`, `sql_record.RECORD_RETRY_BATCH`), then the batch's
     receipt check.
     A row that matched nothing (stale, a late truth) or has a receipt pending rolls that transaction back; the
-    clean rows are recorded again without it (a new transaction), and it goes the long way (claims.record) alone,
+    clean rows are recorded again without it (a new transaction), and it goes the long way (long_way.record) alone,
     as does every row that is not the common case (a failure, a tenant endpoint's answer: its breaker moves).
     Returns each row's outcome by id."""
     out: dict[int, str] = {}
@@ -237,6 +242,7 @@ async def record_batch(pool: Pool, attempts: list[Attempted], worker: str) -> di
             break
         out.update((a.claim.id, _fast_outcome(a)) for a in fast)
         break
-    for a in slow:
-        out[a.claim.id] = await asyncio.to_thread(claims.record, a.claim, a.decision, **a.kw(worker))
+    for attempted in slow:
+        out[attempted.claim.id] = await asyncio.to_thread(long_way.record, attempted.claim, attempted.decision,
+                                                          **attempted.kw(worker))
     return out

@@ -1,7 +1,8 @@
 """Who goes next on the bulk lane: its pace shared between tenants, and within a tenant between its campaigns.
 
 A *flow* is one tenant's one campaign (campaign 0: the tenant's bulk messages sent one by one through the API).
-Two pure decisions, values in and values out (the relay and the wake-up enqueue apply them, domain/delivery/fair.py):
+Two pure decisions, values in and values out (the relay and the wake-up enqueue apply them,
+domain/delivery/fair_queue.py):
 
 - `windows`: how many of each flow's oldest owed rows the relay keeps as wake-ups in Redis. The lane's window is
   split equally between tenants, a tenant's share equally between its flows; a tenant whose pace is capped gets no

@@ -1,4 +1,4 @@
-"""The workers' store on the hot path: the same statements as claims.py (domain/delivery/sql.py, sql_record.py),
+"""The workers' store on the hot path: the same statements as long_way.py (domain/delivery/sql.py, sql_record.py),
 run on an async psycopg 3 pool instead of synchronous SQLAlchemy behind `asyncio.to_thread`.
 
 Why a second store: through SQLAlchemy most of a claim's time was not its statements but Session and pool
@@ -8,7 +8,7 @@ claim is BEGIN + `CLAIM` in one pipelined round trip, then `TAKE`, then COMMIT; 
 
 Only the common case is done here. Anything else — `plan` says no, the cap or the balance refuses, the record
 matches nothing (a stale token, a late truth), a receipt is pending — rolls this transaction back whole and goes
-the long way (claims.py in a thread), which decides again on fresh rows in one transaction of its own: every fence
+the long way (long_way.py in a thread), which decides again on fresh rows in one transaction of its own: every fence
 and every settlement stays where it was. So does a dropped connection: no pre-ping here (it costs a round trip
 per transaction); a broken connection fails its transaction, the pool drops it, and the long way (whose engine
 pre-pings) retries the claim or the record.
@@ -29,8 +29,8 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from domain.db import libpq_url
-from domain.delivery import claims, priority, sql, sql_record
-from domain.delivery.claimed import Claim, ClaimResult, Ready, SendContext, claim_params, plan
+from domain.delivery import long_way, priority, sql, sql_record
+from domain.delivery.plan import Claim, ClaimResult, Ready, SendContext, claim_params, plan
 from domain.delivery.retry import Retry, RetryDecision, Succeeded
 
 log = logging.getLogger("outbox.delivery")
@@ -64,20 +64,20 @@ async def open_pool(database_url: str, name: str, max_size: int = 10, niceness: 
 
 
 async def channel_of(pool: Pool, notification_id: int,
-                     created_at: datetime | None = None) -> claims.BulkRoute | None:
+                     created_at: datetime | None = None) -> long_way.BulkRoute | None:
     stmt = sql.CHANNEL_OF.pg if created_at is None else sql.CHANNEL_OF_IN_MONTH.pg
     try:
         async with pool.connection() as conn:
-            row = await (await conn.execute(stmt, {"id": notification_id, "ca": created_at})).fetchone()
-            return None if row is None else claims.BulkRoute.from_mapping(row)
+            row = await (await conn.execute(stmt, {"id": notification_id, "created_at": created_at})).fetchone()
+            return None if row is None else long_way.BulkRoute.from_mapping(row)
     except psycopg.OperationalError as exc:
         log.warning("fast channel_of failed (%s); the long way", type(exc).__name__)
-        return await asyncio.to_thread(claims.channel_of, notification_id, None, created_at)
+        return await asyncio.to_thread(long_way.channel_of, notification_id, None, created_at)
 
 
 async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: datetime,
                 worker: str, created_at: datetime | None = None) -> ClaimResult | None:
-    """claims.claim, the common case in two round trips and a commit; None: not owed now. `created_at`: the row's
+    """long_way.claim, the common case in two round trips and a commit; None: not owed now. `created_at`: the row's
     month, when its wake-up carries it (`sql.CLAIM_IN_MONTH`: that partition alone)."""
     stmt = sql.CLAIM.pg if created_at is None else sql.CLAIM_IN_MONTH.pg
     try:
@@ -86,20 +86,20 @@ async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: dat
                                                                created_at))).fetchone()
             if row is None:
                 return None
-            c = Claim.from_mapping(row)
-            take = plan(c, SendContext.from_mapping(row), now)
+            claim = Claim.from_mapping(row)
+            take = plan(claim, SendContext.from_mapping(row), now)
             if take is None:
                 raise _LongWay
             if not take.takes_nothing:
-                if c.lane == "bulk":
+                if claim.lane == "bulk":
                     # The take and the COMMIT in one round trip: the tenant's balance row (its codes take it too)
                     # is held only while the server runs them, never across a busy bulk worker's next turn.
-                    await conn.execute(sql.TAKE_OR_ABORT.pg, take.params(c))
-                    return Ready(c, take.contact, take.body)
-                got = await (await conn.execute(sql.TAKE.pg, take.params(c))).fetchone()
+                    await conn.execute(sql.TAKE_OR_ABORT.pg, take.params(claim))
+                    return Ready(claim, take.contact, take.body)
+                got = await (await conn.execute(sql.TAKE.pg, take.params(claim))).fetchone()
                 if got is None or not got["slot_ok"] or not got["paid"]:
                     raise _LongWay
-            return Ready(c, take.contact, take.body)
+            return Ready(claim, take.contact, take.body)
     except _LongWay:
         pass
     except psycopg.errors.InvalidTextRepresentation as exc:  # a refused bulk take: rolled back whole
@@ -107,7 +107,7 @@ async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: dat
             raise
     except psycopg.OperationalError as exc:  # a dropped connection: nothing of ours committed, or it did
         log.warning("fast claim failed (%s); the long way", type(exc).__name__)
-    return await asyncio.to_thread(claims.claim, notification_id, lease_seconds, now, worker, None, created_at)
+    return await asyncio.to_thread(long_way.claim, notification_id, lease_seconds, now, worker, None, created_at)
 
 
 async def unclaimed(pool: Pool, notification_id: int, lane: str) -> tuple[bool, bool]:
@@ -125,20 +125,20 @@ async def next_due_in(pool: Pool, lane: str) -> float | None:
         return None if row is None or row["due_in_s"] is None else max(0.0, float(row["due_in_s"]))
 
 
-async def record(pool: Pool, c: Claim, decision: RetryDecision, *, worker: str, started: datetime,
+async def record(pool: Pool, claim: Claim, decision: RetryDecision, *, worker: str, started: datetime,
                  status_code: int | None, latency_ms: float, provider_reference: str | None,
                  excerpt: str | None = None) -> str:
-    """claims.record: an accepted send or a retry of a row still ours in one round trip and a commit."""
+    """long_way.record: an accepted send or a retry of a row still ours in one round trip and a commit."""
     kw: dict[str, Any] = {"worker": worker, "started": started, "status_code": status_code,
                           "latency_ms": latency_ms, "provider_reference": provider_reference, "excerpt": excerpt}
     # A tenant endpoint's answer also moves its circuit breaker: the long way, in the record's transaction.
-    if isinstance(decision, Succeeded | Retry) and c.endpoint_id is None:
+    if isinstance(decision, Succeeded | Retry) and claim.endpoint_id is None:
         stmt = sql_record.RECORD_SENT.pg if isinstance(decision, Succeeded) else sql_record.RECORD_RETRY.pg
         try:
             async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-                done = await conn.execute(stmt, claims.record_params(c, decision, **kw))
+                done = await conn.execute(stmt, long_way.record_params(claim, decision, **kw))
                 # Its own snapshot, after the row's lock.
-                pending = await conn.execute(sql_record.PENDING_RECEIPTS.pg, {"id": c.id})
+                pending = await conn.execute(sql_record.PENDING_RECEIPTS.pg, {"id": claim.id})
                 matched, owed = await done.fetchone(), await pending.fetchone()
                 if not matched or not matched["matched"] or not owed or owed["pending"]:
                     raise _LongWay
@@ -149,4 +149,4 @@ async def record(pool: Pool, c: Claim, decision: RetryDecision, *, worker: str, 
             pass
         except psycopg.OperationalError as exc:
             log.warning("fast record failed (%s); the long way", type(exc).__name__)
-    return await asyncio.to_thread(claims.record, c, decision, **kw)
+    return await asyncio.to_thread(long_way.record, claim, decision, **kw)

@@ -1,5 +1,5 @@
-"""A claim taken and answered through the worker's own store, the way a worker would, and the row and money it
-leaves (`claim`, `ready`, `lease_runs_out`, `record`, `row`, `entries`)."""
+"""A claim taken and answered through the long way's store (domain/delivery/long_way.py), the way a worker would,
+and the row and money it leaves (`claim`, `ready`, `lease_runs_out`, `record`, `row`, `entries`)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ from typing import Any
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claimed, claims
+from domain.delivery import long_way, plan
 
 LEASE = 30.0
 
 
-def claim(nid: int, worker: str = "w") -> claimed.ClaimResult | None:
-    return claims.claim(nid, LEASE, datetime.now(UTC), worker)
+def claim(nid: int, worker: str = "w") -> plan.ClaimResult | None:
+    return long_way.claim(nid, LEASE, datetime.now(UTC), worker)
 
 
-def ready(nid: int, worker: str = "w") -> claimed.Claim:
+def ready(nid: int, worker: str = "w") -> plan.Claim:
     r = claim(nid, worker)
-    assert isinstance(r, claimed.Ready), r
+    assert isinstance(r, plan.Ready), r
     return r.claim
 
 
@@ -31,9 +31,9 @@ def lease_runs_out(nid: int) -> None:
                   {"i": nid})
 
 
-def record(c: claimed.Claim, decision: Any, ref: str | None = None, code: int | None = 201) -> str:
-    return claims.record(c, decision, worker="t", started=datetime.now(UTC), status_code=code, latency_ms=1.0,
-                         provider_reference=ref)
+def record(c: plan.Claim, decision: Any, ref: str | None = None, code: int | None = 201) -> str:
+    return long_way.record(c, decision, worker="t", started=datetime.now(UTC), status_code=code, latency_ms=1.0,
+                           provider_reference=ref)
 
 
 def row(nid: int) -> Any:

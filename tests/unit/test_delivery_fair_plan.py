@@ -1,4 +1,4 @@
-"""The bulk lane's sharing decisions (domain/delivery/fairshare.py), exhaustively over generated flows.
+"""The bulk lane's sharing decisions (domain/delivery/fair_plan.py), exhaustively over generated flows.
 
 Invariants: the relay's window is shared equally between tenants whatever their number of campaigns or rows, and a
 tenant's share equally between its campaigns; every flow gets at least one wake-up; the first round never exceeds
@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.delivery.fairshare import (
+from domain.delivery.fair_plan import (
     BULK_WINDOW_SCANS,
     CAP_HORIZON_S,
     MIN_BULK_WINDOW,

@@ -4,7 +4,7 @@
 rules and the send need). `plan` answers with a `Take` — the cap slot, the template version and the price that
 `sql.TAKE` takes in one statement — or None for anything else (suppress, defer, a cap slot of another day, a
 superseded nudge, a cancelled campaign, a one-time code past its end of life): that goes the long way,
-claims.py's `_decide_and_take`, which settles it in the same transaction. Pure: no unit of work, no SQL.
+long_way.py's `_decide_and_take`, which settles it in the same transaction. Pure: no unit of work, no SQL.
 """
 
 from __future__ import annotations
@@ -74,21 +74,21 @@ class Claim:
     ep_open_until: datetime | None = None
     otp_expires_at: datetime | None = None
     # The breaker's half-open probe this claim took (what it wrote as the breaker's time; None: it took none). Set
-    # by the long way when it hands the claim out; giving the claim back gives the probe back (claims.give_back).
+    # by the long way when it hands the claim out; giving the claim back gives the probe back (long_way.give_back).
     probe_until: datetime | None = None
 
     @classmethod
-    def from_mapping(cls, m: Mapping[str, Any]) -> Claim:
+    def from_mapping(cls, row: Mapping[str, Any]) -> Claim:
         env = None
-        if m.get("event_id") is not None and m.get("event_type") is not None:
+        if row.get("event_id") is not None and row.get("event_type") is not None:
             env = Envelope(
-                event_id=m["event_id"], tenant_id=m["tenant_id"], aggregate_type=m["aggregate_type"],
-                aggregate_id=m["aggregate_id"], aggregate_revision=m["aggregate_revision"],
-                event_type=m["event_type"], schema_version=m["schema_version"], occurred_at=m["occurred_at"],
-                request_id=m["request_id"], causation_id=m["causation_id"], actor_ref=m["actor_ref"],
-                payload=m["event_payload"])
-        return cls(**{k: m[k] for k in _CLAIM_FIELDS},
-                   **{k: m[k] for k in _ENDPOINT_FIELDS + _CODE_FIELDS if m.get(k) is not None}, envelope=env)
+                event_id=row["event_id"], tenant_id=row["tenant_id"], aggregate_type=row["aggregate_type"],
+                aggregate_id=row["aggregate_id"], aggregate_revision=row["aggregate_revision"],
+                event_type=row["event_type"], schema_version=row["schema_version"], occurred_at=row["occurred_at"],
+                request_id=row["request_id"], causation_id=row["causation_id"], actor_ref=row["actor_ref"],
+                payload=row["event_payload"])
+        return cls(**{k: row[k] for k in _CLAIM_FIELDS},
+                   **{k: row[k] for k in _ENDPOINT_FIELDS + _CODE_FIELDS if row.get(k) is not None}, envelope=env)
 
 
 @dataclass(frozen=True)
@@ -110,12 +110,12 @@ class SendContext:
     otp_nonce: str | None = None
 
     @classmethod
-    def from_mapping(cls, m: Mapping[str, Any]) -> SendContext:
-        if not m["rcp_found"]:
+    def from_mapping(cls, row: Mapping[str, Any]) -> SendContext:
+        if not row["rcp_found"]:
             return cls(False)
-        return cls(True, m["rcp_timezone"], m["rcp_quiet_start"], m["rcp_quiet_end"], m["rcp_daily_cap"],
-                   tuple(m["rcp_opted_out"] or ()), m["rcp_email"], m["rcp_phone"], m["taken_by_day"] or {},
-                   m["template_version"], m["template_body"], m["otp_nonce"])
+        return cls(True, row["rcp_timezone"], row["rcp_quiet_start"], row["rcp_quiet_end"], row["rcp_daily_cap"],
+                   tuple(row["rcp_opted_out"] or ()), row["rcp_email"], row["rcp_phone"], row["taken_by_day"] or {},
+                   row["template_version"], row["template_body"], row["otp_nonce"])
 
     def contact(self, channel: str) -> str | None:
         return self.email if channel == "email" else self.phone
@@ -129,7 +129,7 @@ def claim_params(notification_id: int, lease_seconds: float, now: datetime,
     """`sql.CLAIM`'s parameters (`sql.CLAIM_IN_MONTH`'s with the row's `created_at`): the cap counts of the UTC days
     around `now` hold every local day there is."""
     utc_day = now.astimezone(ZoneInfo("UTC")).date()
-    return {"id": notification_id, "ca": created_at, "lease": lease_seconds, "otp_template": otp.TEMPLATE,
+    return {"id": notification_id, "created_at": created_at, "lease": lease_seconds, "otp_template": otp.TEMPLATE,
             "day_from": utc_day - timedelta(days=1), "day_to": utc_day + timedelta(days=1)}
 
 
@@ -180,112 +180,121 @@ class Take:
     def takes_nothing(self) -> bool:
         return self.day is None and self.cents == 0 and self.template_version is None
 
-    def params(self, c: Claim) -> dict[str, Any]:
-        return {"t": c.tenant_id, "r": c.recipient, "day": self.day, "cap": self.cap, "c": self.cents, "n": c.id,
-                "ca": month_key(c), "reason": f"{c.channel} {c.template}", "v": self.template_version}
+    def params(self, claim: Claim) -> dict[str, Any]:
+        return {"tenant_id": claim.tenant_id, "recipient": claim.recipient, "day": self.day, "cap": self.cap,
+                "cents": self.cents, "id": claim.id, "created_at": month_key(claim),
+                "reason": f"{claim.channel} {claim.template}", "template_version": self.template_version}
 
 
-def month_key(c: Claim) -> datetime:
+def month_key(claim: Claim) -> datetime:
     """The row's `created_at` (the ledger's partition key), which every statement after the claim names beside its
     id. Never None: a statement matching `created_at = NULL` would match nothing and raise nothing — a take or a
     record silently lost — so a claim that does not carry it fails here, loudly."""
-    if c.created_at is None:
-        raise ValueError(f"claim of message {c.id} carries no created_at: it was not read by a claim statement")
-    return c.created_at
+    if claim.created_at is None:
+        raise ValueError(f"claim of message {claim.id} carries no created_at: it was not read by a claim statement")
+    return claim.created_at
 
 
-def idempotency_key(c: Claim) -> str:
+def idempotency_key(claim: Claim) -> str:
     """The key the provider dedupes on: the dedupe key, or the replay's own key after a bounce."""
-    return c.provider_key or c.dedupe_key
+    return claim.provider_key or claim.dedupe_key
 
 
-def still_eligible(c: Claim) -> bool:
+def still_eligible(claim: Claim) -> bool:
     """Send-time eligibility: the order is still in a state this event is about."""
-    if c.envelope is None or c.order_id is None:
+    if claim.envelope is None or claim.order_id is None:
         return True
-    want = EVENT_REQUIRES_STATUS.get(c.envelope.event_type)
-    return want is None or c.order_status in want
+    want = EVENT_REQUIRES_STATUS.get(claim.envelope.event_type)
+    return want is None or claim.order_status in want
 
 
-def endpoint_closed(c: Claim) -> bool:
+def endpoint_closed(claim: Claim) -> bool:
     """Not a tenant endpoint's row, or its endpoint is there, enabled and its breaker closed: it may go as usual."""
-    return c.endpoint_id is None or (c.ep_found and not c.ep_disabled and c.ep_open_until is None)
+    return claim.endpoint_id is None or (claim.ep_found and not claim.ep_disabled and claim.ep_open_until is None)
 
 
-def superseded(c: Claim) -> bool:
+def superseded(claim: Claim) -> bool:
     """A journey nudge whose intent was cancelled, or whose lead has moved past its step, must not go out."""
-    return c.intent_id is not None and (c.intent_status == "cancelled" or c.lead_step != c.intent_step)
+    return claim.intent_id is not None and (claim.intent_status == "cancelled" or claim.lead_step != claim.intent_step)
 
 
-def attempts_used_up(c: Claim) -> bool:
+def attempts_used_up(claim: Claim) -> bool:
     """The claim counted one attempt more than the row may make: the last attempt's lease ran out unanswered and
     this is a re-claim. It must not run (the long way settles the row FAILED)."""
-    return c.attempts > c.max_attempts
+    return claim.attempts > claim.max_attempts
 
 
 def local_day(now: datetime, tz: str) -> date:
     return now.astimezone(ZoneInfo(tz)).date()
 
 
-def price_to_hold(c: Claim) -> int:
-    return 0 if c.reserved_cents > 0 or c.cost_cents <= 0 else c.cost_cents
+def price_to_hold(claim: Claim) -> int:
+    return 0 if claim.reserved_cents > 0 or claim.cost_cents <= 0 else claim.cost_cents
 
 
-def final_status(c: Claim) -> str:
+def final_status(claim: Claim) -> str:
     """What an accepted send makes the row: a webhook's 2xx IS its delivery; a provider confirms later (a receipt)."""
-    return "DELIVERED" if c.channel == "webhook" else "SENT"
+    return "DELIVERED" if claim.channel == "webhook" else "SENT"
 
 
-def holds_slot(c: Claim, day: date) -> bool:
+def holds_slot(claim: Claim, day: date) -> bool:
     """The row holds its cap slot for `day` (a slot of an earlier day does not count for today's send)."""
-    return c.cap_day == day
+    return claim.cap_day == day
 
 
-def takes_slot(c: Claim, x: SendContext, day: date) -> bool:
+def holds_stale_slot(claim: Claim, day: date) -> bool:
+    """The row holds a cap slot of another day than `day` (an earlier attempt's): it is given back before a send."""
+    return claim.cap_day is not None and not holds_slot(claim, day)
+
+
+def takes_slot(claim: Claim, context: SendContext, day: date) -> bool:
     """The send must take a cap slot first: the recipient has a daily cap, it is not a one-time code, and the row
     holds none for `day`."""
-    return x.daily_cap is not None and c.lane != "critical" and not holds_slot(c, day)
+    return context.daily_cap is not None and claim.lane != "critical" and not holds_slot(claim, day)
 
 
-def webhook_decision(c: Claim, now: datetime) -> FloorDecision:
+def webhook_decision(claim: Claim, now: datetime) -> FloorDecision:
     """The floor rules for a webhook: a system, not a person (no quiet hours, cap or contact point)."""
-    return floor_decision(now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c),
+    return floor_decision(now=now, lane=claim.lane, channel=claim.channel, still_eligible=still_eligible(claim),
                           opted_out_channels=(), sent_today=0, daily_cap=None, tz="UTC",
                           quiet_start=None, quiet_end=None)
 
 
-def person_decision(c: Claim, x: SendContext, now: datetime, day: date, sent_today: int) -> FloorDecision:
+def person_decision(claim: Claim, context: SendContext, now: datetime, day: date,
+                    sent_today: int) -> FloorDecision:
     """The floor rules for a message to a person, on their local `day` with `sent_today` counted against their cap
     (0 when the row holds its slot already)."""
     return floor_decision(
-        now=now, lane=c.lane, channel=c.channel, still_eligible=still_eligible(c), opted_out_channels=x.opted_out,
-        sent_today=0 if holds_slot(c, day) else sent_today, daily_cap=x.daily_cap, tz=x.timezone,
-        quiet_start=x.quiet_start, quiet_end=x.quiet_end, code_expires_at=c.otp_expires_at)
+        now=now, lane=claim.lane, channel=claim.channel, still_eligible=still_eligible(claim),
+        opted_out_channels=context.opted_out, sent_today=0 if holds_slot(claim, day) else sent_today,
+        daily_cap=context.daily_cap, tz=context.timezone, quiet_start=context.quiet_start,
+        quiet_end=context.quiet_end, code_expires_at=claim.otp_expires_at)
 
 
-def plan(c: Claim, x: SendContext, now: datetime) -> Take | None:
+def plan(claim: Claim, context: SendContext, now: datetime) -> Take | None:
     """A `Take` when the row may go now and only needs its slot, version and price; None: the long way decides."""
-    if attempts_used_up(c):
+    if attempts_used_up(claim):
         return None
-    if superseded(c) or c.campaign_status == "cancelled" or not endpoint_closed(c):
+    if superseded(claim) or claim.campaign_status == "cancelled" or not endpoint_closed(claim):
         return None
-    if c.channel == "webhook":
-        return Take(None, 0, price_to_hold(c), None) if isinstance(webhook_decision(c, now), Send) else None
-    contact = x.contact(c.channel)
-    if not x.found or not contact:
+    if claim.channel == "webhook":
+        return Take(None, 0, price_to_hold(claim), None) if isinstance(webhook_decision(claim, now), Send) else None
+    contact = context.contact(claim.channel)
+    if not context.found or not contact:
         return None
-    day = local_day(now, x.timezone)
-    if c.cap_day is not None and not holds_slot(c, day):
-        return None  # a slot of an earlier day is given back first: the long way
-    if not isinstance(person_decision(c, x, now, day, x.taken_on(day)), Send):
+    day = local_day(now, context.timezone)
+    if holds_stale_slot(claim, day):
+        return None  # it is given back first: the long way
+    if not isinstance(person_decision(claim, context, now, day, context.taken_on(day)), Send):
         return None
-    take_slot = takes_slot(c, x, day)
-    if take_slot and (x.daily_cap or 0) <= 0:
+    take_slot = takes_slot(claim, context, day)
+    if take_slot and (context.daily_cap or 0) <= 0:
         return None
     body = None
-    if x.template_body is not None:
-        data = dict(c.payload)
-        if c.template == otp.TEMPLATE:
-            data["code"] = otp.derive_code(x.otp_nonce) if x.otp_nonce else ""
-        body = render(x.template_body, data)
-    return Take(day if take_slot else None, x.daily_cap or 0, price_to_hold(c), x.template_version, contact, body)
+    if context.template_body is not None:
+        data = dict(claim.payload)
+        if claim.template == otp.TEMPLATE:
+            data["code"] = otp.derive_code(context.otp_nonce) if context.otp_nonce else ""
+        body = render(context.template_body, data)
+    return Take(day if take_slot else None, context.daily_cap or 0, price_to_hold(claim), context.template_version,
+                contact, body)

@@ -1,4 +1,4 @@
-"""The workers' async store (domain/delivery/hot.py) keeps every rule of the sync one (claims.py).
+"""The workers' async store (domain/delivery/store.py) keeps every rule of the sync one (long_way.py).
 
 Invariants protected: the async claim and record, on their own pool, take the same lease, token, cap slot, price and
 template as the sync store and settle the row the same way; anything but the common case (a suppress, the cap, a
@@ -15,34 +15,34 @@ import pytest
 import sqlalchemy as sa
 
 from domain.db import get_engine
-from domain.delivery import claimed, hot
+from domain.delivery import plan, store
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Retry, Succeeded
 from domain.ledger import otp
 from domain.settings import get_settings
-from tests.support.claims import entries, lease_runs_out, ready, row
 from tests.support.db import assert_invariants
+from tests.support.long_way import entries, lease_runs_out, ready, row
 from tests.support.people import person, sms
 
 LEASE = 30.0
 
 
 @pytest.fixture
-async def pool(db) -> AsyncIterator[hot.Pool]:  # type: ignore[no-untyped-def]
-    p = await hot.open_pool(get_settings().database_url, "outbox-test-hot", max_size=2)
+async def pool(db) -> AsyncIterator[store.Pool]:  # type: ignore[no-untyped-def]
+    p = await store.open_pool(get_settings().database_url, "outbox-test-hot", max_size=2)
     try:
         yield p
     finally:
         await p.close()
 
 
-async def fast_claim(pool: hot.Pool, nid: int) -> claimed.ClaimResult | None:
-    return await hot.claim(pool, nid, LEASE, datetime.now(UTC), "hot")
+async def fast_claim(pool: store.Pool, nid: int) -> plan.ClaimResult | None:
+    return await store.claim(pool, nid, LEASE, datetime.now(UTC), "hot")
 
 
-async def fast_record(pool: hot.Pool, c: claimed.Claim, decision: Succeeded | Retry, ref: str | None = None) -> str:
-    return await hot.record(pool, c, decision, worker="hot", started=datetime.now(UTC), status_code=201,
-                            latency_ms=1.0, provider_reference=ref)
+async def fast_record(pool: store.Pool, c: plan.Claim, decision: Succeeded | Retry, ref: str | None = None) -> str:
+    return await store.record(pool, c, decision, worker="hot", started=datetime.now(UTC), status_code=201,
+                              latency_ms=1.0, provider_reference=ref)
 
 
 async def test_a_code_claimed_and_recorded_on_the_pool_is_leased_charged_rendered_and_sent(pool):
@@ -51,7 +51,7 @@ async def test_a_code_claimed_and_recorded_on_the_pool_is_leased_charged_rendere
     rid, _ = person(cap=None)
     nid = otp.request(42, rid, "sms", datetime.now(UTC)).notification_id  # type: ignore[union-attr]
     got = await fast_claim(pool, nid)
-    assert isinstance(got, claimed.Ready), got
+    assert isinstance(got, plan.Ready), got
     r = row(nid)
     assert (r.claim_token, r.attempts, r.reserved_cents) == (got.claim.claim_token, 1, r.cost_cents)
     assert r.leased_until is not None and r.template_version is not None
@@ -72,10 +72,10 @@ async def test_the_cap_on_the_pool_takes_one_slot_and_suppresses_the_next_by_the
     rid, _ = person(cap=1)
     first, second = sms(rid, "hot-1"), sms(rid, "hot-2")
     a = await fast_claim(pool, first)
-    assert isinstance(a, claimed.Ready), a
+    assert isinstance(a, plan.Ready), a
     assert row(first).cap_day is not None
     b = await fast_claim(pool, second)
-    assert isinstance(b, claimed.Suppressed) and b.reason == "daily_cap", b
+    assert isinstance(b, plan.Suppressed) and b.reason == "daily_cap", b
     r = row(second)
     assert (r.status, r.suppressed_reason, r.reserved_cents, r.cap_day) == ("SUPPRESSED", "daily_cap", 0, None)
     assert entries(second) == []
@@ -88,7 +88,7 @@ async def test_a_stale_retry_on_the_pool_changes_nothing(pool):
     rid, _ = person()
     nid = sms(rid, "hot-stale")
     a = await fast_claim(pool, nid)
-    assert isinstance(a, claimed.Ready)
+    assert isinstance(a, plan.Ready)
     lease_runs_out(nid)
     b = ready(nid, "B")
     assert await fast_record(pool, a.claim, Retry("timeout", 0.0)) == "stale"
@@ -104,8 +104,8 @@ async def test_a_receipt_kept_before_the_record_is_applied_by_the_long_way(pool)
     rid, _ = person()
     nid = sms(rid, "hot-receipt")
     got = await fast_claim(pool, nid)
-    assert isinstance(got, claimed.Ready)
-    kept = apply_receipt("sms", "rcpt-hot-1", "sms-hot", "failed", client_reference=claimed.idempotency_key(got.claim))
+    assert isinstance(got, plan.Ready)
+    kept = apply_receipt("sms", "rcpt-hot-1", "sms-hot", "failed", client_reference=plan.idempotency_key(got.claim))
     assert kept.status == "pending"
     assert await fast_record(pool, got.claim, Succeeded(False), "sms-hot") == "sent"
     r = row(nid)
@@ -118,13 +118,13 @@ async def test_a_dropped_connection_costs_a_retry_by_the_long_way(pool):
     and leases the row exactly once; the pool replaces the dead connection for the next call."""
     rid, _ = person()
     first, second = sms(rid, "hot-drop-1"), sms(rid, "hot-drop-2")
-    assert isinstance(await fast_claim(pool, first), claimed.Ready)  # the pool's connection exists now
+    assert isinstance(await fast_claim(pool, first), plan.Ready)  # the pool's connection exists now
     with get_engine().begin() as c:
         killed = c.execute(sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                                    "WHERE application_name = 'outbox-test-hot'")).scalar_one()
     assert killed >= 1
     got = await fast_claim(pool, second)
-    assert isinstance(got, claimed.Ready), got
+    assert isinstance(got, plan.Ready), got
     assert row(second).attempts == 1
     assert await fast_record(pool, got.claim, Succeeded(False), "sms-d") == "sent"
     assert_invariants()
@@ -142,10 +142,10 @@ async def test_a_claim_refused_by_a_pause_lifted_since_says_claim_again(pool):
     set_lane_paused("critical", True)
     try:
         assert await fast_claim(pool, nid) is None
-        assert await hot.unclaimed(pool, nid, "critical") == (True, True)
+        assert await store.unclaimed(pool, nid, "critical") == (True, True)
     finally:
         set_lane_paused("critical", False)
-    assert await hot.unclaimed(pool, nid, "critical") == (False, True)
+    assert await store.unclaimed(pool, nid, "critical") == (False, True)
     got = await fast_claim(pool, nid)
-    assert isinstance(got, claimed.Ready), got
-    assert await hot.unclaimed(pool, nid, "critical") == (False, False)
+    assert isinstance(got, plan.Ready), got
+    assert await store.unclaimed(pool, nid, "critical") == (False, False)
