@@ -214,8 +214,9 @@ PENDING_ON_ROWS = sa.text(
     "FROM delivery_receipts r JOIN notifications n ON n.id = r.notification_id "
     "WHERE r.notification_id = ANY(CAST(:ids AS bigint[])) AND r.applied_at IS NULL "
     "ORDER BY r.notification_id, r.id")
-# DELIVER_SENT_ROWS: the common receipt, one statement for a whole batch: `delivered` on a row SENT (charged at the send, so no
-# money moves): the row DELIVERED and the receipt applied, together or not at all; a row's second `delivered`
+# DELIVER_SENT_ROWS: the common receipt, one statement for a whole batch: `delivered` on a row SENT.
+# Charged at the send, so no money moves: the row DELIVERED and the receipt applied, together or not at all; a row's
+# second `delivered`
 # receipt is left to `SETTLE_RECEIPTS` (it then agrees with a DELIVERED row), and a row with a `failed` receipt
 # before it to the one-at-a-time way (in the order they came). Answers the receipts applied.
 DELIVER_SENT_ROWS = sa.text(

@@ -23,8 +23,8 @@ from domain.delivery.retry import Retry, Succeeded
 from domain.delivery.signing import signed_headers
 from domain.invariants import invariant_counts
 from domain.settings import get_settings
-from tests.support.long_way import entries, ready, record, row
 from tests.support.db import one
+from tests.support.long_way import entries, ready, record, row
 from tests.support.people import person, sms
 
 

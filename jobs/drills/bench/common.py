@@ -196,9 +196,10 @@ class CpuWindow:
 
 class PgCpu:
     """CPU seconds of the PostgreSQL backends serving this database over a `with` block (/proc, the bench runs
-    beside the server as root), sampled every 50 ms in a thread: a backend there as it begins counts from then, one
-    that connected inside it from zero, one that left inside it up to its last sample. The server's own processes
-    (WAL writer, checkpointer) are shared with everything else on the machine and left out."""
+    beside the server as root), sampled every 50 ms in a thread: a backend that connected inside the block counts
+    from zero (its whole life is in it), any other from when it was first seen, and one that left inside it up to
+    its last sample. The server's own processes (WAL writer, checkpointer) are shared with everything else on the
+    machine and left out."""
 
     used = 0.0
     INTERVAL_S = 0.05
@@ -207,20 +208,21 @@ class PgCpu:
         self._first: dict[int, int] = {}
         self._last: dict[int, int] = {}
         self._stop = threading.Event()
+        self._began: datetime | None = None
 
-    @staticmethod
-    def _backends() -> list[int]:
+    def _backends(self) -> list[tuple[int, bool]]:
+        """(pid, connected since the block began) of every other backend of this database."""
         with UnitOfWork() as uow:
-            return [int(p) for p in uow.execute(sa.text(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )).scalars()]
+            if self._began is None:
+                self._began = uow.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+            return [(int(r.pid), bool(r.new)) for r in uow.execute(sa.text(
+                "SELECT pid, backend_start >= :began AS new FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"), {"began": self._began})]
 
-    def _sample(self, first: bool = False) -> None:
-        for pid in self._backends():
+    def _sample(self) -> None:
+        for pid, new in self._backends():
             ticks = cpu_ticks(pid)
-            if ticks == 0 and pid not in self._first:
-                continue
-            self._first.setdefault(pid, ticks if first else 0)
+            self._first.setdefault(pid, 0 if new else ticks)
             self._last[pid] = max(ticks, self._last.get(pid, 0))
 
     def _run(self) -> None:
@@ -228,7 +230,7 @@ class PgCpu:
             self._sample()
 
     def __enter__(self) -> PgCpu:
-        self._sample(first=True)
+        self._sample()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
