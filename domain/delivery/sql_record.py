@@ -176,14 +176,16 @@ BY_KEY = sa.text(
     "WHERE ((provider_key IS NULL AND id = ANY(ARRAY(SELECT notification_id FROM ledger_keys WHERE dedupe_key = :key)))"
     " OR provider_key = :key) AND channel = :provider FOR UPDATE")
 # KEEP: a batch's receipts kept, each receipt id once, answering those that are new.
-# A receipt id once, in any month: its key first (unpartitioned), the receipt only if the key is new.
+# A receipt id once, in any month: its key first (unpartitioned), the receipt only if the key is new. Their ids
+# follow the batch's order (ORDER BY its ordinality: a join's order is the plan's), the order `settle_receipts`
+# settles them in.
 KEEP = sa.text(
     "WITH v AS (SELECT * FROM unnest(CAST(:receipt_ids AS text[]), CAST(:references AS text[]), "
-    "                                CAST(:outcomes AS text[]), CAST(:notification_ids AS bigint[])) "
-    "           AS v(receipt_id, reference, outcome, notification_id)), "
-    "k AS (INSERT INTO delivery_receipt_keys (receipt_id, received_at) SELECT receipt_id, now() FROM v "
+    "                                CAST(:outcomes AS text[]), CAST(:notification_ids AS bigint[])) WITH ORDINALITY "
+    "           AS v(receipt_id, reference, outcome, notification_id, ord)), "
+    "k AS (INSERT INTO delivery_receipt_keys (receipt_id, received_at) SELECT receipt_id, now() FROM v ORDER BY ord "
     "      ON CONFLICT (receipt_id) DO NOTHING RETURNING receipt_id, received_at) "
     "INSERT INTO delivery_receipts (receipt_id, provider, provider_reference, outcome, notification_id, received_at) "
     "SELECT k.receipt_id, CAST(:provider AS text), v.reference, v.outcome, v.notification_id, k.received_at "
-    "FROM k JOIN v ON v.receipt_id = k.receipt_id "
+    "FROM k JOIN v ON v.receipt_id = k.receipt_id ORDER BY v.ord "
     "RETURNING id, receipt_id")

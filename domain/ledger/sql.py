@@ -258,13 +258,16 @@ RECEIPT_APPLIED = sa.text("UPDATE delivery_receipts SET applied_at = now() WHERE
 # one on a DELIVERED row is applied (it agrees); a `failed` one on a DELIVERED row, or on a row settled unsent
 # (SUPPRESSED: nothing was charged, so nothing to refund), is closed with why — and a SUPPRESSED row it bounced
 # says `undeliverable` too, so a stalled worker's late 2xx for that send is old news (write.accept_truth), not a
-# late truth that charges a message the provider could not deliver. A row still owed keeps its own.
+# late truth that charges a message the provider could not deliver. A row still owed keeps its own. `:before`
+# (or NULL: all): only the receipts that came before that one (settled against the row as it stands, before that
+# receipt moves it: write.settle_receipts keeps the order they came in).
 SETTLE_RECEIPTS = sa.text(
     """
     WITH p AS (
       SELECT r.id, r.received_at, r.outcome, n.id AS nid, n.status, n.suppressed_reason
       FROM delivery_receipts r JOIN notifications n ON n.id = r.notification_id
       WHERE r.notification_id = ANY(CAST(:ids AS bigint[])) AND r.applied_at IS NULL AND n.status <> 'QUEUED'
+        AND (CAST(:before AS bigint) IS NULL OR r.id < CAST(:before AS bigint))
         AND NOT (r.outcome = 'delivered' AND n.status <> 'DELIVERED')
         AND NOT (r.outcome = 'failed' AND n.status = 'SENT')
     ), bounced AS (

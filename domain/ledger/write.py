@@ -246,16 +246,26 @@ def settle_receipts(uow: UnitOfWork, notification_ids: Collection[int]) -> list[
         delivered = {int(a.id): int(a.notification_id) for a in uow.execute(sql.DELIVER_SENT_ROWS, {"ids": ids})}
         done += list(delivered)
     delivered_rows = set(delivered.values())
-    for r in pending:
-        now = "DELIVERED" if r.notification_id in delivered_rows else r.status
-        if int(r.id) in delivered or not _moves(r.outcome, now):
-            continue
+    passed: set[int] = set()  # rows with a receipt passed over (it moves nothing), not settled yet
+    # In the order they came (receipt ids), across rows: a batch's refund that came before another row's late
+    # charge is there to pay for it, as when each came alone.
+    for r in sorted(pending, key=lambda p: int(p.id)):
         nid = int(r.notification_id)
+        now = "DELIVERED" if nid in delivered_rows else r.status
+        if int(r.id) in delivered:
+            continue
+        if not _moves(r.outcome, now):
+            passed.add(nid)
+            continue
+        if nid in passed:  # the row's earlier receipts, settled against the row as it stood when they came
+            done += [int(i) for i in uow.execute(sql.SETTLE_RECEIPTS, {"ids": [nid], "before": r.id}).scalars()]
+            passed.discard(nid)
         status = uow.execute(sql.ROW_FOR_RECEIPT, {"n": nid}).scalar()
         # An earlier receipt of the row may have moved it since (then the statement below settles this one), and
         # a receipt is applied once: the guarded mark decides before any money moves.
         if not _moves(r.outcome, status) or uow.execute(
                 sql.RECEIPT_APPLIED, {"i": r.id, "at": r.received_at}).first() is None:
+            passed.add(nid)
             continue
         if r.outcome == "delivered":
             _accept(uow, nid, final="DELIVERED", provider_reference=str(r.provider_reference), delivered=True)
@@ -264,7 +274,7 @@ def settle_receipts(uow: UnitOfWork, notification_ids: Collection[int]) -> list[
             metering.release(uow, nid, "refund: provider could not deliver")
         done.append(int(r.id))
     if done or any(r.status != "QUEUED" for r in pending):  # else: all still wait for their rows to be settled
-        done += [int(i) for i in uow.execute(sql.SETTLE_RECEIPTS, {"ids": ids}).scalars()]
+        done += [int(i) for i in uow.execute(sql.SETTLE_RECEIPTS, {"ids": ids, "before": None}).scalars()]
     return done
 
 
