@@ -104,6 +104,9 @@ def _apply(provider: str, receipts: Sequence[Receipt], engine: Engine | None) ->
             "notification_ids": [rows[i].id if rows[i] is not None else None for i in fresh]})}
         settled = set(settle_receipts(uow, [int(row.id) for row in rows if row is not None]))
         uow.commit()
+    # Each answered as if it had come alone: a `failed` receipt for a row still owed when it came is kept waiting
+    # for the record ("pending"), though a later receipt of the batch settled the row (and it) in this transaction.
+    owed = {int(row.id) for row in rows if row is not None and row.status == "QUEUED"}
     results = []
     for i, (r, row) in enumerate(zip(receipts, rows, strict=True)):
         if row is None:
@@ -111,6 +114,11 @@ def _apply(provider: str, receipts: Sequence[Receipt], engine: Engine | None) ->
             continue
         kept_id = kept.get(r.receipt_id) if first[r.receipt_id] == i else None
         status = "duplicate" if kept_id is None else "applied" if kept_id in settled else "pending"
+        if kept_id is not None and int(row.id) in owed:
+            if r.outcome == "failed":
+                status = "pending"
+            else:  # the truth: the row is owed no more
+                owed.discard(int(row.id))
         results.append(ReceiptResult(status, int(row.id), int(row.tenant_id),
                                      None if row.order_id is None else int(row.order_id)))
     return results

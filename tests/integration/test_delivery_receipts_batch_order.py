@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from domain.db import get_engine
 from domain.delivery.receipts import Receipt, apply_receipt, apply_receipts
-from domain.delivery.retry import Fail, Succeeded
+from domain.delivery.retry import Fail, Retry, Succeeded
 from tests.support.db import assert_invariants
 from tests.support.long_way import entries, ready, record, row
 from tests.support.people import person, sms
@@ -97,4 +97,26 @@ def test_a_failed_then_delivered_receipt_for_a_row_settled_unsent_is_recorded_as
     assert apply_receipt("sms", f"rc-{s}-ad", f"fd-{s}-a", "delivered", a_key).status == "applied"
     assert receipts(late)[0] == ("failed", True, None), "applied to the FAILED row as it stood when it came"
     assert state(late) == state(a_late)
+    assert_invariants()
+
+
+def test_a_failed_then_delivered_receipt_for_a_row_still_owed_is_answered_as_one_at_a_time(db):
+    """Alone, the `failed` receipt finds the row owed (the worker timed out, the provider had taken it) and is kept
+    waiting (pending); the `delivered` one then settles the row and it. In one batch: the same answers, the same
+    row, money and receipts."""
+    rid, _ = person(cap=None)
+    s = uuid.uuid4().hex[:6]
+    twins = []
+    for side in ("batch", "alone"):
+        nid = sms(rid, f"owed-{side}")
+        c = ready(nid)
+        assert record(c, Retry("timeout", 0.0), code=None) == "retry"
+        twins.append((nid, c.dedupe_key))
+    (nid, key), (a_nid, a_key) = twins
+    got = apply_receipts("sms", [Receipt(f"rc-{s}-bf", f"ow-{s}-b", "failed", key),
+                                 Receipt(f"rc-{s}-bd", f"ow-{s}-b", "delivered", key)])
+    alone = [apply_receipt("sms", f"rc-{s}-af", f"ow-{s}-a", "failed", a_key),
+             apply_receipt("sms", f"rc-{s}-ad", f"ow-{s}-a", "delivered", a_key)]
+    assert [r.status for r in got] == [r.status for r in alone] == ["pending", "applied"]
+    assert state(nid) == state(a_nid) and row(nid).status == "DELIVERED"
     assert_invariants()
