@@ -14,9 +14,10 @@ A receipt names the provider's reference and echoes the idempotency key we sent 
 Neither the reference nor the key known: kept as it arrived (support can see it), answered 404.
 
 A provider may post its receipts one at a time or many in one request (`apply_receipts`): a batch is ONE
-transaction — its rows found and locked in id order by one statement, its receipts kept by one statement, and
-every row's pending receipts settled by one call of `settle_receipts` — with an answer per receipt, as if each had
-come alone. A campaign's receipts then cost the API and the database a commit per batch, not per message.
+transaction — its rows found and locked in id order by one statement (however each is found, by the reference or
+by our key: two batches take turns, never deadlock), its receipts kept by one statement, and every row's pending
+receipts settled by one call of `settle_receipts` — with an answer per receipt, as if each had come alone. A
+campaign's receipts then cost the API and the database a commit per batch, not per message.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork, is_deadlock
-from domain.delivery.sql_record import BY_KEY, BY_REFERENCES, KEEP
+from domain.delivery.sql_record import BY_KEY, BY_REFERENCE, KEEP, ROWS_FOR_RECEIPTS
 from domain.ledger.write import settle_receipts
 
 __all__ = ["MAX_BATCH", "OUTCOMES", "Receipt", "ReceiptResult", "apply_receipt", "apply_receipts"]
@@ -84,18 +85,31 @@ def apply_receipts(provider: str, receipts: Sequence[Receipt], engine: Engine | 
     raise AssertionError("unreachable")
 
 
+def _still_its_row(row: Any, r: Receipt) -> bool:
+    """The row, as it stands locked, is still the one the receipt names: by its reference, or by our key while the
+    reference is not on it."""
+    return row.provider_reference == r.reference or (
+        r.client_reference is not None and row.current_key == r.client_reference)
+
+
 def _apply(provider: str, receipts: Sequence[Receipt], engine: Engine | None) -> list[ReceiptResult]:
     if not receipts:
         return []
     with UnitOfWork(engine) as uow:
-        by_reference = {str(row.provider_reference): row for row in uow.execute(
-            BY_REFERENCES, {"references": sorted({r.reference for r in receipts}), "provider": provider})}
-        rows: list[Any] = []
-        for r in receipts:
-            row = by_reference.get(r.reference)
-            if row is None and r.client_reference is not None:  # not recorded yet: the key we sent
-                row = uow.execute(BY_KEY, {"key": r.client_reference, "provider": provider}).first()
-            rows.append(row)
+        rows: list[Any] = [None] * len(receipts)
+        found: dict[int, tuple[bool, int]] = {}  # a receipt's place -> (found by its reference, row id): the best
+        for row in uow.execute(ROWS_FOR_RECEIPTS, {"references": [r.reference for r in receipts],
+                                                   "keys": [r.client_reference for r in receipts],
+                                                   "provider": provider}):
+            for by_reference, places in ((True, row.by_reference), (False, row.by_key)):
+                for place in places:
+                    if found.get(place, (False, 0)) < (by_reference, int(row.id)):
+                        found[place], rows[place - 1] = (by_reference, int(row.id)), row
+        for i, r in enumerate(receipts):
+            if rows[i] is not None and not _still_its_row(rows[i], r):  # changed before the lock: found again
+                rows[i] = uow.execute(BY_REFERENCE, {"reference": r.reference, "provider": provider}).first()
+                if rows[i] is None and r.client_reference is not None:
+                    rows[i] = uow.execute(BY_KEY, {"key": r.client_reference, "provider": provider}).first()
         first = {r.receipt_id: i for i, r in reversed(list(enumerate(receipts)))}  # a receipt id's first place
         fresh = [i for i, r in enumerate(receipts) if first[r.receipt_id] == i]
         kept = {str(k.receipt_id): int(k.id) for k in uow.execute(KEEP, {

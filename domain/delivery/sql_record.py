@@ -162,19 +162,50 @@ CODE_OUTLIVED = sa.text(
     "AND oc.expires_at <= now() + make_interval(secs => :delay)")
 
 # ---- receipts (receipts.py) -------------------------------------------------------------------------------------
-# BY_REFERENCES: a batch's rows by the provider's references, each locked in id order.
-# Two batches, or a batch and a worker's record, take their rows in one order; the lock makes a receipt and its
-# row's record take turns.
-BY_REFERENCES = sa.text(
-    "SELECT id, status, tenant_id, order_id, channel, provider_reference FROM notifications "
-    "WHERE provider_reference = ANY(CAST(:references AS text[])) AND channel = :provider ORDER BY id FOR UPDATE")
-# BY_KEY: the row a receipt names by the idempotency key we sent, locked (its reference is not recorded yet).
-# The key we sent: the replay's own key when there is one (an old receipt never lands on a replayed message).
-# The dedupe key is found through `ledger_keys` (the ledger is partitioned; its key kept once there).
-BY_KEY = sa.text(
-    "SELECT id, status, tenant_id, order_id, channel, provider_reference FROM notifications "
-    "WHERE ((provider_key IS NULL AND id = ANY(ARRAY(SELECT notification_id FROM ledger_keys WHERE dedupe_key = :key)))"
-    " OR provider_key = :key) AND channel = :provider FOR UPDATE")
+# ROWS_FOR_RECEIPTS: a batch's rows, however each was found, locked by this one statement in id order.
+# Two batches, or a batch and a worker's record, take their rows in one order and take turns, never deadlock; the
+# lock makes a receipt and its row's record take turns. A receipt's row is found (in the statement's snapshot,
+# before the lock) by the provider's reference, else by the key we sent while the reference is not on the row (the
+# send not recorded yet): the replay's own key when there is one (an old receipt never lands on a replayed
+# message), the dedupe key through `ledger_keys` (the ledger is partitioned; its key kept once there) — each by an
+# index, as the one-receipt statements below. Each row answers the places in the batch (1-based) of the receipts
+# found on it by reference and by key, and what it says once locked (its reference and key: receipts.py takes, for
+# each receipt, the newest row found by its reference, else by its key, and checks it still matches, a row changed
+# between being found and being locked being rare).
+ROWS_FOR_RECEIPTS = sa.text(
+    """
+    WITH v AS (
+      SELECT * FROM unnest(CAST(:references AS text[]), CAST(:keys AS text[])) WITH ORDINALITY AS v(ref, key, ord)
+    ), by_ref AS (
+      SELECT v.ord, n.id FROM notifications n JOIN v ON v.ref = n.provider_reference
+      WHERE n.provider_reference = ANY(CAST(:references AS text[])) AND n.channel = :provider
+    ), unfound AS (
+      SELECT ord, key FROM v WHERE key IS NOT NULL AND ord NOT IN (SELECT ord FROM by_ref)
+    ), by_key AS (
+      SELECT u.ord, n.id FROM notifications n
+      JOIN ledger_keys k ON k.notification_id = n.id JOIN unfound u ON u.key = k.dedupe_key
+      WHERE n.id = ANY(ARRAY(SELECT notification_id FROM ledger_keys WHERE dedupe_key IN (SELECT key FROM unfound)))
+        AND n.provider_key IS NULL AND n.channel = :provider
+      UNION ALL
+      SELECT u.ord, n.id FROM notifications n JOIN unfound u ON u.key = n.provider_key
+      WHERE n.provider_key = ANY(ARRAY(SELECT key FROM unfound)) AND n.channel = :provider
+    )
+    SELECT n.id, n.status, n.tenant_id, n.order_id, n.provider_reference,
+           coalesce(n.provider_key, n.dedupe_key) AS current_key,
+           ARRAY(SELECT ord FROM by_ref WHERE by_ref.id = n.id) AS by_reference,
+           ARRAY(SELECT ord FROM by_key WHERE by_key.id = n.id) AS by_key
+    FROM notifications n
+    WHERE n.id = ANY(ARRAY(SELECT id FROM by_ref UNION SELECT id FROM by_key)) AND n.channel = :provider
+    ORDER BY n.id FOR UPDATE OF n
+    """)
+# BY_REFERENCE, BY_KEY: one receipt's row, found and locked as it is found (the rare receipt whose row changed
+# between the statement above finding it and locking it): by the reference, else by the key.
+_ROW = ("SELECT id, status, tenant_id, order_id, provider_reference, coalesce(provider_key, dedupe_key) AS current_key "
+        "FROM notifications WHERE {where} AND channel = :provider ORDER BY id DESC LIMIT 1 FOR UPDATE")
+BY_REFERENCE = sa.text(_ROW.format(where="provider_reference = :reference"))
+BY_KEY = sa.text(_ROW.format(
+    where="((provider_key IS NULL AND id = ANY(ARRAY(SELECT notification_id FROM ledger_keys WHERE dedupe_key = :key)))"
+          " OR provider_key = :key)"))
 # KEEP: a batch's receipts kept, each receipt id once, answering those that are new.
 # A receipt id once, in any month: its key first (unpartitioned), the receipt only if the key is new. Their ids
 # follow the batch's order (ORDER BY its ordinality: a join's order is the plan's), the order `settle_receipts`
