@@ -123,14 +123,8 @@ async def _post_receipts(provider: str, waiting: list[_Waiting]) -> None:
     try:
         held = await _still_held([r["provider_reference"] for r in receipts])
         receipts = [r for r in receipts if r["provider_reference"] in held]
-        if not receipts:
-            return
-        if len(receipts) == 1:
-            webhook_id, body = receipts[0]["receipt_id"], json.dumps(receipts[0])
-        else:
-            webhook_id = f"rbatch-{uuid.uuid4().hex}"
-            body = json.dumps({"batch_id": webhook_id, "receipts": receipts})
-        await _post(provider, webhook_id, body)
+        if receipts:
+            await _post_in_parts(provider, receipts)
     except Exception as exc:  # a mock's receipt lost: the app's record stands (as a provider's outage would)
         log.warning("receipts not posted: %s", type(exc).__name__)
     finally:
@@ -139,18 +133,35 @@ async def _post_receipts(provider: str, waiting: list[_Waiting]) -> None:
                 posted.set_result(None)
 
 
-async def _post(provider: str, webhook_id: str, body: str) -> None:
+async def _post_in_parts(provider: str, receipts: list[dict[str, str]]) -> None:
+    """One post for these receipts (alone: as a single receipt); a batch the app refuses as too large (413: its
+    body limit, `OUTBOX_MAX_BODY_BYTES`, counts bytes, not receipts) is posted again as two halves, each under an id
+    of its own, down to one receipt a post — never retried whole, which the app would refuse as often."""
+    if len(receipts) == 1:
+        webhook_id, body = receipts[0]["receipt_id"], json.dumps(receipts[0])
+    else:
+        webhook_id = f"rbatch-{uuid.uuid4().hex}"
+        body = json.dumps({"batch_id": webhook_id, "receipts": receipts})
+    if await _post(provider, webhook_id, body) == 413 and len(receipts) > 1:
+        half = len(receipts) // 2
+        await _post_in_parts(provider, receipts[:half])
+        await _post_in_parts(provider, receipts[half:])
+
+
+async def _post(provider: str, webhook_id: str, body: str) -> int | None:
+    """The app's final answer (None: it never answered); retried while it does not answer or answers 5xx."""
     callback_url = f"{get_settings().app_url}/api/v1/receipts/{provider}"
     client = _receipt_client()
     for attempt in range(20):
         try:
             r = await client.post(callback_url, content=body,
                                   headers=signed_headers(get_settings().receipt_secret, webhook_id, body))
-            if r.status_code < 300 or r.status_code in (400, 401, 404, 422):
-                return
+            if r.status_code < 300 or r.status_code in (400, 401, 404, 413, 422):
+                return r.status_code
         except httpx.HTTPError:
             pass
         await asyncio.sleep(min(0.25 * (attempt + 1), 2.0))
+    return None
 
 
 HELD_MESSAGES = "SELECT reference FROM provider_messages WHERE reference = ANY(%(refs)s)"
