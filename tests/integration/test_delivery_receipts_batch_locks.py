@@ -29,25 +29,7 @@ from domain.delivery.retry import Retry
 from tests.support.db import assert_invariants
 from tests.support.long_way import entries, ready, record, row
 from tests.support.people import person, sms
-
-
-def at_once(*calls: Any) -> list[Any]:
-    out: list[Any] = [None] * len(calls)
-    start = threading.Barrier(len(calls))
-
-    def run(i: int) -> None:
-        start.wait()
-        try:
-            out[i] = calls[i]()
-        except Exception as exc:  # the answer, whatever it is
-            out[i] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+from tests.support.threads import at_once
 
 
 def test_two_batches_naming_unrecorded_rows_in_opposite_orders_take_turns(db, monkeypatch: pytest.MonkeyPatch):

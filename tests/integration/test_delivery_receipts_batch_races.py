@@ -11,10 +11,8 @@ answers "duplicate" and moves nothing.
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from functools import partial
-from typing import Any
 
 from domain.delivery import store_batch
 from domain.delivery.receipts import Receipt, apply_receipts
@@ -23,22 +21,7 @@ from tests.integration.test_delivery_batch import claim, pool, sent, sms_rows  #
 from tests.support.db import assert_invariants, one
 from tests.support.long_way import entries, ready, record, row
 from tests.support.people import person, sms
-
-
-def at_once(*calls: Any) -> list[Any]:
-    out: list[Any] = [None] * len(calls)
-    start = threading.Barrier(len(calls))
-
-    def run(i: int) -> None:
-        start.wait()
-        out[i] = calls[i]()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+from tests.support.threads import at_once
 
 
 def bounced_once(nid: int) -> None:

@@ -11,4 +11,5 @@
 - `people`: a person of tenant 42, an SMS ledgered to them, a fanned-out campaign's first row.
 - `retention`: rows of a long-settled month carrying what an archive must never hold; a digest of its tables.
 - `review`: a message that really failed; the operator actions recorded about rows.
+- `threads`: calls started together on threads, each answer (or exception) in order.
 """
