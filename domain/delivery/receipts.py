@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from domain.db import UnitOfWork, is_deadlock
-from domain.delivery.sql_record import BY_KEY, BY_REFERENCE, KEEP, ROWS_FOR_RECEIPTS
+from domain.delivery.sql_record import BY_KEY, BY_REFERENCE, KEEP, ROWS_BY_REFERENCES, ROWS_FOR_RECEIPTS
 from domain.ledger.write import settle_receipts
 
 __all__ = ["MAX_BATCH", "OUTCOMES", "Receipt", "ReceiptResult", "apply_receipt", "apply_receipts"]
@@ -99,9 +99,12 @@ def _apply(provider: str, receipts: Sequence[Receipt], engine: Engine | None) ->
     with UnitOfWork(engine) as uow:
         rows: list[Any] = [None] * len(receipts)
         found: dict[int, tuple[bool, int]] = {}  # a receipt's place -> (found by its reference, row id): the best
-        for row in uow.execute(ROWS_FOR_RECEIPTS, {"references": [r.reference for r in receipts],
-                                                   "keys": [r.client_reference for r in receipts],
-                                                   "provider": provider}):
+        params = {"references": [r.reference for r in receipts], "keys": [r.client_reference for r in receipts],
+                  "provider": provider}
+        located = uow.execute(ROWS_BY_REFERENCES, params).all()  # the common case: every send recorded
+        if {place for row in located for place in row.by_reference} != set(range(1, len(receipts) + 1)):
+            located = uow.execute(ROWS_FOR_RECEIPTS, params).all()  # some found by the key we sent, or not at all
+        for row in located:
             for by_reference, places in ((True, row.by_reference), (False, row.by_key)):
                 for place in places:
                     if found.get(place, (False, 0)) < (by_reference, int(row.id)):
