@@ -26,7 +26,8 @@ from domain.db import get_engine
 from domain.delivery import receipts as receipts_module
 from domain.delivery.receipts import Receipt, apply_receipts
 from domain.delivery.retry import Retry
-from tests.support.db import assert_invariants
+from jobs.ops.procs import wait_until
+from tests.support.db import assert_invariants, waiting_on_a_lock
 from tests.support.long_way import entries, ready, record, row
 from tests.support.people import person, sms
 from tests.support.threads import at_once
@@ -81,7 +82,8 @@ def test_a_row_replayed_while_a_batch_waits_for_its_lock_is_not_the_receipts_row
         batch = threading.Thread(target=lambda: out.append(apply_receipts(
             "sms", [Receipt(f"rc-{s}", f"old-{s}", "delivered", c.dedupe_key)])))
         batch.start()
-        time.sleep(0.3)  # the batch has found the row and waits for its lock
+        # The batch has found the row by our key and waits for its lock (the UPDATE above holds it).
+        wait_until(waiting_on_a_lock, 10, "the batch waiting for the row's lock")  # the only backend that can
         other.commit()
     batch.join()
     assert [r.status for r in out[0]] == ["unknown_reference"]

@@ -18,3 +18,9 @@ def one(sql: str, **params: Any) -> Any:
 def assert_invariants() -> None:
     counts = invariants.invariant_counts()
     assert not any(counts.values()), counts
+
+
+def waiting_on_a_lock(query_like: str = "%") -> bool:
+    """A backend of this database waits on a row or table lock, running a statement that matches `query_like`."""
+    return bool(one("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE :q", q=query_like))
