@@ -45,7 +45,7 @@ from domain.campaigns import fan_out as campaign_fan_out
 from domain.db import UnitOfWork, get_engine
 from domain.delivery import long_way, plan, review, store, store_batch
 from domain.delivery.queue import LANES, queue_name
-from domain.delivery.receipts import Receipt, apply_receipt, apply_receipts
+from domain.delivery.receipts import MAX_BATCH, Receipt, apply_receipt, apply_receipts
 from domain.delivery.retry import Outcome, Succeeded, decide_retry
 from domain.delivery.wakeups import arq_pool
 from domain.endpoints import store as endpoint_store
@@ -733,9 +733,11 @@ class DeliveryMachine(RuleBasedStateMachine):
                     f.outcome, f.reference = self.provider.post(key, "accept", f.claim.channel)
                     self._record(f)
         assert self._owed() == [], f"seed {SEED}: rows still owed after the drain"
-        for channel in {r[0] for r in self.provider.receipts}:  # every receipt arrives in the end, a batch a channel
-            apply_receipts(channel, [Receipt(f"{rid}-final", ref, "delivered", key)
-                                     for ch, rid, ref, key in self.provider.receipts if ch == channel])
+        for channel in {r[0] for r in self.provider.receipts}:  # every receipt arrives in the end, in batches
+            final = [Receipt(f"{rid}-final", ref, "delivered", key)
+                     for ch, rid, ref, key in self.provider.receipts if ch == channel]
+            for start in range(0, len(final), MAX_BATCH):  # as a provider splits them
+                apply_receipts(channel, final[start:start + MAX_BATCH])
         self.outbox_check_is_clean()
         stranded = invariants.invariant_counts()["14 a receipt pending on a settled row"]
         assert stranded == 0, f"seed {SEED}: {stranded} receipt(s) left pending on a settled row"
