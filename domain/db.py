@@ -8,17 +8,22 @@ ledger rows share ONE commit.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections import namedtuple
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import quote, urlencode
 
 import psycopg
 import sqlalchemy as sa
-from psycopg.rows import namedtuple_row
+from psycopg.rows import RowMaker, namedtuple_row
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.engine import Connection, Dialect, Engine, Result, make_url
+from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 from sqlalchemy.sql.base import Executable
-from sqlalchemy.sql.elements import TextClause
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement, TextClause
+from sqlalchemy.util import await_only, greenlet_spawn
 
 from domain.settings import get_settings
 
@@ -117,6 +122,156 @@ class UnitOfWork:
         if self._conn is not None:
             self._conn.commit()
         self.committed = True
+
+
+# ---- sync unit-of-work code on an async psycopg connection (the workers' store, domain/delivery/store.py) ----------
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+async def run_sync(conn: psycopg.AsyncConnection[Any], fn: Callable[Concatenate[UnitOfWork, P], T],
+                   *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(uow, *args, **kwargs)` — sync code written against a `UnitOfWork` (the long way of a claim or a record,
+    the ledger's and the breaker's helpers) — run on `conn`, in the transaction its caller holds open there, on
+    this event loop: each statement is awaited through a greenlet (SQLAlchemy's `greenlet_spawn`, the bridge its own
+    asyncio extension runs sync code on). No thread, no second connection: the fast path's statements and the long
+    way's are one transaction. `fn` never commits (the caller's transaction does); a statement that failed fails the
+    transaction even if `fn` caught it."""
+    uow = _OnAsyncConnection(conn)
+    result: T = await greenlet_spawn(functools.partial(fn, uow, *args, **kwargs))
+    if uow.failed is not None:
+        raise uow.failed
+    return result
+
+
+class _OnAsyncConnection(UnitOfWork):
+    """A `UnitOfWork` whose statements run on an async psycopg connection someone else's transaction holds (see
+    `run_sync`); only inside `run_sync`'s greenlet. Results answer as SQLAlchemy's do (`first`, `one`, `scalar`,
+    `scalar_one`, `scalars`, `all`, rows by attribute and by `_mapping`)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        super().__init__(engine=_NO_ENGINE)
+        self._async = conn
+        self.failed: BaseException | None = None
+
+    @property
+    def connection(self) -> Connection:
+        raise TypeError("a unit of work on an async connection has no SQLAlchemy connection")
+
+    def execute(self, statement: Executable, params: Mapping[str, Any] | None = None) -> Result[Any]:
+        assert isinstance(statement, ClauseElement)
+        rows, rowcount = self._run(statement, params or {})
+        return DriverResult(rows, rowcount)  # type: ignore[return-value]  # Result's reading surface, duck-typed
+
+    def fetch(self, statement: TextClause, params: Mapping[str, Any]) -> list[Any]:
+        return self._run(statement, params)[0]
+
+    def _run(self, statement: ClauseElement, params: Mapping[str, Any]) -> tuple[list[Any], int]:
+        text, defaults = _compiled(statement)
+        try:
+            return await_only(_execute(self._async, text, {**defaults, **params}))
+        except BaseException as exc:
+            self.failed = exc
+            raise
+
+    def rollback(self) -> None:
+        raise TypeError("the caller's transaction ends it, not the code it runs")
+
+    def commit(self) -> None:
+        raise TypeError("the caller's transaction commits, not the code it runs")
+
+
+_NO_ENGINE: Any = object()  # `_OnAsyncConnection` never opens a connection of its own
+
+
+@functools.lru_cache(maxsize=1024)  # most are module constants; a few are built per call (sql.settle_unleased)
+def _compiled(statement: ClauseElement) -> tuple[str, dict[str, Any]]:
+    """`statement` as psycopg takes it (`%(name)s`, a literal `%` doubled) and the values it binds itself."""
+    compiled = statement.compile(dialect=_PSYCOPG)
+    assert isinstance(compiled, SQLCompiler)
+    binds = compiled.binds
+    # A value the statement carries (a Core construct's `values(leased_until=None)`), not a `:name` left to the caller.
+    return str(compiled), {k: v for k, v in compiled.params.items() if k in binds and not binds[k].required}
+
+
+_PSYCOPG = psycopg_dialect()  # type: ignore[no-untyped-call]
+
+
+async def _execute(conn: psycopg.AsyncConnection[Any], text: str, params: Mapping[str, Any]) -> tuple[list[Any], int]:
+    """One statement and its rows. Inside a pipeline (the fast path's), its own nested pipeline syncs it, so its
+    rows and its row count are there when it returns."""
+    cur = conn.cursor(row_factory=_rows)
+    async with conn.pipeline():
+        await cur.execute(text, params)
+    rows = await cur.fetchall() if cur.description is not None else []
+    return rows, cur.rowcount
+
+
+def _rows(cursor: Any) -> RowMaker[Any]:
+    names = tuple(c.name for c in cursor.description or ())
+    make = _row_class(names)
+    return lambda values: make._make(values)
+
+
+@functools.cache
+def _row_class(names: tuple[str, ...]) -> Any:
+    base = namedtuple("DriverRow", names, rename=True)  # type: ignore[misc]  # the names are the statement's columns
+
+    class DriverRow(base):
+        __slots__ = ()
+
+        @property
+        def _mapping(self) -> dict[str, Any]:
+            return dict(zip(names, self, strict=True))
+
+    return DriverRow
+
+
+class _Scalars(list[Any]):
+    def all(self) -> list[Any]:
+        return list(self)
+
+
+class DriverResult:
+    """A statement's rows, read the way long-way code reads SQLAlchemy's `Result`."""
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self._rows = rows
+        self.rowcount = rowcount
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._rows)
+
+    def all(self) -> list[Any]:
+        return list(self._rows)
+
+    def fetchall(self) -> list[Any]:
+        return list(self._rows)
+
+    def first(self) -> Any:
+        return self._rows[0] if self._rows else None
+
+    def one(self) -> Any:
+        if len(self._rows) != 1:
+            raise NoResultFound("no row") if not self._rows else MultipleResultsFound("more than one row")
+        return self._rows[0]
+
+    def one_or_none(self) -> Any:
+        if len(self._rows) > 1:
+            raise MultipleResultsFound("more than one row")
+        return self._rows[0] if self._rows else None
+
+    def scalar(self) -> Any:
+        return self._rows[0][0] if self._rows else None
+
+    def scalar_one(self) -> Any:
+        return self.one()[0]
+
+    def scalars(self) -> _Scalars:
+        return _Scalars(r[0] for r in self._rows)
+
+    def mappings(self) -> list[dict[str, Any]]:
+        return [r._mapping for r in self._rows]
 
 
 def like_escape(text: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Final
 import httpx
 
 from domain import faults, logs
-from domain.delivery import long_way, plan, store_batch
+from domain.delivery import plan, store, store_batch
 from domain.delivery.plan import Claim, Ready
 from domain.delivery.retry import Outcome, decide_retry
 from domain.delivery.signing import signed_headers
@@ -60,7 +60,7 @@ async def send_ready(ctx: dict[str, Any], ready: Ready, claim_started: float,
     claim = ready.claim
     target = None
     if claim.endpoint_id is not None:  # read now, never carried anywhere: the URL and the live secrets
-        target = await asyncio.to_thread(endpoints.send_target, claim.tenant_id, claim.endpoint_id)
+        target = await store.send_target(ctx["db"], claim.tenant_id, claim.endpoint_id)
     if claim.endpoint_id is None or target is not None:
         async with gate if gate is not None else contextlib.nullcontext():
             deadline = attempt_deadline(settings.lease_seconds) - (time.monotonic() - claim_started)
@@ -73,7 +73,7 @@ async def send_ready(ctx: dict[str, Any], ready: Ready, claim_started: float,
                                         settings.backoff_cap, ctx["rng"])
                 return store_batch.Attempted(claim, decision, started, outcome.status_code, latency_ms, ref,
                                              outcome.excerpt, outcome.error)
-    await asyncio.to_thread(long_way.give_back, claim)
+    await store.give_back(ctx["db"], claim)
     return None
 
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 import psycopg
 
 from domain import faults, logs
-from domain.delivery import fair_plan, long_way, plan, ratelimit, store, store_batch
+from domain.delivery import fair_plan, plan, ratelimit, store, store_batch
 from domain.delivery.plan import Claim, Ready
 from domain.delivery.queue import RATE_KEY, TENANT_RATE_KEY
 from domain.settings import get_settings
@@ -106,32 +106,26 @@ async def deliver_batch(ctx: dict[str, Any], size: int) -> int:
         return await deliver_bulk_batch(ctx, size)
     now = datetime.now(UTC)
     claim_started = time.monotonic()
-    batch = await store_batch.claim_batch(ctx["db"], lane, size, settings.lease_seconds, now)
+    batch = await store_batch.claim_batch(ctx["db"], lane, size, settings.lease_seconds, now, ctx["worker_name"])
     if not len(batch):
         return 0
-    return await _run_batch(ctx, batch, now, claim_started)
+    return await _run_batch(ctx, batch, claim_started)
 
 
-async def _run_batch(ctx: dict[str, Any], batch: store_batch.Batch, now: datetime, claim_started: float,
+async def _run_batch(ctx: dict[str, Any], batch: store_batch.Batch, claim_started: float,
                      not_before: dict[int, float] | None = None, window: float = RECORD_WINDOW_S) -> int:
-    """A claimed batch, from the claim's commit to its records: the long way's rows settled, the rest sent and
-    recorded in groups as they are answered."""
+    """A claimed batch, from the claim's commit to its records (the rows the long way settled unsent at the claim
+    left as they are): the rest sent and recorded in groups as they are answered."""
     lane: str = ctx["lane"]
     worker: str = ctx["worker_name"]
     not_before = not_before or {}
     bell: Doorbell | None = ctx.get("batch_wake")
     if bell is not None:  # a wake-up naming only these rows, arriving late, rings no claim (jobs/wake.py)
-        bell.note_claimed([r.claim.id for r in batch.ready] + [c.id for c, _, _ in batch.long_way])
+        bell.note_claimed([c.id for c in batch.claims()])
     faults.hit("after_worker_claim")
     ready = list(batch.ready)
-    settled: list[Claim] = []
-    for claim, context, refused in batch.long_way:  # each fenced by its claim's token, in a transaction of its own
-        got = await asyncio.to_thread(long_way.settle_claimed, claim, context, now, worker, refused)
-        if isinstance(got, Ready):
-            ready.append(got)
-        elif isinstance(got, plan.Suppressed):
-            settled.append(got.claim)
-        # Deferred: its next_attempt_at says when; a drain loop claims it then.
+    # Deferred: its next_attempt_at says when; a drain loop claims it then.
+    settled = [r.claim for r in batch.settled if isinstance(r, plan.Suppressed)]
     faults.hit("before_remote_call")
     attempted: list[store_batch.Attempted] = []
     outcomes: dict[int, str] = {}
@@ -151,7 +145,7 @@ async def _run_batch(ctx: dict[str, Any], batch: store_batch.Batch, now: datetim
     for result in outcomes.values():
         counts[result] = counts.get(result, 0) + 1
     # One line per batch; it names every row and event it recorded, so `grep <event id>` still finds the worker.
-    log.info("batch recorded", lane=lane, claimed=len(batch), long_way=len(batch.long_way),
+    log.info("batch recorded", lane=lane, claimed=len(batch), long_way=batch.long_way,
              settled_at_claim=len(settled), given_back=len(ready) - len(attempted),
              ms=round((time.monotonic() - claim_started) * 1000, 1),
              notification_ids=sorted(outcomes), tenants=sorted({a.claim.tenant_id for a in attempted}),
@@ -211,9 +205,10 @@ async def deliver_bulk_batch(ctx: dict[str, Any], size: int) -> int:
         batch = store_batch.Batch()
         try:
             capped = {t: len(m) for t, m in moments.items()}
-            batch = await store_batch.claim_bulk_batch(pool, flows, size, quotas, capped, settings.lease_seconds, now)
+            batch = await store_batch.claim_bulk_batch(pool, flows, size, quotas, capped, settings.lease_seconds, now,
+                                                       ctx["worker_name"])
         finally:  # what the claim did not use goes back (all of it when the claim failed: its leases run out)
-            claimed_rows = [r.claim for r in batch.ready] + [c for c, _, _ in batch.long_way]
+            claimed_rows = batch.claims()
             used: dict[str, int] = {}
             for claim in claimed_rows:
                 used[claim.channel] = used.get(claim.channel, 0) + 1
@@ -231,7 +226,7 @@ async def deliver_bulk_batch(ctx: dict[str, Any], size: int) -> int:
                 await asyncio.sleep(min(short))
                 continue
             return 0
-        await _run_batch(ctx, batch, now, claim_started, not_before, BULK_RECORD_WINDOW_S)
+        await _run_batch(ctx, batch, claim_started, not_before, BULK_RECORD_WINDOW_S)
         return len(batch)
     return 0
 

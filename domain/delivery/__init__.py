@@ -6,9 +6,10 @@
 - `fair_plan` — pure: each (tenant, campaign) flow's share of the bulk window and its gap, a capped tenant's pace.
 - `ratelimit` — the token buckets in Redis (a channel's, a tenant's), one script call per take.
 - `plan` — pure: a claim's types (`Claim`, `Ready`, `Suppressed`, …) and `plan`, the common-case decision.
-- `store` — the workers' store: claim and record on an async psycopg pool, one row at a time.
+- `store` — the workers' one store: claim and record on an async psycopg pool, one row at a time, the long way
+  in the same transaction (`domain.db.run_sync`).
 - `store_batch` — the same store a batch at a time: N rows claimed in one statement, their answers in one record.
-- `long_way` — the long way of a claim and a record (sync SQLAlchemy): suppress, defer, caps, breaker, late truth.
+- `long_way` — the long way of a claim and a record, on a unit of work: suppress, defer, caps, breaker, late truth.
 - `sql` — the claim's named statements: the lease, the take, the long way's settlements before a send.
 - `sql_record` — the record's statements, and the receipts'.
 - `sql_review` — the operators' statements: lanes paused and resumed, rows replayed or resolved.

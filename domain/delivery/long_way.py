@@ -1,15 +1,21 @@
-"""The long way of a claim and a record, on synchronous SQLAlchemy: every case the workers' store (store.py,
-store_batch.py) hands over. Two transactions per attempt; the worker (jobs/worker.py) holds no SQL, it calls
-`claim`, does the HTTP, then calls `record`.
+"""The long way of a claim and a record: every case the workers' store's common case (store.py, store_batch.py) does
+not settle, written once against a `UnitOfWork` — a floor rule that suppresses or defers, a cap, the money short, a
+breaker, a late truth, a receipt pending. Status machine: QUEUED -> SENT -> DELIVERED | FAILED; QUEUED -> FAILED |
+SUPPRESSED.
+
+Where it runs: the `*_on(uow, ...)` steps run inside their caller's transaction. The workers run them on their own
+connection, in the very transaction their fast path opened (`domain.db.run_sync`: one store, one driver — async
+psycopg, no thread, no second connection): a claim the plan sends this way is settled before that claim's COMMIT, a
+record that matched nothing is taken up where the record's statement left it. `claim`, `settle_claimed`, `record`,
+`give_back` and `channel_of` are the same steps, each in a transaction of its own on the SQLAlchemy engine, for sync
+callers (the tests, an operator's command).
 
 `claim` is ONE transaction: the lease, the floor rules at send time (eligibility, opt-out, quiet hours, cap), and —
 for a message that may go — its cap slot and its price taken with guarded updates (domain/ledger/metering.py). It
 settles what must not go (SUPPRESSED with its reason, or deferred to the end of quiet hours) in that same transaction.
 `record` settles the attempt: SENT keeps the money, FAILED gives it back; only contract errors go to review.
 The common case of each is one statement (domain/delivery/sql.py `CLAIM` then `TAKE`; sql_record.py `RECORD_SENT` or
-`RECORD_RETRY`), decided by plan.py's `plan`; everything else goes the long way below, in the same transaction.
-The workers run the same statements through an async pool first (store.py) and come here for the long way.
-Status machine: QUEUED -> SENT -> DELIVERED | FAILED; QUEUED -> FAILED | SUPPRESSED.
+`RECORD_RETRY`), decided by plan.py's `plan`.
 
 Fencing: every claim takes the row's next `claim_token`; every write that follows — suppress, defer, retry, fail —
 is guarded by it, and money moves only when that guarded update matched (domain/ledger/write.py). A worker
@@ -57,8 +63,8 @@ from domain.ledger.floor import Defer, Send, Suppress
 from domain.ledger.templates import render_for_send
 from domain.ledger.write import accept_truth, settle_receipts, settle_unsent
 
-__all__ = ["BulkRoute", "channel_of", "claim", "give_back", "record", "record_params", "settle_claimed",
-           "take_for_send"]
+__all__ = ["BulkRoute", "channel_of", "channel_of_on", "claim", "claim_on", "give_back", "give_back_on", "record",
+           "record_on", "record_params", "refused_take", "settle_claimed", "take_for_send", "take_or_decide"]
 
 
 
@@ -79,43 +85,52 @@ class BulkRoute:
 def channel_of(notification_id: int, engine: Engine | None = None,
                created_at: datetime | None = None) -> BulkRoute | None:
     """The route of a row still owed (the bulk lane takes its tenant's and channel's tokens before claiming)."""
-    stmt = sql.CHANNEL_OF.sa if created_at is None else sql.CHANNEL_OF_IN_MONTH.sa
     with UnitOfWork(engine) as uow:
-        row = uow.execute(stmt, {"id": notification_id, "created_at": created_at}).first()
-        return None if row is None else BulkRoute.from_mapping(dict(row._mapping))
+        return channel_of_on(uow, notification_id, created_at)
+
+
+def channel_of_on(uow: UnitOfWork, notification_id: int, created_at: datetime | None = None) -> BulkRoute | None:
+    stmt = sql.CHANNEL_OF.sa if created_at is None else sql.CHANNEL_OF_IN_MONTH.sa
+    row = uow.execute(stmt, {"id": notification_id, "created_at": created_at}).first()
+    return None if row is None else BulkRoute.from_mapping(dict(row._mapping))
 
 
 def claim(notification_id: int, lease_seconds: float, now: datetime, worker: str = "worker",
           engine: Engine | None = None, created_at: datetime | None = None) -> ClaimResult | None:
     """None: not owed now (done, leased by another worker, paused or not yet due). `created_at`: the row's month,
     when its wake-up carries it (the claim then reads that partition alone)."""
-    stmt = sql.CLAIM.sa if created_at is None else sql.CLAIM_IN_MONTH.sa
     with UnitOfWork(engine) as uow:
-        found = uow.execute(stmt, claim_params(notification_id, lease_seconds, now, created_at)).first()
-        if found is None:
-            return None
-        row = dict(found._mapping)
-        claim, context = Claim.from_mapping(row), SendContext.from_mapping(row)
-        result = _take_or_decide(uow, claim, context, plan(claim, context, now), now, worker)
+        result = claim_on(uow, notification_id, lease_seconds, now, worker, created_at)
         uow.commit()
     return result
+
+
+def claim_on(uow: UnitOfWork, notification_id: int, lease_seconds: float, now: datetime, worker: str,
+             created_at: datetime | None = None) -> ClaimResult | None:
+    """`claim`'s steps in the caller's transaction."""
+    stmt = sql.CLAIM.sa if created_at is None else sql.CLAIM_IN_MONTH.sa
+    found = uow.execute(stmt, claim_params(notification_id, lease_seconds, now, created_at)).first()
+    if found is None:
+        return None
+    row = dict(found._mapping)
+    claim, context = Claim.from_mapping(row), SendContext.from_mapping(row)
+    return take_or_decide(uow, claim, context, plan(claim, context, now), now, worker)
 
 
 def settle_claimed(claim: Claim, context: SendContext, now: datetime, worker: str = "worker",
                    refused: Take | None = None, engine: Engine | None = None) -> ClaimResult:
-    """The long way for a row a batch claim already holds (store_batch.claim_batch committed its lease and token): what
-    `plan` left out is decided and settled here (`_decide_and_take`), or, `refused` given, the take the batch's
-    savepoint rolled back is tried again (`take_for_send`: at the cap or without the money it is suppressed with
-    its reason). One transaction; every write in it is fenced by the claim's token."""
+    """`take_or_decide` in a transaction of its own, for a row already claimed (its lease and token committed)."""
     with UnitOfWork(engine) as uow:
-        result = _take_or_decide(uow, claim, context, refused, now, worker)
+        result = take_or_decide(uow, claim, context, refused, now, worker)
         uow.commit()
     return result
 
 
-def _take_or_decide(uow: UnitOfWork, claim: Claim, context: SendContext, take: Take | None, now: datetime,
-                    worker: str) -> ClaimResult:
-    """A `Take`: the common case's take (`take_for_send`); None: the long way decides (`_decide_and_take`)."""
+def take_or_decide(uow: UnitOfWork, claim: Claim, context: SendContext, take: Take | None, now: datetime,
+                   worker: str) -> ClaimResult:
+    """For a row this transaction claimed: a `Take`, the common case's take (`take_for_send`; a batch's take that its
+    savepoint refused is tried again here: at the cap or without the money it is suppressed with its reason); None:
+    the long way decides what `plan` left out (`_decide_and_take`). Every write is fenced by the claim's token."""
     if take is None:
         return _decide_and_take(uow, claim, context, now, worker)
     return take_for_send(uow, claim, take, worker, now)
@@ -125,11 +140,15 @@ def take_for_send(uow: UnitOfWork, claim: Claim, take: Take, worker: str, now: d
     """The common case in one statement (`sql.TAKE`): at the cap, or without the money, it is suppressed."""
     if not take.takes_nothing:
         got = uow.execute(sql.TAKE.sa, take.params(claim)).one()
-        if not got.slot_ok:
-            return _suppress(uow, claim, worker, "daily_cap", now)
-        if not got.paid:
-            return _suppress(uow, claim, worker, "insufficient_balance", now)
+        if not (got.slot_ok and got.paid):
+            return refused_take(uow, claim, bool(got.slot_ok), worker, now)
     return Ready(claim, take.contact, take.body)
+
+
+def refused_take(uow: UnitOfWork, claim: Claim, slot_ok: bool, worker: str, now: datetime) -> Suppressed:
+    """`sql.TAKE` answered no, in this transaction (the workers' fast claim's, or `take_for_send`'s): no cap slot
+    left today, or not the money. Suppressed with that reason; whatever the take did hold is given back."""
+    return _suppress(uow, claim, worker, "insufficient_balance" if slot_ok else "daily_cap", now)
 
 
 def _decide_and_take(uow: UnitOfWork, claim: Claim, context: SendContext, now: datetime, worker: str) -> ClaimResult:
@@ -261,10 +280,15 @@ def give_back(claim: Claim, engine: Engine | None = None) -> bool:
     back and the row is owed again at once; what it holds stays held. Guarded by the token like every write. A
     breaker probe the claim took goes back with it (fenced by what the probe wrote): the next claim probes."""
     with UnitOfWork(engine) as uow:
-        done = uow.execute(sql.GIVE_BACK, {"id": claim.id, "created_at": month_key(claim),
-                                           "claim_token": claim.claim_token}).first()
-        circuit.give_back_probe(uow, claim)
+        done = give_back_on(uow, claim)
         uow.commit()
+    return done
+
+
+def give_back_on(uow: UnitOfWork, claim: Claim) -> bool:
+    done = uow.execute(sql.GIVE_BACK, {"id": claim.id, "created_at": month_key(claim),
+                                       "claim_token": claim.claim_token}).first()
+    circuit.give_back_probe(uow, claim)
     return done is not None
 
 
@@ -272,45 +296,59 @@ def record(
     claim: Claim, decision: RetryDecision, *, worker: str, started: datetime, status_code: int | None,
     latency_ms: float, provider_reference: str | None, excerpt: str | None = None, engine: Engine | None = None,
 ) -> str:
+    """`record_on` in a transaction of its own."""
+    with UnitOfWork(engine) as uow:
+        outcome = record_on(uow, claim, decision, worker=worker, started=started, status_code=status_code,
+                            latency_ms=latency_ms, provider_reference=provider_reference, excerpt=excerpt)
+        uow.commit()
+    return outcome
+
+
+def record_on(
+    uow: UnitOfWork, claim: Claim, decision: RetryDecision, *, worker: str, started: datetime,
+    status_code: int | None, latency_ms: float, provider_reference: str | None, excerpt: str | None = None,
+    matched: bool | None = None,
+) -> str:
     """Record one attempt's outcome under the claim's token. SENT keeps the price reserved at claim (that
     reservation is the charge); FAILED refunds it in the same transaction. A retry or a failure whose token is
     stale (the lease ran out and another claim took the row) changes nothing and moves no money: "stale".
     An accepted send is recorded whatever the row says by now (the truth is never dropped). A tenant endpoint's
-    answer moves its circuit breaker in the same transaction (circuit.py)."""
-    with UnitOfWork(engine) as uow:
-        if isinstance(decision, Succeeded) and uow.execute(sql_record.RECORD_SENT.sa, record_params(
-                claim, decision, worker=worker, started=started, status_code=status_code, latency_ms=latency_ms,
-                provider_reference=provider_reference, excerpt=excerpt)).scalar_one():
-            outcome = "already_processed" if decision.already_processed else "sent"  # the common case, one statement
-            settle_receipts(uow, [claim.id])  # receipts kept before this record (the ways below settle their own)
-        elif isinstance(decision, Succeeded):
-            # A webhook's 2xx IS its delivery; providers confirm later with a receipt.
-            accepted = accept_truth(uow, claim.id, final=final_status(claim),
-                                    provider_reference=provider_reference, sent_key=idempotency_key(claim))
-            outcome = accepted.outcome
-            if outcome == "sent" and decision.already_processed:
-                outcome = "already_processed"
-            _attempt(uow, claim, worker, started, outcome, status_code, None, latency_ms, excerpt)
-        elif isinstance(decision, Retry):
-            outcome = "retry" if uow.execute(sql_record.RECORD_RETRY.sa, record_params(
-                claim, decision, worker=worker, started=started, status_code=status_code, latency_ms=latency_ms,
-                provider_reference=provider_reference, excerpt=excerpt)).scalar_one() else "stale"
-            if outcome == "stale":
-                outcome = _settle_outlived_code(uow, claim, decision)
-                _attempt(uow, claim, worker, started, outcome, status_code, decision.error_class, latency_ms, excerpt)
-        else:
-            assert isinstance(decision, Fail)
-            # Only a contract problem needs a human; exhausted retries are simply FAILED.
-            settled = settle_unsent(
-                uow, claim.id, claim.claim_token, status="FAILED", error_class=decision.error_class,
-                review="needs_review" if decision.review else None, refund_reason=f"refund: {decision.error_class}",
-                intent_why=f"failed: {decision.error_class}")
-            outcome = "failed" if settled else "stale"
+    answer moves its circuit breaker in the same transaction (circuit.py).
+    `matched`: this transaction already ran the common case's statement for it (`RECORD_SENT` for an accepted send,
+    `RECORD_RETRY` for a retry: the workers' fast record) and that is what it answered; None: run it here."""
+    kw: dict[str, Any] = {"worker": worker, "started": started, "status_code": status_code,
+                          "latency_ms": latency_ms, "provider_reference": provider_reference, "excerpt": excerpt}
+    if isinstance(decision, Succeeded) and matched is None:
+        matched = bool(uow.execute(sql_record.RECORD_SENT.sa, record_params(claim, decision, **kw)).scalar_one())
+    elif isinstance(decision, Retry) and matched is None:
+        matched = bool(uow.execute(sql_record.RECORD_RETRY.sa, record_params(claim, decision, **kw)).scalar_one())
+    if isinstance(decision, Succeeded) and matched:
+        outcome = "already_processed" if decision.already_processed else "sent"  # the common case, one statement
+        settle_receipts(uow, [claim.id])  # receipts kept before this record (the ways below settle their own)
+    elif isinstance(decision, Succeeded):
+        # A webhook's 2xx IS its delivery; providers confirm later with a receipt.
+        accepted = accept_truth(uow, claim.id, final=final_status(claim),
+                                provider_reference=provider_reference, sent_key=idempotency_key(claim))
+        outcome = accepted.outcome
+        if outcome == "sent" and decision.already_processed:
+            outcome = "already_processed"
+        _attempt(uow, claim, worker, started, outcome, status_code, None, latency_ms, excerpt)
+    elif isinstance(decision, Retry):
+        outcome = "retry" if matched else _settle_outlived_code(uow, claim, decision)
+        if outcome != "retry":
             _attempt(uow, claim, worker, started, outcome, status_code, decision.error_class, latency_ms, excerpt)
-        if claim.endpoint_id is not None and outcome != "stale":  # the endpoint's health moves on this claim's answer
-            circuit.note_attempt(uow, claim, ok=isinstance(decision, Succeeded), started=started,
-                                 error_class=None if isinstance(decision, Succeeded) else decision.error_class)
-        uow.commit()
+    else:
+        assert isinstance(decision, Fail)
+        # Only a contract problem needs a human; exhausted retries are simply FAILED.
+        settled = settle_unsent(
+            uow, claim.id, claim.claim_token, status="FAILED", error_class=decision.error_class,
+            review="needs_review" if decision.review else None, refund_reason=f"refund: {decision.error_class}",
+            intent_why=f"failed: {decision.error_class}")
+        outcome = "failed" if settled else "stale"
+        _attempt(uow, claim, worker, started, outcome, status_code, decision.error_class, latency_ms, excerpt)
+    if claim.endpoint_id is not None and outcome != "stale":  # the endpoint's health moves on this claim's answer
+        circuit.note_attempt(uow, claim, ok=isinstance(decision, Succeeded), started=started,
+                             error_class=None if isinstance(decision, Succeeded) else decision.error_class)
     return outcome
 
 

@@ -1,8 +1,9 @@
 """Delivery's named SQL for the claim: the lease, the take, and the long way's settlements before a send.
 
 Each is ONE statement (a CTE), written once with `:name` parameters. A `Statement` holds it in the form each store
-runs: `.sa` for the sync store (long_way.py, SQLAlchemy), `.pg` for the workers' async store (store.py, psycopg's pool,
-prepared). Statements only the sync store runs are plain `sa.text`.
+runs: `.sa` for the long way (long_way.py, on a `UnitOfWork`: the SQLAlchemy engine's, or the workers' connection
+through `domain.db.run_sync`), `.pg` for the workers' common case (store.py, psycopg's pool, prepared). Statements
+only the long way runs are plain `sa.text`.
 
 - `CLAIM`: the guarded lease and the next fence token (FOR UPDATE of the row, taken by the UPDATE; a row another
   claim holds is skipped by the guard, not waited on for long), and everything the decision and the send need:

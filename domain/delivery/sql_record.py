@@ -83,7 +83,7 @@ SELECT count(*) AS matched FROM n
 # The batch forms (a batched lane's drain loop, domain/delivery/store_batch.py `record_batch`): one statement for every
 # accepted send of a batch, one for every retry, each row under exactly the guards of its one-row statement
 # above, its values unnested from arrays (one element per row, in the same order). RETURNING the ids matched:
-# a row that matched nothing (a stale token, a late truth) goes the long way, alone.
+# a row that matched nothing (a stale token, a late truth) goes the long way, in the same transaction.
 RECORD_SENT_BATCH: Final = Statement(f"""
 WITH v AS (
   SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:finals AS text[]), CAST(:provider_references AS text[]),

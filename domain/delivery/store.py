@@ -1,17 +1,17 @@
-"""The workers' store on the hot path: the same statements as long_way.py (domain/delivery/sql.py, sql_record.py),
-run on an async psycopg 3 pool instead of synchronous SQLAlchemy behind `asyncio.to_thread`.
+"""The workers' store: the claim, the record and what an attempt reads, on one async psycopg 3 pool. One store, one
+driver: the common case in a few round trips, and everything else — the long way (long_way.py: a floor rule that
+settles, a cap, the money short, a stale token, a late truth, a receipt pending) — a branch of the same transaction
+on the same connection (`domain.db.run_sync`: the long way's sync steps awaited through a greenlet on this loop, no
+thread, no second connection).
 
-Why a second store: through SQLAlchemy most of a claim's time was not its statements but Session and pool
-bookkeeping, the pre-ping's round trip and a thread hop per call (the profile is in evidence/bench.md). Here a
+Why not SQLAlchemy for the common case: through it most of a claim's time was not its statements but Session and
+pool bookkeeping, the pre-ping's round trip and a thread hop per call (the profile is in evidence/bench.md). Here a
 claim is BEGIN + `CLAIM` in one pipelined round trip, then `TAKE`, then COMMIT; a record is BEGIN + `RECORD_*` +
 `PENDING_RECEIPTS` in one, then COMMIT; every statement is prepared on its connection.
 
-Only the common case is done here. Anything else — `plan` says no, the cap or the balance refuses, the record
-matches nothing (a stale token, a late truth), a receipt is pending — rolls this transaction back whole and goes
-the long way (long_way.py in a thread), which decides again on fresh rows in one transaction of its own: every fence
-and every settlement stays where it was. So does a dropped connection: no pre-ping here (it costs a round trip
-per transaction); a broken connection fails its transaction, the pool drops it, and the long way (whose engine
-pre-pings) retries the claim or the record.
+A dropped connection: no pre-ping here (it costs a round trip per transaction); a broken connection fails its
+transaction, the pool drops it, and the call is made once more on another connection (`_again`): nothing of the
+first committed, or it did and the second finds the row no longer owed (its lease is ours: it runs out).
 
 One pool per process; each lane runs in its own worker processes, so a one-time code never shares a pool (nor a
 CPU queue) with bulk work.
@@ -19,27 +19,37 @@ CPU queue) with bulk work.
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from domain.db import libpq_url
+from domain.db import libpq_url, run_sync
 from domain.delivery import long_way, priority, sql, sql_record
 from domain.delivery.plan import Claim, ClaimResult, Ready, SendContext, claim_params, plan
 from domain.delivery.retry import Retry, RetryDecision, Succeeded
+from domain.endpoints import store as endpoints
 
 log = logging.getLogger("outbox.delivery")
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
 
 
-class _LongWay(Exception):
-    """Roll the fast transaction back: the long way decides."""
+T = TypeVar("T")
+
+
+async def _again(what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """`call`, and once more if its transaction failed for want of its connection (the pool discards a broken one) or
+    as a deadlock's victim: rolled back whole either way, so running it again from the start is safe."""
+    try:
+        return await call()
+    except psycopg.OperationalError as exc:
+        log.warning("%s failed (%s); once more", what, type(exc).__name__)
+    return await call()
 
 
 async def open_pool(database_url: str, name: str, max_size: int = 10, niceness: int = 0,
@@ -66,48 +76,56 @@ async def open_pool(database_url: str, name: str, max_size: int = 10, niceness: 
 async def channel_of(pool: Pool, notification_id: int,
                      created_at: datetime | None = None) -> long_way.BulkRoute | None:
     stmt = sql.CHANNEL_OF.pg if created_at is None else sql.CHANNEL_OF_IN_MONTH.pg
-    try:
+
+    async def read() -> long_way.BulkRoute | None:
         async with pool.connection() as conn:
             row = await (await conn.execute(stmt, {"id": notification_id, "created_at": created_at})).fetchone()
             return None if row is None else long_way.BulkRoute.from_mapping(row)
-    except psycopg.OperationalError as exc:
-        log.warning("fast channel_of failed (%s); the long way", type(exc).__name__)
-        return await asyncio.to_thread(long_way.channel_of, notification_id, None, created_at)
+
+    return await _again("channel_of", read)
 
 
 async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: datetime,
                 worker: str, created_at: datetime | None = None) -> ClaimResult | None:
-    """long_way.claim, the common case in two round trips and a commit; None: not owed now. `created_at`: the row's
-    month, when its wake-up carries it (`sql.CLAIM_IN_MONTH`: that partition alone)."""
+    """long_way.claim: the common case in two round trips and a commit, the long way in the same transaction; None:
+    not owed now. `created_at`: the row's month, when its wake-up carries it (`sql.CLAIM_IN_MONTH`: that partition
+    alone)."""
+    async def once() -> ClaimResult | None:
+        try:
+            return await _claim(pool, notification_id, lease_seconds, now, worker, created_at, abort_refused=True)
+        except psycopg.errors.InvalidTextRepresentation as exc:  # a refused bulk take: rolled back whole
+            if sql.TAKE_REFUSED not in str(exc):
+                raise
+        return await _claim(pool, notification_id, lease_seconds, now, worker, created_at, abort_refused=False)
+
+    return await _again("claim", once)
+
+
+async def _claim(pool: Pool, notification_id: int, lease_seconds: float, now: datetime, worker: str,
+                 created_at: datetime | None, *, abort_refused: bool) -> ClaimResult | None:
+    """One claim transaction. `abort_refused` (the bulk lane): the take and the COMMIT in one round trip, a refused take
+    failing the whole transaction (`sql.TAKE_OR_ABORT`; the caller claims again without it)."""
     stmt = sql.CLAIM.pg if created_at is None else sql.CLAIM_IN_MONTH.pg
-    try:
-        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-            row = await (await conn.execute(stmt, claim_params(notification_id, lease_seconds, now,
-                                                               created_at))).fetchone()
-            if row is None:
-                return None
-            claim = Claim.from_mapping(row)
-            take = plan(claim, SendContext.from_mapping(row), now)
-            if take is None:
-                raise _LongWay
-            if not take.takes_nothing:
-                if claim.lane == "bulk":
-                    # The take and the COMMIT in one round trip: the tenant's balance row (its codes take it too)
-                    # is held only while the server runs them, never across a busy bulk worker's next turn.
-                    await conn.execute(sql.TAKE_OR_ABORT.pg, take.params(claim))
-                    return Ready(claim, take.contact, take.body)
-                got = await (await conn.execute(sql.TAKE.pg, take.params(claim))).fetchone()
-                if got is None or not got["slot_ok"] or not got["paid"]:
-                    raise _LongWay
-            return Ready(claim, take.contact, take.body)
-    except _LongWay:
-        pass
-    except psycopg.errors.InvalidTextRepresentation as exc:  # a refused bulk take: rolled back whole
-        if sql.TAKE_REFUSED not in str(exc):
-            raise
-    except psycopg.OperationalError as exc:  # a dropped connection: nothing of ours committed, or it did
-        log.warning("fast claim failed (%s); the long way", type(exc).__name__)
-    return await asyncio.to_thread(long_way.claim, notification_id, lease_seconds, now, worker, None, created_at)
+    async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+        row = await (await conn.execute(stmt, claim_params(notification_id, lease_seconds, now,
+                                                           created_at))).fetchone()
+        if row is None:
+            return None
+        claim, context = Claim.from_mapping(row), SendContext.from_mapping(row)
+        take = plan(claim, context, now)
+        if take is None:  # the long way decides, in this transaction
+            return await run_sync(conn, long_way.take_or_decide, claim, context, None, now, worker)
+        if not take.takes_nothing:
+            if claim.lane == "bulk" and abort_refused:
+                # The take and the COMMIT in one round trip: the tenant's balance row (its codes take it too)
+                # is held only while the server runs them, never across a busy bulk worker's next turn.
+                await conn.execute(sql.TAKE_OR_ABORT.pg, take.params(claim))
+                return Ready(claim, take.contact, take.body)
+            got = await (await conn.execute(sql.TAKE.pg, take.params(claim))).fetchone()
+            assert got is not None  # one row, always: what it took
+            if not (got["slot_ok"] and got["paid"]):
+                return await run_sync(conn, long_way.refused_take, claim, bool(got["slot_ok"]), worker, now)
+        return Ready(claim, take.contact, take.body)
 
 
 async def unclaimed(pool: Pool, notification_id: int, lane: str) -> tuple[bool, bool]:
@@ -128,25 +146,44 @@ async def next_due_in(pool: Pool, lane: str) -> float | None:
 async def record(pool: Pool, claim: Claim, decision: RetryDecision, *, worker: str, started: datetime,
                  status_code: int | None, latency_ms: float, provider_reference: str | None,
                  excerpt: str | None = None) -> str:
-    """long_way.record: an accepted send or a retry of a row still ours in one round trip and a commit."""
+    """long_way.record: an accepted send or a retry of a row still ours in one round trip and a commit; anything
+    else (a stale token, a late truth, a receipt pending, a failure, a tenant endpoint's answer: its breaker moves)
+    the long way, in the same transaction."""
     kw: dict[str, Any] = {"worker": worker, "started": started, "status_code": status_code,
                           "latency_ms": latency_ms, "provider_reference": provider_reference, "excerpt": excerpt}
-    # A tenant endpoint's answer also moves its circuit breaker: the long way, in the record's transaction.
-    if isinstance(decision, Succeeded | Retry) and claim.endpoint_id is None:
-        stmt = sql_record.RECORD_SENT.pg if isinstance(decision, Succeeded) else sql_record.RECORD_RETRY.pg
-        try:
-            async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-                done = await conn.execute(stmt, long_way.record_params(claim, decision, **kw))
-                # Its own snapshot, after the row's lock.
-                pending = await conn.execute(sql_record.PENDING_RECEIPTS.pg, {"id": claim.id})
-                matched, owed = await done.fetchone(), await pending.fetchone()
-                if not matched or not matched["matched"] or not owed or owed["pending"]:
-                    raise _LongWay
-            if isinstance(decision, Retry):
-                return "retry"
-            return "already_processed" if decision.already_processed else "sent"
-        except _LongWay:
-            pass
-        except psycopg.OperationalError as exc:
-            log.warning("fast record failed (%s); the long way", type(exc).__name__)
-    return await asyncio.to_thread(long_way.record, claim, decision, **kw)
+
+    async def once() -> str:
+        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+            if not isinstance(decision, Succeeded | Retry) or claim.endpoint_id is not None:
+                return await run_sync(conn, long_way.record_on, claim, decision, **kw)
+            stmt = sql_record.RECORD_SENT.pg if isinstance(decision, Succeeded) else sql_record.RECORD_RETRY.pg
+            done = await conn.execute(stmt, long_way.record_params(claim, decision, **kw))
+            # Its own snapshot, after the row's lock.
+            pending = await conn.execute(sql_record.PENDING_RECEIPTS.pg, {"id": claim.id})
+            answer, owed = await done.fetchone(), await pending.fetchone()
+            matched = bool(answer and answer["matched"])
+            if matched and not (owed and owed["pending"]):
+                if isinstance(decision, Retry):
+                    return "retry"
+                return "already_processed" if decision.already_processed else "sent"
+            return await run_sync(conn, long_way.record_on, claim, decision, matched=matched, **kw)
+
+    return await _again("record", once)
+
+
+async def give_back(pool: Pool, claim: Claim) -> bool:
+    """long_way.give_back: the attempt given back unsent (too little of the lease left, the endpoint gone)."""
+    async def once() -> bool:
+        async with pool.connection() as conn, conn.transaction():
+            return await run_sync(conn, long_way.give_back_on, claim)
+
+    return await _again("give_back", once)
+
+
+async def send_target(pool: Pool, tenant_id: int, endpoint_id: int) -> endpoints.SendTarget | None:
+    """A tenant endpoint's URL and live secrets, read at send time (never carried in a job or a claim)."""
+    async def once() -> endpoints.SendTarget | None:
+        async with pool.connection() as conn, conn.transaction():
+            return await run_sync(conn, endpoints.send_target_on, tenant_id, endpoint_id)
+
+    return await _again("send_target", once)

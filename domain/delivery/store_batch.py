@@ -1,12 +1,12 @@
 """The workers' store, a batch at a time (a batched lane's drain loop, jobs/batches.py): up to N rows claimed in one
 statement and every take in one more sent with the COMMIT; a batch's answers recorded in one transaction, each row
-under its own claim token. Like store.py (the same pool, the same statements' psycopg forms): only the common case is
-done here, and any row that is not goes the long way alone (long_way.py in a thread).
+under its own claim token. Like store.py (the same pool, the same statements' psycopg forms), a row that is not the
+common case goes the long way (long_way.py) in the batch's own transaction (`domain.db.run_sync`), fenced by its
+own token like every other.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -14,8 +14,9 @@ from typing import Any
 
 import psycopg
 
-from domain.delivery import long_way, sql, sql_record
-from domain.delivery.plan import Claim, Ready, SendContext, Take, claim_params, plan
+from domain.db import UnitOfWork, run_sync
+from domain.delivery import long_way, sql, sql_record, store
+from domain.delivery.plan import Claim, ClaimResult, Ready, SendContext, Take, claim_params, plan
 from domain.delivery.retry import Retry, RetryDecision, Succeeded
 from domain.delivery.store import Pool
 
@@ -24,40 +25,47 @@ log = logging.getLogger("outbox.delivery")
 
 @dataclass
 class Batch:
-    """One batch claim, committed: `ready` may be sent now (their takes held); `long_way` are claimed too (leased,
-    their tokens moved) but need long_way.settle_claimed — `plan` said no (None), or their take was refused under its
-    savepoint (the Take, tried again there)."""
+    """One batch claim, committed: `ready` may be sent now (their takes held); `settled` were claimed and settled
+    unsent in the same transaction by the long way (suppressed with their reason, deferred, failed as used up).
+    `long_way`: how many rows the long way decided (those of `ready` among them)."""
 
     ready: list[Ready] = field(default_factory=list)
-    long_way: list[tuple[Claim, SendContext, Take | None]] = field(default_factory=list)
+    settled: list[ClaimResult] = field(default_factory=list)
+    long_way: int = 0
 
     def __len__(self) -> int:
-        return len(self.ready) + len(self.long_way)
+        return len(self.ready) + len(self.settled)
+
+    def claims(self) -> list[Claim]:
+        """Every row this claim leased, sent or settled."""
+        return [r.claim for r in self.ready] + [r.claim for r in self.settled]
 
 
 class _Refused(Exception):
     """Roll the take back to its savepoint: the row stays claimed, the long way takes again."""
 
 
-async def claim_batch(pool: Pool, lane: str, limit: int, lease_seconds: float, now: datetime) -> Batch:
+async def claim_batch(pool: Pool, lane: str, limit: int, lease_seconds: float, now: datetime,
+                      worker: str = "worker") -> Batch:
     """Up to `n` due rows of `lane` in ONE statement (`sql.CLAIM_BATCH`), then in the same transaction every take
     in one more (`sql.TAKE_BATCH`), sent with the COMMIT (`_claim_set_based_first`).
     A dropped connection or a deadlock raises (`_claim`): never an empty batch."""
     params = {**claim_params(0, lease_seconds, now), "lane": lane, "limit": limit}
     del params["id"]
-    return await _claim_set_based_first(pool, sql.CLAIM_BATCH.pg, params, now)
+    return await _claim_set_based_first(pool, sql.CLAIM_BATCH.pg, params, now, worker)
 
 
-async def _claim_set_based_first(pool: Pool, stmt: str, params: dict[str, Any], now: datetime) -> Batch:
+async def _claim_set_based_first(pool: Pool, stmt: str, params: dict[str, Any], now: datetime,
+                                 worker: str) -> Batch:
     """Every take in ONE statement sent with the COMMIT (one round trip for both); a take it refuses (a cap slot
     gone, a balance short) rolls the claim back whole, and the batch is claimed again with a savepoint per take
     (the refused row alone goes the long way, where it is suppressed with its reason)."""
     try:
-        return await _claim(pool, stmt, params, now, set_based=True)
+        return await _claim(pool, stmt, params, now, worker, set_based=True)
     except psycopg.errors.InvalidTextRepresentation as exc:  # a refused take: the whole claim rolled back
         if sql.TAKE_REFUSED not in str(exc):
             raise
-    return await _claim(pool, stmt, params, now, set_based=False)
+    return await _claim(pool, stmt, params, now, worker, set_based=False)
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,8 @@ async def bulk_flows(pool: Pool) -> list[BulkFlow]:
 
 
 async def claim_bulk_batch(pool: Pool, flows: list[BulkFlow], limit: int, quotas: dict[str, int],
-                           capped: dict[int, int], lease_seconds: float, now: datetime) -> Batch:
+                           capped: dict[int, int], lease_seconds: float, now: datetime,
+                           worker: str = "worker") -> Batch:
     """Up to `n` due bulk rows in ONE statement (`sql.CLAIM_BULK_BATCH`), shared fairly between `flows`, never more
     of a channel than `quotas[channel]` (its bucket's tokens taken) nor of a capped tenant than `capped[tenant]`
     (its moments reserved); then every take in ONE statement sent with the COMMIT (`sql.TAKE_BATCH`). A take the
@@ -92,10 +101,11 @@ async def claim_bulk_batch(pool: Pool, flows: list[BulkFlow], limit: int, quotas
               "quotas": [quotas[ch] for ch in channels], "capped_tenants": list(capped),
               "capped_quotas": list(capped.values())}
     del params["id"]
-    return await _claim_set_based_first(pool, sql.CLAIM_BULK_BATCH.pg, params, now)
+    return await _claim_set_based_first(pool, sql.CLAIM_BULK_BATCH.pg, params, now, worker)
 
 
-async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *, set_based: bool) -> Batch:
+async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, worker: str, *,
+                 set_based: bool) -> Batch:
     """A batch claim's one transaction. `set_based`: every take in one `TAKE_BATCH` pipelined with the COMMIT
     (refused: `InvalidTextRepresentation` at the commit, nothing kept); else each take under its own savepoint.
 
@@ -105,6 +115,7 @@ async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *
     worker drops a Redis ring that arrived before a claim began on that word (jobs/wake.py
     `Doorbell.ring_unless_claimed_since`) — a failed claim taken for an empty one slept through the code it rang."""
     batch = Batch()
+    long_way_rows: list[tuple[Claim, SendContext, Take | None]] = []
     async with pool.connection() as conn, conn.pipeline(), conn.transaction():
         rows = await (await conn.execute(stmt, params)).fetchall()
         takes: list[tuple[Claim, Take]] = []
@@ -113,16 +124,16 @@ async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *
             claim, context = Claim.from_mapping(row), SendContext.from_mapping(row)
             take = plan(claim, context, now)
             if take is None:
-                batch.long_way.append((claim, context, None))
+                long_way_rows.append((claim, context, None))
                 continue
             if take.takes_nothing:
                 batch.ready.append(Ready(claim, take.contact, take.body))
                 continue
             if set_based:
                 # One row per (tenant, recipient, day) in the statement; another goes the long way (its take
-                # tried again in a transaction of its own, after this one's).
+                # tried again after the statement's, in the same transaction).
                 if take.day is not None and (claim.tenant_id, claim.recipient, take.day) in seen:
-                    batch.long_way.append((claim, context, take))
+                    long_way_rows.append((claim, context, take))
                     continue
                 seen.add((claim.tenant_id, claim.recipient, take.day))
                 takes.append((claim, take))
@@ -133,7 +144,7 @@ async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *
                     if got is None or not got["slot_ok"] or not got["paid"]:
                         raise _Refused
             except _Refused:  # ROLLBACK TO SAVEPOINT: nothing of the take stays
-                batch.long_way.append((claim, context, take))
+                long_way_rows.append((claim, context, take))
                 continue
             batch.ready.append(Ready(claim, take.contact, take.body))
         if takes:
@@ -142,7 +153,17 @@ async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, *
                 caps="cap", cents="cents", template_versions="template_version", reasons="reason",
                 created_ats="created_at"))
             batch.ready += [Ready(c, t.contact, t.body) for c, t in takes]
+        if long_way_rows:  # after the takes: a second row of a recipient's day counts the first's slot
+            for result in await run_sync(conn, _settle_claimed, long_way_rows, now, worker):
+                (batch.ready if isinstance(result, Ready) else batch.settled).append(result)  # type: ignore[arg-type]
+            batch.long_way = len(long_way_rows)
     return batch
+
+
+def _settle_claimed(uow: UnitOfWork, rows: list[tuple[Claim, SendContext, Take | None]], now: datetime,
+                    worker: str) -> list[ClaimResult]:
+    """The long way of the rows this batch claimed and could not settle set-based, in id order, in its transaction."""
+    return [long_way.take_or_decide(uow, claim, context, take, now, worker) for claim, context, take in rows]
 
 
 # The one-row parameters a batch statement takes as float8[] (a number of another type would change the array's).
@@ -173,12 +194,6 @@ class Attempted:
                 "excerpt": self.excerpt}
 
 
-class _NotClean(Exception):
-    def __init__(self, ids: set[int]) -> None:
-        super().__init__(f"{len(ids)} rows go the long way")
-        self.ids = ids
-
-
 def _fast_outcome(attempted: Attempted) -> str:
     if isinstance(attempted.decision, Retry):
         return "retry"
@@ -186,63 +201,66 @@ def _fast_outcome(attempted: Attempted) -> str:
     return "already_processed" if attempted.decision.already_processed else "sent"
 
 
-async def _record_clean(pool: Pool, rows: list[Attempted], worker: str) -> None:
-    """`RECORD_SENT_BATCH` + `RECORD_RETRY_BATCH` + `PENDING_RECEIPTS_BATCH` in one transaction; rolled back whole
-    (`_NotClean`, naming the rows) when any row matched nothing or has a receipt pending."""
-    sent = [a for a in rows if isinstance(a.decision, Succeeded)]
-    retry = [a for a in rows if isinstance(a.decision, Retry)]
-    async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-        done_sent = done_retry = None
-        if sent:
-            params = [long_way.record_params(a.claim, a.decision, **a.kw(worker)) for a in sent]
-            done_sent = await conn.execute(sql_record.RECORD_SENT_BATCH.pg, {"worker": worker, **_columns(
-                params, ids="id", finals="final", provider_references="provider_reference", keys="key",
-                attempt_nos="attempt_no", starteds="started", outcomes="outcome", codes="code", latencies="latency",
-                excerpts="excerpt", created_ats="created_at")})
-        if retry:
-            params = [long_way.record_params(a.claim, a.decision, **a.kw(worker)) for a in retry]
-            done_retry = await conn.execute(sql_record.RECORD_RETRY_BATCH.pg, {"worker": worker, **_columns(
-                params, ids="id", claim_tokens="claim_token", delays="delay", error_classes="error_class",
-                attempt_nos="attempt_no", starteds="started", codes="code", latencies="latency", excerpts="excerpt",
-                created_ats="created_at")})
-        # Its own snapshot, after the rows' locks: a receipt committed while the records waited is seen.
-        pending = await conn.execute(sql_record.PENDING_RECEIPTS_BATCH.pg, {"ids": [a.claim.id for a in rows]})
-        matched: set[int] = set()
-        for cur in (done_sent, done_retry):
-            if cur is not None:
-                matched.update(int(r["id"]) for r in await cur.fetchall())
-        odd = {a.claim.id for a in rows if a.claim.id not in matched}
-        odd.update(int(r["id"]) for r in await pending.fetchall())
-        if odd:
-            raise _NotClean(odd)
-
-
 async def record_batch(pool: Pool, attempts: list[Attempted], worker: str) -> dict[int, str]:
-    """Every outcome of a batch in one transaction: the accepted sends and the retries of rows still ours, each
+    """Every outcome of a batch in ONE transaction: the accepted sends and the retries of rows still ours, each
     fenced by its own token (`sql_record.RECORD_SENT_BATCH`, `sql_record.RECORD_RETRY_BATCH`), then the batch's
-    receipt check.
-    A row that matched nothing (stale, a late truth) or has a receipt pending rolls that transaction back; the
-    clean rows are recorded again without it (a new transaction), and it goes the long way (long_way.record) alone,
-    as does every row that is not the common case (a failure, a tenant endpoint's answer: its breaker moves).
-    Returns each row's outcome by id."""
+    receipt check; a row that matched nothing (stale, a late truth) or has a receipt pending, and every row that is
+    not the common case (a failure, a tenant endpoint's answer: its breaker moves), the long way (long_way.record_on)
+    in the same transaction. Failed whole (a dropped connection, a deadlock: nothing of it kept), the rows are
+    recorded one by one (store.record, each its own transaction). Returns each row's outcome by id."""
+    try:
+        return await _record(pool, attempts, worker)
+    except psycopg.OperationalError as exc:
+        log.warning("batch record failed (%s); row by row", type(exc).__name__)
+    return {a.claim.id: await store.record(pool, a.claim, a.decision, **a.kw(worker)) for a in attempts}
+
+
+async def _record(pool: Pool, attempts: list[Attempted], worker: str) -> dict[int, str]:
     out: dict[int, str] = {}
     fast = [a for a in attempts if isinstance(a.decision, Succeeded | Retry) and a.claim.endpoint_id is None]
     fast_ids = {a.claim.id for a in fast}
-    slow = [a for a in attempts if a.claim.id not in fast_ids]
-    while fast:
-        try:
-            await _record_clean(pool, fast, worker)
-        except _NotClean as odd:
-            slow += [a for a in fast if a.claim.id in odd.ids]
-            fast = [a for a in fast if a.claim.id not in odd.ids]
-            continue
-        except psycopg.OperationalError as exc:  # a dropped connection, a deadlock: row by row, the long way
-            log.warning("fast batch record failed (%s); the long way", type(exc).__name__)
-            slow += fast
-            break
-        out.update((a.claim.id, _fast_outcome(a)) for a in fast)
-        break
-    for attempted in slow:
-        out[attempted.claim.id] = await asyncio.to_thread(long_way.record, attempted.claim, attempted.decision,
-                                                          **attempted.kw(worker))
+    long: list[tuple[Attempted, bool | None]] = [(a, None) for a in attempts if a.claim.id not in fast_ids]
+    async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+        if fast:
+            matched, pending = await _record_fast(conn, fast, worker)
+            for a in fast:
+                if a.claim.id in matched and a.claim.id not in pending:
+                    out[a.claim.id] = _fast_outcome(a)
+                else:  # taken up where the batch's statement left it
+                    long.append((a, a.claim.id in matched))
+        if long:
+            long.sort(key=lambda item: item[0].claim.id)
+            out.update(await run_sync(conn, _record_long_way, long, worker))
     return out
+
+
+async def _record_fast(conn: Any, rows: list[Attempted], worker: str) -> tuple[set[int], set[int]]:
+    """`RECORD_SENT_BATCH` + `RECORD_RETRY_BATCH` + `PENDING_RECEIPTS_BATCH`, pipelined: the rows each matched (still
+    ours, or an accepted send recorded) and the rows with a receipt pending."""
+    sent = [a for a in rows if isinstance(a.decision, Succeeded)]
+    retry = [a for a in rows if isinstance(a.decision, Retry)]
+    done_sent = done_retry = None
+    if sent:
+        params = [long_way.record_params(a.claim, a.decision, **a.kw(worker)) for a in sent]
+        done_sent = await conn.execute(sql_record.RECORD_SENT_BATCH.pg, {"worker": worker, **_columns(
+            params, ids="id", finals="final", provider_references="provider_reference", keys="key",
+            attempt_nos="attempt_no", starteds="started", outcomes="outcome", codes="code", latencies="latency",
+            excerpts="excerpt", created_ats="created_at")})
+    if retry:
+        params = [long_way.record_params(a.claim, a.decision, **a.kw(worker)) for a in retry]
+        done_retry = await conn.execute(sql_record.RECORD_RETRY_BATCH.pg, {"worker": worker, **_columns(
+            params, ids="id", claim_tokens="claim_token", delays="delay", error_classes="error_class",
+            attempt_nos="attempt_no", starteds="started", codes="code", latencies="latency", excerpts="excerpt",
+            created_ats="created_at")})
+    # Its own snapshot, after the rows' locks: a receipt committed while the records waited is seen.
+    pending = await conn.execute(sql_record.PENDING_RECEIPTS_BATCH.pg, {"ids": [a.claim.id for a in rows]})
+    matched: set[int] = set()
+    for cur in (done_sent, done_retry):
+        if cur is not None:
+            matched.update(int(r["id"]) for r in await cur.fetchall())
+    return matched, {int(r["id"]) for r in await pending.fetchall()}
+
+
+def _record_long_way(uow: UnitOfWork, rows: list[tuple[Attempted, bool | None]], worker: str) -> dict[int, str]:
+    return {a.claim.id: long_way.record_on(uow, a.claim, a.decision, matched=matched, **a.kw(worker))
+            for a, matched in rows}

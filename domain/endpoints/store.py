@@ -201,9 +201,14 @@ def send_target(tenant_id: int, endpoint_id: int, now: datetime | None = None,
                 engine: Engine | None = None) -> SendTarget | None:
     """The URL and the live secrets (the current one, and the previous one while its overlap lasts) of an enabled
     endpoint of this tenant; None: disabled or gone since the claim."""
-    now = now or datetime.now(UTC)
     with UnitOfWork(engine) as uow:
-        row = uow.execute(sql.SEND_TARGET, {"t": tenant_id, "i": endpoint_id}).first()
+        return send_target_on(uow, tenant_id, endpoint_id, now)
+
+
+def send_target_on(uow: UnitOfWork, tenant_id: int, endpoint_id: int,
+                   now: datetime | None = None) -> SendTarget | None:
+    now = now or datetime.now(UTC)
+    row = uow.execute(sql.SEND_TARGET, {"t": tenant_id, "i": endpoint_id}).first()
     if row is None:
         return None
     live = [row.secret] + ([row.previous_secret] if row.previous_secret and row.previous_secret_until

@@ -169,7 +169,8 @@ async def test_a_refused_take_in_a_batch_is_suppressed_and_the_rest_go(pool):
     """The tenant's balance covers two of three costed rows: the batch's one set-based take is refused and its
     whole claim rolled back (nothing counted), then the batch is claimed again with a savepoint per take: the
     third's take is refused under its savepoint (the claim of all three commits), and the long way suppresses it
-    `insufficient_balance`, charging nothing; the first two are ready to send with their price held."""
+    `insufficient_balance` in the same transaction, charging nothing; the first two are ready to send with their
+    price held."""
     ids = sms_rows(3)
     price = row(ids[0]).cost_cents
     assert price > 0
@@ -181,10 +182,9 @@ async def test_a_refused_take_in_a_batch_is_suppressed_and_the_rest_go(pool):
     batch = await claim(pool)
     assert [r.claim.id for r in batch.ready] == ids[:2]
     assert [row(i).attempts for i in ids] == [1, 1, 1], "the rolled-back claim counted an attempt"
-    assert [(c.id, refused is not None) for c, _, refused in batch.long_way] == [(ids[2], True)]
+    (got,) = batch.settled
+    assert got.claim.id == ids[2] and batch.long_way == 1
     assert row(ids[2]).reserved_cents == 0 and entries(ids[2]) == []  # the savepoint gave it all back
-    c, x, refused = batch.long_way[0]
-    got = long_way.settle_claimed(c, x, datetime.now(UTC), "w", refused)
     assert isinstance(got, plan.Suppressed) and got.reason == "insufficient_balance"
     r3 = row(ids[2])
     assert (r3.status, r3.suppressed_reason) == ("SUPPRESSED", "insufficient_balance")

@@ -92,7 +92,7 @@ async def claim(pool: store.Pool, quota: int, n: int = 32) -> store_batch.Batch:
 
 
 def claimed_ids(batch: store_batch.Batch) -> list[int]:
-    return sorted([r.claim.id for r in batch.ready] + [c.id for c, _, _ in batch.long_way])
+    return sorted(c.id for c in batch.claims())
 
 
 class Provider:
@@ -240,10 +240,10 @@ async def test_a_refused_take_in_a_bulk_batch_is_suppressed_alone(pool):
         c.execute(sa.text("UPDATE balances SET balance_cents = :b WHERE tenant_id = 7"), {"b": price})
     batch = await claim(pool, quota=4)
     assert sorted(r.claim.id for r in batch.ready) == sorted(ours + theirs[:1])
-    ((c, x, take),) = batch.long_way
-    assert c.id == theirs[1] and take is not None
-    got = long_way.settle_claimed(c, x, datetime.now(UTC), "test", take)
+    (got,) = batch.settled  # settled the long way in the claim's own transaction, before its commit
+    assert got.claim.id == theirs[1] and batch.long_way == 1
     assert isinstance(got, plan.Suppressed) and got.reason == "insufficient_balance"
+    assert row(theirs[1]).status == "SUPPRESSED"
     for r in batch.ready:
         long_way.give_back(r.claim)
     assert_invariants()

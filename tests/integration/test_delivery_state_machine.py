@@ -240,24 +240,19 @@ class DeliveryMachine(RuleBasedStateMachine):
           worker=st.sampled_from(["w1", "w2"]))
     def claim_a_batch(self, lane: str, size: int, worker: str) -> None:
         """A batched lane's drain loop claims up to `size` due rows in one statement (store_batch.claim_batch); what
-        `plan` leaves out, or whose take was refused, is settled the long way (long_way.settle_claimed) after the
-        commit."""
+        `plan` leaves out, or whose take was refused, is settled the long way in the same transaction, before its
+        commit (long_way.take_or_decide on the batch's connection)."""
         now = datetime.now(UTC)
 
         async def go() -> store_batch.Batch:
             pool = await store.open_pool(get_settings().database_url, "sm-batch", max_size=1)
             try:
-                return await store_batch.claim_batch(pool, lane, size, LEASE, now)
+                return await store_batch.claim_batch(pool, lane, size, LEASE, now, worker)
             finally:
                 await pool.close()
 
         batch = _run(go())
-        ready = list(batch.ready)
-        for c, x, refused in batch.long_way:
-            got = long_way.settle_claimed(c, x, now, worker, refused)
-            if isinstance(got, plan.Ready):
-                ready.append(got)
-        self.inflight += [InFlight(r.claim, worker) for r in ready]
+        self.inflight += [InFlight(r.claim, worker) for r in batch.ready]
 
     @rule(size=st.integers(1, 6), tokens=st.integers(0, 4), worker=st.sampled_from(["w1", "w2"]))
     def claim_a_bulk_batch(self, size: int, tokens: int, worker: str) -> None:
@@ -272,22 +267,15 @@ class DeliveryMachine(RuleBasedStateMachine):
                 if not flows:
                     return store_batch.Batch()
                 quotas = dict.fromkeys(("sms", "email", "whatsapp"), tokens)
-                return await store_batch.claim_bulk_batch(pool, flows, size, quotas, {}, LEASE, now)
+                return await store_batch.claim_bulk_batch(pool, flows, size, quotas, {}, LEASE, now, worker)
             finally:
                 await pool.close()
 
         batch = _run(go())
-        # Not `plan`: that name is the module whose `Ready` the loop below asks for (shadowed, every bulk batch
-        # with a row the long way settles raised AttributeError instead of checking it).
-        taken = [r.claim for r in batch.ready] + [c for c, _, _ in batch.long_way]
+        taken = batch.claims()
         assert len(taken) <= size and all(
             sum(1 for c in taken if c.channel == ch) <= tokens for ch in ("sms", "email", "whatsapp"))
-        ready = list(batch.ready)
-        for c, x, refused in batch.long_way:
-            got = long_way.settle_claimed(c, x, now, worker, refused)
-            if isinstance(got, plan.Ready):
-                ready.append(got)
-        self.inflight += [InFlight(r.claim, worker) for r in ready]
+        self.inflight += [InFlight(r.claim, worker) for r in batch.ready]
 
     @rule(worker=st.sampled_from(["w1", "w2"]))
     def record_a_batch(self, worker: str) -> None:

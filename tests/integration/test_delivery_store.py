@@ -2,8 +2,9 @@
 
 Invariants protected: the async claim and record, on their own pool, take the same lease, token, cap slot, price and
 template as the sync store and settle the row the same way; anything but the common case (a suppress, the cap, a
-stale token, a pending receipt) is rolled back whole and settled by the long way, so no fence is skipped; a
-connection the server dropped costs a retry by the long way, never a lost or doubled claim.
+stale token, a pending receipt) is settled by the long way in the same transaction (test_delivery_one_store.py), so
+no fence is skipped; a connection the server dropped costs one retry on another connection, never a lost or doubled
+claim.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ async def test_a_code_claimed_and_recorded_on_the_pool_is_leased_charged_rendere
 
 
 async def test_the_cap_on_the_pool_takes_one_slot_and_suppresses_the_next_by_the_long_way(pool):
-    """Cap 1: the first message takes the slot in the one TAKE statement; the second is refused there, rolled
-    back whole, and suppressed `daily_cap` by the sync store with nothing charged."""
+    """Cap 1: the first message takes the slot in the one TAKE statement; the second is suppressed `daily_cap` by
+    the long way in its claim's transaction, with nothing charged."""
     rid, _ = person(cap=1)
     first, second = sms(rid, "hot-1"), sms(rid, "hot-2")
     a = await fast_claim(pool, first)
@@ -113,9 +114,9 @@ async def test_a_receipt_kept_before_the_record_is_applied_by_the_long_way(pool)
     assert_invariants()
 
 
-async def test_a_dropped_connection_costs_a_retry_by_the_long_way(pool):
-    """The server ends the pool's connection (no pre-ping on this pool): the claim is retried by the sync store
-    and leases the row exactly once; the pool replaces the dead connection for the next call."""
+async def test_a_dropped_connection_costs_one_retry_on_another_connection(pool):
+    """The server ends the pool's connection (no pre-ping on this pool): the claim is made once more on another
+    connection and leases the row exactly once; the pool replaces the dead connection for the next call."""
     rid, _ = person()
     first, second = sms(rid, "hot-drop-1"), sms(rid, "hot-drop-2")
     assert isinstance(await fast_claim(pool, first), plan.Ready)  # the pool's connection exists now

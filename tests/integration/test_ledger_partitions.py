@@ -280,7 +280,7 @@ async def test_the_hot_path_names_each_row_by_its_month(db: str) -> None:
     try:
         batch = await store_batch.claim_batch(pool, "high", 10, 30.0, datetime.now(UTC))
         by_id = {r.claim.id: r.claim for r in batch.ready}
-        assert set(by_id) == {old, new} and not batch.long_way, batch
+        assert set(by_id) == {old, new} and not batch.settled, batch
         assert by_id[old].created_at == july and month_of(by_id[new].created_at) == month_of(now_)
         got = await store_batch.record_batch(pool, [store_batch.Attempted(
             c, Succeeded(False), datetime.now(UTC), 200, 1.0, f"ref-{c.id}") for c in by_id.values()], "month-carry")

@@ -1,0 +1,219 @@
+"""One store in one driver: the workers' claim and record take their long way on the connection and in the
+transaction their common case opened (domain/delivery/store.py, store_batch.py over `domain.db.run_sync`).
+
+Invariants protected: a claim or a record the long way settles (a cap, a stale token, a late truth, a receipt
+pending, a batch's refused take) is ONE checkout of the workers' pool — one connection, one transaction — with no
+thread and no SQLAlchemy connection, and settles the row exactly as the long way always has (reason, money, attempt
+line); sync code run on that connection cannot swallow a failed statement into a commit; a batch record whose
+connection dies is recorded row by row, nothing lost, nothing doubled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from domain.db import UnitOfWork, get_engine, run_sync
+from domain.delivery import plan, store, store_batch
+from domain.delivery.receipts import apply_receipt
+from domain.delivery.retry import Retry, Succeeded
+from domain.settings import get_settings
+from tests.support.db import assert_invariants
+from tests.support.long_way import entries, lease_runs_out, ready, row
+from tests.support.people import person, sms
+
+LEASE = 30.0
+APP = "outbox-test-one-store"
+
+
+@pytest.fixture
+async def pool(db) -> AsyncIterator[store.Pool]:  # type: ignore[no-untyped-def]
+    p = await store.open_pool(get_settings().database_url, APP, max_size=2)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+@contextlib.contextmanager
+def one_checkout_only(pool: store.Pool) -> Iterator[None]:
+    """Inside: no thread may be started for the store (`asyncio.to_thread`) and no SQLAlchemy connection opened;
+    on leaving, the pool was asked for exactly one connection (one transaction: the store never commits twice on
+    one checkout)."""
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the workers' store left its connection (a thread or a SQLAlchemy connection)")
+
+    pool.pop_stats()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(asyncio, "to_thread", refuse)
+        patch.setattr(sa.engine.Engine, "connect", refuse)
+        yield
+    assert pool.pop_stats().get("requests_num", 0) == 1
+
+
+async def test_a_claim_the_long_way_suppresses_is_one_transaction_on_the_workers_connection(pool):
+    """Cap 1: the second message of the day is settled `daily_cap` by the long way inside the claim's own
+    transaction — the lease, the suppression, its attempt line and no charge, one checkout, no thread."""
+    rid, _ = person(cap=1)
+    first, second = sms(rid, "one-1"), sms(rid, "one-2")
+    assert isinstance(await store.claim(pool, first, LEASE, datetime.now(UTC), "w"), plan.Ready)
+    with one_checkout_only(pool):
+        got = await store.claim(pool, second, LEASE, datetime.now(UTC), "w")
+    assert isinstance(got, plan.Suppressed) and got.reason == "daily_cap", got
+    r = row(second)
+    assert (r.status, r.suppressed_reason, r.reserved_cents, r.claim_token, r.attempts) == (
+        "SUPPRESSED", "daily_cap", 0, 1, 1)
+    assert entries(second) == []
+    with get_engine().connect() as c:
+        lines = c.execute(sa.text("SELECT outcome, error_class, worker FROM notification_attempts "
+                                  "WHERE notification_id = :i"), {"i": second}).all()
+    assert [tuple(x) for x in lines] == [("suppressed", "daily_cap", "w")]
+    assert_invariants()
+
+
+async def test_a_stale_retry_is_answered_in_the_records_own_transaction(pool):
+    """A's late Retry after B claimed: `RECORD_RETRY` matches nothing and the long way, in the same transaction,
+    answers `stale` and writes only A's attempt line; B's lease stands."""
+    rid, _ = person()
+    nid = sms(rid, "one-stale")
+    a = await store.claim(pool, nid, LEASE, datetime.now(UTC), "A")
+    assert isinstance(a, plan.Ready)
+    lease_runs_out(nid)
+    b = ready(nid, "B")
+    with one_checkout_only(pool):
+        out = await store.record(pool, a.claim, Retry("timeout", 0.0), worker="A", started=datetime.now(UTC),
+                                 status_code=None, latency_ms=1.0, provider_reference=None)
+    assert out == "stale"
+    r = row(nid)
+    assert (r.status, r.claim_token, r.attempts) == ("QUEUED", b.claim_token, 2) and r.leased_until is not None
+    assert_invariants()
+
+
+async def test_a_pending_receipt_is_settled_in_the_records_own_transaction(pool):
+    """A `failed` receipt kept while the row was owed: the record's statement matches, its receipt check finds the
+    receipt, and the long way settles it in the same transaction — FAILED, refunded, one checkout."""
+    rid, _ = person()
+    nid = sms(rid, "one-receipt")
+    got = await store.claim(pool, nid, LEASE, datetime.now(UTC), "w")
+    assert isinstance(got, plan.Ready)
+    kept = apply_receipt("sms", "rcpt-one-1", "sms-one", "failed", client_reference=plan.idempotency_key(got.claim))
+    assert kept.status == "pending"
+    with one_checkout_only(pool):
+        out = await store.record(pool, got.claim, Succeeded(False), worker="w", started=datetime.now(UTC),
+                                 status_code=201, latency_ms=1.0, provider_reference="sms-one")
+    assert out == "sent"
+    r = row(nid)
+    assert (r.status, r.reserved_cents) == ("FAILED", 0)
+    assert_invariants()
+
+
+async def test_a_batch_claim_settles_its_long_way_rows_before_its_commit(pool):
+    """A batch of three where the third is over its recipient's cap: one checkout claims all three, takes for the
+    two that may go, and suppresses the third `daily_cap` before the COMMIT (never a claimed row left to a second
+    transaction)."""
+    rid, _ = person(cap=2)
+    ids = [sms(rid, f"one-batch-{i}") for i in range(3)]
+    with one_checkout_only(pool):
+        batch = await store_batch.claim_batch(pool, "normal", 10, LEASE, datetime.now(UTC), "w")
+    assert sorted(r.claim.id for r in batch.ready) == ids[:2]
+    assert [(r.claim.id, getattr(r, "reason", None)) for r in batch.settled] == [(ids[2], "daily_cap")]
+    assert batch.long_way >= 1
+    assert (row(ids[2]).status, row(ids[2]).suppressed_reason, entries(ids[2])) == ("SUPPRESSED", "daily_cap", [])
+    for r in batch.ready:
+        assert await store.give_back(pool, r.claim)
+    assert_invariants()
+
+
+async def test_a_batch_record_with_one_stale_row_is_one_transaction(pool):
+    """Three rows answered; the second's lease ran out and B claimed it. One checkout records the first and third
+    SENT under their tokens and answers the second `stale` by the long way, B's lease untouched."""
+    rid, _ = person()
+    ids = [sms(rid, f"one-rec-{i}") for i in range(3)]
+    batch = await store_batch.claim_batch(pool, "normal", 10, LEASE, datetime.now(UTC), "A")
+    claims = {r.claim.id: r.claim for r in batch.ready}
+    assert sorted(claims) == ids
+    lease_runs_out(ids[1])
+    b = ready(ids[1], "B")
+    attempts = [store_batch.Attempted(claims[i], Succeeded(False) if i != ids[1] else Retry("timeout", 0.0),
+                                      datetime.now(UTC), 201 if i != ids[1] else None, 1.0, f"ref-{i}")
+                for i in ids]
+    with one_checkout_only(pool):
+        out = await store_batch.record_batch(pool, attempts, "A")
+    assert out == {ids[0]: "sent", ids[1]: "stale", ids[2]: "sent"}
+    assert [row(i).status for i in ids] == ["SENT", "QUEUED", "SENT"]
+    assert row(ids[1]).claim_token == b.claim_token
+    assert_invariants()
+
+
+async def test_a_batch_record_whose_connection_dies_is_recorded_row_by_row(pool):
+    """The server ends the pool's connections before a batch record: the batch's transaction fails whole, and each
+    row is recorded on its own (once each: one SENT, one attempt line, one charge)."""
+    rid, _ = person()
+    ids = [sms(rid, f"one-drop-{i}") for i in range(3)]
+    batch = await store_batch.claim_batch(pool, "normal", 10, LEASE, datetime.now(UTC), "w")
+    assert sorted(r.claim.id for r in batch.ready) == ids
+    with get_engine().begin() as c:
+        killed = c.execute(sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                   "WHERE application_name = :a"), {"a": APP}).scalar_one()
+    assert killed >= 1
+    attempts = [store_batch.Attempted(r.claim, Succeeded(False), datetime.now(UTC), 201, 1.0, f"ref-{r.claim.id}")
+                for r in batch.ready]
+    out = await store_batch.record_batch(pool, attempts, "w")
+    assert out == dict.fromkeys(ids, "sent")
+    with get_engine().connect() as c:
+        lines = c.execute(sa.text("SELECT notification_id, count(*) FROM notification_attempts "
+                                  "WHERE notification_id = ANY(:ids) GROUP BY notification_id"), {"ids": ids}).all()
+    assert sorted(n for _, n in lines) == [1, 1, 1]
+    assert [len(entries(i)) for i in ids] == [1, 1, 1]
+    assert_invariants()
+
+
+def _swallows_a_failed_statement(uow: UnitOfWork, nid: int) -> str:
+    uow.execute(sa.text("UPDATE notifications SET reason_detail = 'written-then-lost' WHERE id = :i"), {"i": nid})
+    try:
+        uow.execute(sa.text("SELECT 1 / 0"))
+    except psycopg.errors.DivisionByZero:
+        return "swallowed"
+    return "not reached"
+
+
+async def test_sync_code_on_the_workers_connection_cannot_swallow_a_failed_statement(pool):
+    """Long-way code that catches a statement's error cannot turn a failed transaction into a quiet commit (which
+    PostgreSQL would roll back while the caller believed it kept): `run_sync` raises it, and nothing is written."""
+    rid, _ = person()
+    nid = sms(rid, "one-swallow")
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        async with pool.connection() as conn, conn.transaction():
+            await run_sync(conn, _swallows_a_failed_statement, nid)
+    assert row(nid).reason_detail is None
+
+
+def _read_like_sqlalchemy(uow: UnitOfWork) -> dict[str, Any]:
+    stmt = sa.text("SELECT x AS n, x * 2 AS twice FROM generate_series(1, :k) AS x ORDER BY x")
+    return {"first": tuple(uow.execute(stmt, {"k": 2}).first()), "mapping": uow.execute(stmt, {"k": 1}).one()._mapping,
+            "attr": uow.execute(stmt, {"k": 1}).one().twice, "scalar": uow.execute(stmt, {"k": 3}).scalar(),
+            "scalars": list(uow.execute(stmt, {"k": 3}).scalars()), "none": uow.execute(stmt, {"k": 0}).first(),
+            "literal_percent": uow.execute(sa.text("SELECT '100%' AS p")).scalar_one(),
+            # A Core construct carries its own values, None among them (write.settle_unsent_where's `leased_until`).
+            "carried": tuple(uow.execute(sa.select(sa.bindparam("v", None, type_=sa.Integer).label("v"),
+                                                   sa.bindparam("w", 7, type_=sa.Integer).label("w"))).one())}
+
+
+async def test_rows_read_on_the_workers_connection_read_as_sqlalchemys(pool):
+    """The long way reads its rows by attribute, by `_mapping`, as scalars: the same statement answers the same on
+    the workers' connection as on the SQLAlchemy engine (a literal `%` included, and a Core statement's own values,
+    None among them)."""
+    with UnitOfWork() as uow:
+        expected = _read_like_sqlalchemy(uow)
+    async with pool.connection() as conn, conn.transaction():
+        got = await run_sync(conn, _read_like_sqlalchemy)
+    assert {k: dict(v) if k == "mapping" else v for k, v in got.items()} == {
+        k: dict(v) if k == "mapping" else v for k, v in expected.items()}
+    assert got["scalars"] == [1, 2, 3] and got["literal_percent"] == "100%" and got["carried"] == (None, 7)
