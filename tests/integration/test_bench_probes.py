@@ -82,3 +82,22 @@ def test_pg_cpu_counts_a_backend_that_works_and_leaves_inside_the_window(db):
         engine.dispose()
     assert busy.used > 0.05, busy.used
     assert idle.used < busy.used / 4, (idle.used, busy.used)
+
+
+def test_long_way_bench_times_a_suppressed_claim_beside_a_claim_that_goes(db):
+    """`outbox bench --only longway` times what it names: every long-way claim it counts was SUPPRESSED `daily_cap`
+    by the long way and every common one is Ready (the step asserts each), in a database of its own — the test's
+    own database is left as it was, and the process's settings point back at it."""
+    from domain.settings import get_settings
+    from jobs.drills.bench.longway import bench_long_way
+
+    url = get_settings().database_url
+    with get_engine().connect() as c:
+        before = c.execute(sa.text("SELECT count(*) FROM notifications")).scalar_one()
+    got = bench_long_way(url, runs=20)
+    assert set(got) == {"claim_ms_long_way", "claim_ms_long_way_p90", "claim_ms_common", "claim_ms_common_p90",
+                        "claim_long_way_ratio"}
+    assert got["claim_ms_long_way"] > 0 and got["claim_ms_common"] > 0
+    assert get_settings().database_url == url
+    with get_engine().connect() as c:
+        assert c.execute(sa.text("SELECT count(*) FROM notifications")).scalar_one() == before

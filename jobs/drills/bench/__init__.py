@@ -22,6 +22,8 @@ run's evidence:
   scan, scan alone (each to the receiver's webhook effect), CDC → Redis Stream → the fulfilment inbox — on a
   wal_level = logical cluster of its own: commit → consumer p50/p99, a burst's events/s, database CPU and WAL per
   event; then the CDC relay stopped a while: the WAL its slot retains and its catch-up (relays.py);
+- partitions: a batched claim and record as the ledger's months accumulate (partitions.py);
+- longway: a claim the long way settles beside one of the common case, through the workers' store (longway.py);
 - push: operator A's click to operator B's render in one Chromium, timed inside the pages, then the dashboard's
   memory per open tab with 50 tabs live (push.py; builds and starts the dashboard in prod mode).
 
@@ -44,6 +46,7 @@ from jobs.drills.bench import (
     delivery,
     fair,
     lanes,
+    longway,
     partitions,
     push,
     relays,
@@ -55,8 +58,8 @@ from jobs.drills.bench.common import API_PORT, BENCH_DB, BENCH_REDIS_DB, RECEIVE
 from jobs.ops.dbadmin import isolated_environment
 from jobs.ops.procs import ROOT, System
 
-STEPS = ("wake", "commit", "delivery", "pgbouncer", "recovery", "lanes", "fair", "scan", "partitions", "push",
-         "relays")
+STEPS = ("wake", "commit", "delivery", "pgbouncer", "recovery", "lanes", "fair", "scan", "partitions", "longway",
+         "push", "relays")
 
 
 def _uptime() -> str:
@@ -95,6 +98,7 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
             "fair": f"fair bulk lane: tenant 7's 50-message campaign alone, then beside tenant 42's {recipients}",
             "scan": f"relay claim draining {scan_owed} owed among {scan_done} settled rows, then among 1,000,000",
             "partitions": "a batched claim and record of one row with the ledger's messages in 1, 16 and 48 months",
+            "longway": "a claim the long way settles (a recipient over the cap) beside a claim of the common case",
             "push": "pushes: A's click to B's render over 50 runs in one Chromium, then 50 tabs open",
             "relays": f"relays compared: {relay_samples} paced approvals and a burst of {n} through each of four "
                       f"paths, then the CDC relay down {relay_outage:g}s"}
@@ -136,6 +140,9 @@ def run_bench(n: int = 300, scan_owed: int = 20_000, scan_done: int = 200_000, r
             elif step == "partitions":
                 system.stop_all()
                 results.update(partitions.bench_partitions(os.environ["OUTBOX_DATABASE_URL"]))
+            elif step == "longway":
+                system.stop_all()
+                results.update(longway.bench_long_way(os.environ["OUTBOX_DATABASE_URL"]))
             elif step == "scan":
                 system.stop_all()
                 results["scan"] = scan.bench_scan(scan_owed, scan_done)

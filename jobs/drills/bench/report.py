@@ -62,7 +62,9 @@ _KEYS = (
     "partitions: `ledger_partitions_K`, the months kept ahead and DEFAULT included), beside `…_id_only` (the same "
     "statements naming the row by id alone, as before they carried its month) and `…_unprepared` (a pool that "
     "prepares nothing, as through PgBouncer: every statement planned afresh); `…_ratio_partitions_48_to_1`: flat "
-    "is 1.")
+    "is 1. `claim_ms_long_way`: a per-row claim through the workers' store that the long way settles (a recipient "
+    "over today's cap: SUPPRESSED in the claim's own transaction), p50 over 200, beside `claim_ms_common` (a claim "
+    "that goes, same pool, same run); `claim_long_way_ratio` the two.")
 
 _SECTIONS = (
     ("commit", "Commit: outbox command vs bare UPDATE"),
