@@ -32,6 +32,25 @@ RECEIVER_PROCS = 3
 T0 = time.perf_counter()
 
 
+@contextmanager
+def settings_on(database_url: str) -> Iterator[None]:
+    """The process's settings (and so its engine: `send`, the seed, the long way's sync steps) on `database_url` for
+    the block, a bench step's database of its own; back on the bench's after it."""
+    from domain.settings import reload_settings
+
+    before = os.environ.get("OUTBOX_DATABASE_URL")
+    os.environ["OUTBOX_DATABASE_URL"] = database_url
+    reload_settings()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("OUTBOX_DATABASE_URL", None)
+        else:
+            os.environ["OUTBOX_DATABASE_URL"] = before
+        reload_settings()
+
+
 def say(msg: str) -> None:
     """Progress, with the seconds since the bench started."""
     print(f"      [{time.perf_counter() - T0:6.1f}s] {msg}", flush=True)

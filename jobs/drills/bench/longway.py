@@ -12,7 +12,6 @@ second transaction on SQLAlchemy's engine (6.5 ms p50 against 2.6 measured the s
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
 import time
 from datetime import UTC, datetime
@@ -22,8 +21,7 @@ import sqlalchemy as sa
 
 from domain.delivery import plan, store
 from domain.ledger.send import send
-from domain.settings import reload_settings
-from jobs.drills.bench.common import SUFFIX, say
+from jobs.drills.bench.common import SUFFIX, say, settings_on
 from jobs.ops.dbadmin import ensure_database, migrate
 from jobs.ops.seed import seed
 
@@ -68,27 +66,20 @@ def bench_long_way(base_url: str, runs: int = RUNS) -> dict[str, Any]:
     url = base_url.rsplit("/", 1)[0] + "/" + LONG_WAY_DB
     ensure_database(url, reset=True)
     migrate(url)
-    before = os.environ.get("OUTBOX_DATABASE_URL")
-    os.environ["OUTBOX_DATABASE_URL"] = url  # `send` and the seed write through the process's own engine
-    reload_settings()
     eng = sa.create_engine(url)
     try:
-        seed()
-        capped, free = _person(eng, "bench-capped", 1), _person(eng, "bench-free", runs + 10)
-        first = _sms(capped, "lw-first")
-        over = [_sms(capped, f"lw-{i}") for i in range(runs)]
-        going = [_sms(free, f"common-{i}") for i in range(runs)]
-        pg_url = url.replace("postgresql+psycopg://", "postgresql://")
-        asyncio.run(_claims(pg_url, [first], plan.Ready))  # the capped person's one slot of the day
-        long_way = asyncio.run(_claims(pg_url, over, plan.Suppressed))
-        common = asyncio.run(_claims(pg_url, going, plan.Ready))
+        with settings_on(url):  # `send` and the seed write through the process's own engine
+            seed()
+            capped, free = _person(eng, "bench-capped", 1), _person(eng, "bench-free", runs + 10)
+            first = _sms(capped, "lw-first")
+            over = [_sms(capped, f"lw-{i}") for i in range(runs)]
+            going = [_sms(free, f"common-{i}") for i in range(runs)]
+            pg_url = url.replace("postgresql+psycopg://", "postgresql://")
+            asyncio.run(_claims(pg_url, [first], plan.Ready))  # the capped person's one slot of the day
+            long_way = asyncio.run(_claims(pg_url, over, plan.Suppressed))
+            common = asyncio.run(_claims(pg_url, going, plan.Ready))
     finally:
         eng.dispose()
-        if before is None:
-            os.environ.pop("OUTBOX_DATABASE_URL", None)
-        else:
-            os.environ["OUTBOX_DATABASE_URL"] = before
-        reload_settings()
     lw50, c50 = statistics.median(long_way), statistics.median(common)
     out = {"claim_ms_long_way": round(lw50, 3), "claim_ms_long_way_p90": round(_p90(long_way), 3),
            "claim_ms_common": round(c50, 3), "claim_ms_common_p90": round(_p90(common), 3),

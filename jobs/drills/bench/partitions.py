@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -27,8 +26,7 @@ import sqlalchemy as sa
 from domain.delivery import sql, sql_record, store, store_batch
 from domain.delivery.retry import Succeeded
 from domain.retention.partitions import ensure_partitions
-from domain.settings import reload_settings
-from jobs.drills.bench.common import SUFFIX, say
+from jobs.drills.bench.common import SUFFIX, say, settings_on
 from jobs.ops.dbadmin import ensure_database, migrate
 
 PARTS_DB = f"outbox_bench_parts{SUFFIX}"
@@ -128,43 +126,36 @@ def bench_partitions(base_url: str) -> dict[str, Any]:
     migrate(url)
     eng = sa.create_engine(url)
     out: dict[str, Any] = {}
-    # The process's own engine on this database too: a row a round sends the long way (long_way.record, on the
-    # process's engine) must land here, never in the bench's main database.
-    before = os.environ.get("OUTBOX_DATABASE_URL")
-    os.environ["OUTBOX_DATABASE_URL"] = url
-    reload_settings()
+    # The process's own engine on this database too: a row a round sends the long way (on the process's engine in a
+    # sync caller) must land here, never in the bench's main database.
     try:
-        with eng.begin() as c:
-            c.execute(sa.text("INSERT INTO tenants (id, name) VALUES (42, 'bench') ON CONFLICT DO NOTHING"))
-        for months in MONTHS:
-            _months_back(eng, months)
-            parts = _partitions(eng)
-            claim_ms, record_ms = asyncio.run(_rounds(url, eng, _CLAIM_WITH_MONTH, _RECORD_WITH_MONTH))
-            claim_id, record_id = asyncio.run(_rounds(url, eng, _CLAIM_BY_ID, _RECORD_BY_ID))
-            claim_u, record_u = asyncio.run(_rounds(url, eng, _CLAIM_WITH_MONTH, _RECORD_WITH_MONTH, False))
-            claim_uid, record_uid = asyncio.run(_rounds(url, eng, _CLAIM_BY_ID, _RECORD_BY_ID, False))
-            out.update({f"claim_ms_partitions_{months}_unprepared": round(claim_u, 3),
-                        f"claim_ms_partitions_{months}_unprepared_id_only": round(claim_uid, 3),
-                        f"record_ms_partitions_{months}_unprepared": round(record_u, 3),
-                        f"record_ms_partitions_{months}_unprepared_id_only": round(record_uid, 3)})
-            out.update({f"claim_ms_partitions_{months}": round(claim_ms, 3),
-                        f"claim_ms_partitions_{months}_id_only": round(claim_id, 3),
-                        f"record_ms_partitions_{months}": round(record_ms, 3),
-                        f"record_ms_partitions_{months}_id_only": round(record_id, 3),
-                        f"ledger_partitions_{months}": parts})
-            say(f"{months} months ({parts} partitions): claim {claim_ms:.2f} ms (by id alone {claim_id:.2f}), "
-                f"record {record_ms:.2f} ms (by id alone {record_id:.2f}); unprepared: claim {claim_u:.2f} "
-                f"({claim_uid:.2f}), record {record_u:.2f} ({record_uid:.2f})")
-        last = MONTHS[-1]
-        out[f"claim_ratio_partitions_{last}_to_1"] = round(out[f"claim_ms_partitions_{last}"]
-                                                           / out["claim_ms_partitions_1"], 2)
-        out[f"record_ratio_partitions_{last}_to_1"] = round(out[f"record_ms_partitions_{last}"]
-                                                            / out["record_ms_partitions_1"], 2)
+        with settings_on(url):
+            with eng.begin() as c:
+                c.execute(sa.text("INSERT INTO tenants (id, name) VALUES (42, 'bench') ON CONFLICT DO NOTHING"))
+            for months in MONTHS:
+                _months_back(eng, months)
+                parts = _partitions(eng)
+                claim_ms, record_ms = asyncio.run(_rounds(url, eng, _CLAIM_WITH_MONTH, _RECORD_WITH_MONTH))
+                claim_id, record_id = asyncio.run(_rounds(url, eng, _CLAIM_BY_ID, _RECORD_BY_ID))
+                claim_u, record_u = asyncio.run(_rounds(url, eng, _CLAIM_WITH_MONTH, _RECORD_WITH_MONTH, False))
+                claim_uid, record_uid = asyncio.run(_rounds(url, eng, _CLAIM_BY_ID, _RECORD_BY_ID, False))
+                out.update({f"claim_ms_partitions_{months}_unprepared": round(claim_u, 3),
+                            f"claim_ms_partitions_{months}_unprepared_id_only": round(claim_uid, 3),
+                            f"record_ms_partitions_{months}_unprepared": round(record_u, 3),
+                            f"record_ms_partitions_{months}_unprepared_id_only": round(record_uid, 3)})
+                out.update({f"claim_ms_partitions_{months}": round(claim_ms, 3),
+                            f"claim_ms_partitions_{months}_id_only": round(claim_id, 3),
+                            f"record_ms_partitions_{months}": round(record_ms, 3),
+                            f"record_ms_partitions_{months}_id_only": round(record_id, 3),
+                            f"ledger_partitions_{months}": parts})
+                say(f"{months} months ({parts} partitions): claim {claim_ms:.2f} ms (by id alone {claim_id:.2f}), "
+                    f"record {record_ms:.2f} ms (by id alone {record_id:.2f}); unprepared: claim {claim_u:.2f} "
+                    f"({claim_uid:.2f}), record {record_u:.2f} ({record_uid:.2f})")
+            last = MONTHS[-1]
+            out[f"claim_ratio_partitions_{last}_to_1"] = round(out[f"claim_ms_partitions_{last}"]
+                                                               / out["claim_ms_partitions_1"], 2)
+            out[f"record_ratio_partitions_{last}_to_1"] = round(out[f"record_ms_partitions_{last}"]
+                                                                / out["record_ms_partitions_1"], 2)
     finally:
         eng.dispose()
-        if before is None:
-            os.environ.pop("OUTBOX_DATABASE_URL", None)
-        else:
-            os.environ["OUTBOX_DATABASE_URL"] = before
-        reload_settings()
     return out
