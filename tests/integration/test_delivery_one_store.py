@@ -217,3 +217,54 @@ async def test_rows_read_on_the_workers_connection_read_as_sqlalchemys(pool):
     assert {k: dict(v) if k == "mapping" else v for k, v in got.items()} == {
         k: dict(v) if k == "mapping" else v for k, v in expected.items()}
     assert got["scalars"] == [1, 2, 3] and got["literal_percent"] == "100%" and got["carried"] == (None, 7)
+
+
+async def _every_connection_idle(pool: store.Pool, n: int) -> None:
+    """`n` connections opened and back in the pool, idle (held at once, so the pool had to open each)."""
+    held = asyncio.Barrier(n)
+
+    async def hold() -> None:
+        async with pool.connection():
+            await held.wait()
+
+    await asyncio.wait_for(asyncio.gather(*(hold() for _ in range(n))), 20)
+    assert pool.get_stats().get("pool_available") == n, pool.get_stats()
+
+
+def _server_ends_every_pooled_connection() -> int:
+    with get_engine().begin() as c:
+        return int(c.execute(sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                     "WHERE application_name = :a"), {"a": APP}).scalar_one())
+
+
+async def test_a_record_after_the_server_ended_every_pooled_connection_is_recorded(pool):
+    """A restart or a failover ends every connection the pool holds idle, not just one: the record's second try
+    must not take another dead one. The provider's answer is recorded (SENT, one attempt line, one charge), as the
+    long way on its own pre-pinged engine recorded it before the store had one driver."""
+    rid, _ = person()
+    nid = sms(rid, "one-restart")
+    got = await store.claim(pool, nid, LEASE, datetime.now(UTC), "w")
+    assert isinstance(got, plan.Ready)
+    await _every_connection_idle(pool, 2)
+    assert _server_ends_every_pooled_connection() == 2
+    out = await store.record(pool, got.claim, Succeeded(False), worker="w", started=datetime.now(UTC),
+                             status_code=201, latency_ms=1.0, provider_reference="ref-restart")
+    assert out == "sent"
+    assert (row(nid).status, len(entries(nid))) == ("SENT", 1)
+    with get_engine().connect() as c:
+        assert c.execute(sa.text("SELECT count(*) FROM notification_attempts WHERE notification_id = :i"),
+                         {"i": nid}).scalar_one() == 1
+    assert_invariants()
+
+
+async def test_a_claim_after_the_server_ended_every_pooled_connection_is_claimed(pool):
+    """The same restart before a claim: the claim is made on a live connection, not refused twice."""
+    rid, _ = person()
+    nid = sms(rid, "one-restart-claim")
+    await _every_connection_idle(pool, 2)
+    assert _server_ends_every_pooled_connection() == 2
+    got = await store.claim(pool, nid, LEASE, datetime.now(UTC), "w")
+    assert isinstance(got, plan.Ready), got
+    assert await store.give_back(pool, got.claim)
+    assert_invariants()
+
