@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +24,7 @@ import sqlalchemy as sa
 from domain.db import UnitOfWork, get_engine, run_sync
 from domain.delivery import plan, store, store_batch
 from domain.delivery.receipts import apply_receipt
-from domain.delivery.retry import Retry, Succeeded
+from domain.delivery.retry import Fail, Retry, Succeeded, decide_retry
 from domain.settings import get_settings
 from tests.support.db import assert_invariants
 from tests.support.long_way import entries, lease_runs_out, ready, row
@@ -268,3 +269,69 @@ async def test_a_claim_after_the_server_ended_every_pooled_connection_is_claimed
     assert await store.give_back(pool, got.claim)
     assert_invariants()
 
+
+# What a tenant's endpoint (anyone's server) may answer: a NUL in its body, a reference that is not a string.
+HOSTILE_ANSWERS = [(400, "refused\x00here"), (200, '{"result_ref": {"x": 1}}'), (200, '{"result_ref": 7}'),
+                   (200, '{"result_ref": "ref\\u0000nul"}'), (200, '{"result_ref": ["a", 1]}'),
+                   (503, "busy\x00")]
+
+
+@pytest.mark.parametrize(("code", "body"), HOSTILE_ANSWERS)
+async def test_a_hostile_answer_costs_no_row_its_record(pool, code, body):
+    """An answer's text is the other side's: whatever bytes or JSON it holds, the batch it is recorded in keeps
+    every row's record — the other rows' accepted sends (SENT, charged once) and its own outcome — and the batch
+    record never fails whole for it (a batch that failed left every answered row to be sent again)."""
+    from jobs import attempt
+
+    rid, _ = person()
+    ids = [sms(rid, f"one-hostile-{i}") for i in range(3)]
+    batch = await store_batch.claim_batch(pool, "normal", 10, LEASE, datetime.now(UTC), "w")
+    claims = {r.claim.id: r.claim for r in batch.ready}
+    assert sorted(claims) == ids
+    outcome, ref = attempt._answered(code, body, "result_ref")  # a tenant endpoint's
+    decision = decide_retry(outcome, 1, 5, 0.05, 0.5, random.Random(0))
+    attempts = [store_batch.Attempted(claims[i], Succeeded(False), datetime.now(UTC), 201, 1.0, f"ref-{i}")
+                for i in ids[:2]]
+    attempts.append(store_batch.Attempted(claims[ids[2]], decision, datetime.now(UTC), outcome.status_code, 1.0,
+                                          ref, outcome.excerpt))
+    out = await store_batch.record_batch(pool, attempts, "w")
+    assert (out[ids[0]], out[ids[1]]) == ("sent", "sent")
+    assert out[ids[2]] == {Succeeded: "sent", Retry: "retry", Fail: "failed"}[type(decision)], out
+    assert [row(i).status for i in ids[:2]] == ["SENT", "SENT"]
+    with get_engine().connect() as c:
+        lines = dict(c.execute(sa.text("SELECT notification_id, count(*) FROM notification_attempts "
+                                       "WHERE notification_id = ANY(:ids) GROUP BY notification_id"),
+                               {"ids": ids}).all())
+    assert lines == dict.fromkeys(ids, 1)
+    assert_invariants()
+
+
+async def test_a_row_whose_long_way_fails_costs_no_other_row_of_its_batch_its_record(pool, monkeypatch):
+    """The long way of one row of a batch record fails (a bug, a value the database refuses): the batch's own
+    transaction is rolled back whole with it, but the other rows' answers are still recorded (row by row: SENT,
+    charged once, one attempt line each), as they were when a batch's odd rows went the long way after its commit.
+    The failing row alone is left out (owed, its lease runs out)."""
+    from domain.delivery import long_way
+
+    rid, _ = person()
+    ids = [sms(rid, f"one-poison-{i}") for i in range(3)]
+    batch = await store_batch.claim_batch(pool, "normal", 10, LEASE, datetime.now(UTC), "w")
+    claims = {r.claim.id: r.claim for r in batch.ready}
+    assert sorted(claims) == ids
+    poisoned, record_on = ids[1], long_way.record_on
+
+    def failing_record_on(uow: UnitOfWork, claim: plan.Claim, *args: Any, **kwargs: Any) -> str:
+        if claim.id == poisoned:
+            raise RuntimeError("a bug in one row's long way")
+        return record_on(uow, claim, *args, **kwargs)
+
+    monkeypatch.setattr(long_way, "record_on", failing_record_on)
+    attempts = [store_batch.Attempted(claims[i], Succeeded(False) if i != poisoned else Fail("client_error", False),
+                                      datetime.now(UTC), 201 if i != poisoned else 400, 1.0, f"ref-{i}")
+                for i in ids]
+    out = await store_batch.record_batch(pool, attempts, "w")
+    assert out == {ids[0]: "sent", ids[2]: "sent"}
+    assert [row(i).status for i in ids] == ["SENT", "QUEUED", "SENT"]
+    assert row(poisoned).leased_until is not None and len(entries(poisoned)) == 1  # still held: owed
+    assert [len(entries(i)) for i in (ids[0], ids[2])] == [1, 1]
+    assert_invariants()
