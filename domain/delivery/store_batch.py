@@ -237,7 +237,10 @@ async def _record(pool: Pool, attempts: list[Attempted], worker: str) -> dict[in
                 else:  # taken up where the batch's statement left it
                     long.append((a, a.claim.id in matched))
         if long:
-            long.sort(key=lambda item: item[0].claim.id)
+            # By tenant, then person: what a row's long way may lock beyond its own row — its person's cap counter,
+            # then its tenant's balance (a refund, a late charge; an endpoint's breaker after the balance) — is held
+            # to this transaction's commit, so two batches' long ways take them in one order, never crossing.
+            long.sort(key=lambda item: (item[0].claim.tenant_id, item[0].claim.recipient, item[0].claim.id))
             out.update(await run_sync(conn, _record_long_way, long, worker))
     return out
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,8 +26,9 @@ from domain.db import UnitOfWork, get_engine, run_sync
 from domain.delivery import plan, store, store_batch
 from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Fail, Retry, Succeeded, decide_retry
+from domain.ledger.send import send
 from domain.settings import get_settings
-from tests.support.db import assert_invariants
+from tests.support.db import assert_invariants, one, waiting_on_a_lock
 from tests.support.long_way import entries, lease_runs_out, ready, row
 from tests.support.people import person, sms
 
@@ -335,3 +337,74 @@ async def test_a_row_whose_long_way_fails_costs_no_other_row_of_its_batch_its_re
     assert row(poisoned).leased_until is not None and len(entries(poisoned)) == 1  # still held: owed
     assert [len(entries(i)) for i in (ids[0], ids[2])] == [1, 1]
     assert_invariants()
+
+
+def _person_of(tenant_id: int) -> int:
+    ref = f"rv-{tenant_id}-{random.randrange(10**8)}"
+    with get_engine().begin() as c:
+        return int(c.execute(sa.text(
+            "INSERT INTO recipients (tenant_id, ref, display_name, email, phone, timezone, daily_cap) "
+            "VALUES (:t, :r, 'Rev', 'rev@example.test', '+15550002222', 'UTC', 10) RETURNING id"),
+            {"t": tenant_id, "r": ref}).scalar_one())
+
+
+def _deadlocks() -> int:
+    return int(one("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"))
+
+
+@pytest.mark.parametrize("crossing", ["two tenants", "two people of one tenant"])
+async def test_two_batch_records_refunding_crossing_rows_never_deadlock(pool, crossing):
+    """Two workers' batch records, each failing two rows whose refunds take what another's take too, their ids
+    crossing: rows of tenants 42 and 7 (A: 42 then 7; B: 7 then 42: each refund holds its tenant's balance row to the
+    commit), or of two people P and Q of one tenant (A: P then Q; B: Q then P: each refund holds its person's cap
+    counter, then the balance). A is held up at its second row (a row lock another transaction holds) while B runs:
+    both complete, every row FAILED and refunded once, and PostgreSQL found no deadlock. Before the long way ran
+    inside the batch's transaction each failure was its own transaction, holding one counter and one balance."""
+    p = person()[0]
+    if crossing == "two tenants":
+        q, tenant_q = _person_of(7), 7
+    else:
+        q, tenant_q = person()[0], 42
+    of_q = functools.partial(send, tenant_id=tenant_q, recipient_id=q, channel="sms", template="offer",
+                             lane="normal", data={"headline": "x"})
+    a1 = sms(p, "dl-a1")
+    b1 = of_q(subject_period="dl-b1").notification_id
+    a2 = of_q(subject_period="dl-a2").notification_id
+    b2 = sms(p, "dl-b2")
+    batch = await store_batch.claim_batch(pool, "normal", 10, LEASE, datetime.now(UTC), "w")
+    claims = {r.claim.id: r.claim for r in batch.ready}
+    assert sorted(claims) == sorted([a1, b1, a2, b2])
+
+    def failed(ids: list[int]) -> list[store_batch.Attempted]:
+        return [store_batch.Attempted(claims[i], Fail("client_error", False), datetime.now(UTC), 400, 1.0, None)
+                for i in ids]
+
+    before = _deadlocks()
+    blocker = get_engine().connect()
+    tx = blocker.begin()
+    blocker.execute(sa.text("SELECT 1 FROM notifications WHERE id = :i FOR UPDATE"), {"i": a2})
+    try:
+        a = asyncio.create_task(store_batch.record_batch(pool, failed([a1, a2]), "A"))
+        await _until(lambda: waiting_on_a_lock(), "A waits for its second row")
+        b = asyncio.create_task(store_batch.record_batch(pool, failed([b1, b2]), "B"))
+        await _until(lambda: a.done() or b.done() or int(one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'")) >= 2, "B finishes or waits too")
+    finally:
+        tx.rollback()
+        blocker.close()
+    out = {**await asyncio.wait_for(a, 30), **await asyncio.wait_for(b, 30)}
+    assert out == dict.fromkeys([a1, b1, a2, b2], "failed")
+    assert all(row(i).status == "FAILED" and row(i).reserved_cents == 0 for i in out)
+    assert [[k for k, _ in entries(i)] for i in (a1, b1, a2, b2)] == [["reserve", "refund"]] * 4
+    assert _deadlocks() == before
+    assert_invariants()
+
+
+async def _until(check: Callable[[], bool], what: str, deadline: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while not check():
+        if loop.time() > end:
+            raise AssertionError(f"not within {deadline} s: {what}")
+        await asyncio.sleep(0.02)
