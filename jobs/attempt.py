@@ -146,13 +146,27 @@ async def _post_endpoint(ctx: dict[str, Any], claim: Claim, target: endpoints.Se
 
 def _answered(status_code: int, text: str, reference_field: str) -> tuple[Outcome, str | None]:
     """An answer: its status, the `status` of a JSON object answer, its first 200 characters, and the reference
-    the other side gave it (`reference_field` of that object)."""
+    the other side gave it (`reference_field` of that object). The answer is the other side's (a tenant endpoint's is
+    anyone's server): what is kept of it is text PostgreSQL can hold — no NUL, and a reference that is a string (a
+    number as its digits; an object, a list, a boolean is none) — or the record it goes into fails, and with it
+    every row of its batch."""
     try:
         parsed = json.loads(text)
     except ValueError:
         parsed = {}
     data = parsed if isinstance(parsed, dict) else {}
-    return Outcome(status_code, body_status=data.get("status"), excerpt=text[:200]), data.get(reference_field)
+    return (Outcome(status_code, body_status=data.get("status"), excerpt=_no_nul(text[:200])),
+            _reference(data.get(reference_field)))
+
+
+def _no_nul(text: str) -> str:
+    return text.replace("\x00", "")
+
+
+def _reference(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    return _no_nul(str(value)) or None
 
 
 def _unanswered(exc: httpx.TransportError) -> Outcome:
@@ -160,7 +174,7 @@ def _unanswered(exc: httpx.TransportError) -> Outcome:
     one)."""
     if isinstance(exc, httpx.TimeoutException):
         return Outcome(None, error="timeout")
-    return Outcome(None, error="connection", excerpt=f"{type(exc).__name__}: {exc}"[:200])
+    return Outcome(None, error="connection", excerpt=_no_nul(f"{type(exc).__name__}: {exc}"[:200]))
 
 
 async def armed_from_ops(ctx: dict[str, Any], point: str) -> None:

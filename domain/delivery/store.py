@@ -10,8 +10,9 @@ claim is BEGIN + `CLAIM` in one pipelined round trip, then `TAKE`, then COMMIT; 
 `PENDING_RECEIPTS` in one, then COMMIT; every statement is prepared on its connection.
 
 A dropped connection: no pre-ping here (it costs a round trip per transaction); a broken connection fails its
-transaction, the pool drops it, and the call is made once more on another connection (`_again`): nothing of the
-first committed, or it did and the second finds the row no longer owed (its lease is ours: it runs out).
+transaction, the pool drops it and checks the others, and the call is made once more on another connection
+(`_again`): nothing of the first committed, or it did and the second finds the row no longer owed (its lease is
+ours: it runs out).
 
 One pool per process; each lane runs in its own worker processes, so a one-time code never shares a pool (nor a
 CPU queue) with bulk work.
@@ -42,13 +43,16 @@ Pool = AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
 T = TypeVar("T")
 
 
-async def _again(what: str, call: Callable[[], Awaitable[T]]) -> T:
-    """`call`, and once more if its transaction failed for want of its connection (the pool discards a broken one) or
-    as a deadlock's victim: rolled back whole either way, so running it again from the start is safe."""
+async def _again(pool: Pool, what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """`call`, and once more if its transaction failed for want of its connection or as a deadlock's victim: rolled
+    back whole either way, so running it again from the start is safe. Before the second try every idle connection
+    of the pool is checked (`pool.check()`: a broken one is replaced): a restart or a failover ends all of them at
+    once, and the pool discards only the one that failed — the second try would take another dead one."""
     try:
         return await call()
     except psycopg.OperationalError as exc:
         log.warning("%s failed (%s); once more", what, type(exc).__name__)
+    await pool.check()
     return await call()
 
 
@@ -82,7 +86,7 @@ async def channel_of(pool: Pool, notification_id: int,
             row = await (await conn.execute(stmt, {"id": notification_id, "created_at": created_at})).fetchone()
             return None if row is None else long_way.BulkRoute.from_mapping(row)
 
-    return await _again("channel_of", read)
+    return await _again(pool, "channel_of", read)
 
 
 async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: datetime,
@@ -98,7 +102,7 @@ async def claim(pool: Pool, notification_id: int, lease_seconds: float, now: dat
                 raise
         return await _claim(pool, notification_id, lease_seconds, now, worker, created_at, abort_refused=False)
 
-    return await _again("claim", once)
+    return await _again(pool, "claim", once)
 
 
 async def _claim(pool: Pool, notification_id: int, lease_seconds: float, now: datetime, worker: str,
@@ -168,7 +172,7 @@ async def record(pool: Pool, claim: Claim, decision: RetryDecision, *, worker: s
                 return "already_processed" if decision.already_processed else "sent"
             return await run_sync(conn, long_way.record_on, claim, decision, matched=matched, **kw)
 
-    return await _again("record", once)
+    return await _again(pool, "record", once)
 
 
 async def give_back(pool: Pool, claim: Claim) -> bool:
@@ -177,7 +181,7 @@ async def give_back(pool: Pool, claim: Claim) -> bool:
         async with pool.connection() as conn, conn.transaction():
             return await run_sync(conn, long_way.give_back_on, claim)
 
-    return await _again("give_back", once)
+    return await _again(pool, "give_back", once)
 
 
 async def send_target(pool: Pool, tenant_id: int, endpoint_id: int) -> endpoints.SendTarget | None:
@@ -186,4 +190,4 @@ async def send_target(pool: Pool, tenant_id: int, endpoint_id: int) -> endpoints
         async with pool.connection() as conn, conn.transaction():
             return await run_sync(conn, endpoints.send_target_on, tenant_id, endpoint_id)
 
-    return await _again("send_target", once)
+    return await _again(pool, "send_target", once)

@@ -206,13 +206,21 @@ async def record_batch(pool: Pool, attempts: list[Attempted], worker: str) -> di
     fenced by its own token (`sql_record.RECORD_SENT_BATCH`, `sql_record.RECORD_RETRY_BATCH`), then the batch's
     receipt check; a row that matched nothing (stale, a late truth) or has a receipt pending, and every row that is
     not the common case (a failure, a tenant endpoint's answer: its breaker moves), the long way (long_way.record_on)
-    in the same transaction. Failed whole (a dropped connection, a deadlock: nothing of it kept), the rows are
-    recorded one by one (store.record, each its own transaction). Returns each row's outcome by id."""
+    in the same transaction. Failed whole (a dropped connection, a deadlock, or one row the transaction could not
+    take: nothing of it kept), the rows are recorded one by one (store.record, each its own transaction), and a row
+    that fails alone costs no other row its record: it is left out of the answer (its lease runs out, as a failed
+    batch's did). Returns each row's outcome by id."""
     try:
         return await _record(pool, attempts, worker)
-    except psycopg.OperationalError as exc:
+    except Exception as exc:
         log.warning("batch record failed (%s); row by row", type(exc).__name__)
-    return {a.claim.id: await store.record(pool, a.claim, a.decision, **a.kw(worker)) for a in attempts}
+    out: dict[int, str] = {}
+    for a in attempts:
+        try:
+            out[a.claim.id] = await store.record(pool, a.claim, a.decision, **a.kw(worker))
+        except Exception:
+            log.exception("row record failed; its lease runs out (notification %s)", a.claim.id)
+    return out
 
 
 async def _record(pool: Pool, attempts: list[Attempted], worker: str) -> dict[int, str]:
@@ -229,7 +237,10 @@ async def _record(pool: Pool, attempts: list[Attempted], worker: str) -> dict[in
                 else:  # taken up where the batch's statement left it
                     long.append((a, a.claim.id in matched))
         if long:
-            long.sort(key=lambda item: item[0].claim.id)
+            # By tenant, then person: what a row's long way may lock beyond its own row — its person's cap counter,
+            # then its tenant's balance (a refund, a late charge; an endpoint's breaker after the balance) — is held
+            # to this transaction's commit, so two batches' long ways take them in one order, never crossing.
+            long.sort(key=lambda item: (item[0].claim.tenant_id, item[0].claim.recipient, item[0].claim.id))
             out.update(await run_sync(conn, _record_long_way, long, worker))
     return out
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+import functools
+import random
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,9 +25,10 @@ import sqlalchemy as sa
 from domain.db import UnitOfWork, get_engine, run_sync
 from domain.delivery import plan, store, store_batch
 from domain.delivery.receipts import apply_receipt
-from domain.delivery.retry import Retry, Succeeded
+from domain.delivery.retry import Fail, Retry, Succeeded, decide_retry
+from domain.ledger.send import send
 from domain.settings import get_settings
-from tests.support.db import assert_invariants
+from tests.support.db import assert_invariants, one, waiting_on_a_lock
 from tests.support.long_way import entries, lease_runs_out, ready, row
 from tests.support.people import person, sms
 
@@ -217,3 +220,191 @@ async def test_rows_read_on_the_workers_connection_read_as_sqlalchemys(pool):
     assert {k: dict(v) if k == "mapping" else v for k, v in got.items()} == {
         k: dict(v) if k == "mapping" else v for k, v in expected.items()}
     assert got["scalars"] == [1, 2, 3] and got["literal_percent"] == "100%" and got["carried"] == (None, 7)
+
+
+async def _every_connection_idle(pool: store.Pool, n: int) -> None:
+    """`n` connections opened and back in the pool, idle (held at once, so the pool had to open each)."""
+    held = asyncio.Barrier(n)
+
+    async def hold() -> None:
+        async with pool.connection():
+            await held.wait()
+
+    await asyncio.wait_for(asyncio.gather(*(hold() for _ in range(n))), 20)
+    assert pool.get_stats().get("pool_available") == n, pool.get_stats()
+
+
+def _server_ends_every_pooled_connection() -> int:
+    with get_engine().begin() as c:
+        return int(c.execute(sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                     "WHERE application_name = :a"), {"a": APP}).scalar_one())
+
+
+async def test_a_record_after_the_server_ended_every_pooled_connection_is_recorded(pool):
+    """A restart or a failover ends every connection the pool holds idle, not just one: the record's second try
+    must not take another dead one. The provider's answer is recorded (SENT, one attempt line, one charge), as the
+    long way on its own pre-pinged engine recorded it before the store had one driver."""
+    rid, _ = person()
+    nid = sms(rid, "one-restart")
+    got = await store.claim(pool, nid, LEASE, datetime.now(UTC), "w")
+    assert isinstance(got, plan.Ready)
+    await _every_connection_idle(pool, 2)
+    assert _server_ends_every_pooled_connection() == 2
+    out = await store.record(pool, got.claim, Succeeded(False), worker="w", started=datetime.now(UTC),
+                             status_code=201, latency_ms=1.0, provider_reference="ref-restart")
+    assert out == "sent"
+    assert (row(nid).status, len(entries(nid))) == ("SENT", 1)
+    with get_engine().connect() as c:
+        assert c.execute(sa.text("SELECT count(*) FROM notification_attempts WHERE notification_id = :i"),
+                         {"i": nid}).scalar_one() == 1
+    assert_invariants()
+
+
+async def test_a_claim_after_the_server_ended_every_pooled_connection_is_claimed(pool):
+    """The same restart before a claim: the claim is made on a live connection, not refused twice."""
+    rid, _ = person()
+    nid = sms(rid, "one-restart-claim")
+    await _every_connection_idle(pool, 2)
+    assert _server_ends_every_pooled_connection() == 2
+    got = await store.claim(pool, nid, LEASE, datetime.now(UTC), "w")
+    assert isinstance(got, plan.Ready), got
+    assert await store.give_back(pool, got.claim)
+    assert_invariants()
+
+
+# What a tenant's endpoint (anyone's server) may answer: a NUL in its body, a reference that is not a string.
+HOSTILE_ANSWERS = [(400, "refused\x00here"), (200, '{"result_ref": {"x": 1}}'), (200, '{"result_ref": 7}'),
+                   (200, '{"result_ref": "ref\\u0000nul"}'), (200, '{"result_ref": ["a", 1]}'),
+                   (503, "busy\x00")]
+
+
+@pytest.mark.parametrize(("code", "body"), HOSTILE_ANSWERS)
+async def test_a_hostile_answer_costs_no_row_its_record(pool, code, body):
+    """An answer's text is the other side's: whatever bytes or JSON it holds, the batch it is recorded in keeps
+    every row's record — the other rows' accepted sends (SENT, charged once) and its own outcome — and the batch
+    record never fails whole for it (a batch that failed left every answered row to be sent again)."""
+    from jobs import attempt
+
+    rid, _ = person()
+    ids = [sms(rid, f"one-hostile-{i}") for i in range(3)]
+    batch = await store_batch.claim_batch(pool, "normal", 10, LEASE, datetime.now(UTC), "w")
+    claims = {r.claim.id: r.claim for r in batch.ready}
+    assert sorted(claims) == ids
+    outcome, ref = attempt._answered(code, body, "result_ref")  # a tenant endpoint's
+    decision = decide_retry(outcome, 1, 5, 0.05, 0.5, random.Random(0))
+    attempts = [store_batch.Attempted(claims[i], Succeeded(False), datetime.now(UTC), 201, 1.0, f"ref-{i}")
+                for i in ids[:2]]
+    attempts.append(store_batch.Attempted(claims[ids[2]], decision, datetime.now(UTC), outcome.status_code, 1.0,
+                                          ref, outcome.excerpt))
+    out = await store_batch.record_batch(pool, attempts, "w")
+    assert (out[ids[0]], out[ids[1]]) == ("sent", "sent")
+    assert out[ids[2]] == {Succeeded: "sent", Retry: "retry", Fail: "failed"}[type(decision)], out
+    assert [row(i).status for i in ids[:2]] == ["SENT", "SENT"]
+    with get_engine().connect() as c:
+        lines = dict(c.execute(sa.text("SELECT notification_id, count(*) FROM notification_attempts "
+                                       "WHERE notification_id = ANY(:ids) GROUP BY notification_id"),
+                               {"ids": ids}).all())
+    assert lines == dict.fromkeys(ids, 1)
+    assert_invariants()
+
+
+async def test_a_row_whose_long_way_fails_costs_no_other_row_of_its_batch_its_record(pool, monkeypatch):
+    """The long way of one row of a batch record fails (a bug, a value the database refuses): the batch's own
+    transaction is rolled back whole with it, but the other rows' answers are still recorded (row by row: SENT,
+    charged once, one attempt line each), as they were when a batch's odd rows went the long way after its commit.
+    The failing row alone is left out (owed, its lease runs out)."""
+    from domain.delivery import long_way
+
+    rid, _ = person()
+    ids = [sms(rid, f"one-poison-{i}") for i in range(3)]
+    batch = await store_batch.claim_batch(pool, "normal", 10, LEASE, datetime.now(UTC), "w")
+    claims = {r.claim.id: r.claim for r in batch.ready}
+    assert sorted(claims) == ids
+    poisoned, record_on = ids[1], long_way.record_on
+
+    def failing_record_on(uow: UnitOfWork, claim: plan.Claim, *args: Any, **kwargs: Any) -> str:
+        if claim.id == poisoned:
+            raise RuntimeError("a bug in one row's long way")
+        return record_on(uow, claim, *args, **kwargs)
+
+    monkeypatch.setattr(long_way, "record_on", failing_record_on)
+    attempts = [store_batch.Attempted(claims[i], Succeeded(False) if i != poisoned else Fail("client_error", False),
+                                      datetime.now(UTC), 201 if i != poisoned else 400, 1.0, f"ref-{i}")
+                for i in ids]
+    out = await store_batch.record_batch(pool, attempts, "w")
+    assert out == {ids[0]: "sent", ids[2]: "sent"}
+    assert [row(i).status for i in ids] == ["SENT", "QUEUED", "SENT"]
+    assert row(poisoned).leased_until is not None and len(entries(poisoned)) == 1  # still held: owed
+    assert [len(entries(i)) for i in (ids[0], ids[2])] == [1, 1]
+    assert_invariants()
+
+
+def _person_of(tenant_id: int) -> int:
+    ref = f"rv-{tenant_id}-{random.randrange(10**8)}"
+    with get_engine().begin() as c:
+        return int(c.execute(sa.text(
+            "INSERT INTO recipients (tenant_id, ref, display_name, email, phone, timezone, daily_cap) "
+            "VALUES (:t, :r, 'Rev', 'rev@example.test', '+15550002222', 'UTC', 10) RETURNING id"),
+            {"t": tenant_id, "r": ref}).scalar_one())
+
+
+def _deadlocks() -> int:
+    return int(one("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"))
+
+
+@pytest.mark.parametrize("crossing", ["two tenants", "two people of one tenant"])
+async def test_two_batch_records_refunding_crossing_rows_never_deadlock(pool, crossing):
+    """Two workers' batch records, each failing two rows whose refunds take what another's take too, their ids
+    crossing: rows of tenants 42 and 7 (A: 42 then 7; B: 7 then 42: each refund holds its tenant's balance row to the
+    commit), or of two people P and Q of one tenant (A: P then Q; B: Q then P: each refund holds its person's cap
+    counter, then the balance). A is held up at its second row (a row lock another transaction holds) while B runs:
+    both complete, every row FAILED and refunded once, and PostgreSQL found no deadlock. Before the long way ran
+    inside the batch's transaction each failure was its own transaction, holding one counter and one balance."""
+    p = person()[0]
+    if crossing == "two tenants":
+        q, tenant_q = _person_of(7), 7
+    else:
+        q, tenant_q = person()[0], 42
+    of_q = functools.partial(send, tenant_id=tenant_q, recipient_id=q, channel="sms", template="offer",
+                             lane="normal", data={"headline": "x"})
+    a1 = sms(p, "dl-a1")
+    b1 = of_q(subject_period="dl-b1").notification_id
+    a2 = of_q(subject_period="dl-a2").notification_id
+    b2 = sms(p, "dl-b2")
+    batch = await store_batch.claim_batch(pool, "normal", 10, LEASE, datetime.now(UTC), "w")
+    claims = {r.claim.id: r.claim for r in batch.ready}
+    assert sorted(claims) == sorted([a1, b1, a2, b2])
+
+    def failed(ids: list[int]) -> list[store_batch.Attempted]:
+        return [store_batch.Attempted(claims[i], Fail("client_error", False), datetime.now(UTC), 400, 1.0, None)
+                for i in ids]
+
+    before = _deadlocks()
+    blocker = get_engine().connect()
+    tx = blocker.begin()
+    blocker.execute(sa.text("SELECT 1 FROM notifications WHERE id = :i FOR UPDATE"), {"i": a2})
+    try:
+        a = asyncio.create_task(store_batch.record_batch(pool, failed([a1, a2]), "A"))
+        await _until(lambda: waiting_on_a_lock(), "A waits for its second row")
+        b = asyncio.create_task(store_batch.record_batch(pool, failed([b1, b2]), "B"))
+        await _until(lambda: a.done() or b.done() or int(one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'")) >= 2, "B finishes or waits too")
+    finally:
+        tx.rollback()
+        blocker.close()
+    out = {**await asyncio.wait_for(a, 30), **await asyncio.wait_for(b, 30)}
+    assert out == dict.fromkeys([a1, b1, a2, b2], "failed")
+    assert all(row(i).status == "FAILED" and row(i).reserved_cents == 0 for i in out)
+    assert [[k for k, _ in entries(i)] for i in (a1, b1, a2, b2)] == [["reserve", "refund"]] * 4
+    assert _deadlocks() == before
+    assert_invariants()
+
+
+async def _until(check: Callable[[], bool], what: str, deadline: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while not check():
+        if loop.time() > end:
+            raise AssertionError(f"not within {deadline} s: {what}")
+        await asyncio.sleep(0.02)
