@@ -162,8 +162,12 @@ async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, w
 
 def _settle_claimed(uow: UnitOfWork, rows: list[tuple[Claim, SendContext, Take | None]], now: datetime,
                     worker: str) -> list[ClaimResult]:
-    """The long way of the rows this batch claimed and could not settle set-based, in id order, in its transaction."""
-    return [long_way.take_or_decide(uow, claim, context, take, now, worker) for claim, context, take in rows]
+    """The long way of the rows this batch claimed and could not settle set-based, in its transaction: by tenant, then
+    person, then id (a person's rows in id order: a second row of their day counts the first's slot), the order
+    `record_batch`'s long way takes them in — what a row's long way locks beyond its own row (its person's cap
+    counter, its tenant's balance) is held to the commit, and two batches taking them in one order never cross."""
+    ordered = sorted(rows, key=lambda row: (row[0].tenant_id, row[0].recipient, row[0].id))
+    return [long_way.take_or_decide(uow, claim, context, take, now, worker) for claim, context, take in ordered]
 
 
 # The one-row parameters a batch statement takes as float8[] (a number of another type would change the array's).

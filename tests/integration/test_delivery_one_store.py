@@ -163,8 +163,9 @@ async def test_a_batch_record_whose_connection_dies_is_recorded_row_by_row(pool)
     batch = await store_batch.claim_batch(pool, "normal", 10, LEASE, datetime.now(UTC), "w")
     assert sorted(r.claim.id for r in batch.ready) == ids
     with get_engine().begin() as c:
-        killed = c.execute(sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                   "WHERE application_name = :a"), {"a": APP}).scalar_one()
+        killed = c.execute(sa.text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = :a AND datname = current_database()"), {"a": APP}).scalar_one()
     assert killed >= 1
     attempts = [store_batch.Attempted(r.claim, Succeeded(False), datetime.now(UTC), 201, 1.0, f"ref-{r.claim.id}")
                 for r in batch.ready]
@@ -236,8 +237,9 @@ async def _every_connection_idle(pool: store.Pool, n: int) -> None:
 
 def _server_ends_every_pooled_connection() -> int:
     with get_engine().begin() as c:
-        return int(c.execute(sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                     "WHERE application_name = :a"), {"a": APP}).scalar_one())
+        return int(c.execute(sa.text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = :a AND datname = current_database()"), {"a": APP}).scalar_one())
 
 
 async def test_a_record_after_the_server_ended_every_pooled_connection_is_recorded(pool):

@@ -121,8 +121,9 @@ async def test_a_dropped_connection_costs_one_retry_on_another_connection(pool):
     first, second = sms(rid, "hot-drop-1"), sms(rid, "hot-drop-2")
     assert isinstance(await fast_claim(pool, first), plan.Ready)  # the pool's connection exists now
     with get_engine().begin() as c:
-        killed = c.execute(sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                   "WHERE application_name = 'outbox-test-hot'")).scalar_one()
+        killed = c.execute(sa.text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'outbox-test-hot' AND datname = current_database()")).scalar_one()
     assert killed >= 1
     got = await fast_claim(pool, second)
     assert isinstance(got, plan.Ready), got
