@@ -39,7 +39,11 @@ _ATTEMPT_COLUMNS = """notification_attempts (notification_id, attempt_no, worker
                                      notification_created_at)"""
 _RETRY_SET = """next_attempt_at = now() + make_interval(secs => {delay}), leased_until = NULL,
          last_error_class = {error_class}"""
-_RETRY_GUARD = """status = 'QUEUED' AND claim_token = {claim_token}
+# `leased_until IS NOT NULL`: the claim's retry is recorded once. The same record made again (the store's second try
+# after a COMMIT that landed but whose answer the connection lost) matches nothing, and a tenant endpoint's failure
+# is counted once by its breaker, not twice. A lease that ran out is still a lease: a stalled worker whose row no
+# one claimed since records its retry.
+_RETRY_GUARD = """status = 'QUEUED' AND claim_token = {claim_token} AND leased_until IS NOT NULL
     AND NOT EXISTS (SELECT 1 FROM otp_codes oc WHERE oc.notification_id = notifications.id
                     AND oc.expires_at <= now() + make_interval(secs => {delay}))"""
 

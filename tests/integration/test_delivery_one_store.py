@@ -410,3 +410,27 @@ async def _until(check: Callable[[], bool], what: str, deadline: float = 20.0) -
         if loop.time() > end:
             raise AssertionError(f"not within {deadline} s: {what}")
         await asyncio.sleep(0.02)
+
+
+async def test_a_retry_recorded_twice_counts_its_endpoints_failure_once(pool, redis_db):
+    """The store makes a record once more when its first try's connection failed — after a COMMIT that may have
+    landed. The same Retry recorded twice under one claim: the second matches nothing (`stale`), so the tenant
+    endpoint's breaker counts the failure once and the row has one attempt line."""
+    from tests.integration.conftest import rows
+    from tests.support.endpoints import PUBLIC, endpoint, endpoint_row
+    from tests.support.orders import approve, orders_of
+
+    e = endpoint(42, PUBLIC)
+    made = approve(orders_of(42)[0])
+    (a,) = rows("event_id = :e AND endpoint_id = :i", e=made.event_id, i=e["id"])
+    got = await store.claim(pool, a.id, LEASE, datetime.now(UTC), "w")
+    assert isinstance(got, plan.Ready), got
+    kw: dict[str, Any] = {"worker": "w", "started": datetime.now(UTC), "status_code": 503, "latency_ms": 1.0,
+                          "provider_reference": None}
+    assert await store.record(pool, got.claim, Retry("server_error", 60.0), **kw) == "retry"
+    assert await store.record(pool, got.claim, Retry("server_error", 60.0), **kw) == "stale"
+    assert endpoint_row(e["id"]).failure_streak == 1
+    with get_engine().connect() as c:
+        assert c.execute(sa.text("SELECT count(*) FROM notification_attempts WHERE notification_id = :i"),
+                         {"i": a.id}).scalar_one() == 1
+    assert_invariants()
