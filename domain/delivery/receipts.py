@@ -93,6 +93,36 @@ def _still_its_row(row: Any, r: Receipt) -> bool:
         r.client_reference is not None and row.current_key == r.client_reference)
 
 
+@dataclass(frozen=True)
+class _Located:
+    """A row as the batch statements answer it: what it says once locked, and the places (1-based) of the
+    receipts found on it by reference and by key."""
+
+    id: int
+    status: str
+    tenant_id: int
+    order_id: int | None
+    provider_reference: str | None
+    current_key: str | None
+    by_reference: tuple[int, ...]
+    by_key: tuple[int, ...]
+
+
+def _row_alone(uow: UnitOfWork, provider: str, r: Receipt) -> list[_Located]:
+    """A lone receipt's row, found and locked by the one-row statements (the newest row by the provider's
+    reference, else by the key we sent) — a row's lock alone cannot deadlock, so the batch statements' one order
+    is not needed, and a quiet provider's every receipt does not pay for them (ROWS_BY_REFERENCES took 0.72 ms a
+    lone receipt, BY_REFERENCE 0.25 ms, client-timed medians on the bench's ledger)."""
+    row = uow.execute(BY_REFERENCE, {"reference": r.reference, "provider": provider}).first()
+    by_reference = row is not None
+    if row is None and r.client_reference is not None:
+        row = uow.execute(BY_KEY, {"key": r.client_reference, "provider": provider}).first()
+    if row is None:
+        return []
+    return [_Located(int(row.id), str(row.status), int(row.tenant_id), row.order_id, row.provider_reference,
+                     row.current_key, (1,) if by_reference else (), () if by_reference else (1,))]
+
+
 def _apply(provider: str, receipts: Sequence[Receipt], engine: Engine | None) -> list[ReceiptResult]:
     if not receipts:
         return []
@@ -101,9 +131,13 @@ def _apply(provider: str, receipts: Sequence[Receipt], engine: Engine | None) ->
         found: dict[int, tuple[bool, int]] = {}  # a receipt's place -> (found by its reference, row id): the best
         params = {"references": [r.reference for r in receipts], "keys": [r.client_reference for r in receipts],
                   "provider": provider}
-        located = uow.execute(ROWS_BY_REFERENCES, params).all()  # the common case: every send recorded
-        if {place for row in located for place in row.by_reference} != set(range(1, len(receipts) + 1)):
-            located = uow.execute(ROWS_FOR_RECEIPTS, params).all()  # some found by the key we sent, or not at all
+        located: Sequence[Any]
+        if len(receipts) == 1:  # a receipt alone (a quiet provider): its one row, as a receipt always was found
+            located = _row_alone(uow, provider, receipts[0])
+        else:
+            located = uow.execute(ROWS_BY_REFERENCES, params).all()  # the common case: every send recorded
+            if {place for row in located for place in row.by_reference} != set(range(1, len(receipts) + 1)):
+                located = uow.execute(ROWS_FOR_RECEIPTS, params).all()  # some found by our key, or not at all
         for row in located:
             for by_reference, places in ((True, row.by_reference), (False, row.by_key)):
                 for place in places:

@@ -152,3 +152,30 @@ async def test_the_api_takes_a_batch_signed_under_its_own_id(db, client):
     r = await client.post("/api/v1/receipts/sms", content=body, headers=headers)  # the provider retries the batch
     assert [x["status"] for x in r.json()["results"]] == ["duplicate", "duplicate", "unknown_reference"]
     assert entries(a) == [("reserve", -row(a).cost_cents)] and kept(f"rc-{s}-1") == 1
+
+
+def test_a_lone_receipt_finds_its_row_by_the_one_row_statements(db):
+    """A quiet provider's receipt comes alone: it is found and locked by the one-row statements (`BY_REFERENCE`,
+    else `BY_KEY`) as before batching, not by the batch's unnest statements (which cost PostgreSQL more to plan on
+    every single receipt), and lands where a batch would put it: the row recorded under its reference, else the
+    row sent under our key while the send is not recorded (kept pending)."""
+    rid, _ = person(cap=None)
+    s = uuid.uuid4().hex[:6]
+    recorded, unrecorded = sent(rid, "l1", f"l-{s}-1"), sms(rid, "l2")
+    claim = ready(unrecorded)
+    assert record(claim, Retry("timeout", 0.0), code=None) == "retry"  # the provider took it, we timed out
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(" ".join(statement.split()))
+
+    sa.event.listen(get_engine(), "before_cursor_execute", seen)
+    try:
+        by_reference = apply_receipt("sms", f"rl-{s}-1", f"l-{s}-1", "delivered")
+        by_key = apply_receipt("sms", f"rl-{s}-2", f"l-{s}-2", "failed", claim.dedupe_key)
+    finally:
+        sa.event.remove(get_engine(), "before_cursor_execute", seen)
+    assert (by_reference.status, by_reference.notification_id) == ("applied", recorded)
+    assert (by_key.status, by_key.notification_id) == ("pending", unrecorded)
+    assert row(recorded).status == "DELIVERED"
+    assert not [q for q in statements if "WITH ORDINALITY AS v(ref" in q], statements  # no batch locate statement

@@ -93,3 +93,42 @@ def test_a_receipt_of_a_message_forgotten_while_it_waited_is_never_posted(mock):
     mock["held"] = {"sms-kept"}  # the mock was reset: only the message sent since is held
     posts = run(mock, [("sms-kept", "k1"), ("sms-forgotten", "k2")])
     assert posts == [(200, ["rcpt-sms-kept"])], posts
+
+
+def test_a_receipt_that_breaks_a_silence_is_posted_at_once_and_a_stream_still_goes_in_batches(mock, monkeypatch):
+    """A quiet provider's lone receipt does not wait the batching window for company that never comes (with the
+    window set far longer than the test's deadline, it is posted all the same); a receipt taken within the window
+    of the last one is part of a stream and waits the window, so the one after it shares its post."""
+    monkeypatch.setattr(providers, "RECEIPT_BATCH_WINDOW_S", 0.5)
+    posts: list[list[str]] = []
+
+    def app(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        posts.append([r["receipt_id"] for r in body.get("receipts", [body])])
+        return httpx.Response(200)
+
+    async def main() -> None:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(app))
+        providers_client = providers._receipt_client
+        providers._receipt_client = lambda: client  # type: ignore[assignment]
+        try:
+            loop = asyncio.get_running_loop()
+            monkeypatch.setattr(providers, "RECEIPT_BATCH_WINDOW_S", 30.0)
+            await asyncio.wait_for(providers.send_receipt("sms", "sms-alone", "delivered", "k0"), 5)
+            monkeypatch.setattr(providers, "RECEIPT_BATCH_WINDOW_S", 0.5)
+            queue = providers._batchers[(loop, "sms")]
+            puts: list[Any] = []
+            put = queue.put_nowait
+            queue.put_nowait = lambda item: (puts.append(item), put(item))[1]  # type: ignore[method-assign]
+            second = loop.create_task(providers.send_receipt("sms", "sms-next", "delivered", "k1"))
+            deadline = loop.time() + 5
+            while not (puts and queue.empty()) and loop.time() < deadline:  # put, then taken by the collector
+                await asyncio.sleep(0)
+            third = providers.send_receipt("sms", "sms-last", "delivered", "k2")
+            await asyncio.wait_for(asyncio.gather(second, third), 5)
+        finally:
+            providers._receipt_client = providers_client  # type: ignore[assignment]
+            await client.aclose()
+
+    asyncio.run(main())
+    assert posts == [["rcpt-sms-alone"], ["rcpt-sms-next", "rcpt-sms-last"]], posts
