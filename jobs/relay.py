@@ -26,6 +26,7 @@ from domain.delivery.wakeups import arq_pool, enqueue, enqueue_fan_out
 from domain.ledger.owed import OwedRow
 from domain.retention.partitions import ensure_partitions
 from domain.settings import get_settings
+from jobs.wake import LISTEN_LANES
 
 log = logging.getLogger("outbox.relay")
 # How often the relay makes sure next months' partitions exist (a catalog read when they do).
@@ -169,6 +170,11 @@ async def scan_once(redis: ArqRedis, limit: int = 500, window: int | None = None
     return seen, enq
 
 
+def self_rung_lanes() -> set[str]:
+    """The lanes whose drain loops are rung by the ledger's NOTIFY themselves (a batched lane of LISTEN_LANES)."""
+    return {lane for lane in LISTEN_LANES if lane in get_settings().batched_lanes}
+
+
 async def notified_lanes(conn: psycopg.AsyncConnection[TupleRow], timeout: float) -> set[str] | None:
     """Waits up to `timeout` for a NOTIFY; returns the lanes named by it and by every one already arrived (one
     scan serves a burst), `set()` if none came, None if one named no known lane (a full scan, to be safe)."""
@@ -258,6 +264,12 @@ async def run_relay(interval: float | None = None, once: bool = False) -> None:
             await conn.close()
             conn = await listen(s.database_url)
             lanes = None  # NOTIFYs sent while we were away are gone: the full scan below finds their rows
+        if lanes:
+            # A lane whose worker hears the same NOTIFY itself (jobs/wake.py LISTEN_LANES: the critical lane) is
+            # left to it: this scan's FOR UPDATE SKIP LOCKED on the row just committed made the worker's claim,
+            # begun in the same millisecond, skip that row and sleep until the next ring (a one-time code's wake-up
+            # p99). Its rows are in every full scan, the recovery path, as before.
+            lanes -= self_rung_lanes()
         full = lanes is None or time.monotonic() - last_scan >= interval
         if full or lanes:
             try:
