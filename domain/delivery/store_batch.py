@@ -154,20 +154,32 @@ async def _claim(pool: Pool, stmt: str, params: dict[str, Any], now: datetime, w
                 created_ats="created_at"))
             batch.ready += [Ready(c, t.contact, t.body) for c, t in takes]
         if long_way_rows:  # after the takes: a second row of a recipient's day counts the first's slot
-            for result in await run_sync(conn, _settle_claimed, long_way_rows, now, worker):
+            if takes:  # the set-based take's answer first: refused, it fails here and the batch is claimed again
+                async with conn.pipeline():
+                    pass
+            for claim, context, take in _long_way_order(long_way_rows):
+                try:
+                    async with conn.transaction():  # SAVEPOINT: a row whose long way fails costs the batch nothing
+                        result = await run_sync(conn, long_way.take_or_decide, claim, context, take, now, worker)
+                except psycopg.OperationalError:
+                    raise  # the connection, a deadlock: the whole claim fails and the drain loop claims again
+                except Exception:
+                    # A bug, not a rule: the row stays claimed unsent (leased, its attempt counted), as when the
+                    # long way ran after the claim's commit; its lease runs out, and its attempts, used up, settle
+                    # it FAILED before this code runs again. Without this, the row failed every claim of its lane.
+                    log.exception("the long way failed for claimed notification %s; its lease runs out", claim.id)
+                    continue
                 (batch.ready if isinstance(result, Ready) else batch.settled).append(result)  # type: ignore[arg-type]
-            batch.long_way = len(long_way_rows)
+                batch.long_way += 1
     return batch
 
 
-def _settle_claimed(uow: UnitOfWork, rows: list[tuple[Claim, SendContext, Take | None]], now: datetime,
-                    worker: str) -> list[ClaimResult]:
-    """The long way of the rows this batch claimed and could not settle set-based, in its transaction: by tenant, then
-    person, then id (a person's rows in id order: a second row of their day counts the first's slot), the order
+def _long_way_order(rows: list[tuple[Claim, SendContext, Take | None]]) -> list[tuple[Claim, SendContext, Take | None]]:
+    """The rows this batch claimed and could not settle set-based, in the order their long way takes them: by tenant,
+    then person, then id (a person's rows in id order: a second row of their day counts the first's slot), the order
     `record_batch`'s long way takes them in — what a row's long way locks beyond its own row (its person's cap
     counter, its tenant's balance) is held to the commit, and two batches taking them in one order never cross."""
-    ordered = sorted(rows, key=lambda row: (row[0].tenant_id, row[0].recipient, row[0].id))
-    return [long_way.take_or_decide(uow, claim, context, take, now, worker) for claim, context, take in ordered]
+    return sorted(rows, key=lambda row: (row[0].tenant_id, row[0].recipient, row[0].id))
 
 
 # The one-row parameters a batch statement takes as float8[] (a number of another type would change the array's).

@@ -434,3 +434,31 @@ async def test_a_retry_recorded_twice_counts_its_endpoints_failure_once(pool, re
         assert c.execute(sa.text("SELECT count(*) FROM notification_attempts WHERE notification_id = :i"),
                          {"i": a.id}).scalar_one() == 1
     assert_invariants()
+
+
+async def test_a_row_whose_long_way_fails_in_a_batch_claim_costs_the_others_nothing(pool, monkeypatch):
+    """A bug in one row's long way (not a rule, not the database) must not fail its batch's claim: that claim would
+    fail again on every turn of the lane, its oldest row first, and nothing behind it would be sent. The row stays
+    claimed unsent (leased, its attempt counted: its attempts, used up, settle it FAILED), and the batch's other
+    rows are claimed and settled as ever — the one that may go is ready, the one over the cap suppressed."""
+    from domain.delivery import long_way
+
+    rid, _ = person(cap=1)
+    ids = [sms(rid, f"one-bug-{i}") for i in range(3)]
+    real = long_way.take_or_decide
+
+    def buggy(uow: UnitOfWork, claim: plan.Claim, *args: Any) -> plan.ClaimResult:
+        if claim.id == ids[1]:
+            raise RuntimeError("a bug in the long way")
+        return real(uow, claim, *args)
+
+    monkeypatch.setattr(long_way, "take_or_decide", buggy)
+    batch = await store_batch.claim_batch(pool, "normal", 10, LEASE, datetime.now(UTC), "w")
+    assert [r.claim.id for r in batch.ready] == [ids[0]]
+    assert [(r.claim.id, getattr(r, "reason", None)) for r in batch.settled] == [(ids[2], "daily_cap")]
+    stuck = row(ids[1])
+    assert (stuck.status, stuck.attempts, stuck.reserved_cents) == ("QUEUED", 1, 0)
+    assert stuck.leased_until is not None
+    assert row(ids[2]).status == "SUPPRESSED"
+    assert await store.give_back(pool, batch.ready[0].claim)
+    assert_invariants()
