@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import functools
 import random
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ from domain.delivery.receipts import apply_receipt
 from domain.delivery.retry import Fail, Retry, Succeeded, decide_retry
 from domain.ledger.send import send
 from domain.settings import get_settings
+from jobs.ops.procs import wait_until
 from tests.support.db import assert_invariants, one, waiting_on_a_lock
 from tests.support.long_way import entries, lease_runs_out, ready, row
 from tests.support.people import person, sms
@@ -387,11 +388,11 @@ async def test_two_batch_records_refunding_crossing_rows_never_deadlock(pool, cr
     blocker.execute(sa.text("SELECT 1 FROM notifications WHERE id = :i FOR UPDATE"), {"i": a2})
     try:
         a = asyncio.create_task(store_batch.record_batch(pool, failed([a1, a2]), "A"))
-        await _until(lambda: waiting_on_a_lock(), "A waits for its second row")
+        await asyncio.to_thread(wait_until, waiting_on_a_lock, 20, "A waits for its second row")
         b = asyncio.create_task(store_batch.record_batch(pool, failed([b1, b2]), "B"))
-        await _until(lambda: a.done() or b.done() or int(one(
+        await asyncio.to_thread(wait_until, lambda: a.done() or b.done() or int(one(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'")) >= 2, "B finishes or waits too")
+            "AND wait_event_type = 'Lock'")) >= 2, 20, "B finishes or waits too")
     finally:
         tx.rollback()
         blocker.close()
@@ -401,15 +402,6 @@ async def test_two_batch_records_refunding_crossing_rows_never_deadlock(pool, cr
     assert [[k for k, _ in entries(i)] for i in (a1, b1, a2, b2)] == [["reserve", "refund"]] * 4
     assert _deadlocks() == before
     assert_invariants()
-
-
-async def _until(check: Callable[[], bool], what: str, deadline: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not check():
-        if loop.time() > end:
-            raise AssertionError(f"not within {deadline} s: {what}")
-        await asyncio.sleep(0.02)
 
 
 async def test_a_retry_recorded_twice_counts_its_endpoints_failure_once(pool, redis_db):
