@@ -88,7 +88,10 @@ def read_rows(tenant_id: int, before: int, after: int) -> tuple[list[dict[str, s
     page = pages.endpoints(tenant_id, PAGE_SIZE, before or None, after or None)
     ids = [int(e["id"]) for e in page.rows]
     last = store.last_actions(tenant_id, ids)
-    attempts = store.latest_attempts(tenant_id, ids, ATTEMPTS_SHOWN)
+    # The test event's row first, then the attempts: a test read as answered has its attempt line committed in the
+    # same transaction, so the later read shows it (read the other way round, a record committing between the two
+    # showed "delivered" with no attempt, and the watcher, its test answered, never read again).
     tests = store.latest_tests(tenant_id, ids)
+    attempts = store.latest_attempts(tenant_id, ids, ATTEMPTS_SHOWN)
     return ([_row(e, last.get(int(e["id"])), attempts.get(int(e["id"])), tests.get(int(e["id"])))
              for e in page.rows], page.has_older, page.has_newer)

@@ -159,3 +159,40 @@ async def test_the_api_hands_the_mock_the_secret_before_a_test_so_it_verifies(sy
     wait_for(lambda: rows("id = :i AND status <> 'QUEUED'", i=nid), 30, "the test answered")
     assert rows("id = :i", i=nid)[0].status == "DELIVERED"
     assert effects(r.json()["event_id"])["effects"] == 1
+
+
+def test_a_test_shown_answered_shows_its_attempt_even_if_it_was_recorded_mid_read(db, monkeypatch):
+    """Invariant: the page never shows a test event answered without the attempt that answered it — its watcher stops
+    reading once the test is answered, so such a row stayed without its attempt. The test's record (status and
+    attempt line, one transaction) committing in the middle of the page's read, whichever read it lands between, leaves
+    the row either on its way or delivered with "HTTP 200 — accepted"."""
+    from datetime import UTC, datetime
+
+    from domain.delivery import long_way, plan
+    from domain.delivery.retry import Succeeded
+
+    e = store.create(42, MOCK_URL, "race", None, "test")
+    got = trial.send_test_event(42, e["id"], "support:dana")
+    assert isinstance(got, trial.Sent)
+    claimed = long_way.claim(got.notification_id, 30.0, datetime.now(UTC), "w")
+    assert isinstance(claimed, plan.Ready)
+    recorded: list[str] = []
+
+    def record_once() -> None:
+        if not recorded:
+            recorded.append(long_way.record(claimed.claim, Succeeded(False), worker="w", started=datetime.now(UTC),
+                                            status_code=200, latency_ms=1.0, provider_reference=None))
+
+    for name in ("latest_tests", "latest_attempts"):  # the record commits right after the first of the two reads
+        real = getattr(store, name)
+
+        def then_record(*args: Any, _real: Any = real, **kw: Any) -> Any:
+            out = _real(*args, **kw)
+            record_once()
+            return out
+
+        monkeypatch.setattr(store, name, then_record)
+    rows_now, _, _ = read_rows(42, 0, 0)
+    assert recorded == ["sent"]
+    (mine,) = [r for r in rows_now if r["id"] == str(e["id"])]
+    assert "on its way" in mine["test"] or ("delivered" in mine["test"] and "HTTP 200" in mine["attempts"]), mine
